@@ -1,0 +1,98 @@
+// The in-memory model: architecture hyper-parameters and fp32 weights.
+//
+// Filled by the loaders (model-loader.h: GGUF files and Hugging Face folders), read by the
+// forward pass (engine/compute). A Model is immutable after loading and may be read from any
+// thread. Weights are owned fp32 arrays, row-major, in PyTorch's (out_features, in_features)
+// orientation, so y = W x is a GEMM with W transposed as the B operand.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace impress {
+
+enum class Arch { kLlama, kOpt };
+
+enum class RopeScalingType { kNone, kLinear, kLlama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  float factor = 1.0f;            // linear: positions are divided by it; llama3: the base factor
+  float low_freq_factor = 1.0f;   // llama3 only
+  float high_freq_factor = 4.0f;  // llama3 only
+  int original_ctx = 8192;        // llama3 only: original_max_position_embeddings
+};
+
+struct ModelConfig {
+  Arch arch = Arch::kLlama;
+  std::string name;         // for humans: general.name or the folder name
+  int n_vocab = 0;
+  int n_ctx_train = 0;      // context length the model was trained for
+  int n_embd = 0;           // hidden size
+  int n_layer = 0;
+  int n_head = 0;           // query heads
+  int n_head_kv = 0;        // key/value heads (GQA when < n_head)
+  int head_dim = 0;         // usually n_embd / n_head
+  int n_ff = 0;             // FFN inner size
+  float norm_eps = 1e-5f;   // RMSNorm (Llama) or LayerNorm (OPT) epsilon
+
+  // Llama
+  float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;
+  bool tied_embeddings = false;  // output projection is tok_embd
+
+  // OPT
+  int pos_offset = 2;             // learned positions are looked up at pos + offset
+  int word_embed_proj_dim = 0;    // OPT-350m: embeddings live in 512 dims, projected to n_embd
+  bool do_layer_norm_before = true;  // pre-LN (all OPT sizes but 350m)
+
+  // A digest of the weights and tokenizer; KV made with one model is never reused by another.
+  std::string fingerprint;
+};
+
+// A dense fp32 tensor, row-major. shape[0] is the slowest dimension.
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+
+  bool empty() const { return data.empty(); }
+  int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
+  int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
+  const float* ptr() const { return data.data(); }
+};
+
+struct LayerWeights {
+  Tensor attn_norm;    // (n_embd)            Llama RMSNorm weight / OPT self_attn_layer_norm.weight
+  Tensor attn_norm_b;  // (n_embd)            OPT only
+  Tensor wq;           // (n_head*head_dim, n_embd)
+  Tensor wk;           // (n_head_kv*head_dim, n_embd)
+  Tensor wv;           // (n_head_kv*head_dim, n_embd)
+  Tensor wo;           // (n_embd, n_head*head_dim)
+  Tensor bq, bk, bv, bo;  // OPT biases (rows of the matching weight); empty for Llama
+  Tensor ffn_norm;     // (n_embd)            Llama post_attention_layernorm / OPT final_layer_norm
+  Tensor ffn_norm_b;   // (n_embd)            OPT only
+  Tensor w_gate;       // (n_ff, n_embd)      Llama only: gate_proj
+  Tensor w_up;         // (n_ff, n_embd)      Llama up_proj / OPT fc1
+  Tensor w_down;       // (n_embd, n_ff)      Llama down_proj / OPT fc2
+  Tensor b_up, b_down; // OPT fc1/fc2 biases
+};
+
+struct ModelWeights {
+  Tensor tok_embd;       // (n_vocab, n_embd or word_embed_proj_dim)
+  Tensor pos_embd;       // OPT: (n_ctx_train + pos_offset, n_embd)
+  Tensor project_in;     // OPT-350m: (n_embd, word_embed_proj_dim)
+  Tensor project_out;    // OPT-350m: (word_embed_proj_dim, n_embd)
+  Tensor output_norm;    // (n_embd)  Llama norm / OPT final_layer_norm (when pre-LN)
+  Tensor output_norm_b;  // (n_embd)  OPT only
+  Tensor output;         // (n_vocab, n_embd); empty when tied_embeddings (use tok_embd)
+  std::vector<LayerWeights> layers;
+};
+
+struct Model {
+  ModelConfig config;
+  ModelWeights weights;
+  std::string path;  // the GGUF file or Hugging Face folder it came from
+};
+
+}  // namespace impress

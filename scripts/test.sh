@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# All tests, as CI runs them: set up, build (Release, then ASan+UBSan), run every test in both,
+# then the fuzzers for a bounded time.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bash "$here/setup.sh"
+source "$here/env.sh"
+cd "$IMPRESS_ROOT"
+
+echo "=== Release build + tests"
+bash "$here/build.sh" build -DIMPRESS_WERROR=ON
+ctest --test-dir build --output-on-failure -j "$IMPRESS_JOBS" --timeout 900
+
+echo "=== ASan/UBSan build + tests"
+bash "$here/build.sh" build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIMPRESS_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$IMPRESS_JOBS" --timeout 1800 -LE no-sanitizer
+
+if [ -x "$here/fuzz.sh" ]; then
+  echo "=== Fuzzers (bounded time)"
+  bash "$here/fuzz.sh"
+fi
+echo "=== all tests passed"
