@@ -1,0 +1,58 @@
+#include "app/app-options.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+
+namespace impress::app {
+
+namespace {
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : fallback;
+}
+std::string Home() { return EnvOr("HOME", "."); }
+}  // namespace
+
+void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
+  cmd->add_option("--model", o->model, "GGUF file or Hugging Face folder (default: SmolLM2-135M-Instruct Q4_1)");
+  cmd->add_option("--store", o->store_dir, "KV store directory (default: $XDG_DATA_HOME/impress/store)");
+  cmd->add_option("--threads", o->threads, "compute threads")->check(CLI::Range(1, 256));
+  cmd->add_option("--system", o->system, "recomp|as|as-h2o-lru|as-h2o-lfu|impress")
+      ->check(CLI::IsMember({"recomp", "as", "as-h2o-lru", "as-h2o-lfu", "impress", "impress-itf", "impress-itf-ro"}));
+  cmd->add_option("--alpha", o->alpha, "IMPRESS similarity threshold exponent (0..2)")->check(CLI::Range(0.0, 8.0));
+  cmd->add_option("--keep", o->keep, "keep ratio of prefix tokens (0..1]")->check(CLI::Range(0.001, 1.0));
+  cmd->add_option("--probe-heads", o->probe_heads, "probe query heads per layer")->check(CLI::Range(1, 1024));
+  cmd->add_option("--device-budget-mb", o->device_budget_mb, "device tier budget (MiB)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--host-budget-mb", o->host_budget_mb, "host tier budget (MiB)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ssd-budget-mb", o->ssd_budget_mb, "SSD tier budget (MiB)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", o->temperature, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--top-k", o->top_k, "top-k sampling (0 = off)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->top_p, "top-p sampling")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", o->repeat_penalty, "repetition penalty (1 = off)")->check(CLI::Range(0.5, 5.0));
+  cmd->add_option("--seed", o->seed, "sampling seed");
+  cmd->add_flag("--raw", o->raw, "no chat template: tokenize the prompt as given");
+  cmd->add_option("--log-level", o->log_level, "trace|debug|info|warn|error|off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+}
+
+void ConfigureLogging(const CommonOptions& o) {
+  auto logger = spdlog::stderr_color_mt("impress");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(o.log_level));
+  spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+}
+
+std::string DefaultModelPath() {
+  const std::string cache = EnvOr("IMPRESS_CACHE_DIR", EnvOr("XDG_CACHE_HOME", Home() + "/.cache") + "/impress");
+  return EnvOr("IMPRESS_DEFAULT_MODEL", cache + "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+std::string DefaultStoreDir() {
+  return EnvOr("IMPRESS_STORE_DIR", EnvOr("XDG_DATA_HOME", Home() + "/.local/share") + "/impress/store");
+}
+
+std::string ResolveModelPath(const CommonOptions& o) { return o.model.empty() ? DefaultModelPath() : o.model; }
+
+}  // namespace impress::app

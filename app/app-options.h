@@ -1,0 +1,46 @@
+// Options shared by every `impress` subcommand (DESIGN.md section 8) and the helpers that turn
+// them into engine settings. Filled by CLI11 on the main thread before any work starts.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace impress::app {
+
+struct CommonOptions {
+  std::string model;         // GGUF file or Hugging Face folder; empty = the default model
+  std::string store_dir;     // KV store directory; empty = $XDG_DATA_HOME/impress/store
+  int threads = 2;
+  std::string system = "impress";  // recomp|as|as-h2o-lru|as-h2o-lfu|impress
+  float alpha = 0.6f;
+  float keep = 0.25f;
+  int probe_heads = 3;
+  double device_budget_mb = 256;
+  double host_budget_mb = 1024;
+  double ssd_budget_mb = 16384;
+  float temperature = 0.0f;  // 0 = greedy
+  int top_k = 40;
+  float top_p = 0.95f;
+  float repeat_penalty = 1.0f;
+  uint64_t seed = 42;
+  bool raw = false;          // no chat template
+  std::string log_level = "warn";
+};
+
+// Adds the common options to a subcommand.
+void AddCommonOptions(CLI::App* cmd, CommonOptions* opts);
+
+// Applies --log-level to spdlog (logs go to stderr).
+void ConfigureLogging(const CommonOptions& opts);
+
+// The default model path: $IMPRESS_DEFAULT_MODEL, else the setup script's cache location.
+std::string DefaultModelPath();
+
+// $IMPRESS_STORE_DIR, else $XDG_DATA_HOME/impress/store (~/.local/share/impress/store).
+std::string DefaultStoreDir();
+
+// The model to use: --model, else the default. Says how to get the default if it is missing.
+std::string ResolveModelPath(const CommonOptions& opts);
+
+}  // namespace impress::app
