@@ -149,7 +149,7 @@ class TierManager {
   const TierState& state(Tier t) const { return t == Tier::kDevice ? device_ : host_; }
 
   void Rekey(ChunkId id, Entry& e);
-  void Place(ChunkId id, Entry& e, Tier to, std::vector<TierMove>& moves);
+  void Place(ChunkId id, Entry& e, Tier to);
   void Unplace(ChunkId id, Entry& e);
   // Victims (ascending priority) that must leave `tier` so `bytes` more fit, all of priority
   // strictly below `p` (ignoring `self`); nullopt if that is impossible.
