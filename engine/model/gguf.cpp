@@ -1,16 +1,12 @@
 #include "engine/model/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "engine/model/mapped-file.h"
 
 namespace impress {
 
@@ -397,39 +393,15 @@ class GgufFile::Parser {
 // ---------------------------------------------------------------------------------------------
 
 Result<GgufFile> GgufFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return Status::NotFound(path + ": no such file");
-    return Status::IOError(path + ": cannot open: " + std::strerror(err));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::IOError(path + ": cannot stat: " + std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::InvalidArgument(path + ": not a regular file");
-  }
-  if (st.st_size == 0) {
-    ::close(fd);
-    return Status::Corruption(path + ": empty file, not a GGUF model");
-  }
-  void* p = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) return Status::IOError(path + ": mmap failed: " + std::strerror(map_err));
-  ::madvise(p, size_t(st.st_size), MADV_SEQUENTIAL);
-
+  IMPRESS_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(path, "GGUF model"));
   GgufFile f;
   f.path_ = path;
-  f.base_ = static_cast<const uint8_t*>(p);
-  f.size_ = uint64_t(st.st_size);
+  f.base_ = m.data();
+  f.size_ = m.size();
   f.mapped_ = true;
+  m.Release();  // f owns the mapping now (and unmaps it, also when parsing fails)
   Parser parser(f);
-  IMPRESS_RETURN_IF_ERROR(parser.Parse());  // f's destructor unmaps on failure
+  IMPRESS_RETURN_IF_ERROR(parser.Parse());
   return f;
 }
 
@@ -477,7 +449,7 @@ GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
 GgufFile::~GgufFile() { Reset(); }
 
 void GgufFile::Reset() {
-  if (mapped_ && base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+  if (mapped_) MappedFile::Unmap(base_, size_);
   base_ = nullptr;
   size_ = 0;
   mapped_ = false;
