@@ -1,0 +1,107 @@
+// Catalog: the store's SQLite database (WAL mode, synchronous=FULL, prepared statements).
+//
+// Tables: meta (model fingerprint, format version, KV geometry); nodes (the radix tree's rows:
+// id, parent, KV segment, segment offset, token span, last access); segments (one per insert:
+// token count, layout generation, mapping list slot -> original segment offset, per-token
+// importance sums and counts); chunks (segment, layer, index -> data file, offset, length,
+// checksums, generation, access frequency, important ratio); probes (segment, layer -> extent).
+// Every change goes through Apply(), one transaction, so a crash leaves the old or the new state.
+// Opening a catalog made for another model, format version or geometry discards its rows (a
+// fresh namespace) and says why.
+//
+// Internally synchronized (a mutex = the one writer); any thread may call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "store/chunk-format.h"
+#include "store/radix-tree.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace impress::store {
+
+struct SegmentRow {
+  uint64_t id = 0;
+  uint32_t n_tokens = 0;          // tokens written in the segment
+  uint64_t generation = 0;        // bumped by each reorder
+  std::vector<uint32_t> mapping;  // slot -> original segment offset; empty = identity
+  std::vector<float> imp_sum;     // per original offset: summed importance reports
+  std::vector<uint32_t> imp_count;  // per original offset: number of reports
+};
+
+struct ChunkRow {
+  uint64_t segment = 0;
+  uint32_t layer = 0;
+  uint32_t index = 0;
+  uint64_t generation = 0;
+  ChunkExtent ext;
+  double freq = 0;
+  double imp_ratio = 1.0;
+  uint64_t n_reports = 0;
+};
+
+struct ProbeRow {
+  uint64_t segment = 0;
+  uint32_t layer = 0;
+  ChunkExtent ext;
+};
+
+struct CatalogContents {
+  std::vector<NodeRecord> nodes;
+  std::vector<SegmentRow> segments;
+  std::vector<ChunkRow> chunks;
+  std::vector<ProbeRow> probes;
+};
+
+// One transaction's worth of changes, applied in this order: deletions, then upserts.
+struct CatalogBatch {
+  std::vector<NodeId> delete_nodes;
+  std::vector<uint64_t> delete_segments;        // with their chunks and probes
+  std::vector<uint64_t> delete_segment_chunks;  // all chunk rows of these segments (reorder)
+  std::vector<std::tuple<uint64_t, uint32_t, uint32_t>> delete_chunks;  // (segment, layer, index)
+  std::vector<NodeRecord> upsert_nodes;
+  std::vector<SegmentRow> upsert_segments;
+  std::vector<ChunkRow> upsert_chunks;
+  std::vector<ProbeRow> upsert_probes;
+  std::vector<ChunkRow> chunk_stats;            // only freq / imp_ratio / n_reports are written
+  bool empty() const {
+    return delete_nodes.empty() && delete_segments.empty() && delete_segment_chunks.empty() &&
+           delete_chunks.empty() && upsert_nodes.empty() && upsert_segments.empty() &&
+           upsert_chunks.empty() && upsert_probes.empty() && chunk_stats.empty();
+  }
+};
+
+class Catalog {
+ public:
+  // *fresh: the catalog is new or was wiped; *why: the reason it was wiped (empty if new).
+  static Result<std::unique_ptr<Catalog>> Open(const std::string& path, const std::string& fingerprint,
+                                               const std::string& geometry, bool* fresh, std::string* why);
+  ~Catalog();
+
+  Result<CatalogContents> Load();
+  Status Apply(const CatalogBatch& b);
+  uint64_t FileBytes() const;  // catalog + WAL + shm on disk
+  const std::string& path() const { return path_; }
+
+ private:
+  Catalog(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  Status Exec(const char* sql);
+  Result<sqlite3_stmt*> Prep(const char* sql);
+  Status Err(const char* what);
+  Status ApplyLocked(const CatalogBatch& b);
+
+  std::mutex mu_;
+  sqlite3* db_;
+  const std::string path_;
+  std::unordered_map<const char*, sqlite3_stmt*> stmts_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace impress::store

@@ -1,0 +1,144 @@
+#include "store/env.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace impress::store {
+
+namespace {
+
+Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
+  std::string m = what + " " + path + ": " + std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(m + " (disk full)");
+  if (err == ENOENT) return Status::NotFound(m);
+  return Status::IOError(m);
+}
+
+class PosixFile final : public File {
+ public:
+  PosixFile(int fd, std::string path, bool direct) : fd_(fd), path_(std::move(path)), direct_(direct) {}
+  ~PosixFile() override { ::close(fd_); }
+
+  Status ReadAt(uint64_t off, void* buf, size_t n, size_t* n_read) override {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, static_cast<uint8_t*>(buf) + done, n - done, off_t(off + done));
+      if (r < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        return ErrnoStatus("read", path_, errno);
+      }
+      if (r == 0) break;
+      done += size_t(r);
+    }
+    *n_read = done;
+    return Status::Ok();
+  }
+  Status WriteAt(uint64_t off, const void* buf, size_t n) override {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pwrite(fd_, static_cast<const uint8_t*>(buf) + done, n - done, off_t(off + done));
+      if (r < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        return ErrnoStatus("write", path_, errno);
+      }
+      if (r == 0) return Status::IOError("write " + path_ + ": wrote nothing");
+      done += size_t(r);
+    }
+    return Status::Ok();
+  }
+  Status Sync() override {
+    if (::fdatasync(fd_) != 0) return ErrnoStatus("fsync", path_, errno);
+    return Status::Ok();
+  }
+  Status Truncate(uint64_t size) override {
+    if (::ftruncate(fd_, off_t(size)) != 0) return ErrnoStatus("truncate", path_, errno);
+    return Status::Ok();
+  }
+  Result<uint64_t> Size() override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return ErrnoStatus("stat", path_, errno);
+    return uint64_t(st.st_size);
+  }
+  int fd() const override { return fd_; }
+  bool direct() const override { return direct_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  int fd_;
+  std::string path_;
+  bool direct_;
+};
+
+class PosixEnv final : public Env {
+ public:
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path, const OpenOptions& opt) override {
+    int flags = O_RDWR | O_CLOEXEC | (opt.create ? O_CREAT : 0);
+    bool direct = false;
+    int fd = -1;
+    if (opt.direct) {
+      fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
+      if (fd >= 0) direct = true;
+      else if (errno != EINVAL) return ErrnoStatus("open", path, errno);  // EINVAL: no O_DIRECT here
+    }
+    if (fd < 0) fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0) return ErrnoStatus("open", path, errno);
+    return std::unique_ptr<File>(new PosixFile(fd, path, direct));
+  }
+  Status CreateDir(const std::string& path) override {
+    if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", path, errno);
+    return Status::Ok();
+  }
+  Status RemoveFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink", path, errno);
+    return Status::Ok();
+  }
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    DIR* d = ::opendir(path.c_str());
+    if (!d) return ErrnoStatus("opendir", path, errno);
+    std::vector<std::string> names;
+    while (struct dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+    ::closedir(d);
+    return names;
+  }
+  Result<uint64_t> FileSize(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path, errno);
+    return uint64_t(st.st_size);
+  }
+};
+
+}  // namespace
+
+Env* Env::Default() {
+  static PosixEnv env;
+  return &env;
+}
+
+AlignedBuffer::AlignedBuffer(size_t n) : n_(n) {
+  if (n == 0) return;
+  p_ = static_cast<uint8_t*>(std::aligned_alloc(kIoAlign, AlignUp(n)));
+  if (p_) std::memset(p_, 0, AlignUp(n));
+  else n_ = 0;
+}
+AlignedBuffer::~AlignedBuffer() { std::free(p_); }
+AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
+  if (this != &o) {
+    std::free(p_);
+    p_ = o.p_;
+    n_ = o.n_;
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  return *this;
+}
+
+}  // namespace impress::store

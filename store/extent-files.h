@@ -1,0 +1,77 @@
+// ExtentFiles: the store's data files and their free space.
+//
+// Chunks live in data files `data-NNNNNN.dat` (each at most file_bytes) as 4 KiB-aligned
+// extents. Space is first-fit from coalesced free lists, else appended; the sum of the data
+// files' sizes never exceeds the cap (Allocate fails with kResourceExhausted instead, and the
+// caller evicts). Freed space at a file's tail is truncated away. After a crash nothing on disk is
+// trusted: Open() learns the files, the owner marks every extent its catalog names (MarkUsed),
+// and FinishRecovery() frees everything else (writes that never committed) and trims the files.
+// Extents are only freed after the catalog commit that stopped naming them and after the last
+// reader released them, so a write never lands on space a committed catalog still names.
+// Internally synchronized; File pointers stay valid for the object's lifetime.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "store/env.h"
+
+namespace impress::store {
+
+struct Extent {
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+class ExtentFiles {
+ public:
+  static Result<std::unique_ptr<ExtentFiles>> Open(Env* env, const std::string& dir, uint64_t file_bytes,
+                                                    uint64_t cap_bytes);
+
+  Status MarkUsed(const Extent& e);   // recovery only; kCorruption when out of bounds or overlapping
+  void ForgetUsed(const Extent& e);  // recovery only: undo a MarkUsed (the chunk was dropped)
+  Status FinishRecovery();
+
+  Result<Extent> Allocate(uint64_t length);
+  void Free(const Extent& e);
+  Status Write(const Extent& e, const void* buf);   // e.length bytes from an aligned buffer
+  Status Sync(uint32_t file_id);
+
+  File* file(uint32_t file_id);       // nullptr when unknown
+  bool all_direct() const;
+  uint64_t disk_bytes() const;        // sum of data file sizes
+  uint64_t free_bytes_inside() const; // holes inside the files
+  uint64_t cap() const;
+  void SetCap(uint64_t cap);
+
+ private:
+  struct DataFile {
+    std::unique_ptr<File> file;
+    uint64_t end = 0;                        // file size we maintain
+    std::map<uint64_t, uint64_t> free;       // offset -> length, coalesced, all below end
+    std::map<uint64_t, uint64_t> used;       // recovery only
+  };
+  ExtentFiles(Env* env, std::string dir, uint64_t file_bytes, uint64_t cap)
+      : env_(env), dir_(std::move(dir)), file_bytes_(file_bytes), cap_(cap) {}
+  std::string PathOf(uint32_t id) const;
+  Result<DataFile*> GetOrCreateLocked(uint32_t id);
+  void FreeLocked(const Extent& e);
+  uint64_t TotalLocked() const;
+
+  // Constant after construction.
+  Env* const env_;
+  const std::string dir_;
+  const uint64_t file_bytes_;
+
+  mutable std::mutex mu_;
+  uint64_t cap_;                                       // GUARDED_BY(mu_)
+  std::map<uint32_t, std::unique_ptr<DataFile>> files_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace impress::store

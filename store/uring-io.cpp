@@ -1,0 +1,259 @@
+#include "store/uring-io.h"
+
+#include <liburing.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace impress::store {
+
+namespace {
+
+// Bookkeeping shared by both engines: a ticket completes when its last op completes.
+struct Batch {
+  size_t n_left = 0;
+  Status status;  // first error
+};
+
+class TicketTable {
+ public:
+  // Requires mu held.
+  ReadEngine::Ticket NewLocked(size_t n_ops) {
+    ReadEngine::Ticket t = ++next_;
+    batches_[t].n_left = n_ops;
+    return t;
+  }
+  // Requires mu held. Returns true when the batch completed.
+  bool CompleteLocked(ReadEngine::Ticket t, const Status& st) {
+    Batch& b = batches_[t];
+    if (!st.ok() && b.status.ok()) b.status = st;
+    return --b.n_left == 0;
+  }
+  Status WaitLocked(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, ReadEngine::Ticket t) {
+    auto it = batches_.find(t);
+    if (it == batches_.end()) return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
+    cv.wait(lk, [&] { return batches_[t].n_left == 0; });
+    it = batches_.find(t);
+    Status st = it->second.status;
+    batches_.erase(it);
+    return st;
+  }
+
+ private:
+  ReadEngine::Ticket next_ = 0;
+  std::unordered_map<ReadEngine::Ticket, Batch> batches_;
+};
+
+// ---------------------------------------------------------------- pread pool
+class PreadEngine final : public ReadEngine {
+ public:
+  explicit PreadEngine(int queue_depth) : qd_(queue_depth) {
+    int n = std::max(1, std::min(queue_depth, 4));
+    for (int i = 0; i < n; ++i) workers_.emplace_back([this] { Loop(); });
+  }
+  ~PreadEngine() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  Ticket Submit(std::vector<ReadOp> ops) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    Ticket t = table_.NewLocked(ops.size());
+    for (auto& op : ops) queue_.push_back({t, op});
+    work_cv_.notify_all();
+    return t;
+  }
+  Status Wait(Ticket t) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    return table_.WaitLocked(lk, done_cv_, t);
+  }
+  const char* name() const override { return "pread"; }
+  int queue_depth() const override { return qd_; }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      auto [t, op] = queue_.front();
+      queue_.pop_front();
+      lk.unlock();
+      size_t n_read = 0;
+      Status st = op.file->ReadAt(op.offset, op.buf, op.length, &n_read);
+      if (st.ok() && n_read != op.length)
+        st = Status::Corruption(op.file->path() + ": short read at offset " + std::to_string(op.offset) + " (" +
+                                std::to_string(n_read) + " of " + std::to_string(op.length) + " bytes): file truncated");
+      lk.lock();
+      if (table_.CompleteLocked(t, st)) done_cv_.notify_all();
+    }
+  }
+
+  const int qd_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  bool stop_ = false;                                  // GUARDED_BY(mu_)
+  std::deque<std::pair<Ticket, ReadOp>> queue_;        // GUARDED_BY(mu_)
+  TicketTable table_;                                  // GUARDED_BY(mu_)
+  std::vector<std::thread> workers_;
+};
+
+// ---------------------------------------------------------------- io_uring
+class UringEngine final : public ReadEngine {
+ public:
+  static std::unique_ptr<UringEngine> Make(int queue_depth, std::string* err) {
+    auto e = std::unique_ptr<UringEngine>(new UringEngine(queue_depth));
+    unsigned entries = 1;
+    while (entries < unsigned(queue_depth) + 1) entries <<= 1;
+    int r = io_uring_queue_init(entries, &e->ring_, 0);
+    if (r < 0) {
+      *err = std::string("io_uring_queue_init: ") + std::strerror(-r);
+      return nullptr;
+    }
+    e->ring_ok_ = true;
+    e->reaper_ = std::thread([p = e.get()] { p->Reap(); });
+    return e;
+  }
+  ~UringEngine() override {
+    if (!ring_ok_) return;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      // Wake the reaper with a NOP (user_data 0 = stop marker).
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe) {
+        io_uring_prep_nop(sqe);
+        io_uring_sqe_set_data64(sqe, 0);
+        io_uring_submit(&ring_);
+      }
+    }
+    reaper_.join();
+    io_uring_queue_exit(&ring_);
+  }
+
+  Ticket Submit(std::vector<ReadOp> ops) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    Ticket t = table_.NewLocked(ops.size());
+    for (auto& op : ops) pending_.push_back(new Op{t, op, 0});
+    FillLocked();
+    return t;
+  }
+  Status Wait(Ticket t) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    return table_.WaitLocked(lk, done_cv_, t);
+  }
+  const char* name() const override { return "io_uring"; }
+  int queue_depth() const override { return qd_; }
+
+ private:
+  struct Op {
+    Ticket ticket;
+    ReadOp op;
+    uint32_t done;  // bytes already read (short reads resubmit the rest)
+  };
+
+  explicit UringEngine(int qd) : qd_(qd) {}
+
+  // Requires mu_. Moves pending ops into the SQ while fewer than qd_ are in flight.
+  void FillLocked() {
+    int n_prepped = 0;
+    while (!pending_.empty() && in_flight_ < qd_) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (!sqe) break;
+      Op* o = pending_.front();
+      pending_.pop_front();
+      io_uring_prep_read(sqe, o->op.file->fd(), static_cast<uint8_t*>(o->op.buf) + o->done,
+                         o->op.length - o->done, o->op.offset + o->done);
+      io_uring_sqe_set_data(sqe, o);
+      ++in_flight_;
+      ++n_prepped;
+    }
+    while (n_prepped > 0) {
+      int r = io_uring_submit(&ring_);
+      if (r == -EINTR || r == -EAGAIN || r == -EBUSY) continue;
+      break;  // other errors surface as CQEs with res < 0 or never; the ops stay counted
+    }
+  }
+
+  void Reap() {
+    for (;;) {
+      io_uring_cqe* cqe = nullptr;
+      int r = io_uring_wait_cqe(&ring_, &cqe);
+      if (r == -EINTR || r == -EAGAIN) continue;
+      if (r < 0) continue;
+      Op* o = static_cast<Op*>(io_uring_cqe_get_data(cqe));
+      int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!o) {  // stop marker
+        if (stop_) return;
+        continue;
+      }
+      --in_flight_;
+      Status st;
+      bool finished = true;
+      if (res == -EAGAIN || res == -EINTR) {
+        pending_.push_front(o);
+        finished = false;
+      } else if (res < 0) {
+        st = Status::IOError(o->op.file->path() + ": io_uring read at offset " + std::to_string(o->op.offset) +
+                             ": " + std::strerror(-res));
+      } else if (res == 0) {
+        st = Status::Corruption(o->op.file->path() + ": short read at offset " + std::to_string(o->op.offset) +
+                                " (" + std::to_string(o->done) + " of " + std::to_string(o->op.length) +
+                                " bytes): file truncated");
+      } else {
+        o->done += uint32_t(res);
+        if (o->done < o->op.length) {  // short read: resubmit the remainder
+          pending_.push_front(o);
+          finished = false;
+        }
+      }
+      if (finished) {
+        if (table_.CompleteLocked(o->ticket, st)) done_cv_.notify_all();
+        delete o;
+      }
+      FillLocked();
+    }
+  }
+
+  const int qd_;
+  io_uring ring_{};
+  bool ring_ok_ = false;
+  std::thread reaper_;
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool stop_ = false;            // GUARDED_BY(mu_)
+  int in_flight_ = 0;            // GUARDED_BY(mu_)
+  std::deque<Op*> pending_;      // GUARDED_BY(mu_)
+  TicketTable table_;            // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+std::unique_ptr<ReadEngine> ReadEngine::Create(int queue_depth, bool force_pread, std::string* note) {
+  note->clear();
+  queue_depth = std::max(1, std::min(queue_depth, 1024));
+  const char* env = std::getenv("IMPRESS_STORE_FORCE_PREAD");
+  if (env && env[0] && env[0] != '0') force_pread = true;
+  if (force_pread) {
+    *note = "io_uring disabled by request (option or IMPRESS_STORE_FORCE_PREAD); using pread";
+    return std::make_unique<PreadEngine>(queue_depth);
+  }
+  std::string err;
+  auto u = UringEngine::Make(queue_depth, &err);
+  if (u) return u;
+  *note = "io_uring refused (" + err + "); falling back to pread";
+  return std::make_unique<PreadEngine>(queue_depth);
+}
+
+}  // namespace impress::store

@@ -1,0 +1,44 @@
+// ReadEngine: batched asynchronous reads for the store (one layer's chunk reads go in one batch).
+//
+// Submit() queues a batch and returns a ticket at once; the reads run while the caller computes;
+// Wait(ticket) blocks until every read of the batch finished and returns the first error. Two
+// implementations: io_uring (liburing, a reaper thread keeps up to queue_depth reads in flight,
+// resubmits short reads and -EAGAIN/-EINTR) and a pread worker pool used when io_uring is refused
+// (seccomp, old kernel), when a file is not opened with O_DIRECT, or when forced (option or env
+// IMPRESS_STORE_FORCE_PREAD=1). Internally synchronized: any thread may Submit and Wait; each
+// ticket is waited exactly once. Buffers must stay alive until Wait returns.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "store/env.h"
+
+namespace impress::store {
+
+struct ReadOp {
+  File* file = nullptr;   // read through file->fd() (io_uring) or file->ReadAt (pread)
+  uint64_t offset = 0;    // 4 KiB-aligned when file->direct()
+  uint32_t length = 0;    // 4 KiB multiple when file->direct()
+  void* buf = nullptr;    // 4 KiB-aligned when file->direct()
+};
+
+class ReadEngine {
+ public:
+  using Ticket = uint64_t;
+  virtual ~ReadEngine() = default;
+
+  // Makes an engine. io_uring unless force_pread or its setup fails; *note receives a one-line
+  // explanation when it fell back (empty otherwise).
+  static std::unique_ptr<ReadEngine> Create(int queue_depth, bool force_pread, std::string* note);
+
+  virtual Ticket Submit(std::vector<ReadOp> ops) = 0;
+  virtual Status Wait(Ticket t) = 0;
+  virtual const char* name() const = 0;   // "io_uring" or "pread"
+  virtual int queue_depth() const = 0;
+};
+
+}  // namespace impress::store
