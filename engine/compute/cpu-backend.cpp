@@ -1,0 +1,462 @@
+// CPU backend: OpenBLAS for GEMMs, a ThreadPool for everything else. See cpu-backend.h.
+#include "engine/compute/cpu-backend.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "engine/compute/thread-pool.h"
+
+namespace impress {
+
+namespace {
+
+// ---- vector math -------------------------------------------------------------------------
+
+// exp(x) for 8 floats (Cephes-style: 2^n * P(r), relative error ~2e-7 over the float range).
+inline __m256 Exp8(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.3762626647949f);
+  const __m256 lo = _mm256_set1_ps(-87.3365447504019f);
+  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+  fx = _mm256_floor_ps(fx);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  const __m256 z = _mm256_mul_ps(x, x);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+  y = _mm256_fmadd_ps(y, z, x);
+  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+  __m256i n = _mm256_cvttps_epi32(fx);
+  n = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(n));
+}
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_hadd_ps(s, s);
+  s = _mm_hadd_ps(s, s);
+  return _mm_cvtss_f32(s);
+}
+
+inline float HorizontalMax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// In place: row[0..n_valid) = softmax(row[0..n_valid)), row[n_valid..n) = 0.
+void SoftmaxRow(float* row, int n_valid, int n) {
+  int j = 0;
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  for (; j + 8 <= n_valid; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(row + j));
+  float mx = HorizontalMax(vmax);
+  for (; j < n_valid; ++j) mx = std::max(mx, row[j]);
+  const __m256 vm = _mm256_set1_ps(mx);
+  __m256 vsum = _mm256_setzero_ps();
+  j = 0;
+  for (; j + 8 <= n_valid; j += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), vm));
+    _mm256_storeu_ps(row + j, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = HorizontalSum(vsum);
+  for (; j < n_valid; ++j) {
+    row[j] = std::exp(row[j] - mx);
+    sum += row[j];
+  }
+  const float inv = 1.0f / sum;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  j = 0;
+  for (; j + 8 <= n_valid; j += 8) _mm256_storeu_ps(row + j, _mm256_mul_ps(_mm256_loadu_ps(row + j), vinv));
+  for (; j < n_valid; ++j) row[j] *= inv;
+  if (n > n_valid) std::memset(row + n_valid, 0, sizeof(float) * size_t(n - n_valid));
+}
+
+// ---- the backend ---------------------------------------------------------------------------
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& o) : pool_(o.n_threads) {
+    SetBlasThreads(o.n_threads);
+  }
+
+  std::string Name() const override { return "cpu (OpenBLAS, " + std::to_string(pool_.n_threads()) + " threads)"; }
+
+  Result<DevPtr<void>> Alloc(size_t bytes) override {
+    void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+    if (!p) return Status::ResourceExhausted("cpu backend: cannot allocate " + std::to_string(bytes) + " bytes");
+    return DevPtr<void>(p);
+  }
+  void Free(DevPtr<void> p) override { std::free(p.raw()); }
+  Result<DevPtr<const float>> MapConstant(const float* host, size_t) override { return DevPtr<const float>(host); }
+  void ReleaseConstant(DevPtr<const float>) override {}
+  void CopyToDevice(DevPtr<void> dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst.raw(), src, bytes);
+  }
+  void CopyToHost(void* dst, DevPtr<const void> src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src.raw(), bytes);
+  }
+  void CopyDevice(DevPtr<void> dst, DevPtr<const void> src, size_t bytes) override {
+    if (bytes) std::memmove(dst.raw(), src.raw(), bytes);
+  }
+  void Synchronize() override {}
+
+  void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, DevPtr<const float> a, int lda,
+            DevPtr<const float> b, int ldb, float beta, DevPtr<float> c, int ldc) override {
+    if (m <= 0 || n <= 0) return;
+    cblas_sgemm(CblasRowMajor, ta == Trans::kYes ? CblasTrans : CblasNoTrans,
+                tb == Trans::kYes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a.raw(), lda, b.raw(),
+                ldb, beta, c.raw(), ldc);
+    flops_ += 2.0 * m * n * k;
+  }
+
+  void RmsNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, int n_rows, int n_cols,
+               float eps) override {
+    float* o = out.raw();
+    const float* xs = x.raw();
+    const float* ws = w.raw();
+    ForRows(n_rows, n_cols, [=](int64_t r) {
+      const float* xr = xs + r * n_cols;
+      float* orow = o + r * n_cols;
+      double ss = 0;
+      for (int c = 0; c < n_cols; ++c) ss += double(xr[c]) * xr[c];
+      const float scale = float(1.0 / std::sqrt(ss / n_cols + eps));
+      for (int c = 0; c < n_cols; ++c) orow[c] = xr[c] * scale * ws[c];
+    });
+  }
+
+  void LayerNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, DevPtr<const float> b,
+                 int n_rows, int n_cols, float eps) override {
+    float* o = out.raw();
+    const float* xs = x.raw();
+    const float* ws = w.raw();
+    const float* bs = b.raw();
+    ForRows(n_rows, n_cols, [=](int64_t r) {
+      const float* xr = xs + r * n_cols;
+      float* orow = o + r * n_cols;
+      double sum = 0;
+      for (int c = 0; c < n_cols; ++c) sum += xr[c];
+      const double mean = sum / n_cols;
+      double var = 0;
+      for (int c = 0; c < n_cols; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+      const float inv = float(1.0 / std::sqrt(var / n_cols + eps));
+      const float m = float(mean);
+      for (int c = 0; c < n_cols; ++c) orow[c] = (xr[c] - m) * inv * ws[c] + (bs ? bs[c] : 0.0f);
+    });
+  }
+
+  void Rope(const RopeArgs& a) override {
+    const int half = a.head_dim / 2;
+    float* x = a.x.raw();
+    const int32_t* pos = a.positions.raw();
+    const float* inv_freq = a.inv_freq.raw();
+    const int n_heads = a.n_heads, hd = a.head_dim;
+    ForRows(a.n_tok, int64_t(n_heads) * hd, [=](int64_t t) {
+      float cs[256], sn[256];  // head_dim <= 512 (checked by the forward pass)
+      for (int i = 0; i < half; ++i) {
+        const double ang = double(pos[t]) * double(inv_freq[i]);
+        cs[i] = float(std::cos(ang));
+        sn[i] = float(std::sin(ang));
+      }
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + (t * n_heads + h) * hd;
+        for (int i = 0; i < half; ++i) {
+          const float x0 = v[i], x1 = v[i + half];
+          v[i] = x0 * cs[i] - x1 * sn[i];
+          v[i + half] = x1 * cs[i] + x0 * sn[i];
+        }
+      }
+    });
+  }
+
+  void SwiGlu(DevPtr<float> out, DevPtr<const float> gate, DevPtr<const float> up, int n_rows, int n_cols,
+              int ld) override {
+    float* o = out.raw();
+    const float* g = gate.raw();
+    const float* u = up.raw();
+    ForRows(n_rows, n_cols * 8, [=](int64_t r) {
+      const float* gr = g + r * ld;
+      const float* ur = u + r * ld;
+      float* orow = o + r * n_cols;
+      int c = 0;
+      const __m256 one = _mm256_set1_ps(1.0f);
+      for (; c + 8 <= n_cols; c += 8) {
+        const __m256 gv = _mm256_loadu_ps(gr + c);
+        const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+        const __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(orow + c, _mm256_mul_ps(s, _mm256_loadu_ps(ur + c)));
+      }
+      for (; c < n_cols; ++c) orow[c] = gr[c] / (1.0f + std::exp(-gr[c])) * ur[c];
+    });
+  }
+
+  void Relu(DevPtr<float> x, size_t n) override {
+    float* p = x.raw();
+    ForRange(n, [=](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) p[i] = p[i] > 0 ? p[i] : 0.0f;
+    });
+  }
+
+  void Add(DevPtr<float> x, DevPtr<const float> y, size_t n) override {
+    float* p = x.raw();
+    const float* q = y.raw();
+    ForRange(n, [=](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) p[i] += q[i];
+    });
+  }
+
+  void AddBias(DevPtr<float> x, DevPtr<const float> bias, int n_rows, int n_cols, int ld) override {
+    float* p = x.raw();
+    const float* bs = bias.raw();
+    ForRows(n_rows, n_cols, [=](int64_t r) {
+      float* row = p + r * ld;
+      for (int c = 0; c < n_cols; ++c) row[c] += bs[c];
+    });
+  }
+
+  void GetRows(DevPtr<float> out, DevPtr<const float> table, DevPtr<const int32_t> ids, int n_rows,
+               int n_cols) override {
+    for (int r = 0; r < n_rows; ++r)
+      std::memcpy(out.raw() + int64_t(r) * n_cols, table.raw() + int64_t(ids.raw()[r]) * n_cols,
+                  sizeof(float) * size_t(n_cols));
+  }
+
+  void ToF16(DevPtr<f16_t> dst, int ld_dst, DevPtr<const float> src, int ld_src, int n_rows, int n_cols) override {
+    f16_t* d = dst.raw();
+    const float* s = src.raw();
+    ForRows(n_rows, n_cols, [=](int64_t r) { Fp32ToFp16Row(s + r * ld_src, d + r * ld_dst, size_t(n_cols)); });
+  }
+
+  Status Attention(const AttentionArgs& a) override;
+  Status ScoreKeys(const ScoreKeysArgs& a) override;
+
+  double Flops() const override { return flops_; }
+  void ResetFlops() override { flops_ = 0; }
+
+ private:
+  // One query head of a group: where its importance goes (nullptr = not requested).
+  struct HeadJob {
+    int head;
+    float* importance;
+  };
+  // Attention (vf != nullptr) or scores only for heads sharing one kv head whose keys (and
+  // values) are kf/vf: (n_prefix + n_new, head_dim) fp32, prefix rows first.
+  void RunGroup(const float* q, int ldq, int n_new, int head_dim, float scale, const std::vector<HeadJob>& heads,
+                const float* kf, const float* vf, int n_prefix, float* out, int ldo, bool imp_include_new);
+
+  // Gathers rows of one kv head from fp16 (n_tok, n_slots, head_dim) into fp32 (n_tok, head_dim).
+  void GatherHead(float* dst, const f16_t* src, int n_tok, int n_slots, int slot, int head_dim) {
+    ForRows(n_tok, head_dim, [=](int64_t t) {
+      Fp16ToFp32Row(src + (t * n_slots + slot) * head_dim, dst + t * head_dim, size_t(head_dim));
+    });
+  }
+
+  // Runs fn(row) for rows in parallel when the work is big enough to pay for the wake-up.
+  template <class Fn>
+  void ForRows(int64_t n_rows, int64_t cost_per_row, Fn fn) {
+    const int64_t total = n_rows * std::max<int64_t>(cost_per_row, 1);
+    if (pool_.n_threads() == 1 || total < 32768 || n_rows < 2) {
+      for (int64_t r = 0; r < n_rows; ++r) fn(r);
+      return;
+    }
+    const int64_t n_chunks = std::min<int64_t>(n_rows, pool_.n_threads() * 4);
+    const std::function<void(int64_t)> task = [&](int64_t c) {
+      const int64_t b = n_rows * c / n_chunks, e = n_rows * (c + 1) / n_chunks;
+      for (int64_t r = b; r < e; ++r) fn(r);
+    };
+    pool_.ParallelFor(n_chunks, task);
+  }
+  template <class Fn>
+  void ForRange(size_t n, Fn fn) {
+    if (pool_.n_threads() == 1 || n < 65536) {
+      fn(size_t(0), n);
+      return;
+    }
+    const int64_t n_chunks = pool_.n_threads();
+    const std::function<void(int64_t)> task = [&](int64_t c) { fn(n * c / n_chunks, n * (c + 1) / n_chunks); };
+    pool_.ParallelFor(n_chunks, task);
+  }
+
+  ThreadPool pool_;
+  double flops_ = 0;
+  std::vector<float> kf_, vf_, scores_;  // attention scratch, grown on demand
+};
+
+void CpuBackend::RunGroup(const float* q, int ldq, int n_new, int hd, float scale, const std::vector<HeadJob>& heads,
+                          const float* kf, const float* vf, int n_prefix, float* out, int ldo, bool imp_include_new) {
+  const int n_keys = n_prefix + n_new;
+  const int n_heads = static_cast<int>(heads.size());
+  // Token blocks keep the score matrix bounded (16 MiB) and skip most causally masked columns.
+  const int64_t budget = int64_t(1) << 22;
+  const int tb = static_cast<int>(std::clamp<int64_t>(budget / (int64_t(n_heads) * n_keys), 1, 128));
+  scores_.resize(size_t(std::min(tb, n_new)) * n_heads * n_keys);
+  bool any_importance = false;
+  for (const auto& h : heads) any_importance |= h.importance != nullptr;
+
+  for (int i0 = 0; i0 < n_new; i0 += tb) {
+    const int i1 = std::min(n_new, i0 + tb), nb = i1 - i0;
+    const int n_eff = n_prefix + i1;  // keys any row of this block may see
+    // S_h (nb, n_eff) = scale * Q_h K^T
+    for (int x = 0; x < n_heads; ++x) {
+      float* s = scores_.data() + size_t(x) * nb * n_eff;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, n_eff, hd, scale,
+                  q + int64_t(i0) * ldq + int64_t(heads[x].head) * hd, ldq, kf, hd, 0.0f, s, n_eff);
+    }
+    flops_ += 2.0 * n_heads * nb * n_eff * hd;
+    // Row softmax; row (x, r) sees the prefix and new tokens 0..i0+r.
+    float* sbase = scores_.data();
+    ForRows(int64_t(n_heads) * nb, n_eff * 4, [=](int64_t row) {
+      const int r = static_cast<int>(row % nb);
+      SoftmaxRow(sbase + row * n_eff, n_prefix + i0 + r + 1, n_eff);
+    });
+    // Importance: column sums over the block's rows.
+    if (any_importance) {
+      const int n_cols = imp_include_new ? n_eff : n_prefix;
+      const int64_t n_col_chunks = (n_cols + 255) / 256;
+      ForRows(n_col_chunks, int64_t(nb) * 256 * n_heads, [&](int64_t cc) {
+        const int c0 = static_cast<int>(cc * 256), c1 = std::min(n_cols, c0 + 256);
+        for (int x = 0; x < n_heads; ++x) {
+          float* imp = heads[x].importance;
+          if (!imp) continue;
+          const float* s = sbase + size_t(x) * nb * n_eff;
+          for (int r = 0; r < nb; ++r) {
+            const float* srow = s + int64_t(r) * n_eff;
+            for (int c = c0; c < c1; ++c) imp[c] += srow[c];
+          }
+        }
+      });
+    }
+    // O_h (nb, hd) = P_h V
+    if (vf) {
+      for (int x = 0; x < n_heads; ++x) {
+        const float* p = scores_.data() + size_t(x) * nb * n_eff;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hd, n_eff, 1.0f, p, n_eff, vf, hd, 0.0f,
+                    out + int64_t(i0) * ldo + int64_t(heads[x].head) * hd, ldo);
+      }
+      flops_ += 2.0 * n_heads * nb * n_eff * hd;
+    }
+  }
+}
+
+Status CpuBackend::Attention(const AttentionArgs& a) {
+  IMPRESS_RETURN_IF_ERROR(CheckAttentionArgs(a));
+  const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
+  const int n_keys = a.n_prefix + a.n_new;
+  const int n_imp = static_cast<int>(a.importance_heads.size());
+  const int ld_imp = a.importance_include_new ? n_keys : a.n_prefix;
+  std::vector<float*> imp_row(a.n_head, nullptr);
+  if (n_imp > 0 && ld_imp > 0) {
+    std::memset(a.importance.raw(), 0, sizeof(float) * size_t(n_imp) * ld_imp);
+    for (int x = 0; x < n_imp; ++x) imp_row[a.importance_heads[x]] = a.importance.raw() + int64_t(x) * ld_imp;
+  }
+  kf_.resize(size_t(n_keys) * hd);
+  vf_.resize(size_t(n_keys) * hd);
+  for (int g = 0; g < a.n_head_kv; ++g) {
+    if (a.n_prefix > 0) {
+      GatherHead(kf_.data(), a.k_prefix.raw(), a.n_prefix, a.n_head_kv, g, hd);
+      GatherHead(vf_.data(), a.v_prefix.raw(), a.n_prefix, a.n_head_kv, g, hd);
+    }
+    GatherHead(kf_.data() + size_t(a.n_prefix) * hd, a.k_new.raw(), a.n_new, a.n_head_kv, g, hd);
+    GatherHead(vf_.data() + size_t(a.n_prefix) * hd, a.v_new.raw(), a.n_new, a.n_head_kv, g, hd);
+    std::vector<HeadJob> heads;
+    for (int h = g * group; h < (g + 1) * group; ++h) heads.push_back({h, imp_row[h]});
+    RunGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, kf_.data(), vf_.data(), a.n_prefix,
+             a.out.raw(), a.n_head * hd, a.importance_include_new);
+  }
+  return Status::Ok();
+}
+
+Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
+  IMPRESS_RETURN_IF_ERROR(CheckScoreKeysArgs(a));
+  const int hd = a.head_dim, group = a.n_head / a.n_head_kv;
+  const int n_keys = a.n_prefix + a.n_new;
+  const int n_q = static_cast<int>(a.query_heads.size());
+  const int n_slots = static_cast<int>(a.prefix_kv_heads.size());
+  if (n_q == 0 || a.n_prefix == 0) return Status::Ok();
+  std::memset(a.importance.raw(), 0, sizeof(float) * size_t(n_q) * a.n_prefix);
+  kf_.resize(size_t(n_keys) * hd);
+  for (int s = 0; s < n_slots; ++s) {
+    const int g = a.prefix_kv_heads[s];
+    std::vector<HeadJob> heads;
+    for (int x = 0; x < n_q; ++x)
+      if (a.query_heads[x] / group == g) heads.push_back({a.query_heads[x], a.importance.raw() + int64_t(x) * a.n_prefix});
+    if (heads.empty()) continue;
+    if (a.n_prefix > 0) GatherHead(kf_.data(), a.k_prefix.raw(), a.n_prefix, n_slots, s, hd);
+    GatherHead(kf_.data() + size_t(a.n_prefix) * hd, a.k_new.raw(), a.n_new, a.n_head_kv, g, hd);
+    RunGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, kf_.data(), nullptr, a.n_prefix, nullptr, 0,
+             false);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckAttentionArgs(const AttentionArgs& a) {
+  if (a.n_new <= 0 || a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim <= 0 || a.head_dim > 512 ||
+      a.n_head % a.n_head_kv != 0 || a.n_prefix < 0)
+    return Status::InvalidArgument("attention: bad shape (n_new " + std::to_string(a.n_new) + ", n_head " +
+                                   std::to_string(a.n_head) + ", n_head_kv " + std::to_string(a.n_head_kv) +
+                                   ", head_dim " + std::to_string(a.head_dim) + ", n_prefix " +
+                                   std::to_string(a.n_prefix) + ")");
+  if (!a.q || !a.k_new || !a.v_new || !a.out || (a.n_prefix > 0 && (!a.k_prefix || !a.v_prefix)))
+    return Status::InvalidArgument("attention: missing buffer");
+  std::vector<bool> seen(a.n_head, false);
+  for (int h : a.importance_heads) {
+    if (h < 0 || h >= a.n_head) return Status::InvalidArgument("attention: importance head " + std::to_string(h) + " out of range");
+    if (seen[h]) return Status::InvalidArgument("attention: importance head " + std::to_string(h) + " listed twice");
+    seen[h] = true;
+  }
+  const bool imp_has_cols = a.n_prefix > 0 || a.importance_include_new;
+  if (!a.importance_heads.empty() && imp_has_cols && !a.importance) return Status::InvalidArgument("attention: missing importance buffer");
+  return Status::Ok();
+}
+
+Status CheckScoreKeysArgs(const ScoreKeysArgs& a) {
+  if (a.n_new <= 0 || a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim <= 0 || a.head_dim > 512 ||
+      a.n_head % a.n_head_kv != 0 || a.n_prefix < 0)
+    return Status::InvalidArgument("score keys: bad shape");
+  if (!a.q || !a.k_new || (a.n_prefix > 0 && !a.k_prefix) || (!a.query_heads.empty() && a.n_prefix > 0 && !a.importance))
+    return Status::InvalidArgument("score keys: missing buffer");
+  const int group = a.n_head / a.n_head_kv;
+  std::vector<int> slot_of(a.n_head_kv, -1);
+  for (size_t s = 0; s < a.prefix_kv_heads.size(); ++s) {
+    const int g = a.prefix_kv_heads[s];
+    if (g < 0 || g >= a.n_head_kv || slot_of[g] >= 0)
+      return Status::InvalidArgument("score keys: prefix kv head " + std::to_string(g) + " out of range or repeated");
+    slot_of[g] = static_cast<int>(s);
+  }
+  std::vector<bool> seen(a.n_head, false);
+  for (int h : a.query_heads) {
+    if (h < 0 || h >= a.n_head || seen[h])
+      return Status::InvalidArgument("score keys: query head " + std::to_string(h) + " out of range or repeated");
+    seen[h] = true;
+    if (slot_of[h / group] < 0)
+      return Status::InvalidArgument("score keys: query head " + std::to_string(h) + " uses kv head " +
+                                     std::to_string(h / group) + ", whose keys were not supplied");
+  }
+  return Status::Ok();
+}
+
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+void SetBlasThreads(int n_threads) { openblas_set_num_threads(std::max(1, n_threads)); }
+
+void HostSgemmNT(int m, int n, int k, const float* a, const float* b, float* c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+}
+
+}  // namespace impress

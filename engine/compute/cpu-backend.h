@@ -1,0 +1,26 @@
+// CpuBackend: the Backend interface on the host CPU (OpenBLAS sgemm + a ThreadPool, AVX2/FMA/
+// F16C kernels). Device memory is ordinary host memory; MapConstant is zero-copy; every op is
+// synchronous.
+//
+// Thread contract: as Backend (external synchronization). OpenBLAS's thread count is a process
+// global; creating a CpuBackend sets it to n_threads.
+#pragma once
+
+#include <memory>
+
+#include "engine/compute/backend.h"
+
+namespace impress {
+
+struct CpuBackendOptions {
+  int n_threads = 2;  // OpenBLAS threads and pool threads (they never run at the same time)
+};
+
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options = {});
+
+// Sets OpenBLAS's (process-global) thread count; used by benchmarks to time sgemm alone.
+void SetBlasThreads(int n_threads);
+// A plain sgemm on host memory, C (m,n) = A (m,k) * B^T (n,k): the benchmark's reference rate.
+void HostSgemmNT(int m, int n, int k, const float* a, const float* b, float* c);
+
+}  // namespace impress

@@ -1,0 +1,601 @@
+// The forward pass: see forward.h. Reads top to bottom next to Hugging Face's
+// modeling_llama.py / modeling_opt.py.
+#include "engine/compute/forward.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numbers>
+#include <string>
+
+namespace impress {
+
+namespace {
+
+std::string Shape(const Tensor& t) {
+  std::string s = "(";
+  for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + ")";
+}
+
+Status CheckTensor(const Tensor& t, const std::string& name, std::vector<int64_t> want, bool required = true) {
+  if (t.empty() && !required) return Status::Ok();
+  int64_t n = 1;
+  for (int64_t d : want) n *= d;
+  if (t.shape != want || int64_t(t.data.size()) != n)
+    return Status::InvalidArgument("model tensor " + name + " has shape " + Shape(t) + " and " +
+                                   std::to_string(t.data.size()) + " values; expected " +
+                                   Shape(Tensor{want, {}}));
+  return Status::Ok();
+}
+
+double NowMs() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+std::vector<float> RopeInvFreq(const ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> inv(half);
+  const RopeScaling& s = c.rope_scaling;
+  for (int i = 0; i < half; ++i) {
+    double f = 1.0 / std::pow(double(c.rope_theta), 2.0 * i / c.head_dim);
+    if (s.type == RopeScalingType::kLinear) {
+      f /= s.factor;
+    } else if (s.type == RopeScalingType::kLlama3) {
+      // transformers' _compute_llama3_parameters
+      const double low_wavelen = s.original_ctx / s.low_freq_factor;
+      const double high_wavelen = s.original_ctx / s.high_freq_factor;
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen > low_wavelen) {
+        f /= s.factor;
+      } else if (wavelen >= high_wavelen) {  // medium: interpolate
+        const double smooth = (s.original_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = (1 - smooth) * f / s.factor + smooth * f;
+      }
+    }
+    inv[i] = float(f);
+  }
+  return inv;
+}
+
+Status ValidateModel(const Model& m) {
+  const ModelConfig& c = m.config;
+  const ModelWeights& w = m.weights;
+  if (c.n_vocab <= 0 || c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.head_dim <= 0 ||
+      c.n_ff <= 0 || c.n_head % c.n_head_kv != 0 || c.head_dim % 2 != 0 || c.head_dim > 512)
+    return Status::InvalidArgument("model config: bad dimensions (n_vocab " + std::to_string(c.n_vocab) + ", n_embd " +
+                                   std::to_string(c.n_embd) + ", n_layer " + std::to_string(c.n_layer) + ", n_head " +
+                                   std::to_string(c.n_head) + ", n_head_kv " + std::to_string(c.n_head_kv) +
+                                   ", head_dim " + std::to_string(c.head_dim) + ", n_ff " + std::to_string(c.n_ff) + ")");
+  if (int(w.layers.size()) != c.n_layer)
+    return Status::InvalidArgument("model has " + std::to_string(w.layers.size()) + " layers of weights, config says " +
+                                   std::to_string(c.n_layer));
+  const int64_t e = c.n_embd, nq = int64_t(c.n_head) * c.head_dim, nkv = int64_t(c.n_head_kv) * c.head_dim;
+  const bool opt = c.arch == Arch::kOpt;
+  const int64_t e_in = (opt && c.word_embed_proj_dim > 0) ? c.word_embed_proj_dim : e;
+  IMPRESS_RETURN_IF_ERROR(CheckTensor(w.tok_embd, "tok_embd", {c.n_vocab, e_in}));
+  if (opt) {
+    if (c.pos_offset < 0) return Status::InvalidArgument("model config: negative OPT position offset");
+    if (w.pos_embd.shape.size() != 2 || w.pos_embd.shape[1] != e || w.pos_embd.rows() <= c.pos_offset ||
+        int64_t(w.pos_embd.data.size()) != w.pos_embd.rows() * e)
+      return Status::InvalidArgument("model tensor pos_embd has shape " + Shape(w.pos_embd) + "; expected (n_pos, " +
+                                     std::to_string(e) + ")");
+    if (e_in != e) {
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(w.project_in, "project_in", {e, e_in}));
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(w.project_out, "project_out", {e_in, e}));
+    }
+  }
+  const bool final_norm = !opt || c.do_layer_norm_before;
+  IMPRESS_RETURN_IF_ERROR(CheckTensor(w.output_norm, "output_norm", {e}, final_norm && !opt));
+  if (opt) IMPRESS_RETURN_IF_ERROR(CheckTensor(w.output_norm_b, "output_norm_b", {e}, !w.output_norm.empty()));
+  IMPRESS_RETURN_IF_ERROR(CheckTensor(w.output, "output", {c.n_vocab, e_in}, false));
+  if (w.output.empty() && !c.tied_embeddings && !opt)
+    spdlog::warn("model {}: no output weight and not marked tied; using the token embeddings", c.name);
+  for (int il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& l = w.layers[il];
+    const std::string p = "layer " + std::to_string(il) + " ";
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.attn_norm, p + "attn_norm", {e}));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wq, p + "wq", {nq, e}));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wk, p + "wk", {nkv, e}));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wv, p + "wv", {nkv, e}));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wo, p + "wo", {e, nq}));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.ffn_norm, p + "ffn_norm", {e}));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.w_up, p + "w_up", {c.n_ff, e}));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.w_down, p + "w_down", {e, c.n_ff}));
+    if (opt) {
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.attn_norm_b, p + "attn_norm_b", {e}));
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.ffn_norm_b, p + "ffn_norm_b", {e}));
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bq, p + "bq", {nq}, false));
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bk, p + "bk", {nkv}, false));
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bv, p + "bv", {nkv}, false));
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bo, p + "bo", {e}, false));
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.b_up, p + "b_up", {c.n_ff}, false));
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.b_down, p + "b_down", {e}, false));
+    } else {
+      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.w_gate, p + "w_gate", {c.n_ff, e}));
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- Forward ------------------------------------------------------------------------------
+
+Forward::Forward(const Model& model, Backend& backend, int max_batch)
+    : model_(model), be_(backend), max_batch_(max_batch) {}
+
+Forward::~Forward() {
+  for (auto p : constants_) be_.ReleaseConstant(p);
+  for (auto p : allocs_) be_.Free(p);
+}
+
+Result<std::unique_ptr<Forward>> Forward::Create(const Model& model, Backend& backend, const ForwardOptions& options) {
+  IMPRESS_RETURN_IF_ERROR(ValidateModel(model));
+  if (options.max_batch < 1 || options.max_batch > (1 << 16))
+    return Status::InvalidArgument("forward: max_batch " + std::to_string(options.max_batch) + " not in [1, 65536]");
+  std::unique_ptr<Forward> f(new Forward(model, backend, options.max_batch));
+  IMPRESS_RETURN_IF_ERROR(f->Init());
+  return f;
+}
+
+Status Forward::Init() {
+  const ModelConfig& c = model_.config;
+  const ModelWeights& w = model_.weights;
+  auto map = [&](const Tensor& t) -> Result<DevPtr<const float>> {
+    if (t.empty()) return DevPtr<const float>();
+    IMPRESS_ASSIGN_OR_RETURN(auto p, be_.MapConstant(t.ptr(), t.data.size()));
+    constants_.push_back(p);
+    return p;
+  };
+#define IMPRESS_MAP(dst, t) \
+  do {                      \
+    auto _r = map(t);       \
+    if (!_r.ok()) return _r.status(); \
+    dst = *_r;              \
+  } while (0)
+  IMPRESS_MAP(tok_embd_, w.tok_embd);
+  IMPRESS_MAP(pos_embd_, w.pos_embd);
+  IMPRESS_MAP(project_in_, w.project_in);
+  IMPRESS_MAP(project_out_, w.project_out);
+  IMPRESS_MAP(output_norm_, w.output_norm);
+  IMPRESS_MAP(output_norm_b_, w.output_norm_b);
+  IMPRESS_MAP(output_, w.output.empty() ? w.tok_embd : w.output);
+  layers_.resize(c.n_layer);
+  for (int il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& l = w.layers[il];
+    LayerDev& d = layers_[il];
+    IMPRESS_MAP(d.attn_norm, l.attn_norm);
+    IMPRESS_MAP(d.attn_norm_b, l.attn_norm_b);
+    IMPRESS_MAP(d.wq, l.wq);
+    IMPRESS_MAP(d.wk, l.wk);
+    IMPRESS_MAP(d.wv, l.wv);
+    IMPRESS_MAP(d.wo, l.wo);
+    IMPRESS_MAP(d.bq, l.bq);
+    IMPRESS_MAP(d.bk, l.bk);
+    IMPRESS_MAP(d.bv, l.bv);
+    IMPRESS_MAP(d.bo, l.bo);
+    IMPRESS_MAP(d.ffn_norm, l.ffn_norm);
+    IMPRESS_MAP(d.ffn_norm_b, l.ffn_norm_b);
+    IMPRESS_MAP(d.w_gate, l.w_gate);
+    IMPRESS_MAP(d.w_up, l.w_up);
+    IMPRESS_MAP(d.w_down, l.w_down);
+    IMPRESS_MAP(d.b_up, l.b_up);
+    IMPRESS_MAP(d.b_down, l.b_down);
+  }
+#undef IMPRESS_MAP
+  const size_t B = max_batch_, e = c.n_embd, nq = size_t(c.n_head) * c.head_dim, nkv = size_t(kv_row());
+  auto alloc = [&](auto& dst, size_t n) -> Status {
+    using T = std::remove_reference_t<decltype(*dst.raw())>;
+    IMPRESS_ASSIGN_OR_RETURN(auto p, AllocArray<T>(be_, n));
+    allocs_.push_back(DevPtr<void>(p.raw()));
+    dst = p;
+    return Status::Ok();
+  };
+  IMPRESS_RETURN_IF_ERROR(alloc(x_, B * e));
+  IMPRESS_RETURN_IF_ERROR(alloc(xn_, B * e));
+  IMPRESS_RETURN_IF_ERROR(alloc(q_, B * nq));
+  IMPRESS_RETURN_IF_ERROR(alloc(k_, B * nkv));
+  IMPRESS_RETURN_IF_ERROR(alloc(v_, B * nkv));
+  IMPRESS_RETURN_IF_ERROR(alloc(k16_, B * nkv));
+  IMPRESS_RETURN_IF_ERROR(alloc(v16_, B * nkv));
+  IMPRESS_RETURN_IF_ERROR(alloc(attn_, B * nq));
+  IMPRESS_RETURN_IF_ERROR(alloc(gate_, B * c.n_ff));
+  IMPRESS_RETURN_IF_ERROR(alloc(up_, B * c.n_ff));
+  IMPRESS_RETURN_IF_ERROR(alloc(emb_, B * std::max<size_t>(e, size_t(std::max(0, c.word_embed_proj_dim)))));
+  IMPRESS_RETURN_IF_ERROR(alloc(ids_, B));
+  IMPRESS_RETURN_IF_ERROR(alloc(pos_, B));
+  if (c.arch == Arch::kLlama) {
+    DevPtr<float> inv;
+    const std::vector<float> host = RopeInvFreq(c);
+    IMPRESS_RETURN_IF_ERROR(alloc(inv, host.size()));
+    be_.CopyToDevice(DevPtr<void>(inv.raw()), host.data(), host.size() * sizeof(float));
+    inv_freq_ = inv;
+  }
+  return Status::Ok();
+}
+
+Status Forward::Begin(std::span<const int32_t> tokens, std::span<const int32_t> positions) {
+  const ModelConfig& c = model_.config;
+  const int n = static_cast<int>(tokens.size());
+  if (n < 1 || n > max_batch_)
+    return Status::InvalidArgument("forward: batch of " + std::to_string(tokens.size()) + " tokens; must be 1.." +
+                                   std::to_string(max_batch_));
+  if (positions.size() != tokens.size())
+    return Status::InvalidArgument("forward: " + std::to_string(positions.size()) + " positions for " +
+                                   std::to_string(n) + " tokens");
+  const int64_t n_pos_embd = c.arch == Arch::kOpt ? model_.weights.pos_embd.rows() - c.pos_offset : INT32_MAX;
+  std::vector<int32_t> pos_ids(n);
+  min_pos_ = INT32_MAX;
+  for (int i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.n_vocab)
+      return Status::InvalidArgument("forward: token id " + std::to_string(tokens[i]) + " outside the vocabulary (" +
+                                     std::to_string(c.n_vocab) + ")");
+    if (positions[i] < 0 || positions[i] >= n_pos_embd)
+      return Status::OutOfRange("forward: position " + std::to_string(positions[i]) +
+                                " outside the model's position range");
+    pos_ids[i] = positions[i] + (c.arch == Arch::kOpt ? c.pos_offset : 0);
+    min_pos_ = std::min(min_pos_, positions[i]);
+  }
+  n_new_ = n;
+  be_.CopyToDevice(DevPtr<void>(ids_.raw()), tokens.data(), sizeof(int32_t) * n);
+  be_.CopyToDevice(DevPtr<void>(pos_.raw()), pos_ids.data(), sizeof(int32_t) * n);
+  const int e = c.n_embd;
+  if (c.arch == Arch::kLlama) {
+    be_.GetRows(x_, tok_embd_, ids_, n, e);
+  } else {
+    // OPT: inputs_embeds (project_in when the embeddings are narrower) + embed_positions(pos + 2)
+    if (project_in_) {
+      const int ein = c.word_embed_proj_dim;
+      be_.GetRows(emb_, tok_embd_, ids_, n, ein);
+      be_.Gemm(Trans::kNo, Trans::kYes, n, e, ein, 1.0f, emb_, ein, project_in_, ein, 0.0f, x_, e);
+    } else {
+      be_.GetRows(x_, tok_embd_, ids_, n, e);
+    }
+    be_.GetRows(emb_, pos_embd_, pos_, n, e);
+    be_.Add(x_, emb_, size_t(n) * e);
+  }
+  il_ = -1;
+  stage_ = Stage::kEmbedded;
+  return Status::Ok();
+}
+
+Status Forward::ComputeQKV(int il) {
+  const ModelConfig& c = model_.config;
+  if (stage_ != Stage::kEmbedded || il != il_ + 1 || il >= c.n_layer)
+    return Status::InvalidArgument("forward: ComputeQKV(" + std::to_string(il) + ") out of order (next layer is " +
+                                   std::to_string(il_ + 1) + ")");
+  const LayerWeights& lw = model_.weights.layers[il];
+  const LayerDev& l = layers_[il];
+  const int n = n_new_, e = c.n_embd, nq = c.n_head * c.head_dim, nkv = kv_row();
+  DevPtr<const float> in = xn_;
+  if (c.arch == Arch::kLlama) {
+    be_.RmsNorm(xn_, x_, l.attn_norm, n, e, c.norm_eps);  // input_layernorm
+  } else if (c.do_layer_norm_before) {
+    be_.LayerNorm(xn_, x_, l.attn_norm, l.attn_norm_b, n, e, c.norm_eps);  // self_attn_layer_norm
+  } else {
+    in = x_;  // OPT-350m: post-LN, attention reads the residual stream itself
+  }
+  be_.Gemm(Trans::kNo, Trans::kYes, n, nq, e, 1.0f, in, e, l.wq, e, 0.0f, q_, nq);
+  be_.Gemm(Trans::kNo, Trans::kYes, n, nkv, e, 1.0f, in, e, l.wk, e, 0.0f, k_, nkv);
+  be_.Gemm(Trans::kNo, Trans::kYes, n, nkv, e, 1.0f, in, e, l.wv, e, 0.0f, v_, nkv);
+  if (!lw.bq.empty()) be_.AddBias(q_, l.bq, n, nq, nq);
+  if (!lw.bk.empty()) be_.AddBias(k_, l.bk, n, nkv, nkv);
+  if (!lw.bv.empty()) be_.AddBias(v_, l.bv, n, nkv, nkv);
+  if (c.arch == Arch::kLlama) {
+    be_.Rope({q_, n, c.n_head, c.head_dim, pos_, inv_freq_});
+    be_.Rope({k_, n, c.n_head_kv, c.head_dim, pos_, inv_freq_});
+  }
+  // KV is kept in fp16 everywhere, the new tokens' own included, so a batch attends to
+  // itself exactly as it will to its stored K/V later.
+  be_.ToF16(k16_, nkv, k_, nkv, n, nkv);
+  be_.ToF16(v16_, nkv, v_, nkv, n, nkv);
+  il_ = il;
+  stage_ = Stage::kQkv;
+  return Status::Ok();
+}
+
+Status Forward::ScoreKeys(int il, const PrefixKeys& keys, std::span<const int> query_heads, float* out) {
+  const ModelConfig& c = model_.config;
+  if (stage_ != Stage::kQkv || il != il_)
+    return Status::InvalidArgument("forward: ScoreKeys(" + std::to_string(il) + ") needs ComputeQKV of that layer first");
+  if (keys.n < 0 || (keys.n > 0 && !keys.k)) return Status::InvalidArgument("forward: ScoreKeys: bad prefix keys");
+  if (query_heads.empty() || keys.n == 0) return Status::Ok();
+  if (!out) return Status::InvalidArgument("forward: ScoreKeys: no output buffer");
+  const size_t need = query_heads.size() * size_t(keys.n);
+  if (need > imp_cap_) {
+    if (imp_) be_.Free(DevPtr<void>(imp_.raw()));
+    allocs_.erase(std::remove_if(allocs_.begin(), allocs_.end(), [&](DevPtr<void> p) { return p.raw() == imp_.raw(); }),
+                  allocs_.end());
+    IMPRESS_ASSIGN_OR_RETURN(imp_, AllocArray<float>(be_, need));
+    allocs_.push_back(DevPtr<void>(imp_.raw()));
+    imp_cap_ = need;
+  }
+  ScoreKeysArgs a;
+  a.n_new = n_new_;
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = c.head_dim;
+  a.scale = 1.0f / std::sqrt(float(c.head_dim));
+  a.q = q_;
+  a.k_new = k16_;
+  a.n_prefix = keys.n;
+  a.k_prefix = keys.k;
+  a.prefix_kv_heads = keys.kv_heads;
+  a.query_heads = query_heads;
+  a.importance = imp_;
+  IMPRESS_RETURN_IF_ERROR(be_.ScoreKeys(a));
+  be_.CopyToHost(out, DevPtr<const void>(imp_.raw()), need * sizeof(float));
+  return Status::Ok();
+}
+
+Status Forward::ExportKV(int il, DevPtr<f16_t> k_out, DevPtr<f16_t> v_out) {
+  if (stage_ == Stage::kIdle || il != il_)
+    return Status::InvalidArgument("forward: ExportKV(" + std::to_string(il) + ") needs ComputeQKV of that layer first");
+  const size_t bytes = size_t(n_new_) * kv_row() * sizeof(f16_t);
+  if (k_out) be_.CopyDevice(DevPtr<void>(k_out.raw()), DevPtr<const void>(k16_.raw()), bytes);
+  if (v_out) be_.CopyDevice(DevPtr<void>(v_out.raw()), DevPtr<const void>(v16_.raw()), bytes);
+  return Status::Ok();
+}
+
+Status Forward::ExportKVToHost(int il, f16_t* k_out, f16_t* v_out) {
+  if (stage_ == Stage::kIdle || il != il_)
+    return Status::InvalidArgument("forward: ExportKV(" + std::to_string(il) + ") needs ComputeQKV of that layer first");
+  const size_t bytes = size_t(n_new_) * kv_row() * sizeof(f16_t);
+  if (k_out) be_.CopyToHost(k_out, DevPtr<const void>(k16_.raw()), bytes);
+  if (v_out) be_.CopyToHost(v_out, DevPtr<const void>(v16_.raw()), bytes);
+  return Status::Ok();
+}
+
+Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* importance) {
+  const ModelConfig& c = model_.config;
+  if (stage_ != Stage::kQkv || il != il_)
+    return Status::InvalidArgument("forward: Attend(" + std::to_string(il) + ") needs ComputeQKV of that layer first");
+  if (prefix.n < 0 || (prefix.n > 0 && (!prefix.k || !prefix.v)))
+    return Status::InvalidArgument("forward: Attend: bad prefix (n " + std::to_string(prefix.n) + ")");
+  if (!prefix.positions.empty()) {
+    if (int(prefix.positions.size()) != prefix.n)
+      return Status::InvalidArgument("forward: Attend: " + std::to_string(prefix.positions.size()) +
+                                     " prefix positions for " + std::to_string(prefix.n) + " prefix tokens");
+    for (int32_t p : prefix.positions)
+      if (p < 0 || p >= min_pos_)
+        return Status::InvalidArgument("forward: Attend: prefix position " + std::to_string(p) +
+                                       " does not precede the new tokens (first at " + std::to_string(min_pos_) + ")");
+  }
+  const int n = n_new_, e = c.n_embd, nq = c.n_head * c.head_dim;
+  AttentionArgs a;
+  a.n_new = n;
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = c.head_dim;
+  a.scale = 1.0f / std::sqrt(float(c.head_dim));
+  a.q = q_;
+  a.k_new = k16_;
+  a.v_new = v16_;
+  a.n_prefix = prefix.n;
+  a.k_prefix = prefix.k;
+  a.v_prefix = prefix.v;
+  a.out = attn_;
+  size_t imp_count = 0;
+  if (importance && !importance->heads.empty()) {
+    if (!importance->out) return Status::InvalidArgument("forward: Attend: importance requested without a buffer");
+    const size_t ld = size_t(prefix.n) + (importance->include_new ? n : 0);
+    imp_count = importance->heads.size() * ld;
+    if (imp_count > imp_cap_) {
+      if (imp_) be_.Free(DevPtr<void>(imp_.raw()));
+      allocs_.erase(std::remove_if(allocs_.begin(), allocs_.end(), [&](DevPtr<void> p) { return p.raw() == imp_.raw(); }),
+                    allocs_.end());
+      IMPRESS_ASSIGN_OR_RETURN(imp_, AllocArray<float>(be_, imp_count));
+      allocs_.push_back(DevPtr<void>(imp_.raw()));
+      imp_cap_ = imp_count;
+    }
+    a.importance_heads = importance->heads;
+    a.importance_include_new = importance->include_new;
+    a.importance = imp_;
+  }
+  IMPRESS_RETURN_IF_ERROR(be_.Attention(a));
+  if (imp_count) be_.CopyToHost(importance->out, DevPtr<const void>(imp_.raw()), imp_count * sizeof(float));
+
+  const LayerWeights& lw = model_.weights.layers[il];
+  const LayerDev& l = layers_[il];
+  // x += attn Wo^T (+ bo): o_proj / out_proj and the residual in one GEMM.
+  be_.Gemm(Trans::kNo, Trans::kYes, n, e, nq, 1.0f, attn_, nq, l.wo, nq, 1.0f, x_, e);
+  if (!lw.bo.empty()) be_.AddBias(x_, l.bo, n, e, e);
+  const bool opt = c.arch == Arch::kOpt;
+  if (opt && !c.do_layer_norm_before) be_.LayerNorm(x_, x_, l.attn_norm, l.attn_norm_b, n, e, c.norm_eps);
+
+  // FFN
+  DevPtr<const float> in = xn_;
+  if (!opt) {
+    be_.RmsNorm(xn_, x_, l.ffn_norm, n, e, c.norm_eps);  // post_attention_layernorm
+  } else if (c.do_layer_norm_before) {
+    be_.LayerNorm(xn_, x_, l.ffn_norm, l.ffn_norm_b, n, e, c.norm_eps);  // final_layer_norm
+  } else {
+    in = x_;
+  }
+  const int ff = c.n_ff;
+  if (!opt) {
+    // down_proj(silu(gate_proj(x)) * up_proj(x))
+    be_.Gemm(Trans::kNo, Trans::kYes, n, ff, e, 1.0f, in, e, l.w_gate, e, 0.0f, gate_, ff);
+    be_.Gemm(Trans::kNo, Trans::kYes, n, ff, e, 1.0f, in, e, l.w_up, e, 0.0f, up_, ff);
+    be_.SwiGlu(gate_, gate_, up_, n, ff, ff);
+    be_.Gemm(Trans::kNo, Trans::kYes, n, e, ff, 1.0f, gate_, ff, l.w_down, ff, 1.0f, x_, e);
+  } else {
+    // fc2(relu(fc1(x)))
+    be_.Gemm(Trans::kNo, Trans::kYes, n, ff, e, 1.0f, in, e, l.w_up, e, 0.0f, up_, ff);
+    if (!lw.b_up.empty()) be_.AddBias(up_, l.b_up, n, ff, ff);
+    be_.Relu(up_, size_t(n) * ff);
+    be_.Gemm(Trans::kNo, Trans::kYes, n, e, ff, 1.0f, up_, ff, l.w_down, ff, 1.0f, x_, e);
+    if (!lw.b_down.empty()) be_.AddBias(x_, l.b_down, n, e, e);
+    if (!c.do_layer_norm_before) be_.LayerNorm(x_, x_, l.ffn_norm, l.ffn_norm_b, n, e, c.norm_eps);
+  }
+  stage_ = (il == c.n_layer - 1) ? Stage::kDone : Stage::kEmbedded;
+  return Status::Ok();
+}
+
+Status Forward::EnsureLogitsCapacity(int n_rows) {
+  if (n_rows <= logits_cap_) return Status::Ok();
+  const ModelConfig& c = model_.config;
+  for (DevPtr<float>* p : {&lx_, &lx2_, &logits_}) {
+    if (*p) {
+      void* raw = p->raw();
+      be_.Free(DevPtr<void>(raw));
+      allocs_.erase(std::remove_if(allocs_.begin(), allocs_.end(), [&](DevPtr<void> a) { return a.raw() == raw; }),
+                    allocs_.end());
+    }
+  }
+  const size_t width = std::max<size_t>(c.n_embd, size_t(std::max(0, c.word_embed_proj_dim)));
+  IMPRESS_ASSIGN_OR_RETURN(lx_, AllocArray<float>(be_, size_t(n_rows) * width));
+  allocs_.push_back(DevPtr<void>(lx_.raw()));
+  IMPRESS_ASSIGN_OR_RETURN(lx2_, AllocArray<float>(be_, size_t(n_rows) * width));
+  allocs_.push_back(DevPtr<void>(lx2_.raw()));
+  IMPRESS_ASSIGN_OR_RETURN(logits_, AllocArray<float>(be_, size_t(n_rows) * c.n_vocab));
+  allocs_.push_back(DevPtr<void>(logits_.raw()));
+  logits_cap_ = n_rows;
+  return Status::Ok();
+}
+
+Status Forward::Logits(std::span<const int> rows, float* out) {
+  const ModelConfig& c = model_.config;
+  if (stage_ != Stage::kDone) return Status::InvalidArgument("forward: Logits before the last layer ran");
+  const int nr = static_cast<int>(rows.size());
+  if (nr == 0) return Status::Ok();
+  for (int r : rows)
+    if (r < 0 || r >= n_new_)
+      return Status::InvalidArgument("forward: logits row " + std::to_string(r) + " outside the batch of " +
+                                     std::to_string(n_new_));
+  IMPRESS_RETURN_IF_ERROR(EnsureLogitsCapacity(nr));
+  const int e = c.n_embd;
+  for (int i = 0; i < nr; ++i)
+    be_.CopyDevice(DevPtr<void>(lx_.raw() + size_t(i) * e), DevPtr<const void>(x_.raw() + size_t(rows[i]) * e),
+                   sizeof(float) * e);
+  DevPtr<float> h = lx_;
+  if (c.arch == Arch::kLlama) {
+    be_.RmsNorm(h, h, output_norm_, nr, e, c.norm_eps);
+  } else if (output_norm_) {
+    be_.LayerNorm(h, h, output_norm_, output_norm_b_, nr, e, c.norm_eps);
+  }
+  int width = e;
+  if (project_out_) {
+    width = c.word_embed_proj_dim;
+    be_.Gemm(Trans::kNo, Trans::kYes, nr, width, e, 1.0f, h, e, project_out_, e, 0.0f, lx2_, width);
+    h = lx2_;
+  }
+  be_.Gemm(Trans::kNo, Trans::kYes, nr, c.n_vocab, width, 1.0f, h, width, output_, width, 0.0f, logits_, c.n_vocab);
+  be_.CopyToHost(out, DevPtr<const void>(logits_.raw()), sizeof(float) * size_t(nr) * c.n_vocab);
+  return Status::Ok();
+}
+
+// ---- Generator ----------------------------------------------------------------------------
+
+Generator::~Generator() {
+  for (auto p : k_cache_) be_.Free(DevPtr<void>(p.raw()));
+  for (auto p : v_cache_) be_.Free(DevPtr<void>(p.raw()));
+}
+
+Result<std::unique_ptr<Generator>> Generator::Create(const Model& model, Backend& backend,
+                                                     const GeneratorOptions& options) {
+  const ModelConfig& c = model.config;
+  int n_ctx = options.n_ctx > 0 ? options.n_ctx : c.n_ctx_train;
+  if (n_ctx <= 0) n_ctx = 4096;
+  if (c.arch == Arch::kOpt && model.weights.pos_embd.rows() > c.pos_offset)
+    n_ctx = std::min<int>(n_ctx, int(model.weights.pos_embd.rows() - c.pos_offset));
+  if (options.ubatch < 1) return Status::InvalidArgument("generator: ubatch must be >= 1");
+  std::unique_ptr<Generator> g(new Generator(backend));
+  g->n_ctx_ = n_ctx;
+  g->ubatch_ = std::min(options.ubatch, n_ctx);
+  IMPRESS_ASSIGN_OR_RETURN(g->fwd_, Forward::Create(model, backend, ForwardOptions{g->ubatch_}));
+  const size_t per_layer = size_t(n_ctx) * g->fwd_->kv_row();
+  for (int il = 0; il < c.n_layer; ++il) {
+    IMPRESS_ASSIGN_OR_RETURN(auto k, AllocArray<f16_t>(backend, per_layer));
+    g->k_cache_.push_back(k);
+    IMPRESS_ASSIGN_OR_RETURN(auto v, AllocArray<f16_t>(backend, per_layer));
+    g->v_cache_.push_back(v);
+  }
+  spdlog::debug("generator: n_ctx {}, ubatch {}, KV cache {:.1f} MiB", n_ctx, g->ubatch_,
+                2.0 * c.n_layer * per_layer * sizeof(f16_t) / (1 << 20));
+  return g;
+}
+
+Status Generator::Eval(std::span<const int32_t> tokens, std::vector<float>* last_logits, const ProgressFn& progress,
+                       const std::atomic<bool>* cancel) {
+  const ModelConfig& c = fwd_->config();
+  if (tokens.empty()) return Status::InvalidArgument("generator: nothing to evaluate");
+  if (int64_t(n_past_) + int64_t(tokens.size()) > n_ctx_)
+    return Status::OutOfRange("generator: " + std::to_string(n_past_) + " cached + " + std::to_string(tokens.size()) +
+                              " new tokens exceed the context of " + std::to_string(n_ctx_));
+  const int kv = fwd_->kv_row();
+  std::vector<int32_t> pos;
+  const size_t total = tokens.size();
+  for (size_t done = 0; done < total;) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) return Status::Cancelled("generation cancelled");
+    if (!ReportProgress(progress, done, total, "prefill")) return Status::Cancelled("prefill cancelled");
+    const int n = static_cast<int>(std::min<size_t>(ubatch_, total - done));
+    pos.resize(n);
+    for (int i = 0; i < n; ++i) pos[i] = n_past_ + i;
+    IMPRESS_RETURN_IF_ERROR(fwd_->Begin(tokens.subspan(done, n), pos));
+    for (int il = 0; il < c.n_layer; ++il) {
+      IMPRESS_RETURN_IF_ERROR(fwd_->ComputeQKV(il));
+      PrefixKV prefix{n_past_, k_cache_[il], v_cache_[il], {}};
+      IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, prefix));
+      IMPRESS_RETURN_IF_ERROR(fwd_->ExportKV(il, k_cache_[il] + size_t(n_past_) * kv, v_cache_[il] + size_t(n_past_) * kv));
+    }
+    n_past_ += n;
+    done += n;
+    if (done == total && last_logits) {
+      last_logits->resize(c.n_vocab);
+      const int row = n - 1;
+      IMPRESS_RETURN_IF_ERROR(fwd_->Logits(std::span<const int>(&row, 1), last_logits->data()));
+    }
+  }
+  ReportProgress(progress, total, total, "prefill");
+  return Status::Ok();
+}
+
+Result<GenerateResult> Generator::Generate(std::span<const int32_t> prompt, const GenerateOptions& o) {
+  if (prompt.empty()) return Status::InvalidArgument("generate: empty prompt");
+  if (o.max_tokens < 0) return Status::InvalidArgument("generate: negative max_tokens");
+  if (int64_t(n_past_) + int64_t(prompt.size()) + o.max_tokens > n_ctx_)
+    return Status::OutOfRange("prompt of " + std::to_string(prompt.size()) + " tokens" +
+                              (n_past_ ? " after " + std::to_string(n_past_) + " cached" : std::string()) + " + " +
+                              std::to_string(o.max_tokens) + " new tokens exceed the context of " +
+                              std::to_string(n_ctx_) + " tokens");
+  GenerateResult res;
+  res.n_prompt = static_cast<int>(prompt.size());
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  const double t0 = NowMs();
+  IMPRESS_RETURN_IF_ERROR(Eval(prompt, &logits_, o.on_prefill_progress, o.cancel));
+  res.prefill_ms = NowMs() - t0;
+  Sampler sampler(o.sampling);
+  double t_first = 0;
+  for (int i = 0; i < o.max_tokens; ++i) {
+    if (o.cancel && o.cancel->load(std::memory_order_relaxed)) {
+      res.stop = StopReason::kCancelled;
+      break;
+    }
+    const int32_t tok = sampler.Sample(logits_, history);
+    if (i == 0) {
+      t_first = NowMs();
+      res.ttft_ms = t_first - t0;
+    }
+    res.tokens.push_back(tok);
+    history.push_back(tok);
+    const bool is_stop = std::find(o.stop_tokens.begin(), o.stop_tokens.end(), tok) != o.stop_tokens.end();
+    if (o.on_token && !o.on_token(tok)) {
+      res.stop = StopReason::kCallback;
+      break;
+    }
+    if (is_stop) {
+      res.stop = StopReason::kStopToken;
+      break;
+    }
+    if (i + 1 == o.max_tokens) break;  // the last token needs no forward pass
+    IMPRESS_RETURN_IF_ERROR(Eval(std::span<const int32_t>(&tok, 1), &logits_));
+  }
+  if (!res.tokens.empty()) res.decode_ms = NowMs() - t_first;
+  return res;
+}
+
+}  // namespace impress

@@ -1,0 +1,48 @@
+// ThreadPool: a small fork-join pool for the CPU backend's element-wise ops and attention.
+//
+// ParallelFor(n, fn) runs fn(i) for i in [0, n) on the pool's workers plus the calling thread
+// and returns when all are done. Tasks are claimed dynamically (one atomic counter), so uneven
+// tasks balance. fn must not throw and must not call ParallelFor on the same pool.
+//
+// Thread contract: one caller at a time (the backend's single issuing thread). The pool owns
+// its n_threads - 1 worker threads and joins them on destruction.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace impress {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int n_threads() const { return n_threads_; }
+  void ParallelFor(int64_t n, const std::function<void(int64_t)>& fn);
+
+ private:
+  void WorkerLoop();
+  void RunTasks();
+
+  const int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  uint64_t generation_ = 0;   // guarded by mu_
+  int n_busy_ = 0;            // workers still in the current job; guarded by mu_
+  bool stop_ = false;         // guarded by mu_
+  // The current job (set before generation_ advances).
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  int64_t n_tasks_ = 0;
+  std::atomic<int64_t> next_{0};
+};
+
+}  // namespace impress

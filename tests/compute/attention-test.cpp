@@ -1,0 +1,277 @@
+// The backend's attention-with-importance and key-scoring ops against a naive double-precision
+// reference written here (explicit masks, two-pass softmax).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "engine/compute/backend.h"
+#include "engine/compute/cpu-backend.h"
+
+namespace impress {
+namespace {
+
+struct Case {
+  int n_new, n_head, n_head_kv, head_dim, n_ctx;  // n_ctx earlier tokens exist
+};
+
+// Random fp16 K/V for n_ctx earlier tokens and n_new new tokens, fp32 Q for the new ones.
+struct Data {
+  Case c;
+  std::vector<float> q;           // (n_new, n_head, hd)
+  std::vector<f16_t> k_ctx, v_ctx;  // (n_ctx, n_head_kv, hd)
+  std::vector<f16_t> k_new, v_new;  // (n_new, n_head_kv, hd)
+};
+
+Data MakeData(const Case& c, uint32_t seed, float q_scale = 2.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Data d{c, {}, {}, {}, {}, {}};
+  const size_t kv = size_t(c.n_head_kv) * c.head_dim;
+  d.q.resize(size_t(c.n_new) * c.n_head * c.head_dim);
+  for (auto& x : d.q) x = nd(rng) * q_scale;
+  auto fill16 = [&](std::vector<f16_t>& v, size_t n) {
+    v.resize(n);
+    for (auto& x : v) x = Fp32ToFp16(nd(rng));
+  };
+  fill16(d.k_ctx, size_t(c.n_ctx) * kv);
+  fill16(d.v_ctx, size_t(c.n_ctx) * kv);
+  fill16(d.k_new, size_t(c.n_new) * kv);
+  fill16(d.v_new, size_t(c.n_new) * kv);
+  return d;
+}
+
+// Naive: new token i attends to the earlier tokens in `visible` and to new tokens 0..i.
+// Returns out (n_new, n_head, hd) and importance (n_head, visible.size() + n_new).
+void Naive(const Data& d, const std::vector<int>& visible, std::vector<double>* out, std::vector<double>* imp) {
+  const Case& c = d.c;
+  const int hd = c.head_dim, group = c.n_head / c.n_head_kv, nv = int(visible.size());
+  const int n_cols = nv + c.n_new;
+  out->assign(size_t(c.n_new) * c.n_head * hd, 0.0);
+  imp->assign(size_t(c.n_head) * n_cols, 0.0);
+  auto key = [&](int col, int g, int x) {
+    return col < nv ? Fp16ToFp32(d.k_ctx[(size_t(visible[col]) * c.n_head_kv + g) * hd + x])
+                    : Fp16ToFp32(d.k_new[(size_t(col - nv) * c.n_head_kv + g) * hd + x]);
+  };
+  auto val = [&](int col, int g, int x) {
+    return col < nv ? Fp16ToFp32(d.v_ctx[(size_t(visible[col]) * c.n_head_kv + g) * hd + x])
+                    : Fp16ToFp32(d.v_new[(size_t(col - nv) * c.n_head_kv + g) * hd + x]);
+  };
+  std::vector<double> s(n_cols);
+  for (int h = 0; h < c.n_head; ++h) {
+    const int g = h / group;
+    for (int i = 0; i < c.n_new; ++i) {
+      const int n_valid = nv + i + 1;
+      double mx = -1e300;
+      for (int j = 0; j < n_valid; ++j) {
+        double dot = 0;
+        for (int x = 0; x < hd; ++x) dot += double(d.q[(size_t(i) * c.n_head + h) * hd + x]) * key(j, g, x);
+        s[j] = dot / std::sqrt(double(hd));
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (int j = 0; j < n_valid; ++j) sum += s[j] = std::exp(s[j] - mx);
+      for (int j = 0; j < n_valid; ++j) {
+        const double p = s[j] / sum;
+        (*imp)[size_t(h) * n_cols + j] += p;
+        for (int x = 0; x < hd; ++x) (*out)[(size_t(i) * c.n_head + h) * hd + x] += p * val(j, g, x);
+      }
+    }
+  }
+}
+
+// Gathers the chosen earlier tokens' K/V rows (all kv heads) into a prefix set.
+std::vector<f16_t> Gather(const std::vector<f16_t>& src, const std::vector<int>& rows, size_t row_len) {
+  std::vector<f16_t> out;
+  for (int r : rows) out.insert(out.end(), src.begin() + r * row_len, src.begin() + (r + 1) * row_len);
+  return out;
+}
+
+struct AttnRun {
+  std::vector<float> out, imp;
+};
+
+AttnRun RunAttention(Backend& be, const Data& d, const std::vector<int>& visible, const std::vector<int>& heads,
+                 bool include_new) {
+  const Case& c = d.c;
+  const size_t kv = size_t(c.n_head_kv) * c.head_dim;
+  const std::vector<f16_t> kp = Gather(d.k_ctx, visible, kv), vp = Gather(d.v_ctx, visible, kv);
+  AttnRun r;
+  r.out.assign(size_t(c.n_new) * c.n_head * c.head_dim, -1.0f);
+  const size_t ld = visible.size() + (include_new ? c.n_new : 0);
+  r.imp.assign(heads.size() * ld, -1.0f);
+  AttentionArgs a;
+  a.n_new = c.n_new;
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = c.head_dim;
+  a.scale = 1.0f / std::sqrt(float(c.head_dim));
+  a.q = DevPtr<const float>(d.q.data());  // CPU backend: host memory is device memory
+  a.k_new = DevPtr<const f16_t>(d.k_new.data());
+  a.v_new = DevPtr<const f16_t>(d.v_new.data());
+  a.n_prefix = int(visible.size());
+  a.k_prefix = DevPtr<const f16_t>(kp.data());
+  a.v_prefix = DevPtr<const f16_t>(vp.data());
+  a.out = DevPtr<float>(r.out.data());
+  a.importance_heads = heads;
+  a.importance_include_new = include_new;
+  a.importance = DevPtr<float>(r.imp.data());
+  const Status st = be.Attention(a);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return r;
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
+  return m;
+}
+
+class AttentionTest : public ::testing::TestWithParam<Case> {
+ protected:
+  std::unique_ptr<Backend> be_ = MakeCpuBackend({2});
+};
+
+TEST_P(AttentionTest, FullPrefixEqualsCausalAttentionOverEverything) {
+  const Case c = GetParam();
+  const Data d = MakeData(c, 7);
+  std::vector<int> all(c.n_ctx);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<int> heads(c.n_head);
+  std::iota(heads.begin(), heads.end(), 0);
+  const AttnRun r = RunAttention(*be_, d, all, heads, true);
+  std::vector<double> out, imp;
+  Naive(d, all, &out, &imp);
+  EXPECT_LT(MaxAbsDiff(r.out, out), 2e-5);
+  EXPECT_LT(MaxAbsDiff(r.imp, imp), 2e-4 * std::max(1, c.n_new / 16));
+}
+
+TEST_P(AttentionTest, SubsetEqualsReferenceMaskingMissingTokens) {
+  const Case c = GetParam();
+  const Data d = MakeData(c, 11);
+  // Keep about 40% of the earlier tokens, shuffled (the op must not care about order).
+  std::mt19937 rng(3);
+  std::vector<int> sub;
+  for (int t = 0; t < c.n_ctx; ++t)
+    if (rng() % 5 < 2) sub.push_back(t);
+  std::shuffle(sub.begin(), sub.end(), rng);
+  const std::vector<int> heads = {c.n_head - 1, 0};
+  const AttnRun r = RunAttention(*be_, d, sub, heads, false);
+  std::vector<double> out, imp;
+  Naive(d, sub, &out, &imp);
+  EXPECT_LT(MaxAbsDiff(r.out, out), 2e-5);
+  // Importance restricted to the prefix columns, in request order.
+  const size_t n_cols = sub.size() + c.n_new;
+  std::vector<double> want;
+  for (int h : heads) want.insert(want.end(), imp.begin() + h * n_cols, imp.begin() + h * n_cols + sub.size());
+  EXPECT_LT(MaxAbsDiff(r.imp, want), 2e-4 * std::max(1, c.n_new / 16));
+}
+
+TEST_P(AttentionTest, EachHeadsImportanceOverAllColumnsSumsToNewRows) {
+  const Case c = GetParam();
+  const Data d = MakeData(c, 5);
+  std::vector<int> all(c.n_ctx);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<int> heads(c.n_head);
+  std::iota(heads.begin(), heads.end(), 0);
+  const AttnRun r = RunAttention(*be_, d, all, heads, true);
+  const size_t ld = c.n_ctx + c.n_new;
+  for (size_t x = 0; x < heads.size(); ++x) {
+    double sum = 0;
+    for (size_t j = 0; j < ld; ++j) sum += r.imp[x * ld + j];
+    EXPECT_NEAR(sum, c.n_new, 1e-4 * c.n_new) << "head " << heads[x];
+  }
+}
+
+TEST_P(AttentionTest, ScoreKeysEqualsAttentionImportance) {
+  const Case c = GetParam();
+  const Data d = MakeData(c, 9);
+  std::vector<int> all(c.n_ctx);
+  std::iota(all.begin(), all.end(), 0);
+  // Probe: the query heads of the last kv head (and of kv head 0 when there are several).
+  const int group = c.n_head / c.n_head_kv;
+  std::vector<int> kv_heads = {c.n_head_kv - 1};
+  if (c.n_head_kv > 1) kv_heads.push_back(0);
+  std::vector<int> q_heads;
+  for (int g : kv_heads)
+    for (int h = g * group; h < (g + 1) * group; h += 2) q_heads.push_back(h);
+  const AttnRun full = RunAttention(*be_, d, all, q_heads, false);
+  // Keys of just those kv heads, (n_ctx, kv_heads.size(), hd).
+  std::vector<f16_t> keys;
+  for (int t = 0; t < c.n_ctx; ++t)
+    for (int g : kv_heads) {
+      const auto* src = d.k_ctx.data() + (size_t(t) * c.n_head_kv + g) * c.head_dim;
+      keys.insert(keys.end(), src, src + c.head_dim);
+    }
+  std::vector<float> imp(q_heads.size() * c.n_ctx, -1.0f);
+  ScoreKeysArgs a;
+  a.n_new = c.n_new;
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = c.head_dim;
+  a.scale = 1.0f / std::sqrt(float(c.head_dim));
+  a.q = DevPtr<const float>(d.q.data());
+  a.k_new = DevPtr<const f16_t>(d.k_new.data());
+  a.n_prefix = c.n_ctx;
+  a.k_prefix = DevPtr<const f16_t>(keys.data());
+  a.prefix_kv_heads = kv_heads;
+  a.query_heads = q_heads;
+  a.importance = DevPtr<float>(imp.data());
+  ASSERT_TRUE(be_->ScoreKeys(a).ok());
+  ASSERT_EQ(imp.size(), full.imp.size());
+  for (size_t i = 0; i < imp.size(); ++i) ASSERT_NEAR(imp[i], full.imp[i], 1e-6 + 1e-5 * std::abs(full.imp[i])) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(Case{1, 4, 2, 16, 40},      // decode step
+                                           Case{7, 6, 2, 32, 0},       // no prefix at all
+                                           Case{19, 9, 3, 64, 37},     // SmolLM2's heads
+                                           Case{150, 4, 4, 32, 300},   // MHA, several token blocks
+                                           Case{300, 2, 1, 16, 3000}));  // long prefix, MQA
+
+TEST(AttentionArgs, BadHeadsAreRejected) {
+  auto be = MakeCpuBackend({1});
+  const Data d = MakeData({2, 4, 2, 8, 3}, 1);
+  std::vector<float> out(2 * 4 * 8), imp(100);
+  AttentionArgs a;
+  a.n_new = 2;
+  a.n_head = 4;
+  a.n_head_kv = 2;
+  a.head_dim = 8;
+  a.scale = 0.3f;
+  a.q = DevPtr<const float>(d.q.data());
+  a.k_new = DevPtr<const f16_t>(d.k_new.data());
+  a.v_new = DevPtr<const f16_t>(d.v_new.data());
+  a.out = DevPtr<float>(out.data());
+  a.importance = DevPtr<float>(imp.data());
+  const std::vector<int> bad = {4};
+  a.importance_heads = bad;
+  EXPECT_EQ(be->Attention(a).code(), Status::Code::kInvalidArgument);
+  a.importance_heads = {};
+  a.n_head_kv = 3;  // 4 % 3 != 0
+  EXPECT_EQ(be->Attention(a).code(), Status::Code::kInvalidArgument);
+
+  ScoreKeysArgs s;
+  s.n_new = 2;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 8;
+  s.q = a.q;
+  s.k_new = a.k_new;
+  s.n_prefix = 3;
+  s.k_prefix = DevPtr<const f16_t>(d.k_ctx.data());
+  const std::vector<int> kvh = {0}, qh = {2};  // head 2 uses kv head 1: not supplied
+  s.prefix_kv_heads = kvh;
+  s.query_heads = qh;
+  s.importance = DevPtr<float>(imp.data());
+  const Status st = be->ScoreKeys(s);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("kv head 1"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace impress
