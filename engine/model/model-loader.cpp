@@ -1,0 +1,682 @@
+#include "engine/model/model-loader.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "engine/model/dequant.h"
+#include "engine/model/gguf.h"
+#include "engine/model/safetensors.h"
+
+namespace impress {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Sanity bounds for hyper-parameters read from files: far above any real model, low enough that
+// products of them cannot overflow 64 bits.
+constexpr int64_t kMaxEmbd = 1 << 18;
+constexpr int64_t kMaxLayers = 1 << 12;
+constexpr int64_t kMaxHeads = 1 << 12;
+constexpr int64_t kMaxFf = 1 << 20;
+constexpr int64_t kMaxVocab = 1 << 24;
+constexpr int64_t kMaxCtx = 1 << 24;
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// One weight to fill: where it comes from and the (PyTorch-order) shape it must have.
+struct WeightJob {
+  std::string name;  // its name in the file, for errors and progress
+  Tensor* dst = nullptr;
+  std::vector<int64_t> shape;
+  uint64_t n_elements = 0;
+  const GgufTensorInfo* gguf = nullptr;  // GGUF source, or
+  const SafetensorsTensor* st = nullptr; // safetensors source
+  const std::string* st_path = nullptr;
+  int unpermute_heads = 0;               // > 0: undo llama.cpp's RoPE row permutation
+};
+
+uint64_t NumElements(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= uint64_t(d);  // bounded by the kMax* limits above
+  return n;
+}
+
+// Runs the jobs on n_threads threads (this one included), largest first. `first` (may be empty)
+// runs before any job, concurrently with them on the other threads.
+Status RunJobs(std::vector<WeightJob>& jobs, int n_threads, const ProgressFn& progress,
+               const std::function<Status()>& first) {
+  std::vector<size_t> order(jobs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return jobs[a].n_elements > jobs[b].n_elements; });
+  const size_t n_tasks = jobs.size() + (first ? 1 : 0);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;  // guards error and the progress callback
+  Status error;
+  uint64_t n_done = 0;
+
+  auto worker = [&]() {
+    while (!stop.load(std::memory_order_relaxed)) {
+      const size_t k = next.fetch_add(1);
+      if (k >= n_tasks) return;
+      Status st;
+      const WeightJob* job = nullptr;
+      if (first && k == 0) {
+        st = first();
+      } else {
+        WeightJob& j = jobs[order[k - (first ? 1 : 0)]];
+        job = &j;
+        j.dst->shape = j.shape;
+        j.dst->data.resize(j.n_elements);
+        float* out = j.dst->data.data();
+        if (j.gguf) {
+          st = Dequantize(j.gguf->type_id, j.gguf->data, j.gguf->n_bytes, out, j.n_elements, j.name, 1);
+        } else {
+          st = SafetensorsToF32(*j.st, *j.st_path, out);
+        }
+        if (st.ok() && j.unpermute_heads > 0) UnpermuteRopeRows(out, j.shape[0], j.shape[1], j.unpermute_heads);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (!st.ok()) {
+        if (error.ok()) error = st;
+        stop = true;
+        return;
+      }
+      if (job) {
+        ++n_done;
+        if (!ReportProgress(progress, n_done, jobs.size(), job->name)) {
+          if (error.ok()) error = Status::Cancelled("model load cancelled");
+          stop = true;
+          return;
+        }
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n_threads; ++i) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  return error;
+}
+
+std::string HexDigest(const XXH128_hash_t& h) {
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (unsigned char b : c.digest) {
+    s += kHex[b >> 4];
+    s += kHex[b & 15];
+  }
+  return s;
+}
+
+// Hashes files into one XXH3-128 digest: for each, its name (not the folder), size and bytes.
+Result<std::string> FingerprintFiles(const std::vector<std::string>& paths) {
+  XXH3_state_t* state = XXH3_createState();
+  if (!state) return Status::ResourceExhausted("cannot allocate a hash state");
+  XXH3_128bits_reset(state);
+  std::vector<char> buf(1 << 20);
+  for (const std::string& p : paths) {
+    const std::string name = fs::path(p).filename().string();
+    std::ifstream f(p, std::ios::binary);
+    if (!f) {
+      XXH3_freeState(state);
+      return Status::IOError(p + ": cannot read");
+    }
+    XXH3_128bits_update(state, name.data(), name.size() + 1);
+    while (f) {
+      f.read(buf.data(), std::streamsize(buf.size()));
+      const std::streamsize got = f.gcount();
+      if (got > 0) XXH3_128bits_update(state, buf.data(), size_t(got));
+    }
+    if (f.bad()) {
+      XXH3_freeState(state);
+      return Status::IOError(p + ": read failed");
+    }
+  }
+  const std::string hex = HexDigest(XXH3_128bits_digest(state));
+  XXH3_freeState(state);
+  return hex;
+}
+
+// ---------------------------------------------------------------------------------------------
+// GGUF
+
+class GgufLoader {
+ public:
+  GgufLoader(const GgufFile& f, Model* m) : f_(f), m_(*m) {}
+
+  Result<int64_t> PosInt(const std::string& key, int64_t max, const int64_t* def = nullptr) {
+    auto v = f_.GetInt(key);
+    if (!v.ok()) {
+      if (def && v.status().code() == Status::Code::kNotFound) return *def;
+      return v.status();
+    }
+    if (*v < 1 || *v > max) {
+      return Status::Corruption(f_.path() + ": metadata key '" + key + "' is " + std::to_string(*v) + ", expected 1.." +
+                                std::to_string(max));
+    }
+    return *v;
+  }
+
+  Status ReadConfig() {
+    ModelConfig& c = m_.config;
+    IMPRESS_ASSIGN_OR_RETURN(std::string arch, f_.GetString("general.architecture"));
+    if (arch != "llama") {
+      return Status::Unsupported(f_.path() + ": architecture '" + arch + "' is not supported (GGUF files must be 'llama')");
+    }
+    c.arch = Arch::kLlama;
+    auto name = f_.GetString("general.name");
+    c.name = name.ok() ? *name : fs::path(f_.path()).stem().string();
+    IMPRESS_ASSIGN_OR_RETURN(int64_t n_embd, PosInt("llama.embedding_length", kMaxEmbd));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t n_layer, PosInt("llama.block_count", kMaxLayers));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t n_ff, PosInt("llama.feed_forward_length", kMaxFf));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t n_head, PosInt("llama.attention.head_count", kMaxHeads));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t n_head_kv, PosInt("llama.attention.head_count_kv", kMaxHeads, &n_head));
+    const int64_t def_ctx = 4096;
+    IMPRESS_ASSIGN_OR_RETURN(int64_t n_ctx, PosInt("llama.context_length", kMaxCtx, &def_ctx));
+    if (n_head % n_head_kv != 0) {
+      return Status::Corruption(f_.path() + ": attention.head_count " + std::to_string(n_head) +
+                                " is not a multiple of head_count_kv " + std::to_string(n_head_kv));
+    }
+    int64_t head_dim = n_embd / n_head;
+    if (f_.Has("llama.attention.key_length")) {
+      IMPRESS_ASSIGN_OR_RETURN(head_dim, PosInt("llama.attention.key_length", kMaxEmbd));
+    } else if (n_embd % n_head != 0) {
+      return Status::Corruption(f_.path() + ": embedding_length " + std::to_string(n_embd) +
+                                " is not a multiple of head_count " + std::to_string(n_head));
+    }
+    if (head_dim % 2 != 0) return Status::Corruption(f_.path() + ": head dimension " + std::to_string(head_dim) + " is odd");
+    if (f_.Has("llama.rope.dimension_count")) {
+      IMPRESS_ASSIGN_OR_RETURN(int64_t rot, PosInt("llama.rope.dimension_count", kMaxEmbd));
+      if (rot != head_dim) {
+        return Status::Unsupported(f_.path() + ": rope.dimension_count " + std::to_string(rot) +
+                                   " differs from the head dimension " + std::to_string(head_dim) + " (partial RoPE)");
+      }
+    }
+    IMPRESS_ASSIGN_OR_RETURN(double eps, f_.GetFloat("llama.attention.layer_norm_rms_epsilon"));
+    if (!(eps > 0 && eps < 1)) {
+      return Status::Corruption(f_.path() + ": attention.layer_norm_rms_epsilon " + std::to_string(eps) + " is not in (0, 1)");
+    }
+    double theta = 10000.0;
+    if (f_.Has("llama.rope.freq_base")) {
+      IMPRESS_ASSIGN_OR_RETURN(theta, f_.GetFloat("llama.rope.freq_base"));
+      if (!(theta > 1 && std::isfinite(theta))) {
+        return Status::Corruption(f_.path() + ": rope.freq_base " + std::to_string(theta) + " is not a finite number > 1");
+      }
+    }
+    if (f_.Has("llama.rope.scaling.type")) {
+      IMPRESS_ASSIGN_OR_RETURN(std::string type, f_.GetString("llama.rope.scaling.type"));
+      if (type == "linear") {
+        IMPRESS_ASSIGN_OR_RETURN(double factor, f_.GetFloat("llama.rope.scaling.factor"));
+        if (!(factor >= 1 && std::isfinite(factor))) {
+          return Status::Corruption(f_.path() + ": rope.scaling.factor " + std::to_string(factor) + " is not >= 1");
+        }
+        c.rope_scaling.type = factor == 1 ? RopeScalingType::kNone : RopeScalingType::kLinear;
+        c.rope_scaling.factor = float(factor);
+      } else if (type != "none") {
+        return Status::Unsupported(f_.path() + ": rope.scaling.type '" + type + "' is not supported (linear or none)");
+      }
+    } else if (f_.Has("llama.rope.scale_linear")) {  // older converters
+      IMPRESS_ASSIGN_OR_RETURN(double factor, f_.GetFloat("llama.rope.scale_linear"));
+      if (!(factor >= 1 && std::isfinite(factor))) {
+        return Status::Corruption(f_.path() + ": rope.scale_linear " + std::to_string(factor) + " is not >= 1");
+      }
+      if (factor != 1) {
+        c.rope_scaling.type = RopeScalingType::kLinear;
+        c.rope_scaling.factor = float(factor);
+      }
+    }
+    if (f_.FindTensor("rope_freqs.weight")) {
+      return Status::Unsupported(f_.path() + ": tensor 'rope_freqs.weight' (per-dimension RoPE factors, Llama 3.1 style) is not supported");
+    }
+    const GgufTensorInfo* emb = f_.FindTensor("token_embd.weight");
+    if (!emb) return Status::NotFound(f_.path() + ": tensor 'token_embd.weight' is missing");
+    int64_t n_vocab = emb->n_dims == 2 ? emb->ne[1] : 0;
+    if (f_.Has("llama.vocab_size")) {
+      IMPRESS_ASSIGN_OR_RETURN(n_vocab, PosInt("llama.vocab_size", kMaxVocab));
+    }
+    if (n_vocab < 1 || n_vocab > kMaxVocab) {
+      return Status::Corruption(f_.path() + ": vocabulary size " + std::to_string(n_vocab) + " is out of range");
+    }
+    c.n_vocab = int(n_vocab);
+    c.n_ctx_train = int(n_ctx);
+    c.n_embd = int(n_embd);
+    c.n_layer = int(n_layer);
+    c.n_head = int(n_head);
+    c.n_head_kv = int(n_head_kv);
+    c.head_dim = int(head_dim);
+    c.n_ff = int(n_ff);
+    c.norm_eps = float(eps);
+    c.rope_theta = float(theta);
+    c.tied_embeddings = f_.FindTensor("output.weight") == nullptr;
+    return Status::Ok();
+  }
+
+  // Adds a job for `name` with PyTorch-order `shape`.
+  Status Add(const std::string& name, Tensor* dst, std::vector<int64_t> shape, int unpermute_heads = 0) {
+    const GgufTensorInfo* t = f_.FindTensor(name);
+    if (!t) return Status::NotFound(f_.path() + ": tensor '" + name + "' is missing");
+    bool ok = t->n_dims == shape.size();
+    for (size_t k = 0; ok && k < shape.size(); ++k) ok = t->ne[k] == shape[shape.size() - 1 - k];
+    if (!ok) {
+      std::vector<int64_t> want(shape.rbegin(), shape.rend());
+      return Status::Corruption(f_.path() + ": tensor '" + name + "' has shape " + t->ShapeString() +
+                                " (ggml order), expected " + ShapeStr(want));
+    }
+    if (!CanDequantize(t->type_id)) {
+      return Status::Unsupported(f_.path() + ": tensor '" + name + "' has type " + GgmlTypeName(t->type_id) +
+                                 ", which this build cannot read (supported: " + SupportedDequantTypes() + ")");
+    }
+    WeightJob j;
+    j.name = name;
+    j.dst = dst;
+    j.n_elements = NumElements(shape);
+    j.shape = std::move(shape);
+    j.gguf = t;
+    j.unpermute_heads = unpermute_heads;
+    jobs_.push_back(std::move(j));
+    return Status::Ok();
+  }
+
+  Status PlanWeights() {
+    const ModelConfig& c = m_.config;
+    ModelWeights& w = m_.weights;
+    const int64_t E = c.n_embd, F = c.n_ff, V = c.n_vocab;
+    const int64_t Q = int64_t(c.n_head) * c.head_dim, KV = int64_t(c.n_head_kv) * c.head_dim;
+    IMPRESS_RETURN_IF_ERROR(Add("token_embd.weight", &w.tok_embd, {V, E}));
+    IMPRESS_RETURN_IF_ERROR(Add("output_norm.weight", &w.output_norm, {E}));
+    if (!c.tied_embeddings) IMPRESS_RETURN_IF_ERROR(Add("output.weight", &w.output, {V, E}));
+    w.layers.resize(size_t(c.n_layer));
+    for (int il = 0; il < c.n_layer; ++il) {
+      LayerWeights& l = w.layers[size_t(il)];
+      const std::string p = "blk." + std::to_string(il) + ".";
+      IMPRESS_RETURN_IF_ERROR(Add(p + "attn_norm.weight", &l.attn_norm, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "attn_q.weight", &l.wq, {Q, E}, c.n_head));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "attn_k.weight", &l.wk, {KV, E}, c.n_head_kv));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "attn_v.weight", &l.wv, {KV, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "attn_output.weight", &l.wo, {E, Q}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "ffn_norm.weight", &l.ffn_norm, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "ffn_gate.weight", &l.w_gate, {F, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "ffn_up.weight", &l.w_up, {F, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "ffn_down.weight", &l.w_down, {E, F}));
+    }
+    return Status::Ok();
+  }
+
+  std::vector<WeightJob>& jobs() { return jobs_; }
+
+ private:
+  const GgufFile& f_;
+  Model& m_;
+  std::vector<WeightJob> jobs_;
+};
+
+Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, const LoadOptions& opt) {
+  Model m;
+  m.path = path;
+  IMPRESS_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
+  GgufLoader loader(f, &m);
+  IMPRESS_RETURN_IF_ERROR(loader.ReadConfig());
+  IMPRESS_RETURN_IF_ERROR(loader.PlanWeights());
+  std::string digest;
+  auto hash = [&]() -> Status {
+    // The whole file, from the mapping the weights are read from (it is in memory anyway).
+    XXH128_hash_t h = XXH3_128bits(f.file_data(), size_t(f.file_size()));
+    digest = HexDigest(h);
+    return Status::Ok();
+  };
+  IMPRESS_RETURN_IF_ERROR(RunJobs(loader.jobs(), opt.n_threads, progress, hash));
+  m.config.fingerprint = digest;
+  return m;  // f (and its mapping) goes away here
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hugging Face folders
+
+class HfLoader {
+ public:
+  HfLoader(std::string dir, const json& cfg, const SafetensorsSet& set, Model* m)
+      : dir_(std::move(dir)), cfg_path_(dir_ + "/config.json"), cfg_(cfg), set_(set), m_(*m) {}
+
+  Result<int64_t> Int(const char* key, int64_t max, const int64_t* def = nullptr) {
+    auto it = cfg_.find(key);
+    if (it == cfg_.end() || it->is_null()) {
+      if (def) return *def;
+      return Status::NotFound(cfg_path_ + ": key '" + key + "' is missing");
+    }
+    if (!it->is_number_integer()) return Status::Corruption(cfg_path_ + ": key '" + key + "' is not an integer");
+    const int64_t v = it->get<int64_t>();
+    if (v < 1 || v > max) {
+      return Status::Corruption(cfg_path_ + ": key '" + key + "' is " + std::to_string(v) + ", expected 1.." + std::to_string(max));
+    }
+    return v;
+  }
+
+  Result<double> Num(const json& obj, const char* key, double def, bool required = false) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) {
+      if (required) return Status::NotFound(cfg_path_ + ": key '" + key + "' is missing");
+      return def;
+    }
+    if (!it->is_number()) return Status::Corruption(cfg_path_ + ": key '" + key + "' is not a number");
+    const double v = it->get<double>();
+    if (!std::isfinite(v)) return Status::Corruption(cfg_path_ + ": key '" + key + "' is not finite");
+    return v;
+  }
+
+  Result<bool> Bool(const char* key, bool def) {
+    auto it = cfg_.find(key);
+    if (it == cfg_.end() || it->is_null()) return def;
+    if (!it->is_boolean()) return Status::Corruption(cfg_path_ + ": key '" + key + "' is not a boolean");
+    return it->get<bool>();
+  }
+
+  Status Add(const std::string& name, Tensor* dst, std::vector<int64_t> shape) {
+    const std::string* file = nullptr;
+    const SafetensorsTensor* t = set_.Find(name, &file);
+    if (!t) return Status::NotFound(dir_ + ": tensor '" + name + "' is missing from the safetensors files");
+    if (t->shape != shape) {
+      return Status::Corruption(*file + ": tensor '" + name + "' has shape " + t->ShapeString() + ", expected " + ShapeStr(shape));
+    }
+    if (t->dtype != StDtype::kF32 && t->dtype != StDtype::kF16 && t->dtype != StDtype::kBF16) {
+      return Status::Unsupported(*file + ": tensor '" + name + "' has dtype " + StDtypeName(t->dtype) +
+                                 " (weights must be F32, F16 or BF16)");
+    }
+    WeightJob j;
+    j.name = name;
+    j.dst = dst;
+    j.n_elements = NumElements(shape);
+    j.shape = std::move(shape);
+    j.st = t;
+    j.st_path = file;
+    jobs_.push_back(std::move(j));
+    return Status::Ok();
+  }
+
+  Status Llama() {
+    ModelConfig& c = m_.config;
+    c.arch = Arch::kLlama;
+    IMPRESS_ASSIGN_OR_RETURN(int64_t E, Int("hidden_size", kMaxEmbd));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t L, Int("num_hidden_layers", kMaxLayers));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t H, Int("num_attention_heads", kMaxHeads));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t HKV, Int("num_key_value_heads", kMaxHeads, &H));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t F, Int("intermediate_size", kMaxFf));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t V, Int("vocab_size", kMaxVocab));
+    const int64_t def_ctx = 2048;
+    IMPRESS_ASSIGN_OR_RETURN(int64_t ctx, Int("max_position_embeddings", kMaxCtx, &def_ctx));
+    if (H % HKV != 0) {
+      return Status::Corruption(cfg_path_ + ": num_attention_heads " + std::to_string(H) +
+                                " is not a multiple of num_key_value_heads " + std::to_string(HKV));
+    }
+    if (!cfg_.contains("head_dim") && E % H != 0) {
+      return Status::Corruption(cfg_path_ + ": hidden_size " + std::to_string(E) + " is not a multiple of num_attention_heads " +
+                                std::to_string(H));
+    }
+    const int64_t def_hd = E / H;
+    IMPRESS_ASSIGN_OR_RETURN(int64_t HD, Int("head_dim", kMaxEmbd, &def_hd));
+    if (HD % 2 != 0) return Status::Corruption(cfg_path_ + ": head dimension " + std::to_string(HD) + " is odd");
+    IMPRESS_ASSIGN_OR_RETURN(double eps, Num(cfg_, "rms_norm_eps", 1e-6));
+    IMPRESS_ASSIGN_OR_RETURN(double theta, Num(cfg_, "rope_theta", 10000.0));
+    if (!(eps > 0 && eps < 1)) return Status::Corruption(cfg_path_ + ": rms_norm_eps is not in (0, 1)");
+    if (!(theta > 1)) return Status::Corruption(cfg_path_ + ": rope_theta is not > 1");
+    IMPRESS_ASSIGN_OR_RETURN(c.tied_embeddings, Bool("tie_word_embeddings", false));
+    auto rs = cfg_.find("rope_scaling");
+    if (rs != cfg_.end() && !rs->is_null()) {
+      if (!rs->is_object()) return Status::Corruption(cfg_path_ + ": rope_scaling is not an object");
+      std::string type;
+      for (const char* k : {"rope_type", "type"}) {
+        auto t = rs->find(k);
+        if (t != rs->end() && t->is_string()) {
+          type = t->get<std::string>();
+          break;
+        }
+      }
+      IMPRESS_ASSIGN_OR_RETURN(double factor, Num(*rs, "factor", 1.0, type == "linear" || type == "llama3"));
+      if (!(factor >= 1)) return Status::Corruption(cfg_path_ + ": rope_scaling.factor is not >= 1");
+      c.rope_scaling.factor = float(factor);
+      if (type == "linear") {
+        c.rope_scaling.type = RopeScalingType::kLinear;
+      } else if (type == "llama3") {
+        c.rope_scaling.type = RopeScalingType::kLlama3;
+        IMPRESS_ASSIGN_OR_RETURN(double lo, Num(*rs, "low_freq_factor", 1.0, true));
+        IMPRESS_ASSIGN_OR_RETURN(double hi, Num(*rs, "high_freq_factor", 4.0, true));
+        IMPRESS_ASSIGN_OR_RETURN(double orig, Num(*rs, "original_max_position_embeddings", 8192, true));
+        if (!(lo > 0 && hi > lo && orig >= 1 && orig <= double(kMaxCtx))) {
+          return Status::Corruption(cfg_path_ + ": rope_scaling llama3 parameters are inconsistent");
+        }
+        c.rope_scaling.low_freq_factor = float(lo);
+        c.rope_scaling.high_freq_factor = float(hi);
+        c.rope_scaling.original_ctx = int(orig);
+      } else if (type == "default" || type.empty()) {
+        c.rope_scaling.type = RopeScalingType::kNone;
+      } else {
+        return Status::Unsupported(cfg_path_ + ": rope_scaling type '" + type + "' is not supported (linear or llama3)");
+      }
+    }
+    c.n_embd = int(E);
+    c.n_layer = int(L);
+    c.n_head = int(H);
+    c.n_head_kv = int(HKV);
+    c.head_dim = int(HD);
+    c.n_ff = int(F);
+    c.n_vocab = int(V);
+    c.n_ctx_train = int(ctx);
+    c.norm_eps = float(eps);
+    c.rope_theta = float(theta);
+
+    ModelWeights& w = m_.weights;
+    const int64_t Q = H * HD, KV = HKV * HD;
+    IMPRESS_RETURN_IF_ERROR(Add("model.embed_tokens.weight", &w.tok_embd, {V, E}));
+    IMPRESS_RETURN_IF_ERROR(Add("model.norm.weight", &w.output_norm, {E}));
+    if (!c.tied_embeddings) IMPRESS_RETURN_IF_ERROR(Add("lm_head.weight", &w.output, {V, E}));
+    w.layers.resize(size_t(L));
+    for (int il = 0; il < L; ++il) {
+      LayerWeights& l = w.layers[size_t(il)];
+      const std::string p = "model.layers." + std::to_string(il) + ".";
+      IMPRESS_RETURN_IF_ERROR(Add(p + "input_layernorm.weight", &l.attn_norm, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.q_proj.weight", &l.wq, {Q, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.k_proj.weight", &l.wk, {KV, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.v_proj.weight", &l.wv, {KV, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.o_proj.weight", &l.wo, {E, Q}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "post_attention_layernorm.weight", &l.ffn_norm, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "mlp.gate_proj.weight", &l.w_gate, {F, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "mlp.up_proj.weight", &l.w_up, {F, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "mlp.down_proj.weight", &l.w_down, {E, F}));
+    }
+    return Status::Ok();
+  }
+
+  Status Opt() {
+    ModelConfig& c = m_.config;
+    c.arch = Arch::kOpt;
+    IMPRESS_ASSIGN_OR_RETURN(int64_t E, Int("hidden_size", kMaxEmbd));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t L, Int("num_hidden_layers", kMaxLayers));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t H, Int("num_attention_heads", kMaxHeads));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t F, Int("ffn_dim", kMaxFf));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t V, Int("vocab_size", kMaxVocab));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t ctx, Int("max_position_embeddings", kMaxCtx));
+    IMPRESS_ASSIGN_OR_RETURN(int64_t P, Int("word_embed_proj_dim", kMaxEmbd, &E));
+    IMPRESS_ASSIGN_OR_RETURN(bool pre_ln, Bool("do_layer_norm_before", true));
+    IMPRESS_ASSIGN_OR_RETURN(bool bias, Bool("enable_bias", true));
+    IMPRESS_ASSIGN_OR_RETURN(bool affine, Bool("layer_norm_elementwise_affine", true));
+    if (E % H != 0) {
+      return Status::Corruption(cfg_path_ + ": hidden_size " + std::to_string(E) + " is not a multiple of num_attention_heads " +
+                                std::to_string(H));
+    }
+    auto act = cfg_.find("activation_function");
+    if (act != cfg_.end() && !(act->is_string() && act->get<std::string>() == "relu")) {
+      return Status::Unsupported(cfg_path_ + ": activation_function must be 'relu' for OPT");
+    }
+    if (!bias || !affine) {
+      return Status::Unsupported(cfg_path_ + ": OPT without biases or without affine layer norms is not supported");
+    }
+    c.n_embd = int(E);
+    c.n_layer = int(L);
+    c.n_head = int(H);
+    c.n_head_kv = int(H);
+    c.head_dim = int(E / H);
+    c.n_ff = int(F);
+    c.n_vocab = int(V);
+    c.n_ctx_train = int(ctx);
+    c.norm_eps = 1e-5f;  // torch.nn.LayerNorm's default, which OPT uses
+    c.pos_offset = 2;
+    c.word_embed_proj_dim = P == E ? 0 : int(P);
+    c.do_layer_norm_before = pre_ln;
+    c.tied_embeddings = true;  // OPT's lm_head is always the input embedding
+
+    // OPTForCausalLM names tensors model.decoder.*; a bare OPTModel decoder.*.
+    std::string d = "model.decoder.";
+    if (!set_.Find(d + "embed_tokens.weight") && set_.Find("decoder.embed_tokens.weight")) d = "decoder.";
+    ModelWeights& w = m_.weights;
+    IMPRESS_RETURN_IF_ERROR(Add(d + "embed_tokens.weight", &w.tok_embd, {V, P}));
+    IMPRESS_RETURN_IF_ERROR(Add(d + "embed_positions.weight", &w.pos_embd, {ctx + c.pos_offset, E}));
+    if (P != E) {
+      IMPRESS_RETURN_IF_ERROR(Add(d + "project_in.weight", &w.project_in, {E, P}));
+      IMPRESS_RETURN_IF_ERROR(Add(d + "project_out.weight", &w.project_out, {P, E}));
+    }
+    // Transformers drops the final layer norm of post-LN models (OPT-350m).
+    if (pre_ln) {
+      IMPRESS_RETURN_IF_ERROR(Add(d + "final_layer_norm.weight", &w.output_norm, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(d + "final_layer_norm.bias", &w.output_norm_b, {E}));
+    }
+    w.layers.resize(size_t(L));
+    for (int il = 0; il < L; ++il) {
+      LayerWeights& l = w.layers[size_t(il)];
+      const std::string p = d + "layers." + std::to_string(il) + ".";
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn_layer_norm.weight", &l.attn_norm, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn_layer_norm.bias", &l.attn_norm_b, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.q_proj.weight", &l.wq, {E, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.q_proj.bias", &l.bq, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.k_proj.weight", &l.wk, {E, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.k_proj.bias", &l.bk, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.v_proj.weight", &l.wv, {E, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.v_proj.bias", &l.bv, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.out_proj.weight", &l.wo, {E, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.out_proj.bias", &l.bo, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "final_layer_norm.weight", &l.ffn_norm, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "final_layer_norm.bias", &l.ffn_norm_b, {E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "fc1.weight", &l.w_up, {F, E}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "fc1.bias", &l.b_up, {F}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "fc2.weight", &l.w_down, {E, F}));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "fc2.bias", &l.b_down, {E}));
+    }
+    return Status::Ok();
+  }
+
+  std::vector<WeightJob>& jobs() { return jobs_; }
+
+ private:
+  std::string dir_;
+  std::string cfg_path_;
+  const json& cfg_;
+  const SafetensorsSet& set_;
+  Model& m_;
+  std::vector<WeightJob> jobs_;
+};
+
+Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, const LoadOptions& opt) {
+  const std::string cfg_path = dir + "/config.json";
+  std::ifstream in(cfg_path, std::ios::binary);
+  if (!in) return Status::NotFound(dir + ": no config.json (not a Hugging Face model folder)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  json cfg = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (cfg.is_discarded() || !cfg.is_object()) return Status::Corruption(cfg_path + ": not a JSON object");
+
+  std::string arch;
+  if (auto a = cfg.find("architectures"); a != cfg.end() && a->is_array() && !a->empty() && (*a)[0].is_string()) {
+    arch = (*a)[0].get<std::string>();
+  } else if (auto t = cfg.find("model_type"); t != cfg.end() && t->is_string()) {
+    arch = t->get<std::string>() == "llama" ? "LlamaForCausalLM" : t->get<std::string>() == "opt" ? "OPTForCausalLM" : t->get<std::string>();
+  } else {
+    return Status::NotFound(cfg_path + ": neither 'architectures' nor 'model_type' says what the model is");
+  }
+
+  Model m;
+  m.path = dir;
+  IMPRESS_ASSIGN_OR_RETURN(SafetensorsSet set, SafetensorsSet::OpenFolder(dir));
+  HfLoader loader(dir, cfg, set, &m);
+  if (arch == "LlamaForCausalLM") {
+    IMPRESS_RETURN_IF_ERROR(loader.Llama());
+  } else if (arch == "OPTForCausalLM") {
+    IMPRESS_RETURN_IF_ERROR(loader.Opt());
+  } else {
+    return Status::Unsupported(cfg_path + ": architecture '" + arch + "' is not supported (LlamaForCausalLM or OPTForCausalLM)");
+  }
+  auto nm = cfg.find("_name_or_path");
+  m.config.name = nm != cfg.end() && nm->is_string() && !nm->get<std::string>().empty()
+                      ? nm->get<std::string>()
+                      : fs::path(dir).lexically_normal().filename().string();
+  if (m.config.name.empty()) m.config.name = fs::path(dir).lexically_normal().parent_path().filename().string();
+
+  // Fingerprint: config, weights (as mapped), tokenizer files; names sorted for stability.
+  std::vector<std::string> files = {cfg_path};
+  for (const SafetensorsFile& f : set.files()) files.push_back(f.path());
+  for (const char* t : {"tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "tokenizer_config.json",
+                        "special_tokens_map.json", "generation_config.json"}) {
+    std::error_code ec;
+    if (fs::exists(dir + "/" + t, ec)) files.push_back(dir + "/" + t);
+  }
+  std::sort(files.begin() + 1, files.end());
+  std::string digest;
+  auto hash = [&]() -> Status {
+    IMPRESS_ASSIGN_OR_RETURN(digest, FingerprintFiles(files));
+    return Status::Ok();
+  };
+  IMPRESS_RETURN_IF_ERROR(RunJobs(loader.jobs(), opt.n_threads, progress, hash));
+  m.config.fingerprint = digest;
+  return m;
+}
+
+}  // namespace
+
+void UnpermuteRopeRows(float* w, int64_t n_rows, int64_t n_cols, int n_head) {
+  const int64_t hd = n_rows / n_head, half = hd / 2;
+  std::vector<float> tmp(size_t(hd * n_cols));
+  for (int ih = 0; ih < n_head; ++ih) {
+    float* head = w + ih * hd * n_cols;
+    std::memcpy(tmp.data(), head, tmp.size() * sizeof(float));
+    for (int64_t i = 0; i < 2; ++i) {
+      for (int64_t j = 0; j < half; ++j) {
+        // HF row (i, j) of this head <- GGUF row (j, i)
+        std::memcpy(head + (i * half + j) * n_cols, tmp.data() + (2 * j + i) * n_cols, size_t(n_cols) * sizeof(float));
+      }
+    }
+  }
+}
+
+Result<Model> LoadModel(const std::string& path, const ProgressFn& progress) {
+  return LoadModel(path, progress, LoadOptions{});
+}
+
+Result<Model> LoadModel(const std::string& path, const ProgressFn& progress, const LoadOptions& options) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::NotFound(path + ": no such file or folder");
+  LoadOptions opt = options;
+  if (opt.n_threads < 1) opt.n_threads = 1;
+  if (fs::is_directory(path, ec)) return LoadHfFolder(path, progress, opt);
+  return LoadGguf(path, progress, opt);
+}
+
+}  // namespace impress

@@ -1,0 +1,39 @@
+// LoadModel: a GGUF file or a Hugging Face folder -> Model (engine/model/model.h): config plus
+// fp32 weights in PyTorch (out, in) orientation and Hugging Face layout.
+//
+// GGUF: architecture `llama` (llama.* keys; tensors token_embd, output_norm, output (absent =>
+// tied), blk.N.*). llama.cpp's converter permutes the rows of attn_q/attn_k for its interleaved
+// RoPE; the loader undoes it (UnpermuteRopeRows), so GGUF and HF models come out alike.
+// Hugging Face folders: config.json + model.safetensors or sharded model.safetensors.index.json,
+// for LlamaForCausalLM and OPTForCausalLM (F32/F16/BF16 weights).
+//
+// Every tensor is checked against the config (missing or wrong-shaped tensors are named), every
+// config value is range-checked. config.fingerprint is a hex XXH3-128 of the model bytes (GGUF:
+// the file; HF: config.json, the weight files and the tokenizer files present). The file
+// mappings are released before LoadModel returns. Progress is reported once per tensor, from
+// worker threads (serialized); returning false cancels the load (Status kCancelled).
+// Thread-safe: loads share no state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/base/progress.h"
+#include "engine/base/status.h"
+#include "engine/model/model.h"
+
+namespace impress {
+
+struct LoadOptions {
+  int n_threads = 2;  // dequantization / conversion threads (the caller's thread counts as one)
+};
+
+Result<Model> LoadModel(const std::string& path, const ProgressFn& progress = {});
+Result<Model> LoadModel(const std::string& path, const ProgressFn& progress, const LoadOptions& options);
+
+// Undoes llama.cpp's RoPE row permutation of a (n_head * head_dim, n_cols) matrix in place:
+// HF row (h, i, j), i in {0, 1}, j < head_dim / 2, is GGUF row (h, j, i).
+// Requires n_rows == n_head * head_dim with head_dim even.
+void UnpermuteRopeRows(float* w, int64_t n_rows, int64_t n_cols, int n_head);
+
+}  // namespace impress
