@@ -7,14 +7,13 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
 #include "engine/tokenizer/unicode.h"
+#include "tests/tokenizer/reference-cache.h"
 
 namespace impress {
 namespace {
@@ -22,66 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string SourceDir() {
-  const char* e = std::getenv("IMPRESS_SOURCE_DIR");
-  return e ? e : IMPRESS_SOURCE_DIR;
-}
-
-std::string DefaultModel() {
-  if (const char* e = std::getenv("IMPRESS_DEFAULT_MODEL")) return e;
-  const char* home = std::getenv("HOME");
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  std::string cache = xdg ? xdg : std::string(home ? home : "/root") + "/.cache";
-  if (const char* c = std::getenv("IMPRESS_CACHE_DIR")) cache = std::string(c) + "/..";
-  return cache + "/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-std::string Python() {
-  if (const char* e = std::getenv("IMPRESS_PYTHON"); e && *e) return e;
-#ifdef IMPRESS_PYTHON_PATH
-  if (*IMPRESS_PYTHON_PATH) return IMPRESS_PYTHON_PATH;
-#endif
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/impress/venv/bin/python";
-}
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs the reference script once per (script, model) and caches its output in the temp dir,
-// so the many test processes ctest starts share one run. Empty string: skip (no venv/model).
-std::string ReferenceDir(std::string* skip_reason) {
-  const std::string py = Python(), model = DefaultModel();
-  const fs::path script = fs::path(SourceDir()) / "tests/tokenizer/tokenizer_reference.py";
-  if (!fs::exists(py)) {
-    *skip_reason = "no reference python at " + py + " (run scripts/setup.sh)";
-    return "";
-  }
-  if (!fs::exists(model)) {
-    *skip_reason = "no default model at " + model;
-    return "";
-  }
-  const size_t key = std::hash<std::string>()(ReadAll(script) + model + std::to_string(fs::file_size(model)) +
-                                              ReadAll(fs::path(SourceDir()) / "assets/docs/gpl-3.0.txt"));
-  const fs::path dir = fs::temp_directory_path() / ("impress-tokref-" + std::to_string(key));
-  if (fs::exists(dir / "done")) return dir.string();
-  const fs::path tmp = dir.string() + ".tmp" + std::to_string(getpid());
-  const std::string cmd = "'" + py + "' '" + script.string() + "' '" + model + "' '" + tmp.string() + "'";
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0) {
-    *skip_reason = "";
-    ADD_FAILURE() << "reference script failed (rc " << rc << "): " << cmd;
-    return "";
-  }
-  std::error_code ec;
-  fs::rename(tmp, dir, ec);  // another process may have won the race: use its copy
-  if (ec) fs::remove_all(tmp, ec);
-  return dir.string();
-}
+using testing_tokenizer::DefaultModel;
+using testing_tokenizer::ReadAll;
+using testing_tokenizer::SourceDir;
 
 std::string SpmUnescape(const std::string& s) {
   std::string out;
@@ -102,7 +44,7 @@ class ReferenceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    dir_ = ReferenceDir(&why);
+    dir_ = testing_tokenizer::CachedReference("tokenizer_reference.py", &why);
     if (dir_.empty()) {
       if (!why.empty()) GTEST_SKIP() << why;
       return;
