@@ -104,7 +104,7 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
   }
   auto c = std::unique_ptr<Catalog>(new Catalog(db, path));
   sqlite3_busy_timeout(db, 5000);
-  IMPRESS_RETURN_IF_ERROR(c->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA journal_size_limit=4194304;"));
+  IMPRESS_RETURN_IF_ERROR(c->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=128; PRAGMA journal_size_limit=524288;"));
   Status st = c->Exec(kSchema);
   if (!st.ok()) return Status::Corruption(path + ": not a usable catalog (" + st.message() + ")");
   const std::string version = std::to_string(kFormatVersion);

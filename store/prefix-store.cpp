@@ -1,0 +1,1469 @@
+#include "store/prefix-store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "store/catalog.h"
+#include "store/chunk-format.h"
+#include "store/extent-files.h"
+#include "store/uring-io.h"
+
+namespace impress::store {
+
+namespace {
+
+// One chunk or probe set on disk. Freed when retired (no catalog row names it any more) and the
+// last layout snapshot that could read it is gone.
+struct OwnedExtent {
+  ChunkExtent ext;
+  std::shared_ptr<ExtentFiles> files;
+  std::atomic<bool> retired{false};
+  ~OwnedExtent() {
+    if (retired.load()) files->Free(Extent{ext.file, ext.offset, ext.length});
+  }
+};
+using ExtentPtr = std::shared_ptr<OwnedExtent>;
+
+// The immutable physical layout of one KV segment; readers hold snapshots.
+struct SegLayout {
+  uint64_t generation = 0;
+  std::vector<uint32_t> mapping;  // slot -> original offset; empty = identity
+  std::vector<uint32_t> slot_of;  // original offset -> slot; empty = identity
+  std::vector<std::vector<ExtentPtr>> chunks;  // [layer][index]; null = freed (outside the live range)
+  std::vector<ExtentPtr> probes;               // [layer]
+  uint32_t Slot(uint64_t off) const { return slot_of.empty() ? uint32_t(off) : slot_of[off]; }
+  uint32_t Orig(uint32_t slot) const { return mapping.empty() ? slot : mapping[slot]; }
+};
+using LayoutPtr = std::shared_ptr<const SegLayout>;
+
+struct SegState {
+  uint32_t n_tokens = 0;
+  LayoutPtr layout;
+  std::vector<float> imp_sum;
+  std::vector<uint32_t> imp_count;
+};
+
+struct TierBlock {
+  std::shared_ptr<TierMemory> mem;
+  void* p = nullptr;
+  size_t n = 0;
+  uint64_t generation = 0;
+  ~TierBlock() {
+    if (p) mem->Free(p);
+  }
+};
+using BlockPtr = std::shared_ptr<TierBlock>;
+
+struct SpanView {
+  PathSpan span;
+  LayoutPtr layout;
+};
+
+struct HandleState {
+  NodeId last_node = kNoNode;
+  uint64_t n_matched = 0;
+  std::vector<SpanView> spans;
+};
+
+// One chunk (or probe set) a read touches.
+struct Source {
+  ChunkId cid = 0;
+  uint64_t segment = 0;
+  uint32_t layer = 0, index = 0;
+  uint64_t generation = 0;
+  ExtentPtr ext;                 // disk source
+  BlockPtr block;                // memory source (records only, no header)
+  AlignedBuffer img;             // the chunk image (only the read blocks are valid)
+  std::vector<std::pair<uint32_t, uint32_t>> runs;  // (first block, n blocks) read from disk
+  bool whole = false;            // whole chunk read (to install in a tier)
+  Tier install = Tier::kSsd;
+  std::vector<std::pair<uint32_t, uint32_t>> rows;  // (output row, record index inside the chunk)
+};
+
+struct PendingRead {
+  bool probe = false;
+  bool want_k = false, want_v = false;
+  uint64_t n_rows = 0;
+  ReadEngine::Ticket ticket = 0;
+  std::vector<Source> sources;
+  ReadStats stats;
+};
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+}  // namespace
+
+struct PrefixStore::Impl {
+  // Constant after Open.
+  PrefixStoreOptions opt;
+  Env* env = nullptr;
+  std::string ns;                // radix namespace = model fingerprint
+  uint64_t fp_hash = 0;
+  uint32_t C = 64;
+  uint32_t rec_bytes = 0;        // KV record: (2, n_head_kv, head_dim) fp16
+  uint32_t k_bytes = 0;          // the K half of a record
+  uint32_t probe_rec_bytes = 0;  // (n_probe, head_dim) fp16
+  std::unique_ptr<Catalog> catalog;
+  std::shared_ptr<ExtentFiles> files;
+  std::unique_ptr<ReadEngine> io;
+  std::shared_ptr<TierMemory> device_mem, host_mem;
+  bool direct = false;
+
+  std::mutex mu;
+  RadixTree tree;                                   // GUARDED_BY(mu)
+  std::unique_ptr<TierManager> tiers;               // GUARDED_BY(mu)
+  std::unordered_map<uint64_t, SegState> segs;      // GUARDED_BY(mu)
+  std::unordered_map<ChunkId, BlockPtr> blocks[3];  // GUARDED_BY(mu), by Tier
+  std::unordered_map<uint64_t, HandleState> handles;  // GUARDED_BY(mu)
+  std::unordered_map<ReadTicket, std::unique_ptr<PendingRead>> reads;  // GUARDED_BY(mu)
+  std::set<std::tuple<uint64_t, uint64_t, uint32_t, uint32_t>> bad_chunks;  // (seg, gen, layer, index)
+  std::set<std::pair<uint64_t, uint64_t>> pending_truncations;  // (segment, first bad original offset)
+  uint64_t next_handle = 1, next_ticket = 1;
+  StoreStats st;                                    // GUARDED_BY(mu) (counters only)
+  std::unordered_set<uint64_t> dirty_segs;          // GUARDED_BY(mu): importance stats to persist
+
+  std::mutex reorder_mu;  // one reorder pass at a time
+  std::thread worker;
+  std::mutex worker_mu;
+  std::condition_variable worker_cv;
+  bool stop = false;  // GUARDED_BY(worker_mu)
+
+  // ------------------------------------------------------------------ helpers
+  std::string Geometry() const {
+    std::string g = "L" + std::to_string(opt.n_layer) + ".H" + std::to_string(opt.n_head_kv) + ".D" +
+                    std::to_string(opt.head_dim) + ".C" + std::to_string(opt.chunk_tokens) + ".P";
+    for (int h : opt.probe_kv_heads) g += std::to_string(h) + ",";
+    return g;
+  }
+  uint32_t NChunks(uint32_t n_tokens) const { return (n_tokens + C - 1) / C; }
+  ChunkId Cid(uint64_t seg, uint32_t layer, uint32_t index) const { return ChunkKey{seg, layer, index}.Pack(); }
+  uint64_t ChunkMemBytes(const ExtentPtr& e) const { return uint64_t(e->ext.n_slots) * rec_bytes; }
+
+  ChunkHeader HeaderFor(ChunkKind kind, uint64_t seg, uint64_t gen, uint32_t layer, uint32_t index, uint32_t slot_begin,
+                        uint32_t n_slots, bool reordered) const {
+    ChunkHeader h{};
+    h.kind = uint16_t(kind);
+    h.fingerprint_hash = fp_hash;
+    h.node_id = seg;
+    h.generation = gen;
+    h.layer = layer;
+    h.index = index;
+    h.slot_begin = slot_begin;
+    h.n_slots = n_slots;
+    h.n_heads = kind == ChunkKind::kKV ? uint32_t(opt.n_head_kv) : uint32_t(opt.probe_kv_heads.size());
+    h.head_dim = uint32_t(opt.head_dim);
+    h.record_bytes = kind == ChunkKind::kKV ? rec_bytes : probe_rec_bytes;
+    h.reordered = reordered ? 1 : 0;
+    return h;
+  }
+
+  void ApplyMoveLocked(const TierMove& m) {
+    auto& from = blocks[size_t(m.from)];
+    auto it = from.find(m.chunk);
+    if (m.to == Tier::kSsd) {
+      if (it != from.end()) from.erase(it);
+      return;
+    }
+    if (m.from == Tier::kSsd || it == from.end()) return;  // staged copies are installed after their read
+    BlockPtr src = it->second;
+    from.erase(it);
+    auto& mem = m.to == Tier::kDevice ? device_mem : host_mem;
+    auto b = std::make_shared<TierBlock>();
+    b->mem = mem;
+    b->n = src->n;
+    b->generation = src->generation;
+    b->p = mem->Alloc(src->n);
+    if (!b->p) return;  // out of memory: the chunk is simply not cached
+    std::vector<uint8_t> tmp(src->n);
+    src->mem->CopyOut(tmp.data(), src->p, src->n);
+    mem->CopyIn(b->p, tmp.data(), src->n);
+    blocks[size_t(m.to)][m.chunk] = std::move(b);
+  }
+  void ApplyMovesLocked(const std::vector<TierMove>& moves) {
+    for (const auto& m : moves) ApplyMoveLocked(m);
+  }
+  void DropChunkLocked(ChunkId cid) {
+    if (auto m = tiers->Remove(cid)) ApplyMoveLocked(*m);
+    blocks[size_t(Tier::kHost)].erase(cid);
+    blocks[size_t(Tier::kDevice)].erase(cid);
+  }
+
+  // Chunks of segment `seg` no live original offset maps into: retired, rows deleted.
+  void FreeDeadChunksLocked(uint64_t seg, CatalogBatch& batch) {
+    auto it = segs.find(seg);
+    if (it == segs.end()) return;
+    auto range = tree.SegmentLiveRange(seg);
+    if (!range) return;
+    const SegLayout& old = *it->second.layout;
+    const uint32_t n = it->second.n_tokens;
+    std::vector<bool> live(NChunks(n), false);
+    for (uint64_t o = range->first; o < range->second && o < n; ++o) live[old.Slot(o) / C] = true;
+    bool changed = false;
+    for (const auto& layer : old.chunks)
+      for (size_t i = 0; i < layer.size(); ++i)
+        if (layer[i] && !live[i]) changed = true;
+    if (!changed) return;
+    auto nl = std::make_shared<SegLayout>(old);
+    for (uint32_t il = 0; il < nl->chunks.size(); ++il)
+      for (uint32_t i = 0; i < nl->chunks[il].size(); ++i)
+        if (nl->chunks[il][i] && !live[i]) {
+          nl->chunks[il][i]->retired = true;
+          nl->chunks[il][i].reset();
+          batch.delete_chunks.emplace_back(seg, il, i);
+          DropChunkLocked(Cid(seg, il, i));
+        }
+    it->second.layout = std::move(nl);
+  }
+
+  void KillSegmentLocked(uint64_t seg, CatalogBatch& batch) {
+    auto it = segs.find(seg);
+    if (it == segs.end()) return;
+    const SegLayout& l = *it->second.layout;
+    for (uint32_t il = 0; il < l.chunks.size(); ++il)
+      for (uint32_t i = 0; i < l.chunks[il].size(); ++i) {
+        if (l.chunks[il][i]) l.chunks[il][i]->retired = true;
+        DropChunkLocked(Cid(seg, il, i));
+      }
+    for (auto& p : l.probes)
+      if (p) p->retired = true;
+    segs.erase(it);
+    dirty_segs.erase(seg);
+    batch.delete_segments.push_back(seg);
+  }
+
+  NodeRecord RecordOf(NodeId id) {
+    NodeRecord r;
+    auto info = tree.Get(id);
+    if (!info) return r;
+    r.id = id;
+    r.parent = info->parent;
+    r.segment = info->segment;
+    r.seg_begin = info->seg_begin;
+    auto t = tree.Tokens(id);
+    r.tokens.assign(t.begin(), t.end());
+    r.last_access = info->last_access;
+    r.user_data = info->user_data;
+    return r;
+  }
+
+  // Mirrors evictions / truncations in the catalog batch and frees what nobody names.
+  void ApplyEvictionsLocked(const std::vector<Eviction>& evs, CatalogBatch& batch) {
+    std::set<uint64_t> touched;
+    for (const auto& e : evs) {
+      if (tree.Get(e.node.id)) batch.upsert_nodes.push_back(RecordOf(e.node.id));  // truncated, still there
+      else {
+        batch.delete_nodes.push_back(e.node.id);
+        ++st.nodes_evicted;
+      }
+      touched.insert(e.node.segment);
+    }
+    for (uint64_t seg : touched) {
+      if (!tree.SegmentLiveRange(seg)) KillSegmentLocked(seg, batch);
+      else FreeDeadChunksLocked(seg, batch);
+    }
+  }
+
+  Status CommitLocked(const CatalogBatch& b) { return catalog->Apply(b); }
+
+  // The data files get the SSD budget minus the catalog and room for it to grow: the WAL is
+  // checkpointed every 512 KiB (catalog.cpp), so 1 MiB + a quarter of the database covers it.
+  uint64_t UpdateDataCapLocked() {
+    const uint64_t cat = catalog->FileBytes();
+    const uint64_t reserve = cat + cat / 4 + (1ull << 20);
+    const uint64_t cap = opt.ssd_bytes > reserve ? opt.ssd_bytes - reserve : 0;
+    files->SetCap(cap);
+    return cap;
+  }
+
+  // Evicts LRU leaves until about `bytes` of chunk data is freed. Returns the number evicted.
+  uint64_t EvictLocked(uint64_t bytes, uint64_t max_nodes) {
+    EvictOptions eo;
+    eo.name_space = ns;
+    const uint64_t per_token = uint64_t(rec_bytes) * uint64_t(opt.n_layer);
+    if (max_nodes) {
+      eo.target = max_nodes;
+    } else {
+      eo.target = std::max<uint64_t>(bytes, 1);
+      eo.units = [per_token](const NodeInfo& n) { return n.length * per_token; };
+    }
+    auto evs = tree.EvictLeaves(eo);
+    if (evs.empty()) return 0;
+    CatalogBatch b;
+    ApplyEvictionsLocked(evs, b);
+    Status s = CommitLocked(b);
+    if (!s.ok()) spdlog::error("store: eviction not recorded in the catalog: {}", s.ToString());
+    return evs.size();
+  }
+
+  // The node naming original offset `off` of segment `seg`, from the tree.
+  std::optional<std::pair<NodeId, uint64_t>> NodeAtLocked(uint64_t seg, uint64_t off) {
+    for (const auto& r : tree.Export(ns))
+      if (r.segment == seg && off >= r.seg_begin && off < r.seg_begin + r.tokens.size()) return std::make_pair(r.id, off - r.seg_begin);
+    return std::nullopt;
+  }
+
+  // Truncates the tree where a corrupt chunk starts (if nothing there is locked now).
+  void TryPendingTruncationsLocked() {
+    for (auto it = pending_truncations.begin(); it != pending_truncations.end();) {
+      auto [seg, off] = *it;
+      auto range = tree.SegmentLiveRange(seg);
+      if (!range || off >= range->second) {
+        it = pending_truncations.erase(it);
+        continue;
+      }
+      uint64_t o = std::max(off, range->first);
+      auto at = NodeAtLocked(seg, o);
+      if (!at) {
+        it = pending_truncations.erase(it);
+        continue;
+      }
+      auto evs = tree.Truncate(at->first, at->second);
+      if (!evs.ok()) {
+        ++it;  // locked: retried on the next Release
+        continue;
+      }
+      CatalogBatch b;
+      ApplyEvictionsLocked(*evs, b);
+      Status s = CommitLocked(b);
+      if (!s.ok()) spdlog::error("store: truncation not recorded in the catalog: {}", s.ToString());
+      spdlog::warn("store: segment {} truncated at offset {} after a corrupt chunk ({} node(s) changed)", seg, o, evs->size());
+      it = pending_truncations.erase(it);
+    }
+  }
+
+  void MarkCorruptLocked(const Source& s, const Status& why) {
+    bad_chunks.insert({s.segment, s.generation, s.layer, s.index});
+    ++st.chunks_dropped_corrupt;
+    uint64_t first = UINT64_MAX;
+    auto it = segs.find(s.segment);
+    if (it != segs.end() && it->second.layout->generation == s.generation) {
+      const SegLayout& l = *it->second.layout;
+      if (s.ext && s.ext == (s.layer < l.probes.size() ? l.probes[s.layer] : nullptr)) first = 0;
+      else if (s.ext)
+        for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k) first = std::min<uint64_t>(first, l.Orig(s.ext->ext.slot_begin + k));
+    }
+    if (first == UINT64_MAX) first = 0;
+    spdlog::error("store: {} -- chunk dropped, prefix truncated at segment {} offset {}", why.ToString(), s.segment, first);
+    pending_truncations.insert({s.segment, first});
+    DropChunkLocked(s.cid);
+    TryPendingTruncationsLocked();
+  }
+
+  // ------------------------------------------------------------------ writes
+  // Encodes and writes the chunks of [off_begin, off_end) of one layer with the given slot order.
+  // `rec_at(orig_off)` returns the record bytes of an original offset. Returns rows to commit.
+  Status WriteLayer(uint64_t seg, uint64_t gen, uint32_t il, uint32_t n_tokens, const std::vector<uint32_t>& mapping,
+                    const std::vector<bool>& chunk_wanted, const std::function<const uint8_t*(uint32_t)>& rec_at,
+                    const uint8_t* probe_records, std::vector<ChunkRow>* rows, ProbeRow* probe_row,
+                    std::vector<ExtentPtr>* owned, std::set<uint32_t>* files_touched, uint64_t* bytes) {
+    const uint32_t n_chunks = NChunks(n_tokens);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n_chunks; ++i)
+      if (chunk_wanted[i]) total += ChunkBytes(std::min(C, n_tokens - i * C), rec_bytes);
+    const uint32_t probe_len = probe_records ? ChunkBytes(n_tokens, probe_rec_bytes) : 0;
+    total += probe_len;
+    if (total == 0) return Status::Ok();
+    Result<Extent> ext = files->Allocate(total);
+    for (int attempt = 0; !ext.ok() && ext.status().code() == Status::Code::kResourceExhausted && attempt < 64; ++attempt) {
+      uint64_t evicted;
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        evicted = EvictLocked(total, 0);
+      }
+      if (evicted == 0) break;
+      ext = files->Allocate(total);
+    }
+    if (!ext.ok()) return ext.status().WithContext("store insert, layer " + std::to_string(il));
+    AlignedBuffer buf(total);
+    if (!buf.data()) {
+      files->Free(*ext);
+      return Status::ResourceExhausted("store: out of memory for a " + std::to_string(total) + "-byte write buffer");
+    }
+    std::vector<uint8_t> recs(size_t(C) * rec_bytes);
+    uint64_t pos = 0;
+    const Extent whole = *ext;
+    std::vector<ExtentPtr> mine;
+    for (uint32_t i = 0; i < n_chunks; ++i) {
+      if (!chunk_wanted[i]) continue;
+      const uint32_t n = std::min(C, n_tokens - i * C);
+      for (uint32_t s = 0; s < n; ++s) {
+        uint32_t slot = i * C + s;
+        std::memcpy(recs.data() + size_t(s) * rec_bytes, rec_at(mapping.empty() ? slot : mapping[slot]), rec_bytes);
+      }
+      ChunkRow row;
+      row.segment = seg;
+      row.layer = il;
+      row.index = i;
+      row.generation = gen;
+      EncodeChunk(HeaderFor(ChunkKind::kKV, seg, gen, il, i, i * C, n, !mapping.empty()), recs.data(), buf.data() + pos, &row.ext);
+      row.ext.file = whole.file;
+      row.ext.offset = whole.offset + pos;
+      pos += row.ext.length;
+      auto oe = std::make_shared<OwnedExtent>();
+      oe->ext = row.ext;
+      oe->files = files;
+      mine.push_back(oe);
+      rows->push_back(std::move(row));
+    }
+    if (probe_records) {
+      probe_row->segment = seg;
+      probe_row->layer = il;
+      EncodeChunk(HeaderFor(ChunkKind::kProbe, seg, 0, il, 0, 0, n_tokens, false), probe_records, buf.data() + pos, &probe_row->ext);
+      probe_row->ext.file = whole.file;
+      probe_row->ext.offset = whole.offset + pos;
+      auto oe = std::make_shared<OwnedExtent>();
+      oe->ext = probe_row->ext;
+      oe->files = files;
+      mine.push_back(oe);
+    }
+    Status s = files->Write(whole, buf.data());
+    if (!s.ok()) {
+      files->Free(whole);  // the sub-extents were never published
+      return s.WithContext("store insert, layer " + std::to_string(il));
+    }
+    files_touched->insert(whole.file);
+    *bytes += total;
+    owned->insert(owned->end(), mine.begin(), mine.end());
+    return Status::Ok();
+  }
+
+  static void RetireAll(std::vector<ExtentPtr>& v) {
+    for (auto& e : v) e->retired = true;
+    v.clear();
+  }
+
+  Status SyncFiles(const std::set<uint32_t>& ids) {
+    for (uint32_t f : ids) IMPRESS_RETURN_IF_ERROR(files->Sync(f));
+    return Status::Ok();
+  }
+
+  // ------------------------------------------------------------------ reads
+  Result<ReadTicket> SubmitLocked(std::unique_ptr<PendingRead> pr) {
+    std::vector<ReadOp> ops;
+    for (auto& s : pr->sources) {
+      if (s.block) continue;
+      File* f = files->file(s.ext->ext.file);
+      if (!f) return Status::Internal("store: data file " + std::to_string(s.ext->ext.file) + " is not open");
+      s.img = AlignedBuffer(s.ext->ext.length);
+      if (!s.img.data()) return Status::ResourceExhausted("store: out of memory for a read buffer");
+      for (auto [b, n] : s.runs) {
+        ops.push_back(ReadOp{f, s.ext->ext.offset + uint64_t(b) * kBlockBytes, n * kBlockBytes, s.img.data() + size_t(b) * kBlockBytes});
+        pr->stats.ssd_bytes += uint64_t(n) * kBlockBytes;
+      }
+    }
+    pr->stats.n_ios = uint32_t(ops.size());
+    st.ssd_bytes_read += pr->stats.ssd_bytes;
+    st.chunk_reads += pr->stats.chunks_ssd;
+    ++st.n_reads;
+    pr->ticket = io->Submit(std::move(ops));
+    ReadTicket t = next_ticket++;
+    reads[t] = std::move(pr);
+    return t;
+  }
+
+  // Block runs covering the byte ranges [a, b) (chunk-relative) of the given records.
+  static std::vector<std::pair<uint32_t, uint32_t>> RunsFor(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+    std::vector<uint32_t> blocks;
+    for (auto [a, b] : ranges)
+      for (uint64_t x = a / kBlockBytes; x <= (b - 1) / kBlockBytes; ++x) blocks.push_back(uint32_t(x));
+    std::sort(blocks.begin(), blocks.end());
+    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+    std::vector<std::pair<uint32_t, uint32_t>> runs;
+    for (uint32_t x : blocks) {
+      if (!runs.empty() && runs.back().first + runs.back().second == x) ++runs.back().second;
+      else runs.push_back({x, 1});
+    }
+    return runs;
+  }
+
+  Status VerifySource(const Source& s, bool probe) {
+    const std::string what = std::string(probe ? "probe keys" : "chunk") + " of segment " + std::to_string(s.segment) +
+                             " layer " + std::to_string(s.layer) + " index " + std::to_string(s.index);
+    if (s.whole) {
+      ChunkHeader h = probe ? HeaderFor(ChunkKind::kProbe, s.segment, 0, s.layer, 0, 0, s.ext->ext.n_slots, false)
+                            : HeaderFor(ChunkKind::kKV, s.segment, s.generation, s.layer, s.index, s.ext->ext.slot_begin,
+                                        s.ext->ext.n_slots, false);
+      return VerifyChunk(s.img.data(), s.ext->ext, h, what);
+    }
+    for (auto [b, n] : s.runs) IMPRESS_RETURN_IF_ERROR(VerifyBlocks(s.img.data() + size_t(b) * kBlockBytes, s.ext->ext, b, n, what));
+    return Status::Ok();
+  }
+
+  // ------------------------------------------------------------------ recovery
+  Status Recover();
+  Result<ReorderReport> Reorder();
+  Status FlushLocked();
+  Status ReorderSegment(uint64_t seg, ReorderReport* rep);
+  void WorkerLoop();
+};
+
+// ==================================================================== open / recovery
+
+Status PrefixStore::Impl::Recover() {
+  IMPRESS_ASSIGN_OR_RETURN(CatalogContents cc, catalog->Load());
+  std::lock_guard<std::mutex> lk(mu);
+  CatalogBatch fix;
+  // Segments and their extents.
+  std::map<uint64_t, SegmentRow> rows;
+  for (auto& g : cc.segments) rows[g.id] = std::move(g);
+  std::map<uint64_t, std::shared_ptr<SegLayout>> layouts;
+  std::set<std::tuple<uint64_t, uint32_t, uint32_t>> present;
+  for (auto& [id, g] : rows) {
+    auto l = std::make_shared<SegLayout>();
+    l->generation = g.generation;
+    bool ok = g.n_tokens > 0 && (g.mapping.empty() || g.mapping.size() == g.n_tokens);
+    if (ok && !g.mapping.empty()) {
+      l->mapping = g.mapping;
+      l->slot_of.assign(g.n_tokens, UINT32_MAX);
+      for (uint32_t s = 0; s < g.n_tokens; ++s) {
+        if (g.mapping[s] >= g.n_tokens || l->slot_of[g.mapping[s]] != UINT32_MAX) { ok = false; break; }
+        l->slot_of[g.mapping[s]] = s;
+      }
+    }
+    if (!ok) {
+      spdlog::warn("store: segment {} has an invalid token count or mapping list; dropped", id);
+      fix.delete_segments.push_back(id);
+      continue;
+    }
+    l->chunks.assign(size_t(opt.n_layer), std::vector<ExtentPtr>(NChunks(g.n_tokens)));
+    l->probes.assign(size_t(opt.n_layer), nullptr);
+    layouts[id] = l;
+  }
+  auto make = [&](const ChunkExtent& e) {
+    auto oe = std::make_shared<OwnedExtent>();
+    oe->ext = e;
+    oe->files = files;
+    return oe;
+  };
+  // first bad original offset per segment
+  std::map<uint64_t, uint64_t> bad_from;
+  auto note_bad = [&](uint64_t seg, uint64_t off, const std::string& why) {
+    spdlog::warn("store: {}; the cached prefix is cut there", why);
+    auto it = bad_from.find(seg);
+    if (it == bad_from.end() || it->second > off) bad_from[seg] = off;
+  };
+  for (auto& c : cc.chunks) {
+    auto it = layouts.find(c.segment);
+    if (it == layouts.end()) {
+      fix.delete_chunks.emplace_back(c.segment, c.layer, c.index);
+      continue;
+    }
+    auto& l = *it->second;
+    if (c.layer >= l.chunks.size() || c.index >= l.chunks[c.layer].size() || c.generation != l.generation ||
+        c.ext.slot_begin != c.index * C || c.ext.n_slots != std::min(C, rows[c.segment].n_tokens - c.index * C) ||
+        c.ext.length != ChunkBytes(c.ext.n_slots, rec_bytes)) {
+      fix.delete_chunks.emplace_back(c.segment, c.layer, c.index);
+      continue;
+    }
+    Status s = files->MarkUsed(Extent{c.ext.file, c.ext.offset, c.ext.length});
+    if (!s.ok()) {
+      fix.delete_chunks.emplace_back(c.segment, c.layer, c.index);
+      continue;  // reported as missing below
+    }
+    l.chunks[c.layer][c.index] = make(c.ext);
+    ChunkStats cs;
+    cs.frequency = uint64_t(c.freq);
+    cs.important_ratio = c.imp_ratio;
+    cs.n_importance_reports = c.n_reports;
+    cs.bytes = uint64_t(c.ext.n_slots) * rec_bytes;
+    tiers->RestoreStats(Cid(c.segment, c.layer, c.index), cs);
+  }
+  for (auto& p : cc.probes) {
+    auto it = layouts.find(p.segment);
+    if (it == layouts.end() || p.layer >= it->second->probes.size() || p.ext.n_slots != rows[p.segment].n_tokens ||
+        p.ext.length != ChunkBytes(p.ext.n_slots, probe_rec_bytes) ||
+        !files->MarkUsed(Extent{p.ext.file, p.ext.offset, p.ext.length}).ok())
+      continue;
+    it->second->probes[p.layer] = make(p.ext);
+  }
+  // Tree.
+  IMPRESS_ASSIGN_OR_RETURN(RebuildReport rep, tree.Rebuild(ns, cc.nodes));
+  for (auto& [id, why] : rep.dropped) {
+    spdlog::warn("store: catalog node {} dropped: {}", id, why);
+    fix.delete_nodes.push_back(id);
+  }
+  for (auto& [id, l] : layouts) {
+    SegState s;
+    s.n_tokens = rows[id].n_tokens;
+    s.imp_sum = rows[id].imp_sum;
+    s.imp_count = rows[id].imp_count;
+    s.imp_sum.resize(s.n_tokens, 0.0f);
+    s.imp_count.resize(s.n_tokens, 0);
+    s.layout = l;
+    segs[id] = std::move(s);
+  }
+  // Every node's segment must exist; every live chunk must exist (and verify, if asked).
+  for (const auto& r : tree.Export(ns))
+    if (!segs.count(r.segment)) note_bad(r.segment, 0, "segment " + std::to_string(r.segment) + " named by node " + std::to_string(r.id) + " is missing");
+  std::vector<std::pair<uint64_t, Source>> verify;
+  for (auto& [id, s] : segs) {
+    auto range = tree.SegmentLiveRange(id);
+    if (!range) continue;
+    const SegLayout& l = *s.layout;
+    for (uint64_t o = range->first; o < range->second && o < s.n_tokens; ++o) {
+      uint32_t slot = l.Slot(o);
+      for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il)
+        if (!l.chunks[il][slot / C]) {
+          note_bad(id, o, "chunk " + std::to_string(slot / C) + " of segment " + std::to_string(id) + " layer " + std::to_string(il) + " is missing");
+          break;
+        }
+      if (bad_from.count(id) && bad_from[id] <= o) break;
+    }
+    for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il)
+      if (!l.probes[il]) { note_bad(id, 0, "probe keys of segment " + std::to_string(id) + " layer " + std::to_string(il) + " are missing"); break; }
+    if (range->second > s.n_tokens) note_bad(id, s.n_tokens, "segment " + std::to_string(id) + " is shorter than its nodes");
+    if (opt.verify_on_open) {
+      for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il) {
+        for (uint32_t i = 0; i < l.chunks[il].size(); ++i)
+          if (l.chunks[il][i]) {
+            Source src;
+            src.segment = id; src.layer = il; src.index = i; src.generation = l.generation;
+            src.ext = l.chunks[il][i]; src.whole = true;
+            verify.push_back({0, std::move(src)});
+          }
+        if (l.probes[il]) {
+          Source src;
+          src.segment = id; src.layer = il; src.ext = l.probes[il]; src.whole = true;
+          verify.push_back({1, std::move(src)});
+        }
+      }
+    }
+  }
+  if (!verify.empty()) {
+    for (size_t b0 = 0; b0 < verify.size(); b0 += 256) {
+      size_t b1 = std::min(verify.size(), b0 + 256);
+      std::vector<ReadOp> ops;
+      for (size_t i = b0; i < b1; ++i) {
+        auto& s = verify[i].second;
+        s.img = AlignedBuffer(s.ext->ext.length);
+        ops.push_back(ReadOp{files->file(s.ext->ext.file), s.ext->ext.offset, s.ext->ext.length, s.img.data()});
+      }
+      Status io_st = io->Wait(io->Submit(std::move(ops)));
+      for (size_t i = b0; i < b1; ++i) {
+        auto& s = verify[i].second;
+        Status v = io_st.ok() ? VerifySource(s, verify[i].first == 1) : io_st;
+        if (v.ok()) continue;
+        const SegLayout& l = *segs[s.segment].layout;
+        uint64_t first = UINT64_MAX;
+        if (verify[i].first == 1) first = 0;
+        else for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k) first = std::min<uint64_t>(first, l.Orig(s.ext->ext.slot_begin + k));
+        note_bad(s.segment, first, v.ToString());
+        ++st.chunks_dropped_corrupt;
+      }
+    }
+  }
+  // Cut the tree at the first bad offset of each segment.
+  for (auto [seg, off] : bad_from) {
+    auto range = tree.SegmentLiveRange(seg);
+    if (!range || off >= range->second) continue;
+    auto at = NodeAtLocked(seg, std::max(off, range->first));
+    if (!at) continue;
+    auto evs = tree.Truncate(at->first, at->second);
+    if (!evs.ok()) return evs.status().WithContext("store recovery");
+    for (const auto& e : *evs) {
+      if (tree.Get(e.node.id)) fix.upsert_nodes.push_back(RecordOf(e.node.id));
+      else fix.delete_nodes.push_back(e.node.id);
+    }
+  }
+  // Segments nobody names; chunks outside live ranges.
+  std::vector<uint64_t> dead;
+  for (auto& [id, s] : segs)
+    if (!tree.SegmentLiveRange(id)) dead.push_back(id);
+  for (uint64_t id : dead) {
+    const SegLayout& l = *segs[id].layout;
+    for (auto& layer : l.chunks)
+      for (auto& c : layer)
+        if (c) files->ForgetUsed(Extent{c->ext.file, c->ext.offset, c->ext.length});
+    for (auto& p : l.probes)
+      if (p) files->ForgetUsed(Extent{p->ext.file, p->ext.offset, p->ext.length});
+    for (uint32_t il = 0; il < l.chunks.size(); ++il)
+      for (uint32_t i = 0; i < l.chunks[il].size(); ++i) tiers->Remove(Cid(id, il, i));
+    segs.erase(id);
+    fix.delete_segments.push_back(id);
+  }
+  for (auto& [id, s] : segs) {
+    // Chunks outside the live range: the allocator is still recovering, so they are forgotten
+    // (FinishRecovery frees whatever is not marked used) rather than freed.
+    LayoutPtr before = s.layout;
+    CatalogBatch tmp;
+    FreeDeadChunksLocked(id, tmp);
+    for (auto [g, il, i] : tmp.delete_chunks) {
+      const ExtentPtr& e = before->chunks[il][i];
+      files->ForgetUsed(Extent{e->ext.file, e->ext.offset, e->ext.length});
+      fix.delete_chunks.emplace_back(g, il, i);
+    }
+  }
+  IMPRESS_RETURN_IF_ERROR(catalog->Apply(fix));
+  IMPRESS_RETURN_IF_ERROR(files->FinishRecovery());
+  if (!fix.empty())
+    spdlog::info("store: recovery dropped {} node(s), {} segment(s), {} chunk row(s)", fix.delete_nodes.size(),
+                 fix.delete_segments.size(), fix.delete_chunks.size());
+  return Status::Ok();
+}
+
+// ==================================================================== public API
+
+PrefixStore::PrefixStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<PrefixStore>> PrefixStore::Open(PrefixStoreOptions o) {
+  if (o.dir.empty()) return Status::InvalidArgument("store: no directory given");
+  if (o.model_fingerprint.empty()) return Status::InvalidArgument("store: empty model fingerprint");
+  if (o.n_layer <= 0 || o.n_layer > 1023 || o.n_head_kv <= 0 || o.head_dim <= 0 || o.n_head_kv * o.head_dim > 65536)
+    return Status::InvalidArgument("store: bad KV geometry n_layer=" + std::to_string(o.n_layer) + " n_head_kv=" +
+                                   std::to_string(o.n_head_kv) + " head_dim=" + std::to_string(o.head_dim));
+  if (o.chunk_tokens <= 0 || o.chunk_tokens > 4096) return Status::InvalidArgument("store: chunk_tokens must be in [1, 4096]");
+  if (o.probe_kv_heads.empty()) return Status::InvalidArgument("store: at least one probe KV head is needed");
+  for (int h : o.probe_kv_heads)
+    if (h < 0 || h >= o.n_head_kv) return Status::InvalidArgument("store: probe KV head " + std::to_string(h) + " out of range");
+  auto im = std::make_unique<Impl>();
+  im->opt = o;
+  im->env = o.env ? o.env : Env::Default();
+  im->ns = o.model_fingerprint;
+  im->fp_hash = FingerprintHash(o.model_fingerprint);
+  im->C = uint32_t(o.chunk_tokens);
+  im->k_bytes = uint32_t(o.n_head_kv * o.head_dim * 2);
+  im->rec_bytes = 2 * im->k_bytes;
+  im->probe_rec_bytes = uint32_t(o.probe_kv_heads.size() * size_t(o.head_dim) * 2);
+  im->device_mem = o.device_memory ? o.device_memory : std::make_shared<HostTierMemory>("device (host stand-in)");
+  im->host_mem = o.host_memory ? o.host_memory : std::make_shared<HostTierMemory>("host");
+  IMPRESS_RETURN_IF_ERROR(im->env->CreateDir(o.dir));
+  bool fresh = false;
+  std::string why;
+  IMPRESS_ASSIGN_OR_RETURN(im->catalog, Catalog::Open(o.dir + "/catalog.db", o.model_fingerprint, im->Geometry(), &fresh, &why));
+  if (!why.empty()) spdlog::warn("store {}: {}; starting a fresh namespace", o.dir, why);
+  IMPRESS_ASSIGN_OR_RETURN(auto files, ExtentFiles::Open(im->env, o.dir, AlignUp(o.data_file_bytes), o.ssd_bytes));
+  im->files = std::move(files);
+  // Does this filesystem take O_DIRECT? (tmpfs on older kernels, some FUSE: no)
+  {
+    IMPRESS_ASSIGN_OR_RETURN(auto probe, im->env->OpenFile(o.dir + "/.direct-probe", OpenOptions{}));
+    im->direct = probe->direct();
+    probe.reset();
+    (void)im->env->RemoveFile(o.dir + "/.direct-probe");
+  }
+  std::string note;
+  bool force = o.force_pread || !im->direct;
+  im->io = ReadEngine::Create(o.queue_depth, force, &note);
+  if (!im->direct) note = "O_DIRECT refused by the filesystem of " + o.dir + "; reading with buffered pread";
+  if (!note.empty()) {
+    static std::once_flag once;
+    std::call_once(once, [&] { spdlog::warn("store: {}", note); });
+  }
+  im->tiers = std::make_unique<TierManager>(MakeCachePolicy(o.policy), o.device_bytes, o.host_bytes);
+  IMPRESS_RETURN_IF_ERROR(im->Recover());
+  {
+    std::lock_guard<std::mutex> lk(im->mu);
+    im->UpdateDataCapLocked();
+  }
+  im->st.io_engine = im->io->name();
+  im->st.direct_io = im->direct;
+  if (o.reorder_interval.count() > 0) im->worker = std::thread([p = im.get()] { p->WorkerLoop(); });
+  return std::unique_ptr<PrefixStore>(new PrefixStore(std::move(im)));
+}
+
+PrefixStore::~PrefixStore() {
+  {
+    std::lock_guard<std::mutex> lk(impl_->worker_mu);
+    impl_->stop = true;
+  }
+  impl_->worker_cv.notify_all();
+  if (impl_->worker.joinable()) impl_->worker.join();
+  std::vector<ReadTicket> left;
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    for (auto& [t, r] : impl_->reads) left.push_back(t);
+  }
+  for (ReadTicket t : left) (void)Wait(t);  // buffers must outlive the kernel's writes
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  Status s = impl_->FlushLocked();
+  if (!s.ok()) spdlog::warn("store: statistics not saved: {}", s.ToString());
+}
+
+const PrefixStoreOptions& PrefixStore::options() const { return impl_->opt; }
+
+MatchHandle PrefixStore::Match(std::span<const Token> tokens) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  MatchResult m = im.tree.Match(im.ns, tokens, true);
+  MatchHandle h;
+  if (m.n_matched == 0) return h;
+  if (!im.tree.Lock(m.last_node).ok()) return h;
+  HandleState hs;
+  hs.last_node = m.last_node;
+  hs.n_matched = m.n_matched;
+  for (const auto& sp : m.path) {
+    auto it = im.segs.find(sp.segment);
+    if (it == im.segs.end()) break;  // cannot happen: the tree names only live segments
+    hs.spans.push_back({sp, it->second.layout});
+  }
+  h.id = im.next_handle++;
+  h.n_matched = m.n_matched;
+  im.handles[h.id] = std::move(hs);
+  return h;
+}
+
+Status PrefixStore::Release(MatchHandle& h) {
+  if (h.id == 0) return Status::Ok();
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  auto it = im.handles.find(h.id);
+  if (it == im.handles.end()) return Status::InvalidArgument("store: match handle " + std::to_string(h.id) + " unknown or released");
+  Status s = im.tree.Unlock(it->second.last_node);
+  im.handles.erase(it);
+  h.id = 0;
+  im.TryPendingTruncationsLocked();
+  return s;
+}
+
+Result<ReadTicket> PrefixStore::SubmitProbeKeys(const MatchHandle& h, int il) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  auto hit = im.handles.find(h.id);
+  if (hit == im.handles.end()) return Status::InvalidArgument("store: match handle " + std::to_string(h.id) + " unknown");
+  if (il < 0 || il >= im.opt.n_layer) return Status::InvalidArgument("store: layer " + std::to_string(il) + " out of range");
+  auto pr = std::make_unique<PendingRead>();
+  pr->probe = true;
+  pr->n_rows = hit->second.n_matched;
+  for (const auto& sv : hit->second.spans) {
+    const ExtentPtr& e = sv.layout->probes[size_t(il)];
+    if (!e) return Status::Internal("store: probe keys of segment " + std::to_string(sv.span.segment) + " missing");
+    if (im.bad_chunks.count({sv.span.segment, 0, uint32_t(il), UINT32_MAX}))
+      return Status::Corruption("store: probe keys of segment " + std::to_string(sv.span.segment) + " layer " + std::to_string(il) + " are corrupt");
+    Source s;
+    s.segment = sv.span.segment;
+    s.layer = uint32_t(il);
+    s.index = UINT32_MAX;
+    s.ext = e;
+    const uint64_t a = kChunkHeaderBytes + sv.span.seg_begin * im.probe_rec_bytes;
+    const uint64_t b = a + sv.span.length * im.probe_rec_bytes;
+    s.runs = Impl::RunsFor({{a, b}});
+    for (uint64_t r = 0; r < sv.span.length; ++r) s.rows.push_back({uint32_t(sv.span.depth + r), uint32_t(sv.span.seg_begin + r)});
+    pr->stats.useful_bytes += sv.span.length * im.probe_rec_bytes;
+    ++pr->stats.chunks_ssd;
+    pr->sources.push_back(std::move(s));
+  }
+  return im.SubmitLocked(std::move(pr));
+}
+
+Result<ReadTicket> PrefixStore::SubmitReadAllKeys(const MatchHandle& h, int il) {
+  std::vector<uint32_t> pos(h.n_matched);
+  std::iota(pos.begin(), pos.end(), 0u);
+  return SubmitReadKV(h, il, pos, true, false);
+}
+
+Result<ReadTicket> PrefixStore::SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
+                                             bool want_k, bool want_v) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  auto hit = im.handles.find(h.id);
+  if (hit == im.handles.end()) return Status::InvalidArgument("store: match handle " + std::to_string(h.id) + " unknown");
+  if (il < 0 || il >= im.opt.n_layer) return Status::InvalidArgument("store: layer " + std::to_string(il) + " out of range");
+  if (!want_k && !want_v) return Status::InvalidArgument("store: a KV read must want K, V or both");
+  const HandleState& hs = hit->second;
+  auto pr = std::make_unique<PendingRead>();
+  pr->want_k = want_k;
+  pr->want_v = want_v;
+  pr->n_rows = positions.size();
+  std::map<ChunkId, size_t> by_chunk;  // chunk -> index in sources
+  size_t sp = 0;
+  for (size_t r = 0; r < positions.size(); ++r) {
+    const uint64_t p = positions[r];
+    if (p >= hs.n_matched || (r > 0 && p <= positions[r - 1]))
+      return Status::InvalidArgument("store: position " + std::to_string(p) + " is out of range (" + std::to_string(hs.n_matched) +
+                                     " matched) or not ascending");
+    while (sp < hs.spans.size() && p >= hs.spans[sp].span.depth + hs.spans[sp].span.length) ++sp;
+    const SpanView& sv = hs.spans[sp];
+    const uint64_t off = sv.span.seg_begin + (p - sv.span.depth);
+    const uint32_t slot = sv.layout->Slot(off);
+    const uint32_t idx = slot / im.C;
+    const ChunkId cid = im.Cid(sv.span.segment, uint32_t(il), idx);
+    auto [it, fresh] = by_chunk.try_emplace(cid, pr->sources.size());
+    if (fresh) {
+      Source s;
+      s.cid = cid;
+      s.segment = sv.span.segment;
+      s.layer = uint32_t(il);
+      s.index = idx;
+      s.generation = sv.layout->generation;
+      s.ext = sv.layout->chunks[size_t(il)][idx];
+      if (!s.ext) return Status::Internal("store: chunk " + std::to_string(idx) + " of segment " + std::to_string(s.segment) + " was freed while locked");
+      if (im.bad_chunks.count({s.segment, s.generation, s.layer, idx}))
+        return Status::Corruption("store: chunk " + std::to_string(idx) + " of segment " + std::to_string(s.segment) + " layer " +
+                                  std::to_string(il) + " failed its checksum and is not served");
+      pr->sources.push_back(std::move(s));
+    }
+    pr->sources[it->second].rows.push_back({uint32_t(r), slot - idx * im.C});
+  }
+  const uint64_t want_bytes = (want_k ? im.k_bytes : 0) + (want_v ? im.k_bytes : 0);
+  pr->stats.useful_bytes = positions.size() * want_bytes;
+  for (auto& s : pr->sources) {
+    // The important ratio comes from ReportImportance (a fallback read of all keys says nothing).
+    AccessResult ar = im.tiers->Access(s.cid, im.ChunkMemBytes(s.ext));
+    for (const auto& m : ar.moves) {
+      if (m.chunk == s.cid && m.from == Tier::kSsd && m.to != Tier::kSsd) s.install = m.to;
+      else im.ApplyMoveLocked(m);
+    }
+    for (Tier t : {Tier::kDevice, Tier::kHost}) {
+      auto b = im.blocks[size_t(t)].find(s.cid);
+      if (b != im.blocks[size_t(t)].end() && b->second->generation == s.generation) {
+        s.block = b->second;
+        (t == Tier::kDevice ? pr->stats.chunks_device : pr->stats.chunks_host)++;
+        break;
+      }
+    }
+    if (s.block) continue;
+    ++pr->stats.chunks_ssd;
+    if (s.install != Tier::kSsd) {
+      s.whole = true;
+      s.runs = {{0, s.ext->ext.length / kBlockBytes}};
+    } else {
+      std::vector<std::pair<uint64_t, uint64_t>> ranges;
+      for (auto [row, w] : s.rows) {
+        const uint64_t base = kChunkHeaderBytes + uint64_t(w) * im.rec_bytes;
+        ranges.push_back({base + (want_k ? 0 : im.k_bytes), base + (want_v ? im.rec_bytes : im.k_bytes)});
+      }
+      s.runs = Impl::RunsFor(ranges);
+    }
+  }
+  return im.SubmitLocked(std::move(pr));
+}
+
+Result<ReadResult> PrefixStore::Wait(ReadTicket t) {
+  Impl& im = *impl_;
+  std::unique_ptr<PendingRead> pr;
+  {
+    std::lock_guard<std::mutex> lk(im.mu);
+    auto it = im.reads.find(t);
+    if (it == im.reads.end()) return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
+    pr = std::move(it->second);
+    im.reads.erase(it);
+  }
+  Status io_st = im.io->Wait(pr->ticket);
+  ReadResult out;
+  out.stats = pr->stats;
+  if (!io_st.ok()) return io_st.WithContext("store read");
+  // Verify everything read from disk before serving a byte of it.
+  for (auto& s : pr->sources) {
+    if (s.block) continue;
+    Status v = im.VerifySource(s, pr->probe);
+    if (!v.ok()) {
+      std::lock_guard<std::mutex> lk(im.mu);
+      if (pr->probe) {
+        im.bad_chunks.insert({s.segment, 0, s.layer, UINT32_MAX});
+        ++im.st.chunks_dropped_corrupt;
+        spdlog::error("store: {} -- prefix truncated at segment {}", v.ToString(), s.segment);
+        im.pending_truncations.insert({s.segment, 0});
+        im.TryPendingTruncationsLocked();
+      } else {
+        im.MarkCorruptLocked(s, v);
+      }
+      return v;
+    }
+  }
+  const size_t row_elems = size_t(im.opt.n_head_kv) * size_t(im.opt.head_dim);
+  if (pr->probe) {
+    const size_t pe = im.probe_rec_bytes / 2;
+    out.k.resize(pr->n_rows * pe);
+    for (auto& s : pr->sources)
+      for (auto [row, rec] : s.rows)
+        std::memcpy(out.k.data() + size_t(row) * pe, s.img.data() + kChunkHeaderBytes + size_t(rec) * im.probe_rec_bytes, im.probe_rec_bytes);
+    return out;
+  }
+  if (pr->want_k) out.k.resize(pr->n_rows * row_elems);
+  if (pr->want_v) out.v.resize(pr->n_rows * row_elems);
+  std::vector<uint8_t> tmp;
+  for (auto& s : pr->sources) {
+    const uint8_t* base;
+    if (s.block) {
+      tmp.resize(s.block->n);
+      s.block->mem->CopyOut(tmp.data(), s.block->p, s.block->n);
+      base = tmp.data();
+    } else {
+      base = s.img.data() + kChunkHeaderBytes;
+    }
+    for (auto [row, w] : s.rows) {
+      const uint8_t* rec = base + size_t(w) * im.rec_bytes;
+      if (pr->want_k) std::memcpy(out.k.data() + size_t(row) * row_elems, rec, im.k_bytes);
+      if (pr->want_v) std::memcpy(out.v.data() + size_t(row) * row_elems, rec + im.k_bytes, im.k_bytes);
+    }
+  }
+  // Keep the chunks the tier manager admitted (if still current).
+  std::lock_guard<std::mutex> lk(im.mu);
+  for (auto& s : pr->sources) {
+    if (!s.whole || s.install == Tier::kSsd || im.tiers->Where(s.cid) != s.install) continue;
+    auto sit = im.segs.find(s.segment);
+    if (sit == im.segs.end() || sit->second.layout->generation != s.generation) continue;
+    if (im.blocks[size_t(s.install)].count(s.cid)) continue;
+    auto& mem = s.install == Tier::kDevice ? im.device_mem : im.host_mem;
+    auto b = std::make_shared<TierBlock>();
+    b->mem = mem;
+    b->n = size_t(s.ext->ext.n_slots) * im.rec_bytes;
+    b->generation = s.generation;
+    b->p = mem->Alloc(b->n);
+    if (!b->p) continue;
+    mem->CopyIn(b->p, s.img.data() + kChunkHeaderBytes, b->n);
+    im.blocks[size_t(s.install)][s.cid] = std::move(b);
+  }
+  return out;
+}
+
+Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers) {
+  Impl& im = *impl_;
+  if (layers.size() != size_t(im.opt.n_layer))
+    return Status::InvalidArgument("store insert: " + std::to_string(layers.size()) + " layers of KV given, the model has " +
+                                   std::to_string(im.opt.n_layer));
+  if (start > tokens.size()) return Status::InvalidArgument("store insert: start past the end of the tokens");
+  for (const auto& l : layers)
+    if (!l.k || !l.v) return Status::InvalidArgument("store insert: null K or V");
+  InsertSummary sum;
+  uint64_t seg_start, seg;
+  NodeId locked;
+  {
+    std::lock_guard<std::mutex> lk(im.mu);
+    MatchResult m = im.tree.Match(im.ns, tokens, false);
+    sum.n_cached_before = m.n_matched;
+    if (m.n_matched < start) {
+      ++im.st.insert_failures;
+      return Status::NotFound("store insert: only " + std::to_string(m.n_matched) + " of the " + std::to_string(start) +
+                              " prefix tokens are still cached; re-match and recompute");
+    }
+    if (m.n_matched >= tokens.size()) return sum;
+    if (tokens.size() - m.n_matched > UINT32_MAX / 2) return Status::InvalidArgument("store insert: too many tokens");
+    seg_start = m.n_matched;
+    seg = im.tree.NewSegmentId();
+    locked = m.last_node;
+    IMPRESS_RETURN_IF_ERROR(im.tree.Lock(locked));
+    im.UpdateDataCapLocked();
+  }
+  auto unlock = [&] {
+    std::lock_guard<std::mutex> lk(im.mu);
+    (void)im.tree.Unlock(locked);
+  };
+  const uint32_t n = uint32_t(tokens.size() - seg_start);
+  const uint64_t skip = seg_start - start;  // KV rows given for tokens now already cached
+  const size_t row_elems = size_t(im.opt.n_head_kv) * size_t(im.opt.head_dim);
+  std::vector<ChunkRow> rows;
+  std::vector<ProbeRow> probes(size_t(im.opt.n_layer));
+  std::vector<ExtentPtr> owned;
+  std::set<uint32_t> touched;
+  std::vector<uint8_t> recs(size_t(n) * im.rec_bytes), probe_recs(size_t(n) * im.probe_rec_bytes);
+  Status s;
+  std::vector<bool> all(im.NChunks(n), true);
+  for (int il = 0; il < im.opt.n_layer && s.ok(); ++il) {
+    const f16_t* k = layers[size_t(il)].k + skip * row_elems;
+    const f16_t* v = layers[size_t(il)].v + skip * row_elems;
+    for (uint32_t t = 0; t < n; ++t) {
+      std::memcpy(recs.data() + size_t(t) * im.rec_bytes, k + t * row_elems, im.k_bytes);
+      std::memcpy(recs.data() + size_t(t) * im.rec_bytes + im.k_bytes, v + t * row_elems, im.k_bytes);
+      for (size_t p = 0; p < im.opt.probe_kv_heads.size(); ++p)
+        std::memcpy(probe_recs.data() + size_t(t) * im.probe_rec_bytes + p * size_t(im.opt.head_dim) * 2,
+                    k + t * row_elems + size_t(im.opt.probe_kv_heads[p]) * size_t(im.opt.head_dim), size_t(im.opt.head_dim) * 2);
+    }
+    s = im.WriteLayer(seg, 0, uint32_t(il), n, {}, all, [&](uint32_t o) { return recs.data() + size_t(o) * im.rec_bytes; },
+                      probe_recs.data(), &rows, &probes[size_t(il)], &owned, &touched, &sum.bytes_written);
+  }
+  if (s.ok()) s = im.SyncFiles(touched);
+  if (!s.ok()) {
+    Impl::RetireAll(owned);
+    unlock();
+    std::lock_guard<std::mutex> lk(im.mu);
+    ++im.st.insert_failures;
+    return s;
+  }
+  std::lock_guard<std::mutex> lk(im.mu);
+  (void)im.tree.Unlock(locked);
+  auto ir = im.tree.Insert(im.ns, tokens, seg, seg_start);
+  if (!ir.ok() || ir->n_inserted == 0) {
+    Impl::RetireAll(owned);
+    if (!ir.ok()) {
+      ++im.st.insert_failures;
+      return ir.status();
+    }
+    return sum;
+  }
+  CatalogBatch b;
+  for (const auto& sp : ir->splits) {
+    b.upsert_nodes.push_back(im.RecordOf(sp.upper));
+    b.upsert_nodes.push_back(im.RecordOf(sp.lower));
+  }
+  b.upsert_nodes.push_back(im.RecordOf(ir->new_node));
+  SegmentRow row;
+  row.id = seg;
+  row.n_tokens = n;
+  b.upsert_segments.push_back(row);
+  b.upsert_chunks = rows;
+  b.upsert_probes = probes;
+  s = im.CommitLocked(b);
+  if (!s.ok()) {
+    auto evs = im.tree.Truncate(ir->new_node, 0);
+    (void)evs;
+    Impl::RetireAll(owned);
+    ++im.st.insert_failures;
+    return s.WithContext("store insert: catalog commit");
+  }
+  auto l = std::make_shared<SegLayout>();
+  l->chunks.assign(size_t(im.opt.n_layer), std::vector<ExtentPtr>(im.NChunks(n)));
+  l->probes.assign(size_t(im.opt.n_layer), nullptr);
+  size_t oi = 0;
+  for (int il = 0; il < im.opt.n_layer; ++il) {
+    for (uint32_t i = 0; i < im.NChunks(n); ++i) l->chunks[size_t(il)][i] = owned[oi++];
+    l->probes[size_t(il)] = owned[oi++];
+  }
+  SegState ss;
+  ss.n_tokens = n;
+  ss.layout = l;
+  ss.imp_sum.assign(n, 0.0f);
+  ss.imp_count.assign(n, 0);
+  im.segs[seg] = std::move(ss);
+  CatalogBatch b2;
+  im.FreeDeadChunksLocked(seg, b2);  // another insert may have covered the front meanwhile
+  if (!b2.empty()) (void)im.CommitLocked(b2);
+  sum.n_written = ir->n_inserted;
+  ++im.st.inserts;
+  return sum;
+}
+
+Status PrefixStore::ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,
+                                     std::span<const float> scores) {
+  Impl& im = *impl_;
+  if (!scores.empty() && scores.size() != selected.size())
+    return Status::InvalidArgument("store: importance scores and selected positions differ in length");
+  std::lock_guard<std::mutex> lk(im.mu);
+  auto hit = im.handles.find(h.id);
+  if (hit == im.handles.end()) return Status::InvalidArgument("store: match handle " + std::to_string(h.id) + " unknown");
+  if (il < 0 || il >= im.opt.n_layer) return Status::InvalidArgument("store: layer " + std::to_string(il) + " out of range");
+  const HandleState& hs = hit->second;
+  std::vector<float> w(hs.n_matched, 0.0f);
+  for (size_t i = 0; i < selected.size(); ++i) {
+    if (selected[i] >= hs.n_matched) return Status::InvalidArgument("store: selected position " + std::to_string(selected[i]) + " out of range");
+    w[selected[i]] = scores.empty() ? 1.0f : scores[i];
+  }
+  std::map<ChunkId, std::pair<uint32_t, uint32_t>> per_chunk;  // (selected, matched)
+  for (const auto& sv : hs.spans) {
+    auto sit = im.segs.find(sv.span.segment);
+    if (sit == im.segs.end()) continue;
+    SegState& ss = sit->second;
+    const bool same_layout = ss.layout->generation == sv.layout->generation;
+    for (uint64_t r = 0; r < sv.span.length; ++r) {
+      const uint64_t off = sv.span.seg_begin + r;
+      const float x = w[sv.span.depth + r];
+      ss.imp_sum[off] += x;
+      ss.imp_count[off] += 1;
+      if (!same_layout) continue;
+      auto& pc = per_chunk[im.Cid(sv.span.segment, uint32_t(il), ss.layout->Slot(off) / im.C)];
+      pc.first += x > 0 ? 1 : 0;
+      pc.second += 1;
+    }
+    im.dirty_segs.insert(sv.span.segment);
+  }
+  for (auto& [cid, c] : per_chunk) (void)im.tiers->ReportImportance(cid, double(c.first) / double(c.second));
+  return Status::Ok();
+}
+
+Status PrefixStore::Impl::FlushLocked() {
+  CatalogBatch b;
+  for (uint64_t id : dirty_segs) {
+    auto it = segs.find(id);
+    if (it == segs.end()) continue;
+    SegmentRow r;
+    r.id = id;
+    r.n_tokens = it->second.n_tokens;
+    r.generation = it->second.layout->generation;
+    r.mapping = it->second.layout->mapping;
+    r.imp_sum = it->second.imp_sum;
+    r.imp_count = it->second.imp_count;
+    b.upsert_segments.push_back(std::move(r));
+  }
+  for (auto& [cid, cs] : tiers->AllStats()) {
+    ChunkKey k = ChunkKey::Unpack(cid);
+    ChunkRow r;
+    r.segment = k.segment;
+    r.layer = k.layer;
+    r.index = k.index;
+    r.freq = double(cs.frequency);
+    r.imp_ratio = cs.important_ratio;
+    r.n_reports = cs.n_importance_reports;
+    b.chunk_stats.push_back(r);
+  }
+  IMPRESS_RETURN_IF_ERROR(catalog->Apply(b));
+  dirty_segs.clear();
+  return Status::Ok();
+}
+
+Status PrefixStore::Flush() {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->FlushLocked();
+}
+
+// ==================================================================== reorder
+
+Status PrefixStore::Impl::ReorderSegment(uint64_t seg, ReorderReport* rep) {
+  LayoutPtr old;
+  uint32_t n;
+  std::vector<uint32_t> mapping;
+  std::pair<uint64_t, uint64_t> live;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = segs.find(seg);
+    auto range = tree.SegmentLiveRange(seg);
+    if (it == segs.end() || !range) return Status::Ok();
+    old = it->second.layout;
+    n = it->second.n_tokens;
+    live = *range;
+    live.second = std::min<uint64_t>(live.second, n);
+    // Node boundaries inside the segment: tokens never move across nodes.
+    std::vector<uint64_t> cuts = {0, n};
+    for (const auto& r : tree.Export(ns))
+      if (r.segment == seg) {
+        cuts.push_back(r.seg_begin);
+        cuts.push_back(std::min<uint64_t>(n, r.seg_begin + r.tokens.size()));
+      }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    std::vector<double> avg(n, 0.0);
+    for (uint32_t o = 0; o < n; ++o)
+      avg[o] = it->second.imp_count[o] ? double(it->second.imp_sum[o]) / it->second.imp_count[o] : 0.0;
+    mapping.resize(n);
+    std::iota(mapping.begin(), mapping.end(), 0u);
+    for (size_t c = 0; c + 1 < cuts.size(); ++c)
+      std::stable_sort(mapping.begin() + long(cuts[c]), mapping.begin() + long(cuts[c + 1]),
+                       [&](uint32_t a, uint32_t b) { return avg[a] > avg[b]; });
+    std::vector<uint32_t> current(n);
+    for (uint32_t s = 0; s < n; ++s) current[s] = old->Orig(s);
+    if (mapping == current) return Status::Ok();
+  }
+  ++rep->segments_seen;
+  bool identity = true;
+  for (uint32_t s = 0; s < n; ++s) identity = identity && mapping[s] == s;
+  if (identity) mapping.clear();
+  std::vector<uint32_t> slot_of(n);
+  for (uint32_t s = 0; s < n; ++s) slot_of[mapping.empty() ? s : mapping[s]] = s;
+  // Chunks of the new layout that hold a live offset.
+  std::vector<bool> wanted(NChunks(n), false);
+  for (uint64_t o = live.first; o < live.second; ++o) wanted[slot_of[o] / C] = true;
+  const uint64_t gen = old->generation + 1;
+  std::vector<ChunkRow> rows;
+  std::vector<ExtentPtr> owned;
+  std::set<uint32_t> touched;
+  uint64_t bytes = 0;
+  std::vector<uint8_t> recs(size_t(n) * rec_bytes);
+  for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il) {
+    // Read every live chunk of the old layout into original order.
+    std::vector<Source> srcs;
+    std::vector<ReadOp> ops;
+    for (uint32_t i = 0; i < old->chunks[il].size(); ++i) {
+      if (!old->chunks[il][i]) continue;
+      Source s;
+      s.segment = seg; s.layer = il; s.index = i; s.generation = old->generation;
+      s.ext = old->chunks[il][i]; s.whole = true;
+      s.img = AlignedBuffer(s.ext->ext.length);
+      srcs.push_back(std::move(s));
+    }
+    for (auto& s : srcs) ops.push_back(ReadOp{files->file(s.ext->ext.file), s.ext->ext.offset, s.ext->ext.length, s.img.data()});
+    Status st_io = io->Wait(io->Submit(std::move(ops)));
+    if (!st_io.ok()) { RetireAll(owned); return st_io.WithContext("reorder read"); }
+    for (auto& s : srcs) {
+      Status v = VerifySource(s, false);
+      if (!v.ok()) {
+        RetireAll(owned);
+        std::lock_guard<std::mutex> lk(mu);
+        if (segs.count(seg) && segs[seg].layout == old) MarkCorruptLocked(s, v);
+        return v;
+      }
+      for (uint32_t w = 0; w < s.ext->ext.n_slots; ++w)
+        std::memcpy(recs.data() + size_t(old->Orig(s.ext->ext.slot_begin + w)) * rec_bytes,
+                    s.img.data() + kChunkHeaderBytes + size_t(w) * rec_bytes, rec_bytes);
+    }
+    ProbeRow unused;
+    Status w = WriteLayer(seg, gen, il, n, mapping, wanted, [&](uint32_t o) { return recs.data() + size_t(o) * rec_bytes; },
+                          nullptr, &rows, &unused, &owned, &touched, &bytes);
+    if (!w.ok()) { RetireAll(owned); return w.WithContext("reorder write"); }
+  }
+  Status sy = SyncFiles(touched);
+  if (!sy.ok()) { RetireAll(owned); return sy; }
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = segs.find(seg);
+  auto range = tree.SegmentLiveRange(seg);
+  if (it == segs.end() || it->second.layout != old || !range || range->first != live.first ||
+      std::min<uint64_t>(range->second, n) != live.second) {
+    RetireAll(owned);  // evicted, truncated or changed meanwhile: try again next time
+    return Status::Ok();
+  }
+  CatalogBatch b;
+  b.delete_segment_chunks.push_back(seg);
+  b.upsert_chunks = rows;
+  SegmentRow sr;
+  sr.id = seg;
+  sr.n_tokens = n;
+  sr.generation = gen;
+  sr.mapping = mapping;
+  sr.imp_sum = it->second.imp_sum;
+  sr.imp_count = it->second.imp_count;
+  b.upsert_segments.push_back(sr);
+  Status cs = CommitLocked(b);
+  if (!cs.ok()) { RetireAll(owned); return cs.WithContext("reorder commit"); }
+  auto nl = std::make_shared<SegLayout>();
+  nl->generation = gen;
+  nl->mapping = mapping;
+  if (!mapping.empty()) nl->slot_of = slot_of;
+  nl->chunks.assign(size_t(opt.n_layer), std::vector<ExtentPtr>(NChunks(n)));
+  nl->probes = old->probes;
+  size_t oi = 0;
+  for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il)
+    for (uint32_t i = 0; i < NChunks(n); ++i)
+      if (wanted[i]) nl->chunks[il][i] = owned[oi++];
+  for (uint32_t il = 0; il < old->chunks.size(); ++il)
+    for (uint32_t i = 0; i < old->chunks[il].size(); ++i) {
+      if (old->chunks[il][i]) old->chunks[il][i]->retired = true;  // freed when the last reader lets go
+      DropChunkLocked(Cid(seg, il, i));
+    }
+  it->second.layout = nl;
+  dirty_segs.erase(seg);
+  ++rep->segments_reordered;
+  rep->bytes_written += bytes;
+  ++st.segments_reordered;
+  return Status::Ok();
+}
+
+Result<ReorderReport> PrefixStore::Impl::Reorder() {
+  std::lock_guard<std::mutex> rl(reorder_mu);
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    IMPRESS_RETURN_IF_ERROR(FlushLocked());
+    for (auto& [id, s] : segs) {
+      bool any = false;
+      for (uint32_t c : s.imp_count) any = any || c > 0;
+      if (any) ids.push_back(id);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ReorderReport rep;
+  Status first;
+  for (uint64_t id : ids) {
+    Status s = ReorderSegment(id, &rep);
+    if (s.code() == Status::Code::kResourceExhausted) {  // no room for the new copy now: later
+      spdlog::info("store: reorder of segment {} postponed: {}", id, s.ToString());
+      continue;
+    }
+    if (!s.ok()) {
+      spdlog::warn("store: reorder of segment {} failed: {}", id, s.ToString());
+      if (first.ok()) first = s;
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  ++st.reorder_passes;
+  if (!first.ok() && rep.segments_reordered == 0 && !ids.empty()) return first;
+  return rep;
+}
+
+void PrefixStore::Impl::WorkerLoop() {
+  std::unique_lock<std::mutex> lk(worker_mu);
+  while (!stop) {
+    if (worker_cv.wait_for(lk, opt.reorder_interval, [&] { return stop; })) break;
+    lk.unlock();
+    auto r = Reorder();
+    if (!r.ok()) spdlog::warn("store: periodic reorder: {}", r.status().ToString());
+    else if (r->segments_reordered) spdlog::info("store: reorder rewrote {} segment(s), {} MiB", r->segments_reordered, r->bytes_written / kMiB);
+    lk.lock();
+  }
+}
+
+Result<ReorderReport> PrefixStore::ReorderNow() { return impl_->Reorder(); }
+
+// ==================================================================== budgets, stats
+
+Result<uint64_t> PrefixStore::EvictNodes(uint64_t n) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->EvictLocked(0, n);
+}
+
+std::vector<TierMove> PrefixStore::SetTierBudget(Tier tier, uint64_t bytes) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  auto moves = impl_->tiers->SetBudget(tier, bytes);
+  impl_->ApplyMovesLocked(moves);
+  return moves;
+}
+
+Status PrefixStore::SetSsdBudget(uint64_t bytes) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  im.opt.ssd_bytes = bytes;
+  const uint64_t cap = im.UpdateDataCapLocked();
+  while (im.files->disk_bytes() > cap) {
+    if (im.EvictLocked(im.files->disk_bytes() - cap, 0) == 0)
+      return Status::ResourceExhausted("store: " + std::to_string(im.files->disk_bytes()) + " bytes on disk are locked or in use; cannot shrink to " + std::to_string(bytes));
+  }
+  return Status::Ok();
+}
+
+void PrefixStore::SetPolicy(PolicyKind kind) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->tiers->SetPolicy(MakeCachePolicy(kind));
+}
+
+StoreStats PrefixStore::Stats() {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  StoreStats s = im.st;
+  s.tiers = im.tiers->stats();
+  s.n_nodes = im.tree.n_nodes();
+  s.n_tokens = im.tree.n_tokens();
+  s.n_segments = im.segs.size();
+  s.ssd_disk_bytes = im.files->disk_bytes();
+  s.catalog_bytes = im.catalog->FileBytes();
+  s.ssd_cap_bytes = im.opt.ssd_bytes;
+  return s;
+}
+
+Status PrefixStore::CheckConsistency() {
+  Impl& im = *impl_;
+  std::vector<Source> srcs;
+  {
+    std::lock_guard<std::mutex> lk(im.mu);
+    IMPRESS_RETURN_IF_ERROR(im.tree.Validate());
+    IMPRESS_RETURN_IF_ERROR(im.tiers->Validate());
+    for (const auto& r : im.tree.Export(im.ns)) {
+      auto it = im.segs.find(r.segment);
+      if (it == im.segs.end()) return Status::Corruption("node " + std::to_string(r.id) + " names missing segment " + std::to_string(r.segment));
+      const SegLayout& l = *it->second.layout;
+      if (r.seg_begin + r.tokens.size() > it->second.n_tokens) return Status::Corruption("node " + std::to_string(r.id) + " runs past its segment");
+      for (uint64_t o = r.seg_begin; o < r.seg_begin + r.tokens.size(); ++o)
+        for (uint32_t il = 0; il < uint32_t(im.opt.n_layer); ++il)
+          if (!l.chunks[il][l.Slot(o) / im.C]) return Status::Corruption("live offset " + std::to_string(o) + " of segment " + std::to_string(r.segment) + " has no chunk");
+    }
+    for (auto& [id, s] : im.segs) {
+      const SegLayout& l = *s.layout;
+      for (uint32_t il = 0; il < l.chunks.size(); ++il) {
+        for (uint32_t i = 0; i < l.chunks[il].size(); ++i)
+          if (l.chunks[il][i]) {
+            Source src;
+            src.segment = id; src.layer = il; src.index = i; src.generation = l.generation; src.ext = l.chunks[il][i]; src.whole = true;
+            srcs.push_back(std::move(src));
+          }
+        if (!l.probes[il]) return Status::Corruption("segment " + std::to_string(id) + " lacks probe keys");
+        Source src;
+        src.segment = id; src.layer = il; src.index = UINT32_MAX; src.ext = l.probes[il]; src.whole = true;
+        srcs.push_back(std::move(src));
+      }
+    }
+  }
+  for (auto& s : srcs) {
+    s.img = AlignedBuffer(s.ext->ext.length);
+    IMPRESS_RETURN_IF_ERROR(im.io->Wait(im.io->Submit({ReadOp{im.files->file(s.ext->ext.file), s.ext->ext.offset, s.ext->ext.length, s.img.data()}})));
+    IMPRESS_RETURN_IF_ERROR(im.VerifySource(s, s.index == UINT32_MAX));
+  }
+  return Status::Ok();
+}
+
+}  // namespace impress::store

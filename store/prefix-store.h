@@ -1,0 +1,170 @@
+// PrefixStore: the tiered prefix KV store facade the IMPRESS pipeline calls (DESIGN.md 2 and 4).
+//
+// Owns the radix tree (store/radix-tree.h), the SQLite catalog (store/catalog.h), the chunk data
+// files (store/extent-files.h), the read engine (store/uring-io.h), the device/host memory tiers
+// (store/tier-manager.h decides, TierMemory holds bytes) and the background reorder worker.
+//
+// Per request: Match() the token sequence -> a MatchHandle that locks the matched nodes and pins
+// the KV layout they had (a reorder or eviction meanwhile never changes what the handle reads);
+// per layer SubmitProbeKeys() / SubmitReadKV() return a ticket at once, Wait(ticket) gives the
+// fp16 data in ORIGINAL position order plus I/O statistics; ReportImportance() after the layer;
+// Release() at the end. Insert() stores new KV (it may run on a background thread).
+//
+// Thread contract: internally synchronized; every method may be called from any thread. Tickets
+// and handles may be used from any thread but each ticket is waited once and each handle
+// released once. Insert and ReorderNow block on disk I/O; Submit* do not (beyond planning).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/base/fp16.h"
+#include "engine/base/status.h"
+#include "store/cache-policy.h"
+#include "store/env.h"
+#include "store/radix-tree.h"
+#include "store/tier-manager.h"
+#include "store/tier-memory.h"
+
+namespace impress::store {
+
+struct PrefixStoreOptions {
+  std::string dir;                  // created if missing; holds catalog.db and data-*.dat
+  std::string model_fingerprint;    // KV of another model is never reused
+  int n_layer = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  std::vector<int> probe_kv_heads = {0};  // KV heads whose keys are stored separately
+  int chunk_tokens = 64;            // C
+  uint64_t device_bytes = 256ull << 20;
+  uint64_t host_bytes = 1ull << 30;
+  uint64_t ssd_bytes = 16ull << 30;  // data files + catalog never grow past this
+  int queue_depth = 32;
+  PolicyKind policy = PolicyKind::kImpress;
+  std::chrono::milliseconds reorder_interval = std::chrono::minutes(10);  // 0: on demand only
+  bool force_pread = false;         // also IMPRESS_STORE_FORCE_PREAD=1
+  bool verify_on_open = false;      // read and check every chunk on open (else: on every read)
+  uint64_t data_file_bytes = 1ull << 30;
+  Env* env = nullptr;                       // nullptr: Env::Default()
+  std::shared_ptr<TierMemory> device_memory;  // nullptr: host memory stand-in
+  std::shared_ptr<TierMemory> host_memory;    // nullptr: host memory
+};
+
+// K and V of one layer for tokens [start, end) of an insert, fp16, each (n_tokens, n_head_kv, head_dim).
+struct LayerKV {
+  const f16_t* k = nullptr;
+  const f16_t* v = nullptr;
+};
+
+struct MatchHandle {
+  uint64_t id = 0;          // 0: nothing to release
+  uint64_t n_matched = 0;   // tokens of the query whose KV the store holds
+};
+
+using ReadTicket = uint64_t;
+
+struct ReadStats {
+  uint64_t ssd_bytes = 0;       // bytes read from the data files
+  uint64_t useful_bytes = 0;    // bytes of K/V (or probe keys) actually returned
+  uint32_t chunks_device = 0;   // chunks served from each tier
+  uint32_t chunks_host = 0;
+  uint32_t chunks_ssd = 0;
+  uint32_t n_ios = 0;           // read requests submitted
+  uint32_t chunks() const { return chunks_device + chunks_host + chunks_ssd; }
+  double read_amplification() const { return useful_bytes ? double(ssd_bytes) / double(useful_bytes) : 0.0; }
+};
+
+struct ReadResult {
+  std::vector<f16_t> k;  // KV read: (n_pos, n_head_kv, head_dim) if wanted; probe read: (n_matched, n_probe, head_dim)
+  std::vector<f16_t> v;  // KV read: (n_pos, n_head_kv, head_dim) if wanted
+  ReadStats stats;
+};
+
+struct InsertSummary {
+  uint64_t n_cached_before = 0;  // tokens already present
+  uint64_t n_written = 0;        // tokens whose KV was written now
+  uint64_t bytes_written = 0;
+};
+
+struct ReorderReport {
+  uint64_t segments_seen = 0;
+  uint64_t segments_reordered = 0;
+  uint64_t bytes_written = 0;
+};
+
+struct StoreStats {
+  TierStats tiers;
+  uint64_t n_nodes = 0;
+  uint64_t n_tokens = 0;
+  uint64_t n_segments = 0;
+  uint64_t ssd_disk_bytes = 0;   // data files
+  uint64_t catalog_bytes = 0;
+  uint64_t ssd_cap_bytes = 0;
+  uint64_t ssd_bytes_read = 0;
+  uint64_t chunk_reads = 0;      // chunks fetched from SSD
+  uint64_t n_reads = 0;          // Submit* calls
+  uint64_t reorder_passes = 0;
+  uint64_t segments_reordered = 0;
+  uint64_t nodes_evicted = 0;
+  uint64_t chunks_dropped_corrupt = 0;
+  uint64_t inserts = 0;
+  uint64_t insert_failures = 0;
+  std::string io_engine;         // "io_uring" or "pread"
+  bool direct_io = false;
+};
+
+class PrefixStore {
+ public:
+  static Result<std::unique_ptr<PrefixStore>> Open(PrefixStoreOptions options);
+  ~PrefixStore();  // stops the reorder worker, saves statistics
+  PrefixStore(const PrefixStore&) = delete;
+  PrefixStore& operator=(const PrefixStore&) = delete;
+
+  // Longest cached prefix of `tokens`; locks it until Release. n_matched may be 0 (then id is 0).
+  MatchHandle Match(std::span<const Token> tokens);
+  Status Release(MatchHandle& handle);
+
+  // Probe keys of layer il for the whole matched prefix: (n_matched, n_probe, head_dim) in k.
+  Result<ReadTicket> SubmitProbeKeys(const MatchHandle& h, int il);
+  // K and/or V of layer il at `positions` (ascending, each < n_matched), in that order.
+  Result<ReadTicket> SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
+                                  bool want_k, bool want_v);
+  // All keys of layer il (the fallback path): positions 0..n_matched-1, K only.
+  Result<ReadTicket> SubmitReadAllKeys(const MatchHandle& h, int il);
+  Result<ReadResult> Wait(ReadTicket t);
+
+  // Stores KV for tokens [start, tokens.size()) of the sequence `tokens`; layers[il] holds them.
+  // Tokens the tree already has are skipped. Fails (nothing visible) if [0, start) is no longer
+  // cached, the SSD budget cannot be met by evicting unlocked leaves, or a write fails.
+  Result<InsertSummary> Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers);
+
+  // The pipeline's verdict for layer il: `selected` positions (< n_matched) were important;
+  // `scores` (same length, optional) weights them (default 1). Feeds reorder and the tier policy.
+  Status ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,
+                          std::span<const float> scores = {});
+
+  StoreStats Stats();
+  Result<ReorderReport> ReorderNow();
+  // Evicts up to n unlocked leaf nodes (least recently used first); returns how many went.
+  Result<uint64_t> EvictNodes(uint64_t n);
+  std::vector<TierMove> SetTierBudget(Tier tier, uint64_t bytes);
+  Status SetSsdBudget(uint64_t bytes);  // shrinking evicts leaves until it fits
+  void SetPolicy(PolicyKind kind);
+  Status Flush();  // persists statistics now
+
+  const PrefixStoreOptions& options() const;
+  // For tests: checks tree, tier and catalog agree; every chunk is readable and verified.
+  Status CheckConsistency();
+
+  struct Impl;
+
+ private:
+  explicit PrefixStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace impress::store

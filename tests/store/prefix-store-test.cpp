@@ -1,0 +1,568 @@
+// PrefixStore: round trips (before/after reorder, across reopen), faults (flipped bytes, disk
+// full, io_uring refused, another model's catalog), SSD budget, tiers, concurrency.
+#include "store/prefix-store.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "store/extent-files.h"
+#include "tests/store/store-test-util.h"
+
+namespace impress::store {
+namespace {
+
+using testing::SyntheticKV;
+using testing::TempDir;
+
+constexpr int kLayers = 3, kHeads = 3, kDim = 64;
+
+PrefixStoreOptions SmallOptions(const std::string& dir) {
+  PrefixStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = "model-A";
+  o.n_layer = kLayers;
+  o.n_head_kv = kHeads;
+  o.head_dim = kDim;
+  o.probe_kv_heads = {0, 2};
+  o.chunk_tokens = 16;
+  o.device_bytes = 0;
+  o.host_bytes = 0;
+  o.ssd_bytes = 256ull << 20;
+  o.reorder_interval = std::chrono::milliseconds(0);
+  o.data_file_bytes = 8ull << 20;
+  return o;
+}
+
+std::vector<int32_t> RandomTokens(std::mt19937& rng, size_t n) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(rng() % 50000);
+  return t;
+}
+
+std::vector<uint32_t> RandomPositions(std::mt19937& rng, uint64_t n, double p) {
+  std::vector<uint32_t> v;
+  std::bernoulli_distribution keep(p);
+  for (uint32_t i = 0; i < n; ++i)
+    if (keep(rng)) v.push_back(i);
+  if (v.empty()) v.push_back(uint32_t(rng() % n));
+  return v;
+}
+
+// Reads random position sets of every layer of `tokens` and checks them bit for bit.
+void CheckSequence(PrefixStore& s, const SyntheticKV& kv, const std::vector<int32_t>& tokens, std::mt19937& rng,
+                   uint64_t expect_matched, const std::vector<int>& probe_heads = {0, 2}) {
+  MatchHandle h = s.Match(tokens);
+  ASSERT_EQ(h.n_matched, expect_matched);
+  if (h.n_matched == 0) return;
+  for (int il = 0; il < kv.n_layer; ++il) {
+    auto pos = RandomPositions(rng, h.n_matched, 0.3);
+    bool want_k = rng() % 3 != 0, want_v = !want_k || rng() % 2;
+    auto t = s.SubmitReadKV(h, il, pos, want_k, want_v);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    auto r = s.Wait(*t);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(kv.Check(tokens, il, pos, *r, want_k, want_v));
+    auto tp = s.SubmitProbeKeys(h, il);
+    ASSERT_TRUE(tp.ok());
+    auto rp = s.Wait(*tp);
+    ASSERT_TRUE(rp.ok()) << rp.status().ToString();
+    EXPECT_TRUE(kv.CheckProbe(tokens, il, probe_heads, h.n_matched, *rp));
+  }
+  ASSERT_TRUE(s.Release(h).ok());
+}
+
+TEST(PrefixStore, RoundTripRandomNodesLayersPositions) {
+  std::string dir = TempDir("rt");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(7);
+  auto st = PrefixStore::Open(SmallOptions(dir));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  PrefixStore& s = **st;
+  // Sequences that share prefixes and diverge inside nodes (forcing splits).
+  std::vector<std::vector<int32_t>> seqs;
+  auto base = RandomTokens(rng, 300);
+  seqs.push_back(base);
+  for (int i = 0; i < 6; ++i) {
+    size_t cut = 5 + rng() % 290;
+    auto t = std::vector<int32_t>(base.begin(), base.begin() + long(cut));
+    auto tail = RandomTokens(rng, 20 + rng() % 100);
+    t.insert(t.end(), tail.begin(), tail.end());
+    seqs.push_back(t);
+  }
+  for (auto& t : seqs) {
+    MatchHandle h = s.Match(t);
+    auto r = kv.Insert(s, t, h.n_matched);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(s.Release(h).ok());
+  }
+  for (auto& t : seqs) CheckSequence(s, kv, t, rng, t.size());
+  // A query that extends a cached sequence matches exactly the cached part.
+  auto longer = seqs[2];
+  longer.push_back(123456);
+  CheckSequence(s, kv, longer, rng, seqs[2].size());
+  // Partial reads are finer than a chunk: one token of one layer reads at most 2 blocks.
+  MatchHandle h = s.Match(seqs[0]);
+  auto t = s.SubmitReadKV(h, 1, std::vector<uint32_t>{37}, true, true);
+  ASSERT_TRUE(t.ok());
+  auto r = s.Wait(*t);
+  ASSERT_TRUE(r.ok());
+  EXPECT_LE(r->stats.ssd_bytes, 2u * 4096u);
+  EXPECT_EQ(r->stats.chunks_ssd, 1u);
+  ASSERT_TRUE(s.Release(h).ok());
+  ASSERT_TRUE(s.CheckConsistency().ok());
+  // Reopen: same tree, same bytes.
+  st->reset();
+  auto st2 = PrefixStore::Open(SmallOptions(dir));
+  ASSERT_TRUE(st2.ok()) << st2.status().ToString();
+  for (auto& q : seqs) CheckSequence(**st2, kv, q, rng, q.size());
+  EXPECT_TRUE((*st2)->CheckConsistency().ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PrefixStore, BadArgumentsAreClearErrors) {
+  std::string dir = TempDir("args");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  auto o = SmallOptions(dir);
+  o.probe_kv_heads = {5};
+  EXPECT_EQ(PrefixStore::Open(o).status().code(), Status::Code::kInvalidArgument);
+  auto st = PrefixStore::Open(SmallOptions(dir));
+  ASSERT_TRUE(st.ok());
+  std::mt19937 rng(1);
+  auto t = RandomTokens(rng, 40);
+  ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+  MatchHandle h = (*st)->Match(t);
+  EXPECT_FALSE((*st)->SubmitReadKV(h, 0, std::vector<uint32_t>{5, 3}, true, true).ok());   // not ascending
+  EXPECT_FALSE((*st)->SubmitReadKV(h, 0, std::vector<uint32_t>{40}, true, true).ok());     // past the match
+  EXPECT_FALSE((*st)->SubmitReadKV(h, kLayers, std::vector<uint32_t>{1}, true, true).ok()); // bad layer
+  auto other = RandomTokens(rng, 30);
+  EXPECT_EQ(kv.Insert(**st, other, 10).status().code(), Status::Code::kNotFound);          // gap not cached
+  ASSERT_TRUE((*st)->Release(h).ok());
+  EXPECT_FALSE((*st)->Release(h).ok() && h.id != 0);
+  std::filesystem::remove_all(dir);
+}
+
+// Importance: every 4th token (plus a few) matters. Reorder packs them into fewer chunks.
+TEST(PrefixStore, ReorderPacksImportantTokensAndKeepsData) {
+  std::string dir = TempDir("reorder");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(11);
+  auto st = PrefixStore::Open(SmallOptions(dir));
+  ASSERT_TRUE(st.ok());
+  PrefixStore& s = **st;
+  auto t = RandomTokens(rng, 512);
+  ASSERT_TRUE(kv.Insert(s, t, 0).ok());
+  std::vector<uint32_t> important;
+  for (uint32_t i = 0; i < t.size(); ++i)
+    if (i % 4 == 1 || i < 4) important.push_back(i);
+  auto chunks_for_important = [&](PrefixStore& ps) {
+    MatchHandle h = ps.Match(t);
+    uint32_t n = 0;
+    for (int il = 0; il < kLayers; ++il) {
+      auto tk = ps.SubmitReadKV(h, il, important, true, true);
+      EXPECT_TRUE(tk.ok());
+      auto r = ps.Wait(*tk);
+      EXPECT_TRUE(r.ok());
+      EXPECT_TRUE(kv.Check(t, il, important, *r, true, true));
+      n += r->stats.chunks();
+    }
+    EXPECT_TRUE(ps.Release(h).ok());
+    return n;
+  };
+  const uint32_t before = chunks_for_important(s);
+  for (int rep = 0; rep < 3; ++rep) {
+    MatchHandle h = s.Match(t);
+    for (int il = 0; il < kLayers; ++il) ASSERT_TRUE(s.ReportImportance(h, il, important).ok());
+    ASSERT_TRUE(s.Release(h).ok());
+  }
+  // A reader holding the old layout keeps reading correct data across the swap.
+  MatchHandle old_h = s.Match(t);
+  auto rep = s.ReorderNow();
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->segments_reordered, 1u);
+  CheckSequence(s, kv, t, rng, t.size());
+  auto tk = s.SubmitReadKV(old_h, 2, important, true, true);
+  ASSERT_TRUE(tk.ok());
+  auto r = s.Wait(*tk);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(kv.Check(t, 2, important, *r, true, true));
+  ASSERT_TRUE(s.Release(old_h).ok());
+  const uint32_t after = chunks_for_important(s);
+  std::printf("[reorder] chunks needed for %zu important tokens x %d layers: before %u, after %u\n", important.size(),
+              kLayers, before, after);
+  EXPECT_LT(after, before);
+  EXPECT_LE(after, (uint32_t(important.size()) + 15) / 16 * kLayers + kLayers);
+  // A second reorder with unchanged statistics rewrites nothing.
+  auto rep2 = s.ReorderNow();
+  ASSERT_TRUE(rep2.ok());
+  EXPECT_EQ(rep2->segments_reordered, 0u);
+  // Reopen: the mapping list survives; the reorder's old extents were freed.
+  st->reset();
+  auto st2 = PrefixStore::Open(SmallOptions(dir));
+  ASSERT_TRUE(st2.ok());
+  EXPECT_EQ(chunks_for_important(**st2), after);
+  CheckSequence(**st2, kv, t, rng, t.size());
+  EXPECT_TRUE((*st2)->CheckConsistency().ok());
+  std::filesystem::remove_all(dir);
+}
+
+// Flips one byte inside the data files; returns false if there is none.
+bool FlipByteInData(const std::string& dir, uint64_t nth_block) {
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("data-", 0) != 0) continue;
+    const uint64_t size = std::filesystem::file_size(e.path());
+    if (size == 0) continue;
+    const uint64_t off = std::min(size - 1, nth_block * 4096 + 1000);
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::streamoff(off));
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 0x5a);
+    f.seekp(std::streamoff(off));
+    f.write(&c, 1);
+    return true;
+  }
+  return false;
+}
+
+TEST(PrefixStore, FlippedBytesAreDetectedAndDroppedOnOpen) {
+  std::string dir = TempDir("flip");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(3);
+  auto t = RandomTokens(rng, 200);
+  {
+    auto st = PrefixStore::Open(SmallOptions(dir));
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+  }
+  // Layer 0's extent starts the file: 13 chunks of 16 tokens (7 blocks each... ) -> corrupt block 40.
+  ASSERT_TRUE(FlipByteInData(dir, 40));
+  auto o = SmallOptions(dir);
+  o.verify_on_open = true;
+  auto st = PrefixStore::Open(o);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  MatchHandle h = (*st)->Match(t);
+  EXPECT_LT(h.n_matched, t.size());
+  EXPECT_EQ(h.n_matched % 16, 0u);  // cut at a chunk boundary
+  EXPECT_GE((*st)->Stats().chunks_dropped_corrupt, 1u);
+  ASSERT_TRUE((*st)->Release(h).ok());
+  CheckSequence(**st, kv, t, rng, h.n_matched);
+  EXPECT_TRUE((*st)->CheckConsistency().ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PrefixStore, FlippedBytesAreDetectedOnReadAndNeverServed) {
+  std::string dir = TempDir("flip2");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(5);
+  auto t = RandomTokens(rng, 200);
+  auto st = PrefixStore::Open(SmallOptions(dir));
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+  ASSERT_TRUE(FlipByteInData(dir, 3));  // inside layer 0, chunk 0 (16 tokens x 768 B + header = 4 blocks)
+  MatchHandle h = (*st)->Match(t);
+  std::vector<uint32_t> all(t.size());
+  for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+  auto tk = (*st)->SubmitReadKV(h, 0, all, true, true);
+  ASSERT_TRUE(tk.ok());
+  auto r = (*st)->Wait(*tk);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(r.status().message().find("checksum"), std::string::npos) << r.status().message();
+  // Still locked by h: the bad chunk is refused, not served.
+  auto tk2 = (*st)->SubmitReadKV(h, 0, all, true, false);
+  EXPECT_TRUE(!tk2.ok() || !(*st)->Wait(*tk2).ok());
+  ASSERT_TRUE((*st)->Release(h).ok());
+  // After release the prefix is truncated before the bad chunk.
+  MatchHandle h2 = (*st)->Match(t);
+  EXPECT_LT(h2.n_matched, t.size());
+  ASSERT_TRUE((*st)->Release(h2).ok());
+  CheckSequence(**st, kv, t, rng, h2.n_matched);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PrefixStore, ForcedPreadPathGivesIdenticalResults) {
+  std::string dir = TempDir("pread");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(9);
+  auto t = RandomTokens(rng, 333);
+  std::vector<uint32_t> pos = RandomPositions(rng, t.size(), 0.4);
+  std::vector<f16_t> k1, v1;
+  {
+    auto st = PrefixStore::Open(SmallOptions(dir));
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+    MatchHandle h = (*st)->Match(t);
+    auto r = (*st)->Wait(*(*st)->SubmitReadKV(h, 1, pos, true, true));
+    ASSERT_TRUE(r.ok());
+    k1 = r->k;
+    v1 = r->v;
+    ASSERT_TRUE((*st)->Release(h).ok());
+  }
+  auto o = SmallOptions(dir);
+  o.force_pread = true;
+  auto st = PrefixStore::Open(o);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ((*st)->Stats().io_engine, "pread");
+  MatchHandle h = (*st)->Match(t);
+  auto r = (*st)->Wait(*(*st)->SubmitReadKV(h, 1, pos, true, true));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->k, k1);
+  EXPECT_EQ(r->v, v1);
+  EXPECT_TRUE(kv.Check(t, 1, pos, *r, true, true));
+  ASSERT_TRUE((*st)->Release(h).ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PrefixStore, CatalogOfAnotherModelIsNotReused) {
+  std::string dir = TempDir("model");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(2);
+  auto t = RandomTokens(rng, 100);
+  {
+    auto st = PrefixStore::Open(SmallOptions(dir));
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+    EXPECT_GT((*st)->Stats().ssd_disk_bytes, 0u);
+  }
+  auto o = SmallOptions(dir);
+  o.model_fingerprint = "model-B";
+  auto st = PrefixStore::Open(o);
+  ASSERT_TRUE(st.ok());
+  MatchHandle h = (*st)->Match(t);
+  EXPECT_EQ(h.n_matched, 0u);
+  EXPECT_EQ((*st)->Stats().ssd_disk_bytes, 0u);  // the old model's data was reclaimed
+  st->reset();
+  // Another geometry is another namespace too.
+  o.model_fingerprint = "model-A";
+  o.head_dim = 32;
+  auto st2 = PrefixStore::Open(o);
+  ASSERT_TRUE(st2.ok());
+  EXPECT_EQ((*st2)->Match(t).n_matched, 0u);
+  std::filesystem::remove_all(dir);
+}
+
+// Env that makes data-file writes fail with ENOSPC once armed.
+class DiskFullEnv : public EnvWrapper {
+ public:
+  DiskFullEnv() : EnvWrapper(Env::Default()) {}
+  std::atomic<bool> full{false};
+  class F : public FileWrapper {
+   public:
+    F(std::unique_ptr<File> f, DiskFullEnv* e) : FileWrapper(std::move(f)), env_(e) {}
+    Status WriteAt(uint64_t off, const void* buf, size_t n) override {
+      if (env_->full) return Status::ResourceExhausted("write " + path() + ": No space left on device (disk full)");
+      return f_->WriteAt(off, buf, n);
+    }
+   private:
+    DiskFullEnv* env_;
+  };
+  Result<std::unique_ptr<File>> OpenFile(const std::string& p, const OpenOptions& o) override {
+    auto f = target()->OpenFile(p, o);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<File>(new F(std::move(*f), this));
+  }
+};
+
+TEST(PrefixStore, DiskFullFailsWritesClearlyWhileReadsGoOn) {
+  std::string dir = TempDir("full");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(4);
+  DiskFullEnv env;
+  auto o = SmallOptions(dir);
+  o.env = &env;
+  auto st = PrefixStore::Open(o);
+  ASSERT_TRUE(st.ok());
+  auto a = RandomTokens(rng, 150), b = RandomTokens(rng, 150);
+  ASSERT_TRUE(kv.Insert(**st, a, 0).ok());
+  env.full = true;
+  auto r = kv.Insert(**st, b, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("disk full"), std::string::npos) << r.status().ToString();
+  EXPECT_EQ((*st)->Match(b).n_matched, 0u);
+  CheckSequence(**st, kv, a, rng, a.size());
+  env.full = false;
+  ASSERT_TRUE(kv.Insert(**st, b, 0).ok());
+  CheckSequence(**st, kv, b, rng, b.size());
+  EXPECT_TRUE((*st)->CheckConsistency().ok());
+  std::filesystem::remove_all(dir);
+}
+
+// A real full filesystem: a small loop-mounted ext4 (needs root and mount; skipped otherwise).
+TEST(PrefixStore, RealFullFilesystemFailsWritesWhileReadsGoOn) {
+  std::string base = TempDir("loop");
+  std::string img = base + "/fs.img", mnt = base + "/mnt";
+  std::filesystem::create_directories(mnt);
+  std::string cmd = "dd if=/dev/zero of=" + img + " bs=1M count=6 status=none && mkfs.ext4 -q " + img +
+                    " && mount -o loop " + img + " " + mnt + " 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    std::filesystem::remove_all(base);
+    GTEST_SKIP() << "cannot loop-mount a small ext4 here (not root or no loop devices)";
+  }
+  {
+    SyntheticKV kv{kLayers, kHeads, kDim};
+    std::mt19937 rng(8);
+    auto o = SmallOptions(mnt + "/store");
+    o.ssd_bytes = 1ull << 30;  // bigger than the filesystem: the disk fills first
+    auto st = PrefixStore::Open(o);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    auto a = RandomTokens(rng, 100);
+    ASSERT_TRUE(kv.Insert(**st, a, 0).ok());
+    Status last;
+    for (int i = 0; i < 100 && last.ok(); ++i) {
+      auto r = kv.Insert(**st, RandomTokens(rng, 400), 0);
+      last = r.status();
+    }
+    ASSERT_FALSE(last.ok());
+    std::printf("[disk full] %s\n", last.ToString().c_str());
+    EXPECT_TRUE(last.message().find("disk full") != std::string::npos || last.message().find("No space") != std::string::npos)
+        << last.ToString();
+    CheckSequence(**st, kv, a, rng, a.size());
+  }
+  std::system(("umount " + mnt).c_str());
+  std::filesystem::remove_all(base);
+}
+
+TEST(PrefixStore, SsdBudgetIsNeverExceededAndLeastRecentLeavesGo) {
+  std::string dir = TempDir("budget");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(6);
+  auto o = SmallOptions(dir);
+  o.ssd_bytes = 4ull << 20;
+  auto st = PrefixStore::Open(o);
+  ASSERT_TRUE(st.ok());
+  std::vector<std::vector<int32_t>> seqs;
+  for (int i = 0; i < 30; ++i) {
+    seqs.push_back(RandomTokens(rng, 200));
+    auto r = kv.Insert(**st, seqs.back(), 0);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto s = (*st)->Stats();
+    EXPECT_LE(s.ssd_disk_bytes + s.catalog_bytes, o.ssd_bytes);
+    uint64_t dir_bytes = 0;
+    for (auto& e : std::filesystem::directory_iterator(dir)) dir_bytes += std::filesystem::file_size(e.path());
+    EXPECT_LE(dir_bytes, o.ssd_bytes) << "directory grew past its cap";
+  }
+  EXPECT_GT((*st)->Stats().nodes_evicted, 0u);
+  EXPECT_EQ((*st)->Match(seqs.front()).n_matched, 0u);  // the oldest went first
+  CheckSequence(**st, kv, seqs.back(), rng, seqs.back().size());
+  EXPECT_TRUE((*st)->CheckConsistency().ok());
+  // Everything locked: a write that cannot fit fails clearly.
+  std::vector<MatchHandle> hs;
+  for (auto& q : seqs) hs.push_back((*st)->Match(q));
+  auto big = kv.Insert(**st, RandomTokens(rng, 3000), 0);
+  EXPECT_EQ(big.status().code(), Status::Code::kResourceExhausted) << big.status().ToString();
+  for (auto& h : hs) ASSERT_TRUE((*st)->Release(h).ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PrefixStore, MemoryTiersServeRepeatedReadsWithIdenticalData) {
+  std::string dir = TempDir("tiers");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(12);
+  auto o = SmallOptions(dir);
+  o.device_bytes = 64 * 1024;
+  o.host_bytes = 128 * 1024;
+  auto st = PrefixStore::Open(o);
+  ASSERT_TRUE(st.ok());
+  auto t = RandomTokens(rng, 256);
+  ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+  std::vector<uint32_t> pos = {0, 1, 2, 3, 17, 40, 41, 200};
+  uint32_t mem_hits = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    MatchHandle h = (*st)->Match(t);
+    for (int il = 0; il < kLayers; ++il) {
+      auto r = (*st)->Wait(*(*st)->SubmitReadKV(h, il, pos, true, true));
+      ASSERT_TRUE(r.ok());
+      EXPECT_TRUE(kv.Check(t, il, pos, *r, true, true));
+      if (rep > 0) mem_hits += r->stats.chunks_device + r->stats.chunks_host;
+    }
+    ASSERT_TRUE((*st)->Release(h).ok());
+  }
+  EXPECT_GT(mem_hits, 0u);
+  auto s = (*st)->Stats();
+  EXPECT_LE(s.tiers.device.used_bytes, o.device_bytes);
+  EXPECT_LE(s.tiers.host.used_bytes, o.host_bytes);
+  EXPECT_GT(s.tiers.device.hits + s.tiers.host.hits, 0u);
+  std::filesystem::remove_all(dir);
+}
+
+// Readers check every byte while another thread reorders, inserts (forcing evictions) and evicts.
+TEST(PrefixStore, ReadersDuringReorderAndEvictionAlwaysGetCorrectData) {
+  std::string dir = TempDir("conc");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(13);
+  auto o = SmallOptions(dir);
+  o.ssd_bytes = 8ull << 20;
+  o.device_bytes = 96 * 1024;
+  o.host_bytes = 192 * 1024;
+  auto st = PrefixStore::Open(o);
+  ASSERT_TRUE(st.ok());
+  PrefixStore& s = **st;
+  std::vector<std::vector<int32_t>> seqs;
+  auto base = RandomTokens(rng, 128);
+  for (int i = 0; i < 8; ++i) {
+    auto t = base;
+    auto tail = RandomTokens(rng, 100 + rng() % 100);
+    t.insert(t.end(), tail.begin(), tail.end());
+    seqs.push_back(t);
+    ASSERT_TRUE(kv.Insert(s, t, s.Match(t).n_matched).ok());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0}, reads{0};
+  auto reader = [&](int seed) {
+    std::mt19937 r{uint32_t(seed)};
+    while (!stop) {
+      const auto& t = seqs[r() % seqs.size()];
+      MatchHandle h = s.Match(t);
+      if (h.n_matched == 0) continue;
+      for (int il = 0; il < kLayers; ++il) {
+        auto pos = RandomPositions(r, h.n_matched, 0.25);
+        auto tk = s.SubmitReadKV(h, il, pos, true, true);
+        if (!tk.ok()) { ++failures; continue; }
+        auto res = s.Wait(*tk);
+        if (!res.ok() || !kv.Check(t, il, pos, *res, true, true)) ++failures;
+        ++reads;
+        std::vector<uint32_t> imp;
+        for (uint32_t p : pos)
+          if (p % 3 == 0) imp.push_back(p);
+        if (!s.ReportImportance(h, il, imp).ok()) ++failures;
+      }
+      if (!s.Release(h).ok()) ++failures;
+    }
+  };
+  std::thread r1(reader, 1), r2(reader, 2);
+  std::mt19937 w(99);
+  for (int round = 0; round < 12; ++round) {
+    auto rep = s.ReorderNow();
+    EXPECT_TRUE(rep.ok()) << rep.status().ToString();
+    auto t = base;
+    auto tail = RandomTokens(w, 150);
+    t.insert(t.end(), tail.begin(), tail.end());
+    auto ins = kv.Insert(s, t, s.Match(t).n_matched);
+    // NotFound: the shared prefix was evicted meanwhile; ResourceExhausted: everything left is
+    // locked by the readers. Both are clean refusals.
+    EXPECT_TRUE(ins.ok() || ins.status().code() == Status::Code::kNotFound ||
+                ins.status().code() == Status::Code::kResourceExhausted) << ins.status().ToString();
+    (void)s.EvictNodes(1);
+  }
+  stop = true;
+  r1.join();
+  r2.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_GT(s.Stats().segments_reordered, 0u);
+  EXPECT_TRUE(s.CheckConsistency().ok());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace impress::store
