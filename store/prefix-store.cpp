@@ -132,6 +132,7 @@ struct PrefixStore::Impl {
   uint64_t next_handle = 1, next_ticket = 1;
   StoreStats st;                                    // GUARDED_BY(mu) (counters only)
   std::unordered_set<uint64_t> dirty_segs;          // GUARDED_BY(mu): importance stats to persist
+  std::vector<ExtentPtr> pending_retire;            // GUARDED_BY(mu): freed after the next commit
 
   std::mutex reorder_mu;  // one reorder pass at a time
   std::thread worker;
@@ -218,7 +219,7 @@ struct PrefixStore::Impl {
     for (uint32_t il = 0; il < nl->chunks.size(); ++il)
       for (uint32_t i = 0; i < nl->chunks[il].size(); ++i)
         if (nl->chunks[il][i] && !live[i]) {
-          nl->chunks[il][i]->retired = true;
+          pending_retire.push_back(std::move(nl->chunks[il][i]));
           nl->chunks[il][i].reset();
           batch.delete_chunks.emplace_back(seg, il, i);
           DropChunkLocked(Cid(seg, il, i));
@@ -232,11 +233,11 @@ struct PrefixStore::Impl {
     const SegLayout& l = *it->second.layout;
     for (uint32_t il = 0; il < l.chunks.size(); ++il)
       for (uint32_t i = 0; i < l.chunks[il].size(); ++i) {
-        if (l.chunks[il][i]) l.chunks[il][i]->retired = true;
+        if (l.chunks[il][i]) pending_retire.push_back(l.chunks[il][i]);
         DropChunkLocked(Cid(seg, il, i));
       }
     for (auto& p : l.probes)
-      if (p) p->retired = true;
+      if (p) pending_retire.push_back(p);
     segs.erase(it);
     dirty_segs.erase(seg);
     batch.delete_segments.push_back(seg);
@@ -274,7 +275,15 @@ struct PrefixStore::Impl {
     }
   }
 
-  Status CommitLocked(const CatalogBatch& b) { return catalog->Apply(b); }
+  // Commits a batch; only then may the extents it stopped naming be freed (once no reader holds
+  // them). Freeing earlier would let a crash leave the catalog naming reused or truncated space.
+  Status CommitLocked(const CatalogBatch& b) {
+    Status s = catalog->Apply(b);
+    if (s.ok())
+      for (auto& e : pending_retire) e->retired = true;
+    pending_retire.clear();  // on failure the catalog still names them: never freed (until reopen)
+    return s;
+  }
 
   // The data files get the SSD budget minus the catalog and room for it to grow: the WAL is
   // checkpointed every 512 KiB (catalog.cpp), so 1 MiB + a quarter of the database covers it.
@@ -550,6 +559,7 @@ Status PrefixStore::Impl::Recover() {
   std::map<uint64_t, uint64_t> bad_from;
   auto note_bad = [&](uint64_t seg, uint64_t off, const std::string& why) {
     spdlog::warn("store: {}; the cached prefix is cut there", why);
+    ++st.chunks_dropped_corrupt;
     auto it = bad_from.find(seg);
     if (it == bad_from.end() || it->second > off) bad_from[seg] = off;
   };
@@ -659,7 +669,6 @@ Status PrefixStore::Impl::Recover() {
         if (verify[i].first == 1) first = 0;
         else for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k) first = std::min<uint64_t>(first, l.Orig(s.ext->ext.slot_begin + k));
         note_bad(s.segment, first, v.ToString());
-        ++st.chunks_dropped_corrupt;
       }
     }
   }
@@ -704,6 +713,7 @@ Status PrefixStore::Impl::Recover() {
       fix.delete_chunks.emplace_back(g, il, i);
     }
   }
+  pending_retire.clear();  // recovery forgets these instead (FinishRecovery frees all unmarked space)
   IMPRESS_RETURN_IF_ERROR(catalog->Apply(fix));
   IMPRESS_RETURN_IF_ERROR(files->FinishRecovery());
   if (!fix.empty())

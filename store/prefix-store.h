@@ -110,7 +110,7 @@ struct StoreStats {
   uint64_t reorder_passes = 0;
   uint64_t segments_reordered = 0;
   uint64_t nodes_evicted = 0;
-  uint64_t chunks_dropped_corrupt = 0;
+  uint64_t chunks_dropped_corrupt = 0;  // failed a checksum, or missing on open
   uint64_t inserts = 0;
   uint64_t insert_failures = 0;
   std::string io_engine;         // "io_uring" or "pread"
