@@ -1,11 +1,24 @@
-// impress: the one executable (DESIGN.md section 8). Subcommands are registered by the
-// app/*-command.cpp files; this file only parses and dispatches.
+// impress: the one executable (DESIGN.md section 8). Subcommands live in app/*-command.cpp;
+// this file only builds the parser and dispatches.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "app/app-options.h"
+#include "app/commands.h"
+
 int main(int argc, char** argv) {
+  using namespace impress::app;
   CLI::App app{"IMPRESS desktop: chat with a local LLM over long documents"};
-  app.require_subcommand(0, 1);
-  CLI11_PARSE(app, argc, argv);
-  return 0;
+  app.require_subcommand(1);
+  CommonOptions common;
+  int exit_code = 0;
+  RegisterGenerateCommands(app, &common, &exit_code);
+  RegisterTokenizeCommand(app, &common, &exit_code);
+  RegisterBenchCommands(app, &common, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
 }

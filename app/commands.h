@@ -1,0 +1,16 @@
+// The `impress` subcommands. Each Register* adds one subcommand to the CLI and sets its
+// callback; the callback's exit status is written to *exit_code. Main thread only.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "app/app-options.h"
+
+namespace impress::app {
+
+void RegisterTokenizeCommand(CLI::App& app, CommonOptions* common, int* exit_code);
+void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_code);  // generate, chat
+void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code);     // bench engine|store
+
+
+}  // namespace impress::app
