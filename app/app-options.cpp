@@ -24,6 +24,10 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
   cmd->add_option("--alpha", o->alpha, "IMPRESS similarity threshold exponent (0..2)")->check(CLI::Range(0.0, 8.0));
   cmd->add_option("--keep", o->keep, "keep ratio of prefix tokens (0..1]")->check(CLI::Range(0.001, 1.0));
   cmd->add_option("--probe-heads", o->probe_heads, "probe query heads per layer")->check(CLI::Range(1, 1024));
+  cmd->add_option("--sinks", o->sinks, "attention sinks always kept")->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--recent", o->recent, "recent prefix tokens always kept")->check(CLI::Range(0, 1 << 20));
+  cmd->add_flag("--no-store", o->no_store, "do not use the KV store (recompute every prefix)");
+  cmd->add_option("--backend", o->backend, "compute backend: cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--device-budget-mb", o->device_budget_mb, "device tier budget (MiB)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--host-budget-mb", o->host_budget_mb, "host tier budget (MiB)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--ssd-budget-mb", o->ssd_budget_mb, "SSD tier budget (MiB)")->check(CLI::NonNegativeNumber);

@@ -16,6 +16,10 @@ struct CommonOptions {
   float alpha = 0.6f;
   float keep = 0.25f;
   int probe_heads = 3;
+  int sinks = 4;
+  int recent = 32;
+  bool no_store = false;     // recompute everything, store nothing
+  std::string backend = "cpu";
   double device_budget_mb = 256;
   double host_budget_mb = 1024;
   double ssd_budget_mb = 16384;

@@ -1,5 +1,5 @@
 // impress generate / impress chat: one answer, or a terminal conversation, over attached
-// documents with the model's chat template.
+// documents, through the IMPRESS pipeline and the tiered KV store (DESIGN.md section 8).
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -9,131 +9,134 @@
 
 #include "app/commands.h"
 #include "app/progress-bar.h"
-#include "engine/compute/forward.h"
-#include "engine/pipeline/conversation.h"
-#include "engine/pipeline/model-context.h"
+#include "engine/pipeline/chat-session.h"
 
 namespace impress::app {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+void OnSigint(int) { g_interrupted.store(true); }
 
 struct GenerateArgs {
   std::string prompt, prompt_file;
   std::vector<std::string> docs;
   int max_tokens = 256;
-  int n_ctx = 0;
   bool json = false;
-  std::string backend = "cpu";
+  int fidelity = 0;  // greedy tokens compared against full KV; 0 = no check
 };
 
 void AddGenerationOptions(CLI::App* cmd, GenerateArgs* a) {
   cmd->add_option("--doc", a->docs, "attach a text document as context (repeatable)");
   cmd->add_option("--max-tokens", a->max_tokens, "most tokens to generate")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--ctx", a->n_ctx, "context length (0 = the model's)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", a->backend, "compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--fidelity", a->fidelity,
+                  "also run the question with the full prefix KV and compare N greedy tokens")
+      ->check(CLI::Range(0, 4096));
 }
 
-// Everything one answer needs, loaded once.
-struct Session {
-  std::unique_ptr<ModelContext> ctx;
-  std::unique_ptr<Generator> gen;
-  Conversation conversation;
-};
-
-Result<Session> OpenSession(const CommonOptions& common, const GenerateArgs& args) {
-  Session s;
+Result<std::unique_ptr<ChatSession>> OpenSession(const CommonOptions& c, const GenerateArgs& args) {
+  std::vector<Document> docs;
   for (const std::string& path : args.docs) {
     IMPRESS_ASSIGN_OR_RETURN(Document doc, LoadDocument(path));
-    s.conversation.AddDocument(std::move(doc));
+    docs.push_back(std::move(doc));
   }
-  {
-    ProgressBar bar("loading model");
-    IMPRESS_ASSIGN_OR_RETURN(s.ctx, ModelContext::Load(ResolveModelPath(common),
-                                                       ModelContextOptions{.n_threads = common.threads,
-                                                                           .backend = args.backend},
-                                                       bar.AsFn()));
-  }
-  IMPRESS_ASSIGN_OR_RETURN(s.gen, Generator::Create(s.ctx->model(), s.ctx->backend(),
-                                                    GeneratorOptions{.n_ctx = args.n_ctx}));
+  ChatSessionOptions o;
+  o.model_path = ResolveModelPath(c);
+  o.model = ModelContextOptions{.n_threads = c.threads, .backend = c.backend};
+  o.store_dir = c.no_store ? "" : (c.store_dir.empty() ? DefaultStoreDir() : c.store_dir);
+  o.device_bytes = uint64_t(c.device_budget_mb * (1 << 20));
+  o.host_bytes = uint64_t(c.host_budget_mb * (1 << 20));
+  o.ssd_bytes = uint64_t(c.ssd_budget_mb * (1 << 20));
+  o.probe_heads_stored = c.probe_heads;
+  ProgressBar bar("loading model");
+  IMPRESS_ASSIGN_OR_RETURN(auto s, ChatSession::Open(o, bar.AsFn()));
+  bar.Finish();
+  for (Document& d : docs) s->conversation().AddDocument(std::move(d));
   return s;
 }
 
-struct Answer {
-  std::string text;
-  GenerateResult result;
-  int n_reused = 0;
-};
+AskOptions MakeAskOptions(const CommonOptions& c, const GenerateArgs& args) {
+  AskOptions o;
+  SystemKind sys = SystemKind::kImpress;
+  ParseSystem(c.system, &sys);  // CLI11 already checked the name
+  o.pipeline.system = sys;
+  o.pipeline.keep = c.keep;
+  o.pipeline.alpha = c.alpha;
+  o.pipeline.probe_heads = c.probe_heads;
+  o.pipeline.sinks = c.sinks;
+  o.pipeline.recent = c.recent;
+  o.sampling = SamplerOptions{.temperature = c.temperature,
+                              .top_k = c.top_k,
+                              .top_p = c.top_p,
+                              .repeat_penalty = c.repeat_penalty,
+                              .seed = c.seed};
+  o.max_tokens = args.max_tokens;
+  o.raw = c.raw;
+  o.cancel = &g_interrupted;
+  return o;
+}
 
-// Prefills what the generator's cache does not already hold, then generates, streaming text
-// to `out` when given.
-Result<Answer> Ask(Session& s, const CommonOptions& common, const GenerateArgs& args, const PromptTokens& prompt,
-                   std::ostream* out) {
-  const Tokenizer& tok = s.ctx->tokenizer();
-  if (int64_t(prompt.tokens.size()) + args.max_tokens > s.gen->n_ctx()) {
-    return Status::OutOfRange(fmt::format(
-        "the prompt is {} tokens and up to {} more are asked for, but the context holds {} tokens; "
-        "attach less text or lower --max-tokens",
-        prompt.tokens.size(), args.max_tokens, s.gen->n_ctx()));
+nlohmann::json ReportJson(const RequestReport& r) {
+  const TtftBreakdown& b = r.breakdown;
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerReport& l : r.layers) {
+    layers.push_back({{"il", l.il},
+                      {"s", l.s},
+                      {"t", l.t},
+                      {"probed", l.probed},
+                      {"passed", l.passed},
+                      {"k", l.k},
+                      {"n", l.n},
+                      {"key_bytes", l.key_bytes},
+                      {"value_bytes", l.value_bytes},
+                      {"ssd_bytes", l.ssd_bytes},
+                      {"io_wait_ms", l.io_wait_ms},
+                      {"chunks", {{"device", l.chunks_device}, {"host", l.chunks_host}, {"ssd", l.chunks_ssd}}}});
   }
-  s.gen->Reset();
-  GenerateOptions go;
-  go.max_tokens = args.max_tokens;
-  go.sampling = SamplerOptions{.temperature = common.temperature,
-                               .top_k = common.top_k,
-                               .top_p = common.top_p,
-                               .repeat_penalty = common.repeat_penalty,
-                               .seed = common.seed};
-  go.stop_tokens = s.ctx->stop_tokens();
-  go.cancel = &g_interrupted;
-  StreamDecoder decoder(tok);
-  Answer answer;
-  std::unique_ptr<ProgressBar> bar;
-  if (prompt.tokens.size() > 256) bar = std::make_unique<ProgressBar>("prefill");
-  go.on_prefill_progress = [&](uint64_t done, uint64_t total, std::string_view what) {
-    if (bar) bar->Update(done, total, what);
-    return true;
-  };
-  go.on_token = [&](int32_t id) {
-    if (bar) bar.reset();
-    if (tok.IsEndOfGeneration(id)) return true;
-    std::string piece = decoder.Push(id);
-    answer.text += piece;
-    if (out) *out << piece << std::flush;
-    return true;
-  };
-  IMPRESS_ASSIGN_OR_RETURN(answer.result, s.gen->Generate(prompt.tokens, go));
-  const std::string rest = decoder.Flush();
-  answer.text += rest;
-  if (out) *out << rest << std::flush;
-  return answer;
-}
-
-double TokPerSec(int n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; }
-
-void PrintStats(const Answer& a) {
-  const auto& r = a.result;
-  const int n_decode = std::max<int>(0, int(r.tokens.size()) - 1);
-  std::cerr << fmt::format("\n[TTFT {:.0f} ms | prefill {} tokens at {:.0f} tok/s | decode {:.1f} tok/s]\n", r.ttft_ms,
-                           r.n_prompt, TokPerSec(r.n_prompt, r.prefill_ms), TokPerSec(n_decode, r.decode_ms));
-}
-
-nlohmann::json AnswerJson(const Answer& a) {
-  const auto& r = a.result;
-  const int n_decode = std::max<int>(0, int(r.tokens.size()) - 1);
-  return {{"text", a.text},
-          {"tokens", r.tokens},
-          {"n_prompt", r.n_prompt},
+  return {{"system", SystemName(r.system)},
           {"ttft_ms", r.ttft_ms},
-          {"prefill_ms", r.prefill_ms},
-          {"decode_ms", r.decode_ms},
-          {"prefill_tok_s", TokPerSec(r.n_prompt, r.prefill_ms)},
-          {"decode_tok_s", TokPerSec(n_decode, r.decode_ms)},
-          {"reused_tokens", a.n_reused},
-          {"system", "recomp"}};
+          {"breakdown_ms",
+           {{"match", b.match_ms},
+            {"probe_io", b.probe_io_ms},
+            {"probe_compute", b.probe_compute_ms},
+            {"kv_io", b.kv_io_ms},
+            {"copy", b.copy_ms},
+            {"compute", b.compute_ms},
+            {"io_wait", b.io_wait_ms},
+            {"other", b.other_ms}}},
+          {"layers", layers},
+          {"n_prompt", r.n_prompt},
+          {"n_prefix", r.n_prefix},
+          {"reused_tokens", r.n_matched},
+          {"new_tokens", r.n_new},
+          {"keep", r.keep},
+          {"alpha", r.alpha},
+          {"layers_passed", r.n_layers_passed},
+          {"ssd_bytes_read", r.ssd_bytes_read},
+          {"read_amplification", r.read_amplification()},
+          {"tier_hits", {{"device", r.chunks_device}, {"host", r.chunks_host}, {"ssd", r.chunks_ssd}}},
+          {"decode_tok_s", r.decode_tok_s()}};
 }
 
-void OnSigint(int) { g_interrupted.store(true); }
+void PrintStats(const ChatAnswer& a) {
+  const RequestReport& r = a.report;
+  const TtftBreakdown& b = r.breakdown;
+  std::cerr << fmt::format(
+      "\n[{} | TTFT {:.0f} ms (match {:.0f}, probe I/O {:.0f}, probe {:.0f}, KV I/O {:.0f}, copy {:.0f}, compute {:.0f}) "
+      "| reused {} of {} prompt tokens (chunks: device {}, host {}, SSD {}; {:.1f} MB read) | probe passed in {}/{} "
+      "layers | decode {:.1f} tok/s]\n",
+      SystemName(r.system), r.ttft_ms, b.match_ms, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms,
+      b.compute_ms, r.n_matched, r.n_prompt, r.chunks_device, r.chunks_host, r.chunks_ssd,
+      double(r.ssd_bytes_read) / 1e6, r.n_layers_passed, r.layers.size(), r.decode_tok_s());
+}
+
+nlohmann::json FidelityJson(const FidelityReport& f) {
+  return {{"first_token_match", f.first_token_match},
+          {"first_token", f.first_token},
+          {"first_token_full", f.first_token_full},
+          {"kl_divergence", f.kl_divergence},
+          {"continuation_tokens", f.n_continuation},
+          {"continuation_match", f.n_continuation_match}};
+}
 
 }  // namespace
 
@@ -161,16 +164,43 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
     }
     auto s = OpenSession(*common, *gargs);
     if (!s.ok()) return fail(s.status());
-    const PromptTokens tokens =
-        s->conversation.Build(prompt, s->ctx->tokenizer(), s->ctx->chat_template(), common->raw);
     std::signal(SIGINT, OnSigint);
-    auto a = Ask(*s, *common, *gargs, tokens, gargs->json ? nullptr : &std::cout);
+    AskOptions ao = MakeAskOptions(*common, *gargs);
+    ao.remember = false;
+    std::unique_ptr<ProgressBar> bar;
+    ao.on_prefill_progress = [&](uint64_t d, uint64_t t, std::string_view w) {
+      if (!bar && t > 512) bar = std::make_unique<ProgressBar>("prefill");
+      if (bar) bar->Update(d, t, w);
+      return true;
+    };
+    ao.on_text = [&](const std::string& piece) {
+      bar.reset();
+      if (!gargs->json) std::cout << piece << std::flush;
+      return true;
+    };
+    std::optional<FidelityReport> fidelity;
+    if (gargs->fidelity > 0) {
+      auto f = (*s)->Fidelity(prompt, ao, gargs->fidelity);
+      if (!f.ok()) return fail(f.status());
+      fidelity = *f;
+    }
+    auto a = (*s)->Ask(prompt, ao);
     if (!a.ok()) return fail(a.status());
+    if (auto w = (*s)->pipeline().WaitForStore(); !w.ok()) spdlog::warn("the answer's KV was not stored: {}", w.status().ToString());
     if (gargs->json) {
-      std::cout << AnswerJson(*a).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      nlohmann::json j = ReportJson(a->report);
+      j["text"] = a->text;
+      j["tokens"] = a->tokens;
+      if (fidelity) j["fidelity"] = FidelityJson(*fidelity);
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       std::cout << "\n";
       PrintStats(*a);
+      if (fidelity) {
+        std::cerr << fmt::format("[fidelity vs full KV: first token {}, KL {:.4f}, greedy {}/{} tokens equal]\n",
+                                 fidelity->first_token_match ? "matches" : "differs", fidelity->kl_divergence,
+                                 fidelity->n_continuation_match, fidelity->n_continuation);
+      }
     }
   });
 
@@ -188,9 +218,11 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
     }
     std::signal(SIGINT, OnSigint);
     const bool tty = isatty(STDIN_FILENO) == 1;
-    std::cerr << fmt::format("IMPRESS chat: {} ({} document(s) attached). Ctrl-C stops an answer; /reset "
-                             "forgets the conversation; /quit or Ctrl-D leaves.\n",
-                             s->ctx->config().name, s->conversation.documents().size());
+    std::cerr << fmt::format(
+        "IMPRESS chat: {} with {} document(s); KV store: {}. Ctrl-C stops an answer; /reset forgets the "
+        "conversation; /quit or Ctrl-D leaves.\n",
+        (*s)->context().config().name, (*s)->conversation().documents().size(),
+        (*s)->store() ? (common->store_dir.empty() ? DefaultStoreDir() : common->store_dir) : "off");
     std::string line;
     while (true) {
       if (tty) std::cerr << "\n> " << std::flush;
@@ -198,21 +230,29 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
       if (line.empty()) continue;
       if (line == "/quit" || line == "/exit") break;
       if (line == "/reset") {
-        s->conversation.ClearTurns();
+        (*s)->conversation().ClearTurns();
         continue;
       }
       g_interrupted.store(false);
-      const PromptTokens tokens =
-          s->conversation.Build(line, s->ctx->tokenizer(), s->ctx->chat_template(), common->raw);
-      auto a = Ask(*s, *common, *cargs, tokens, &std::cout);
+      AskOptions ao = MakeAskOptions(*common, *cargs);
+      std::unique_ptr<ProgressBar> bar;
+      ao.on_prefill_progress = [&](uint64_t d, uint64_t t, std::string_view w) {
+        if (!bar && t > 512) bar = std::make_unique<ProgressBar>("prefill");
+        if (bar) bar->Update(d, t, w);
+        return true;
+      };
+      ao.on_text = [&](const std::string& piece) {
+        bar.reset();
+        std::cout << piece << std::flush;
+        return true;
+      };
+      auto a = (*s)->Ask(line, ao);
       if (!a.ok()) {
         spdlog::error("{}", a.status().ToString());
         continue;  // the conversation stays usable
       }
       std::cout << "\n";
       PrintStats(*a);
-      s->conversation.AddTurn("user", line);
-      s->conversation.AddTurn("assistant", a->text);
     }
   });
 }
