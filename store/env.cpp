@@ -123,11 +123,11 @@ Env* Env::Default() {
   return &env;
 }
 
-AlignedBuffer::AlignedBuffer(size_t n) : n_(n) {
+AlignedBuffer::AlignedBuffer(size_t n, bool zero) : n_(n) {
   if (n == 0) return;
   p_ = static_cast<uint8_t*>(std::aligned_alloc(kIoAlign, AlignUp(n)));
-  if (p_) std::memset(p_, 0, AlignUp(n));
-  else n_ = 0;
+  if (!p_) n_ = 0;
+  else if (zero) std::memset(p_, 0, AlignUp(n));
 }
 AlignedBuffer::~AlignedBuffer() { std::free(p_); }
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {

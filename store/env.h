@@ -88,7 +88,7 @@ class FileWrapper : public File {
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t n);
+  explicit AlignedBuffer(size_t n, bool zero = true);
   ~AlignedBuffer();
   AlignedBuffer(AlignedBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;

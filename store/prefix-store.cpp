@@ -133,6 +133,32 @@ struct PrefixStore::Impl {
   StoreStats st;                                    // GUARDED_BY(mu) (counters only)
   std::unordered_set<uint64_t> dirty_segs;          // GUARDED_BY(mu): importance stats to persist
   std::vector<ExtentPtr> pending_retire;            // GUARDED_BY(mu): freed after the next commit
+  std::mutex pool_mu;
+  std::multimap<size_t, AlignedBuffer> pool;        // GUARDED_BY(pool_mu): read buffers for reuse
+  size_t pool_bytes = 0;                            // GUARDED_BY(pool_mu)
+
+  // Read buffers are reused: fresh pages would cost a page fault per 4 KiB on every read.
+  AlignedBuffer GetBuffer(size_t n) {
+    {
+      std::lock_guard<std::mutex> lk(pool_mu);
+      auto it = pool.find(n);
+      if (it != pool.end()) {
+        AlignedBuffer b = std::move(it->second);
+        pool.erase(it);
+        pool_bytes -= n;
+        return b;
+      }
+    }
+    return AlignedBuffer(n, /*zero=*/false);
+  }
+  void PutBuffer(AlignedBuffer b) {
+    if (!b.data()) return;
+    std::lock_guard<std::mutex> lk(pool_mu);
+    if (pool_bytes + b.size() > (64ull << 20)) return;
+    pool_bytes += b.size();
+    const size_t n = b.size();
+    pool.emplace(n, std::move(b));
+  }
 
   std::mutex reorder_mu;  // one reorder pass at a time
   std::thread worker;
@@ -464,7 +490,7 @@ struct PrefixStore::Impl {
       if (s.block) continue;
       File* f = files->file(s.ext->ext.file);
       if (!f) return Status::Internal("store: data file " + std::to_string(s.ext->ext.file) + " is not open");
-      s.img = AlignedBuffer(s.ext->ext.length);
+      s.img = GetBuffer(s.ext->ext.length);
       if (!s.img.data()) return Status::ResourceExhausted("store: out of memory for a read buffer");
       for (auto [b, n] : s.runs) {
         ops.push_back(ReadOp{f, s.ext->ext.offset + uint64_t(b) * kBlockBytes, n * kBlockBytes, s.img.data() + size_t(b) * kBlockBytes});
@@ -950,6 +976,25 @@ Result<ReadTicket> PrefixStore::SubmitReadKV(const MatchHandle& h, int il, std::
 
 Result<ReadResult> PrefixStore::Wait(ReadTicket t) {
   Impl& im = *impl_;
+  size_t n_k = 0, n_v = 0;
+  {
+    std::lock_guard<std::mutex> lk(im.mu);
+    auto it = im.reads.find(t);
+    if (it == im.reads.end()) return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
+    const PendingRead& pr = *it->second;
+    const size_t row = pr.probe ? im.probe_rec_bytes / 2 : size_t(im.opt.n_head_kv) * size_t(im.opt.head_dim);
+    n_k = pr.probe || pr.want_k ? pr.n_rows * row : 0;
+    n_v = !pr.probe && pr.want_v ? pr.n_rows * row : 0;
+  }
+  ReadResult out;
+  out.k.resize(n_k);
+  out.v.resize(n_v);
+  IMPRESS_ASSIGN_OR_RETURN(out.stats, WaitInto(t, out.k.data(), out.v.data()));
+  return out;
+}
+
+Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) {
+  Impl& im = *impl_;
   std::unique_ptr<PendingRead> pr;
   {
     std::lock_guard<std::mutex> lk(im.mu);
@@ -959,12 +1004,20 @@ Result<ReadResult> PrefixStore::Wait(ReadTicket t) {
     im.reads.erase(it);
   }
   Status io_st = im.io->Wait(pr->ticket);
-  ReadResult out;
-  out.stats = pr->stats;
+  struct Recycle {
+    Impl& im;
+    PendingRead& pr;
+    ~Recycle() {
+      for (auto& s : pr.sources) im.PutBuffer(std::move(s.img));
+    }
+  } recycle{im, *pr};
+  const ReadStats stats = pr->stats;
   if (!io_st.ok()) return io_st.WithContext("store read");
   // Verify everything read from disk before serving a byte of it.
+  size_t n_verified = 0;
   for (auto& s : pr->sources) {
     if (s.block) continue;
+    if ((++n_verified & 7) == 0) im.io->Poll();
     Status v = im.VerifySource(s, pr->probe);
     if (!v.ok()) {
       std::lock_guard<std::mutex> lk(im.mu);
@@ -983,16 +1036,15 @@ Result<ReadResult> PrefixStore::Wait(ReadTicket t) {
   const size_t row_elems = size_t(im.opt.n_head_kv) * size_t(im.opt.head_dim);
   if (pr->probe) {
     const size_t pe = im.probe_rec_bytes / 2;
-    out.k.resize(pr->n_rows * pe);
     for (auto& s : pr->sources)
       for (auto [row, rec] : s.rows)
-        std::memcpy(out.k.data() + size_t(row) * pe, s.img.data() + kChunkHeaderBytes + size_t(rec) * im.probe_rec_bytes, im.probe_rec_bytes);
-    return out;
+        std::memcpy(k_out + size_t(row) * pe, s.img.data() + kChunkHeaderBytes + size_t(rec) * im.probe_rec_bytes, im.probe_rec_bytes);
+    return stats;
   }
-  if (pr->want_k) out.k.resize(pr->n_rows * row_elems);
-  if (pr->want_v) out.v.resize(pr->n_rows * row_elems);
   std::vector<uint8_t> tmp;
+  size_t n_done = 0;
   for (auto& s : pr->sources) {
+    if ((++n_done & 7) == 0) im.io->Poll();  // keep the queue full for the next batch meanwhile
     const uint8_t* base;
     if (s.block) {
       tmp.resize(s.block->n);
@@ -1003,8 +1055,8 @@ Result<ReadResult> PrefixStore::Wait(ReadTicket t) {
     }
     for (auto [row, w] : s.rows) {
       const uint8_t* rec = base + size_t(w) * im.rec_bytes;
-      if (pr->want_k) std::memcpy(out.k.data() + size_t(row) * row_elems, rec, im.k_bytes);
-      if (pr->want_v) std::memcpy(out.v.data() + size_t(row) * row_elems, rec + im.k_bytes, im.k_bytes);
+      if (pr->want_k) std::memcpy(k_out + size_t(row) * row_elems, rec, im.k_bytes);
+      if (pr->want_v) std::memcpy(v_out + size_t(row) * row_elems, rec + im.k_bytes, im.k_bytes);
     }
   }
   // Keep the chunks the tier manager admitted (if still current).
@@ -1024,7 +1076,7 @@ Result<ReadResult> PrefixStore::Wait(ReadTicket t) {
     mem->CopyIn(b->p, s.img.data() + kChunkHeaderBytes, b->n);
     im.blocks[size_t(s.install)][s.cid] = std::move(b);
   }
-  return out;
+  return stats;
 }
 
 Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers) {

@@ -136,6 +136,10 @@ class PrefixStore {
   // All keys of layer il (the fallback path): positions 0..n_matched-1, K only.
   Result<ReadTicket> SubmitReadAllKeys(const MatchHandle& h, int il);
   Result<ReadResult> Wait(ReadTicket t);
+  // The same, gathering into caller memory (e.g. the compute arena): k_out / v_out must hold
+  // n_pos * n_head_kv * head_dim halves if wanted (probe reads: n_matched * n_probe * head_dim in
+  // k_out); they may be null when not wanted.
+  Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out);
 
   // Stores KV for tokens [start, tokens.size()) of the sequence `tokens`; layers[il] holds them.
   // Tokens the tree already has are skipped. Fails (nothing visible) if [0, start) is no longer

@@ -35,6 +35,14 @@ class TicketTable {
     if (!st.ok() && b.status.ok()) b.status = st;
     return --b.n_left == 0;
   }
+  bool KnownLocked(ReadEngine::Ticket t) const { return batches_.count(t) != 0; }
+  bool DoneLocked(ReadEngine::Ticket t) const { return batches_.at(t).n_left == 0; }
+  Status TakeLocked(ReadEngine::Ticket t) {
+    auto it = batches_.find(t);
+    Status st = it->second.status;
+    batches_.erase(it);
+    return st;
+  }
   Status WaitLocked(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, ReadEngine::Ticket t) {
     auto it = batches_.find(t);
     if (it == batches_.end()) return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
@@ -113,43 +121,52 @@ class UringEngine final : public ReadEngine {
   static std::unique_ptr<UringEngine> Make(int queue_depth, std::string* err) {
     auto e = std::unique_ptr<UringEngine>(new UringEngine(queue_depth));
     unsigned entries = 1;
-    while (entries < unsigned(queue_depth) + 1) entries <<= 1;
+    while (entries < unsigned(queue_depth)) entries <<= 1;
     int r = io_uring_queue_init(entries, &e->ring_, 0);
     if (r < 0) {
       *err = std::string("io_uring_queue_init: ") + std::strerror(-r);
       return nullptr;
     }
     e->ring_ok_ = true;
-    e->reaper_ = std::thread([p = e.get()] { p->Reap(); });
     return e;
   }
   ~UringEngine() override {
     if (!ring_ok_) return;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-      // Wake the reaper with a NOP (user_data 0 = stop marker).
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      if (sqe) {
-        io_uring_prep_nop(sqe);
-        io_uring_sqe_set_data64(sqe, 0);
-        io_uring_submit(&ring_);
-      }
-    }
-    reaper_.join();
+    // Reads still in flight write into caller buffers: drain them before the ring goes.
+    std::unique_lock<std::mutex> lk(mu_);
+    while (in_flight_ > 0) ReapLocked(lk, /*block=*/true);
+    for (Op* o : pending_) delete o;
     io_uring_queue_exit(&ring_);
   }
 
   Ticket Submit(std::vector<ReadOp> ops) override {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
     Ticket t = table_.NewLocked(ops.size());
     for (auto& op : ops) pending_.push_back(new Op{t, op, 0});
+    if (!reaping_) ReapLocked(lk, /*block=*/false);  // free slots first, then fill
     FillLocked();
     return t;
   }
+  // The waiting thread reaps completions itself: no reaper thread to hand off to (on a busy
+  // machine every handoff is a scheduling delay that drains the queue). One thread reaps at a
+  // time; the others sleep until their batch is complete.
   Status Wait(Ticket t) override {
     std::unique_lock<std::mutex> lk(mu_);
-    return table_.WaitLocked(lk, done_cv_, t);
+    if (!table_.KnownLocked(t)) return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
+    while (!table_.DoneLocked(t)) {
+      if (reaping_) {
+        done_cv_.wait(lk);
+        continue;
+      }
+      ReapLocked(lk, /*block=*/true);
+    }
+    return table_.TakeLocked(t);
+  }
+  // Between Waits the caller is busy (verifying, gathering): Poll() refills the queue with what
+  // completed meanwhile, without blocking, so the depth stays full.
+  void Poll() override {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!reaping_ && in_flight_ > 0) ReapLocked(lk, /*block=*/false);
   }
   const char* name() const override { return "io_uring"; }
   int queue_depth() const override { return qd_; }
@@ -161,7 +178,7 @@ class UringEngine final : public ReadEngine {
     uint32_t done;  // bytes already read (short reads resubmit the rest)
   };
 
-  explicit UringEngine(int qd) : qd_(qd) {}
+  explicit UringEngine(int qd) : qd_(qd), cqes_(size_t(qd) + 1) {}
 
   // Requires mu_. Moves pending ops into the SQ while fewer than qd_ are in flight.
   void FillLocked() {
@@ -180,24 +197,30 @@ class UringEngine final : public ReadEngine {
     while (n_prepped > 0) {
       int r = io_uring_submit(&ring_);
       if (r == -EINTR || r == -EAGAIN || r == -EBUSY) continue;
-      break;  // other errors surface as CQEs with res < 0 or never; the ops stay counted
+      break;
     }
   }
 
-  void Reap() {
-    for (;;) {
+  // Requires mu_ held via lk and !reaping_; with `block`, releases it while waiting in the kernel.
+  void ReapLocked(std::unique_lock<std::mutex>& lk, bool block) {
+    unsigned n = 0;
+    if (block) {
+      reaping_ = true;
+      lk.unlock();
       io_uring_cqe* cqe = nullptr;
-      int r = io_uring_wait_cqe(&ring_, &cqe);
-      if (r == -EINTR || r == -EAGAIN) continue;
-      if (r < 0) continue;
-      Op* o = static_cast<Op*>(io_uring_cqe_get_data(cqe));
-      int res = cqe->res;
-      io_uring_cqe_seen(&ring_, cqe);
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!o) {  // stop marker
-        if (stop_) return;
-        continue;
-      }
+      int r;
+      do r = io_uring_wait_cqe(&ring_, &cqe);
+      while (r == -EINTR || r == -EAGAIN);
+      if (r == 0) n = io_uring_peek_batch_cqe(&ring_, cqes_.data(), unsigned(cqes_.size()));
+      lk.lock();
+      reaping_ = false;
+    } else {
+      n = io_uring_peek_batch_cqe(&ring_, cqes_.data(), unsigned(cqes_.size()));
+    }
+    done_.clear();
+    for (unsigned i = 0; i < n; ++i) done_.push_back({static_cast<Op*>(io_uring_cqe_get_data(cqes_[i])), cqes_[i]->res});
+    io_uring_cq_advance(&ring_, n);
+    for (auto [o, res] : done_) {
       --in_flight_;
       Status st;
       bool finished = true;
@@ -219,23 +242,25 @@ class UringEngine final : public ReadEngine {
         }
       }
       if (finished) {
-        if (table_.CompleteLocked(o->ticket, st)) done_cv_.notify_all();
+        table_.CompleteLocked(o->ticket, st);
         delete o;
       }
-      FillLocked();
     }
+    FillLocked();
+    if (block || n) done_cv_.notify_all();
   }
 
   const int qd_;
   io_uring ring_{};
   bool ring_ok_ = false;
-  std::thread reaper_;
   std::mutex mu_;
   std::condition_variable done_cv_;
-  bool stop_ = false;            // GUARDED_BY(mu_)
+  bool reaping_ = false;         // GUARDED_BY(mu_): a thread is in the kernel reaping for everyone
   int in_flight_ = 0;            // GUARDED_BY(mu_)
   std::deque<Op*> pending_;      // GUARDED_BY(mu_)
   TicketTable table_;            // GUARDED_BY(mu_)
+  std::vector<io_uring_cqe*> cqes_;            // GUARDED_BY(mu_) (or the reaping thread)
+  std::vector<std::pair<Op*, int>> done_;      // GUARDED_BY(mu_)
 };
 
 }  // namespace

@@ -2,8 +2,8 @@
 //
 // Submit() queues a batch and returns a ticket at once; the reads run while the caller computes;
 // Wait(ticket) blocks until every read of the batch finished and returns the first error. Two
-// implementations: io_uring (liburing, a reaper thread keeps up to queue_depth reads in flight,
-// resubmits short reads and -EAGAIN/-EINTR) and a pread worker pool used when io_uring is refused
+// implementations: io_uring (liburing; up to queue_depth reads in flight, refilled by whichever
+// thread waits or polls, short reads and -EAGAIN/-EINTR resubmitted) and a pread worker pool used when io_uring is refused
 // (seccomp, old kernel), when a file is not opened with O_DIRECT, or when forced (option or env
 // IMPRESS_STORE_FORCE_PREAD=1). Internally synchronized: any thread may Submit and Wait; each
 // ticket is waited exactly once. Buffers must stay alive until Wait returns.
@@ -37,6 +37,8 @@ class ReadEngine {
 
   virtual Ticket Submit(std::vector<ReadOp> ops) = 0;
   virtual Status Wait(Ticket t) = 0;
+  // Lets completed reads be replaced by pending ones without blocking (call while busy).
+  virtual void Poll() {}
   virtual const char* name() const = 0;   // "io_uring" or "pread"
   virtual int queue_depth() const = 0;
 };
