@@ -448,6 +448,11 @@ GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
 
 GgufFile::~GgufFile() { Reset(); }
 
+void GgufFile::DiscardPages(const uint8_t* p, uint64_t n) const {
+  if (!mapped_ || p < base_ || n > size_ || uint64_t(p - base_) > size_ - n) return;
+  MappedFile::DiscardPages(p, n);
+}
+
 void GgufFile::Reset() {
   if (mapped_) MappedFile::Unmap(base_, size_);
   base_ = nullptr;

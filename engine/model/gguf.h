@@ -106,6 +106,9 @@ class GgufFile {
   uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
   uint64_t file_size() const { return size_; }
   const uint8_t* file_data() const { return base_; }     // the whole file image
+  // Hint that [p, p + n) (inside the image) will not be read again: a mapped file drops those
+  // pages from memory (they are re-read from the file if touched). No-op for in-memory images.
+  void DiscardPages(const uint8_t* p, uint64_t n) const;
 
   // --- metadata ---
   const std::vector<GgufKv>& kvs() const { return kvs_; }

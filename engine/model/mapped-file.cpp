@@ -45,4 +45,11 @@ void MappedFile::Unmap(const uint8_t* data, uint64_t size) {
   if (data && size) ::munmap(const_cast<uint8_t*>(data), size);
 }
 
+void MappedFile::DiscardPages(const uint8_t* p, uint64_t n) {
+  static const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace impress

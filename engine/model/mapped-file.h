@@ -36,6 +36,8 @@ class MappedFile {
   // Gives up ownership: the caller must Unmap(data, size) later.
   void Release() { data_ = nullptr; size_ = 0; }
   static void Unmap(const uint8_t* data, uint64_t size);
+  // madvise(DONTNEED) on the whole pages inside [p, p + n) of a mapping.
+  static void DiscardPages(const uint8_t* p, uint64_t n);
 
  private:
   void Reset() { Unmap(data_, size_); data_ = nullptr; size_ = 0; }

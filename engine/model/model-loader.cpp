@@ -46,6 +46,7 @@ struct WeightJob {
   Tensor* dst = nullptr;
   std::vector<int64_t> shape;
   uint64_t n_elements = 0;
+  const GgufFile* gguf_file = nullptr;
   const GgufTensorInfo* gguf = nullptr;  // GGUF source, or
   const SafetensorsTensor* st = nullptr; // safetensors source
   const std::string* st_path = nullptr;
@@ -89,6 +90,8 @@ Status RunJobs(std::vector<WeightJob>& jobs, int n_threads, const ProgressFn& pr
         float* out = j.dst->data.data();
         if (j.gguf) {
           st = Dequantize(j.gguf->type_id, j.gguf->data, j.gguf->n_bytes, out, j.n_elements, j.name, 1);
+          // Keeps the peak near the fp32 weights alone: converted source pages leave memory.
+          j.gguf_file->DiscardPages(j.gguf->data, j.gguf->n_bytes);
         } else {
           st = SafetensorsToF32(*j.st, *j.st_path, out);
         }
@@ -129,32 +132,46 @@ std::string HexDigest(const XXH128_hash_t& h) {
   return s;
 }
 
-// Hashes files into one XXH3-128 digest: for each, its name (not the folder), size and bytes.
-Result<std::string> FingerprintFiles(const std::vector<std::string>& paths) {
+// A file for the fingerprint: its bytes in memory (a mapping) or, when data is null, on disk.
+struct HashInput {
+  std::string path;
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+};
+
+// Hashes files into one XXH3-128 digest: for each, its name (not the folder) and its bytes.
+Result<std::string> FingerprintFiles(const std::vector<HashInput>& inputs) {
   XXH3_state_t* state = XXH3_createState();
   if (!state) return Status::ResourceExhausted("cannot allocate a hash state");
   XXH3_128bits_reset(state);
-  std::vector<char> buf(1 << 20);
-  for (const std::string& p : paths) {
-    const std::string name = fs::path(p).filename().string();
-    std::ifstream f(p, std::ios::binary);
-    if (!f) {
-      XXH3_freeState(state);
-      return Status::IOError(p + ": cannot read");
-    }
+  std::vector<char> buf;
+  Status st;
+  for (const HashInput& in : inputs) {
+    const std::string name = fs::path(in.path).filename().string();
     XXH3_128bits_update(state, name.data(), name.size() + 1);
+    if (in.data) {
+      XXH3_128bits_update(state, in.data, size_t(in.size));
+      continue;
+    }
+    std::ifstream f(in.path, std::ios::binary);
+    if (!f) {
+      st = Status::IOError(in.path + ": cannot read");
+      break;
+    }
+    buf.resize(1 << 20);
     while (f) {
       f.read(buf.data(), std::streamsize(buf.size()));
       const std::streamsize got = f.gcount();
       if (got > 0) XXH3_128bits_update(state, buf.data(), size_t(got));
     }
     if (f.bad()) {
-      XXH3_freeState(state);
-      return Status::IOError(p + ": read failed");
+      st = Status::IOError(in.path + ": read failed");
+      break;
     }
   }
   const std::string hex = HexDigest(XXH3_128bits_digest(state));
   XXH3_freeState(state);
+  if (!st.ok()) return st;
   return hex;
 }
 
@@ -293,6 +310,7 @@ class GgufLoader {
     j.n_elements = NumElements(shape);
     j.shape = std::move(shape);
     j.gguf = t;
+    j.gguf_file = &f_;
     j.unpermute_heads = unpermute_heads;
     jobs_.push_back(std::move(j));
     return Status::Ok();
@@ -631,14 +649,15 @@ Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, c
   if (m.config.name.empty()) m.config.name = fs::path(dir).lexically_normal().parent_path().filename().string();
 
   // Fingerprint: config, weights (as mapped), tokenizer files; names sorted for stability.
-  std::vector<std::string> files = {cfg_path};
-  for (const SafetensorsFile& f : set.files()) files.push_back(f.path());
+  // Weight files are hashed from their mappings (already in memory for the conversion).
+  std::vector<HashInput> files = {{cfg_path}};
+  for (const SafetensorsFile& f : set.files()) files.push_back({f.path(), f.file_data(), f.file_size()});
   for (const char* t : {"tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "tokenizer_config.json",
                         "special_tokens_map.json", "generation_config.json"}) {
     std::error_code ec;
-    if (fs::exists(dir + "/" + t, ec)) files.push_back(dir + "/" + t);
+    if (fs::exists(dir + "/" + t, ec)) files.push_back({dir + "/" + t});
   }
-  std::sort(files.begin() + 1, files.end());
+  std::sort(files.begin() + 1, files.end(), [](const HashInput& a, const HashInput& b) { return a.path < b.path; });
   std::string digest;
   auto hash = [&]() -> Status {
     IMPRESS_ASSIGN_OR_RETURN(digest, FingerprintFiles(files));

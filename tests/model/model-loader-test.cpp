@@ -470,6 +470,28 @@ TEST_F(HfFolders, MissingConfigKeyAndTensorAreNamed) {
   fs::remove_all(d);
 }
 
+TEST_F(HfFolders, FingerprintCoversConfigWeightsAndTokenizer) {
+  const std::string d = *dir_ + "/fp";
+  fs::remove_all(d);
+  fs::copy(*dir_ + "/opt", d, fs::copy_options::recursive);
+  auto fingerprint = [&]() {
+    auto m = LoadModel(d);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return m.ok() ? m->config.fingerprint : std::string();
+  };
+  const std::string a = fingerprint();
+  EXPECT_EQ(fingerprint(), a);
+  std::ofstream(d + "/tokenizer.json") << "{}";
+  const std::string b = fingerprint();
+  EXPECT_NE(b, a);
+  std::ofstream(d + "/tokenizer.json", std::ios::trunc) << "{ }";
+  const std::string c = fingerprint();
+  EXPECT_NE(c, b);
+  std::ofstream(d + "/config.json", std::ios::app) << "\n";
+  EXPECT_NE(fingerprint(), c);
+  fs::remove_all(d);
+}
+
 TEST(LoadModel, MissingPathIsNotFound) {
   auto m = LoadModel("/nonexistent/impress/model.gguf");
   EXPECT_EQ(m.status().code(), Status::Code::kNotFound);
