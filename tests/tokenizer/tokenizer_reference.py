@@ -139,8 +139,8 @@ def train_text(cases):
     return [text[i:i + 2000] for i in range(0, len(text), 2000)] + cases[::3]
 
 
-def trained_bpe(out, name, cases, pre):
-    tok = Tokenizer(models.BPE())
+def trained_bpe(out, name, cases, pre, ignore_merges=False):
+    tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
     tok.pre_tokenizer = pre
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=1200, min_frequency=2, show_progress=False,
@@ -171,7 +171,7 @@ def llama3_reference(out, cases):
     pre = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    trained_bpe(out, "llama3", cases, pre)
+    trained_bpe(out, "llama3", cases, pre, ignore_merges=True)  # as Llama-3's tokenizer.json
 
 
 def spm_reference(out, cases):
