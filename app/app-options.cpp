@@ -57,6 +57,8 @@ std::string DefaultStoreDir() {
   return EnvOr("IMPRESS_STORE_DIR", EnvOr("XDG_DATA_HOME", Home() + "/.local/share") + "/impress/store");
 }
 
+std::string AssetsDir() { return EnvOr("IMPRESS_ASSETS_DIR", IMPRESS_ASSETS_DIR_DEFAULT); }
+
 std::string ResolveModelPath(const CommonOptions& o) { return o.model.empty() ? DefaultModelPath() : o.model; }
 
 }  // namespace impress::app

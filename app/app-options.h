@@ -44,6 +44,9 @@ std::string DefaultModelPath();
 // $IMPRESS_STORE_DIR, else $XDG_DATA_HOME/impress/store (~/.local/share/impress/store).
 std::string DefaultStoreDir();
 
+// The assets folder: $IMPRESS_ASSETS_DIR, else the source tree's assets/ (compiled in).
+std::string AssetsDir();
+
 // The model to use: --model, else the default. Says how to get the default if it is missing.
 std::string ResolveModelPath(const CommonOptions& opts);
 

@@ -9,6 +9,9 @@
 #include "app/progress-bar.h"
 #include "engine/compute/engine-bench.h"
 #include "engine/model/model-loader.h"
+#include "engine/pipeline/model-context.h"
+#include "engine/pipeline/pipeline-bench.h"
+#include "store/store-bench.h"
 
 namespace impress::app {
 namespace {
@@ -21,6 +24,31 @@ void PrintJsonOrTable(bool json, const nlohmann::json& j) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::cout << fmt::format("{:<24} {}\n", it.key(), it.value().dump());
   }
+}
+
+nlohmann::json SummaryJson(const SystemSummary& s) {
+  const TtftBreakdown& b = s.mean_breakdown;
+  return {{"system", s.system},
+          {"requests", s.n_requests},
+          {"mean_ttft_ms", s.mean_ttft_ms},
+          {"p99_ttft_ms", s.p99_ttft_ms},
+          {"mean_ssd_bytes", s.mean_ssd_bytes},
+          {"mean_kv_bytes", s.mean_kv_bytes},
+          {"first_token_agreement", s.first_token_agreement},
+          {"mean_read_amplification", s.mean_read_amplification},
+          {"mean_chunks_ssd", s.mean_chunks_ssd},
+          {"layers_passed", s.layers_passed},
+          {"breakdown_unaccounted_mean", s.mean_breakdown_error},
+          {"breakdown_unaccounted_max", s.max_breakdown_error},
+          {"breakdown_ms",
+           {{"match", b.match_ms},
+            {"probe_io", b.probe_io_ms},
+            {"probe_compute", b.probe_compute_ms},
+            {"kv_io", b.kv_io_ms},
+            {"copy", b.copy_ms},
+            {"compute", b.compute_ms},
+            {"io_wait", b.io_wait_ms},
+            {"other", b.other_ms}}}};
 }
 
 }  // namespace
@@ -80,6 +108,123 @@ void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code)
                                    {"kv_cache_mb", r->kv_cache_mb},
                                    {"rss_vs_weights_kv", r->peak_rss_mb / std::max(1.0, r->weights_mb + r->kv_cache_mb)},
                                });
+  });
+
+  // impress bench store: a layer's batch of chunk reads vs fio at the same block size and depth.
+  struct StoreArgs {
+    bool json = false;
+    store::StoreBenchOptions opts;
+  };
+  auto sa = std::make_shared<StoreArgs>();
+  CLI::App* storecmd = bench->add_subcommand("store", "SSD chunk-read bandwidth against fio");
+  AddCommonOptions(storecmd, common);
+  storecmd->add_flag("--json", sa->json, "print JSON");
+  storecmd->add_option("--dir", sa->opts.dir, "scratch directory on the disk to measure (default: under --store)");
+  storecmd->add_option("--queue-depth", sa->opts.queue_depth, "io_uring queue depth")->check(CLI::Range(1, 1024));
+  storecmd->add_option("--chunk-tokens", sa->opts.chunk_tokens, "tokens per chunk")->check(CLI::Range(1, 4096));
+  storecmd->add_option("--seconds", sa->opts.seconds, "seconds per measurement")->check(CLI::Range(0.1, 600.0));
+  storecmd->callback([=] {
+    ConfigureLogging(*common);
+    store::StoreBenchOptions opts = sa->opts;
+    if (opts.dir.empty()) opts.dir = (common->store_dir.empty() ? DefaultStoreDir() : common->store_dir) + "/bench";
+    auto r = store::RunStoreBenchmark(opts);
+    if (!r.ok()) {
+      spdlog::error("{}", r.status().ToString());
+      *exit_code = 1;
+      return;
+    }
+    if (!sa->json) {
+      std::cout << store::FormatStoreBench(*r);
+      return;
+    }
+    std::cout << nlohmann::json{{"store_mb_s", r->store_mb_s},   {"fio_mb_s", r->fio_mb_s},
+                                {"ratio", r->ratio},             {"block_bytes", r->block_bytes},
+                                {"queue_depth", r->queue_depth}, {"chunks_per_batch", r->chunks_per_batch},
+                                {"batches", r->batches},         {"io_engine", r->io_engine},
+                                {"direct_io", r->direct_io},     {"fio_error", r->fio_error},
+                                {"cpu_ms_per_batch", r->cpu_ms_per_batch},
+                                {"wall_ms_per_batch", r->wall_ms_per_batch}}
+                     .dump(2)
+              << "\n";
+  });
+
+  // impress bench pipeline: the systems side by side on a document held only on the SSD.
+  struct PipeArgs {
+    bool json = false;
+    PipelineBenchOptions opts;
+  };
+  auto pa = std::make_shared<PipeArgs>();
+  CLI::App* pipecmd = bench->add_subcommand("pipeline", "IMPRESS vs the baselines on a long document from the SSD");
+  AddCommonOptions(pipecmd, common);
+  pipecmd->add_flag("--json", pa->json, "print JSON");
+  pipecmd->add_option("--doc", pa->opts.document, "the document (default: assets/docs/gpl-3.0.txt)");
+  pipecmd->add_option("--questions", pa->opts.questions, "questions file (default: assets/eval/gpl-questions.txt)");
+  pipecmd->add_option("--n-questions", pa->opts.n_questions, "how many questions")->check(CLI::Range(1, 10000));
+  pipecmd->callback([=] {
+    ConfigureLogging(*common);
+    PipelineBenchOptions opts = pa->opts;
+    const std::string assets = AssetsDir();
+    if (opts.document.empty()) opts.document = assets + "/docs/gpl-3.0.txt";
+    if (opts.questions.empty()) opts.questions = assets + "/eval/gpl-questions.txt";
+    opts.store_dir = common->store_dir.empty() ? DefaultStoreDir() : common->store_dir;
+    opts.keep = common->keep;
+    opts.alpha = common->alpha;
+    opts.probe_heads = common->probe_heads;
+    std::unique_ptr<ModelContext> ctx;
+    {
+      ProgressBar bar("loading model");
+      auto c = ModelContext::Load(ResolveModelPath(*common),
+                                  ModelContextOptions{.n_threads = common->threads, .backend = common->backend},
+                                  bar.AsFn());
+      if (!c.ok()) {
+        spdlog::error("{}", c.status().ToString());
+        *exit_code = 1;
+        return;
+      }
+      ctx = std::move(*c);
+    }
+    ProgressBar bar("benchmark");
+    opts.progress = bar.AsFn();
+    auto r = RunPipelineBenchmark(*ctx, opts);
+    bar.Finish();
+    if (!r.ok()) {
+      spdlog::error("{}", r.status().ToString());
+      *exit_code = 1;
+      return;
+    }
+    nlohmann::json systems = nlohmann::json::array();
+    for (const SystemSummary& s : r->systems) systems.push_back(SummaryJson(s));
+    nlohmann::json j{{"document_tokens", r->n_document_tokens},
+                     {"questions", r->n_questions},
+                     {"keep", opts.keep},
+                     {"alpha", opts.alpha},
+                     {"recomp_ttft_ms", r->recomp_ttft_ms},
+                     {"impress_vs_as_bytes", r->impress_vs_as_bytes},
+                     {"impress_vs_h2o_lfu_bytes", r->impress_vs_h2o_bytes},
+                     {"read_amp_before_reorder", r->read_amp_before_reorder},
+                     {"read_amp_after_reorder", r->read_amp_after_reorder},
+                     {"segments_reordered", r->segments_reordered},
+                     {"io_engine", r->io_engine},
+                     {"direct_io", r->direct_io},
+                     {"systems", systems}};
+    if (pa->json) {
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::cout << fmt::format("document {} tokens, {} questions, keep {:.2f}, alpha {:.2f}, I/O {}{}\n",
+                             r->n_document_tokens, r->n_questions, opts.keep, opts.alpha, r->io_engine,
+                             r->direct_io ? " + O_DIRECT" : "");
+    std::cout << fmt::format("{:<24} {:>10} {:>10} {:>12} {:>12} {:>8} {:>8} {:>8}\n", "system", "TTFT ms",
+                             "p99 ms", "SSD MB/req", "KV MB/req", "agree", "RA", "passed");
+    for (const SystemSummary& s : r->systems) {
+      std::cout << fmt::format("{:<24} {:>10.0f} {:>10.0f} {:>12.2f} {:>12.2f} {:>7.0f}% {:>8.2f} {:>7.0f}%\n",
+                               s.system, s.mean_ttft_ms, s.p99_ttft_ms, s.mean_ssd_bytes / 1e6, s.mean_kv_bytes / 1e6,
+                               s.first_token_agreement * 100, s.mean_read_amplification, s.layers_passed * 100);
+    }
+    std::cout << fmt::format("ReComp TTFT {:.0f} ms; IMPRESS reads {:.0f}% of AS-like's bytes and {:.0f}% of "
+                             "AS+H2O+LFU's; read amplification {:.2f} -> {:.2f} after reorder\n",
+                             r->recomp_ttft_ms, r->impress_vs_as_bytes * 100, r->impress_vs_h2o_bytes * 100,
+                             r->read_amp_before_reorder, r->read_amp_after_reorder);
   });
 }
 

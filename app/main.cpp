@@ -8,6 +8,13 @@
 
 int main(int argc, char** argv) {
   using namespace impress::app;
+  // `impress` alone starts the desktop app.
+  char gui_arg[] = "gui";
+  char* gui_argv[] = {argc > 0 ? argv[0] : gui_arg, gui_arg, nullptr};
+  if (argc <= 1) {
+    argc = 2;
+    argv = gui_argv;
+  }
   CLI::App app{"IMPRESS desktop: chat with a local LLM over long documents"};
   app.require_subcommand(1);
   CommonOptions common;
@@ -15,6 +22,7 @@ int main(int argc, char** argv) {
   RegisterGenerateCommands(app, &common, &exit_code);
   RegisterTokenizeCommand(app, &common, &exit_code);
   RegisterBenchCommands(app, &common, &exit_code);
+  RegisterGuiCommand(app, &common, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
