@@ -84,7 +84,46 @@ void SoftmaxRow(float* row, int n_valid, int n) {
   if (n > n_valid) std::memset(row + n_valid, 0, sizeof(float) * size_t(n - n_valid));
 }
 
+// dot(q (fp32), k (fp16)) over n values.
+inline float DotF16(const float* q, const f16_t* k, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int c = 0;
+  for (; c + 8 <= n; c += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c),
+                          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + c))), acc);
+  float s = HorizontalSum(acc);
+  for (; c < n; ++c) s += q[c] * Fp16ToFp32(k[c]);
+  return s;
+}
+
+// acc[0..n) += p * v (fp16)
+inline void AxpyF16(float* acc, float p, const f16_t* v, int n) {
+  const __m256 vp = _mm256_set1_ps(p);
+  int c = 0;
+  for (; c + 8 <= n; c += 8)
+    _mm256_storeu_ps(acc + c, _mm256_fmadd_ps(vp, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c))),
+                                              _mm256_loadu_ps(acc + c)));
+  for (; c < n; ++c) acc[c] += p * Fp16ToFp32(v[c]);
+}
+
+// Where one kv head's keys/values live: prefix rows (n_slots heads per token, this one in
+// `slot`) then the new tokens' rows (n_head_kv heads per token, this one is g).
+struct HeadSource {
+  const f16_t* k_prefix;
+  const f16_t* v_prefix;
+  int n_slots, slot;
+  const f16_t* k_new;
+  const f16_t* v_new;
+  int n_head_kv, g;
+};
+
 // ---- the backend ---------------------------------------------------------------------------
+
+// Work (in values touched) below which an op runs on the calling thread: waking the pool costs
+// more than it saves.
+constexpr int64_t kParallelMin = 131072;
+// Attention with at most this many query rows per kv head reads fp16 K/V directly.
+constexpr int kDirectRows = 8;
 
 class CpuBackend final : public Backend {
  public:
@@ -256,6 +295,10 @@ class CpuBackend final : public Backend {
   void RunGroup(const float* q, int ldq, int n_new, int head_dim, float scale, const std::vector<HeadJob>& heads,
                 const float* kf, const float* vf, int n_prefix, float* out, int ldo, bool imp_include_new);
 
+  // Few query rows (decode): scores straight from fp16 keys, no fp32 copies or GEMMs.
+  void DirectGroup(const float* q, int ldq, int n_new, int hd, float scale, const std::vector<HeadJob>& heads,
+                   const HeadSource& src, int n_prefix, float* out, int ldo, bool imp_include_new);
+
   // Gathers rows of one kv head from fp16 (n_tok, n_slots, head_dim) into fp32 (n_tok, head_dim).
   void GatherHead(float* dst, const f16_t* src, int n_tok, int n_slots, int slot, int head_dim) {
     ForRows(n_tok, head_dim, [=](int64_t t) {
@@ -267,7 +310,7 @@ class CpuBackend final : public Backend {
   template <class Fn>
   void ForRows(int64_t n_rows, int64_t cost_per_row, Fn fn) {
     const int64_t total = n_rows * std::max<int64_t>(cost_per_row, 1);
-    if (pool_.n_threads() == 1 || total < 32768 || n_rows < 2) {
+    if (pool_.n_threads() == 1 || total < kParallelMin || n_rows < 2) {
       for (int64_t r = 0; r < n_rows; ++r) fn(r);
       return;
     }
@@ -280,7 +323,7 @@ class CpuBackend final : public Backend {
   }
   template <class Fn>
   void ForRange(size_t n, Fn fn) {
-    if (pool_.n_threads() == 1 || n < 65536) {
+    if (pool_.n_threads() == 1 || n < size_t(kParallelMin)) {
       fn(size_t(0), n);
       return;
     }
@@ -293,6 +336,37 @@ class CpuBackend final : public Backend {
   double flops_ = 0;
   std::vector<float> kf_, vf_, scores_;  // attention scratch, grown on demand
 };
+
+void CpuBackend::DirectGroup(const float* q, int ldq, int n_new, int hd, float scale, const std::vector<HeadJob>& heads,
+                             const HeadSource& src, int n_prefix, float* out, int ldo, bool imp_include_new) {
+  const int n_keys = n_prefix + n_new;
+  std::vector<float> s(n_keys), acc(hd);
+  auto key = [&](int j) {
+    return j < n_prefix ? src.k_prefix + (int64_t(j) * src.n_slots + src.slot) * hd
+                        : src.k_new + (int64_t(j - n_prefix) * src.n_head_kv + src.g) * hd;
+  };
+  auto val = [&](int j) {
+    return j < n_prefix ? src.v_prefix + (int64_t(j) * src.n_slots + src.slot) * hd
+                        : src.v_new + (int64_t(j - n_prefix) * src.n_head_kv + src.g) * hd;
+  };
+  for (const HeadJob& job : heads) {
+    for (int i = 0; i < n_new; ++i) {
+      const float* qi = q + int64_t(i) * ldq + int64_t(job.head) * hd;
+      const int n_valid = n_prefix + i + 1;
+      for (int j = 0; j < n_valid; ++j) s[j] = scale * DotF16(qi, key(j), hd);
+      SoftmaxRow(s.data(), n_valid, n_valid);
+      if (job.importance) {
+        const int n_cols = imp_include_new ? n_valid : std::min(n_valid, n_prefix);
+        for (int j = 0; j < n_cols; ++j) job.importance[j] += s[j];
+      }
+      if (out) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int j = 0; j < n_valid; ++j) AxpyF16(acc.data(), s[j], val(j), hd);
+        std::memcpy(out + int64_t(i) * ldo + int64_t(job.head) * hd, acc.data(), sizeof(float) * hd);
+      }
+    }
+  }
+}
 
 void CpuBackend::RunGroup(const float* q, int ldq, int n_new, int hd, float scale, const std::vector<HeadJob>& heads,
                           const float* kf, const float* vf, int n_prefix, float* out, int ldo, bool imp_include_new) {
@@ -360,6 +434,23 @@ Status CpuBackend::Attention(const AttentionArgs& a) {
   if (n_imp > 0 && ld_imp > 0) {
     std::memset(a.importance.raw(), 0, sizeof(float) * size_t(n_imp) * ld_imp);
     for (int x = 0; x < n_imp; ++x) imp_row[a.importance_heads[x]] = a.importance.raw() + int64_t(x) * ld_imp;
+  }
+  if (a.n_new * group <= kDirectRows) {
+    const std::function<void(int64_t)> task = [&](int64_t g) {
+      std::vector<HeadJob> heads;
+      for (int h = int(g) * group; h < int(g + 1) * group; ++h) heads.push_back({h, imp_row[h]});
+      const HeadSource src{a.k_prefix.raw(), a.v_prefix.raw(), a.n_head_kv, int(g), a.k_new.raw(), a.v_new.raw(),
+                           a.n_head_kv, int(g)};
+      DirectGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, src, a.n_prefix, a.out.raw(), a.n_head * hd,
+                  a.importance_include_new);
+    };
+    if (int64_t(n_keys) * a.n_head * hd * a.n_new < 200000) {
+      for (int g = 0; g < a.n_head_kv; ++g) task(g);
+    } else {
+      pool_.ParallelFor(a.n_head_kv, task);
+    }
+    flops_ += 4.0 * a.n_head * a.n_new * n_keys * hd;
+    return Status::Ok();
   }
   kf_.resize(size_t(n_keys) * hd);
   vf_.resize(size_t(n_keys) * hd);

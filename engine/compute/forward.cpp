@@ -521,11 +521,24 @@ Result<std::unique_ptr<Generator>> Generator::Create(const Model& model, Backend
 
 Status Generator::Eval(std::span<const int32_t> tokens, std::vector<float>* last_logits, const ProgressFn& progress,
                        const std::atomic<bool>* cancel) {
+  if (!last_logits) return EvalRows(tokens, {}, nullptr, progress, cancel);
+  last_logits->resize(fwd_->config().n_vocab);
+  const int row = static_cast<int>(tokens.size()) - 1;
+  return EvalRows(tokens, std::span<const int>(&row, 1), last_logits->data(), progress, cancel);
+}
+
+Status Generator::EvalRows(std::span<const int32_t> tokens, std::span<const int> rows, float* out,
+                           const ProgressFn& progress, const std::atomic<bool>* cancel) {
   const ModelConfig& c = fwd_->config();
   if (tokens.empty()) return Status::InvalidArgument("generator: nothing to evaluate");
   if (int64_t(n_past_) + int64_t(tokens.size()) > n_ctx_)
     return Status::OutOfRange("generator: " + std::to_string(n_past_) + " cached + " + std::to_string(tokens.size()) +
                               " new tokens exceed the context of " + std::to_string(n_ctx_));
+  for (int r : rows)
+    if (r < 0 || size_t(r) >= tokens.size())
+      return Status::InvalidArgument("generator: logits row " + std::to_string(r) + " outside the " +
+                                     std::to_string(tokens.size()) + " tokens");
+  if (!rows.empty() && !out) return Status::InvalidArgument("generator: logits wanted without a buffer");
   const int kv = fwd_->kv_row();
   std::vector<int32_t> pos;
   const size_t total = tokens.size();
@@ -542,13 +555,15 @@ Status Generator::Eval(std::span<const int32_t> tokens, std::vector<float>* last
       IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, prefix));
       IMPRESS_RETURN_IF_ERROR(fwd_->ExportKV(il, k_cache_[il] + size_t(n_past_) * kv, v_cache_[il] + size_t(n_past_) * kv));
     }
+    // Logits of the wanted rows that fall in this ubatch (only those: the LM head is costly).
+    for (size_t x = 0; x < rows.size(); ++x) {
+      const int r = rows[x];
+      if (size_t(r) < done || size_t(r) >= done + n) continue;
+      const int local_row = r - static_cast<int>(done);
+      IMPRESS_RETURN_IF_ERROR(fwd_->Logits(std::span<const int>(&local_row, 1), out + x * size_t(c.n_vocab)));
+    }
     n_past_ += n;
     done += n;
-    if (done == total && last_logits) {
-      last_logits->resize(c.n_vocab);
-      const int row = n - 1;
-      IMPRESS_RETURN_IF_ERROR(fwd_->Logits(std::span<const int>(&row, 1), last_logits->data()));
-    }
   }
   ReportProgress(progress, total, total, "prefill");
   return Status::Ok();

@@ -194,8 +194,13 @@ class Generator {
   // returns false or cancel is set (the cache then keeps what was done).
   Status Eval(std::span<const int32_t> tokens, std::vector<float>* last_logits,
               const ProgressFn& progress = nullptr, const std::atomic<bool>* cancel = nullptr);
+  // The same, with the logits of chosen rows (indices into tokens, any order) into out (host),
+  // rows.size() x n_vocab.
+  Status EvalRows(std::span<const int32_t> tokens, std::span<const int> rows, float* out,
+                  const ProgressFn& progress = nullptr, const std::atomic<bool>* cancel = nullptr);
   // Appends the prompt, then samples up to max_tokens tokens. OutOfRange (before any work)
-  // when n_past + prompt + max_tokens exceeds n_ctx.
+  // when n_past + prompt + max_tokens exceeds n_ctx. Afterwards the cache holds the prompt and
+  // every generated token but the last (n_past = before + prompt + tokens - 1).
   Result<GenerateResult> Generate(std::span<const int32_t> prompt, const GenerateOptions& options);
 
   // Layer il's cache, (n_ctx, n_head_kv, head_dim) fp16, rows [0, n_past) valid.

@@ -24,8 +24,11 @@ import numpy as np
 F32 = np.float32
 
 
+KV_F16 = True
+
+
 def f16_round(x):
-    return x.astype(np.float16).astype(F32)
+    return x.astype(np.float16).astype(F32) if KV_F16 else x
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,7 +309,12 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--request", required=True)
     ap.add_argument("--out", required=True, help="output path prefix (.json and .bin are added)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="compute precision")
+    ap.add_argument("--kv-dtype", default="float16", choices=["float16", "float32"], help="KV storage precision")
     args = ap.parse_args()
+    global F32, KV_F16
+    F32 = np.float64 if args.dtype == "float64" else np.float32
+    KV_F16 = args.kv_dtype == "float16"
     c, w = load_gguf(args.model) if os.path.isfile(args.model) else load_hf(args.model)
     with open(args.request) as f:
         req = json.load(f)
@@ -318,7 +326,7 @@ def main():
             x = forward(c, w, toks, np.arange(len(toks)), cache)
             rows = seq.get("rows", [])
             if rows:
-                fout.write(np.ascontiguousarray(logits(c, w, x[rows]), dtype=F32).tobytes())
+                fout.write(np.ascontiguousarray(logits(c, w, x[rows]), dtype=np.float32).tobytes())
             greedy = []
             last = logits(c, w, x[-1:])[0]
             for step in range(seq.get("greedy", 0)):
