@@ -1,0 +1,239 @@
+#include "gui/app-window.h"
+
+#define GLFW_INCLUDE_NONE
+#include <GLFW/glfw3.h>
+#include <GL/gl.h>
+#include <imgui.h>
+#include <backends/imgui_impl_glfw.h>
+#include <backends/imgui_impl_opengl3.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "gui/panels.h"
+#include "gui/png-image.h"
+#include "gui/script.h"
+#include "gui/snapshot-math.h"
+
+namespace impress::gui {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kFrameBudgetMs = 1000.0 / 60.0;  // the loop sleeps the rest of a 60 Hz frame
+
+void OnGlfwError(int code, const char* what) { spdlog::warn("glfw error {}: {}", code, what); }
+
+// State the GLFW callbacks reach through the window's user pointer.
+struct WindowEvents {
+  std::vector<std::string> dropped;  // paths dropped on the window since the last frame
+};
+
+void OnDrop(GLFWwindow* w, int n, const char** paths) {
+  auto* ev = static_cast<WindowEvents*>(glfwGetWindowUserPointer(w));
+  for (int i = 0; i < n; ++i) ev->dropped.emplace_back(paths[i]);
+}
+
+void LoadFonts() {
+  ImGuiIO& io = ImGui::GetIO();
+  // DejaVu Sans from Debian's fonts-dejavu-core; ImGui's built-in font otherwise.
+  for (const char* path : {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"}) {
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec) && io.Fonts->AddFontFromFileTTF(path, 15.0f)) return;
+  }
+  io.Fonts->AddFontDefault();
+}
+
+Result<RgbaImage> CaptureFrame(int w, int h) {
+  RgbaImage im;
+  im.width = w;
+  im.height = h;
+  im.pixels.resize(size_t(w) * h * 4);
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadBuffer(GL_BACK);
+  glReadPixels(0, 0, w, h, GL_RGBA, GL_UNSIGNED_BYTE, im.pixels.data());
+  if (glGetError() != GL_NO_ERROR) return Status::Internal("glReadPixels failed");
+  // OpenGL's rows go bottom to top.
+  const size_t row = size_t(w) * 4;
+  std::vector<uint8_t> tmp(row);
+  for (int y = 0; y < h / 2; ++y) {
+    uint8_t* a = &im.pixels[size_t(y) * row];
+    uint8_t* b = &im.pixels[size_t(h - 1 - y) * row];
+    std::copy(a, a + row, tmp.data());
+    std::copy(b, b + row, a);
+    std::copy(tmp.data(), tmp.data() + row, b);
+  }
+  for (size_t i = 3; i < im.pixels.size(); i += 4) im.pixels[i] = 255;
+  return im;
+}
+
+class Host : public ScriptHost {
+ public:
+  explicit Host(Worker& w) : worker_(w) {}
+  uint64_t commands_sent() const override { return worker_.commands_sent(); }
+  void RequestScreenshot(const std::string& path) override { pending = path; }
+  std::optional<std::string> pending;
+
+ private:
+  Worker& worker_;
+};
+
+// Frame intervals (start to start), all of them and those while a prefill ran.
+struct FrameTimes {
+  std::vector<double> all_ms, prefill_ms, busy_ms;
+  void Print(std::FILE* out) const {
+    const FrameStats a = ComputeFrameStats(all_ms), p = ComputeFrameStats(prefill_ms), b = ComputeFrameStats(busy_ms);
+    std::fprintf(out, "frame time: %zu frames, max %.1f ms, p99 %.1f ms, mean %.1f ms\n", a.n, a.max_ms, a.p99_ms, a.mean_ms);
+    std::fprintf(out, "frame time during prefill: %zu frames, max %.1f ms, p99 %.1f ms, mean %.1f ms\n", p.n, p.max_ms,
+                 p.p99_ms, p.mean_ms);
+    std::fprintf(out, "frame time while the worker was busy: %zu frames, max %.1f ms, p99 %.1f ms\n", b.n, b.max_ms, b.p99_ms);
+    std::fflush(out);
+  }
+};
+
+}  // namespace
+
+bool DisplayAvailable(std::string* why) {
+  const char* x = std::getenv("DISPLAY");
+  const char* wl = std::getenv("WAYLAND_DISPLAY");
+  if ((!x || !*x) && (!wl || !*wl)) {
+    *why = "no display: neither DISPLAY nor WAYLAND_DISPLAY is set";
+    return false;
+  }
+  glfwSetErrorCallback(OnGlfwError);
+  if (!glfwInit()) {
+    *why = "no display: GLFW could not initialise (is the X server reachable?)";
+    return false;
+  }
+  glfwTerminate();
+  return true;
+}
+
+Result<int> RunGui(const GuiOptions& o) {
+  std::optional<ScriptRunner> script;
+  if (!o.script_path.empty()) {
+    std::ifstream in(o.script_path);
+    if (!in) return Status::NotFound("cannot read script " + o.script_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    IMPRESS_ASSIGN_OR_RETURN(auto lines, ParseScript(ss.str(), o.script_path));
+    script.emplace(std::move(lines), stdout);
+  }
+  const char* x = std::getenv("DISPLAY");
+  const char* wl = std::getenv("WAYLAND_DISPLAY");
+  if ((!x || !*x) && (!wl || !*wl))
+    return Status::Unsupported("no display: neither DISPLAY nor WAYLAND_DISPLAY is set; use `impress chat` for the terminal chat");
+  // One glfwInit only: an X server with no clients may reset between a probe and a second init.
+  glfwSetErrorCallback(OnGlfwError);
+  if (!glfwInit())
+    return Status::Unsupported("no display: GLFW could not initialise (is the X server reachable?); use `impress chat`");
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+  GLFWwindow* window = glfwCreateWindow(o.width, o.height, "IMPRESS desktop", nullptr, nullptr);
+  if (!window) {
+    glfwTerminate();
+    return Status::Unsupported("cannot open an OpenGL 3.0 window (is an OpenGL driver installed? e.g. libgl1-mesa-dri)");
+  }
+  glfwMakeContextCurrent(window);
+  glfwSwapInterval(1);
+  WindowEvents events;
+  glfwSetWindowUserPointer(window, &events);
+  glfwSetDropCallback(window, OnDrop);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  std::error_code ec;
+  std::filesystem::create_directories(o.config_dir, ec);
+  const std::string ini_path = o.config_dir + "/imgui.ini";  // outlives the context
+  io.IniFilename = o.script_path.empty() ? ini_path.c_str() : nullptr;  // scripts get the default layout
+  ImGui::StyleColorsDark();
+  ImGui::GetStyle().WindowRounding = 3;
+  LoadFonts();
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init("#version 130");
+
+  int exit_code = 0;
+  {
+    Worker worker(o.worker);
+    Host host(worker);
+    UiState ui;
+    FrameTimes times;
+    auto last = Clock::now();
+    bool first = true;
+    while (!glfwWindowShouldClose(window)) {
+      // Poll.
+      const auto frame_start = Clock::now();
+      const auto snap = worker.Snapshot();
+      if (!first) {
+        const double ms = std::chrono::duration<double, std::milli>(frame_start - last).count();
+        times.all_ms.push_back(ms);
+        if (snap->phase == WorkerPhase::kPrefill) times.prefill_ms.push_back(ms);
+        if (snap->phase != WorkerPhase::kIdle && snap->phase != WorkerPhase::kFailed) times.busy_ms.push_back(ms);
+      }
+      first = false;
+      last = frame_start;
+      glfwPollEvents();
+      UiActions actions;
+      for (std::string& path : events.dropped) actions.commands.push_back(MakeCommand(Command::Kind::kAddDocument, path));
+      events.dropped.clear();
+
+      // New frame, panels.
+      ImGui_ImplOpenGL3_NewFrame();
+      ImGui_ImplGlfw_NewFrame();
+      ImGui::NewFrame();
+      DrawAllPanels(*snap, ui, actions);
+      bool keep_running = true;
+      if (script) keep_running = script->Tick(*snap, ui, actions, host);
+      ImGui::Render();
+
+      // Render.
+      int w = 0, h = 0;
+      glfwGetFramebufferSize(window, &w, &h);
+      glViewport(0, 0, w, h);
+      glClearColor(0.08f, 0.08f, 0.10f, 1.0f);
+      glClear(GL_COLOR_BUFFER_BIT);
+      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      if (host.pending) {
+        auto im = CaptureFrame(w, h);
+        Status st = im.ok() ? WritePng(*host.pending, *im) : im.status();
+        if (!st.ok()) {
+          std::fprintf(stderr, "screenshot failed: %s\n", st.ToString().c_str());
+          exit_code = 1;
+        } else {
+          std::fprintf(stdout, "screenshot: %s (%dx%d)\n", host.pending->c_str(), w, h);
+        }
+        host.pending.reset();
+      }
+      glfwSwapBuffers(window);
+
+      // Send what the panels asked for.
+      if (actions.stop) worker.Stop();
+      for (Command& c : actions.commands) worker.Send(std::move(c));
+      if (!keep_running) break;
+      const double spent = std::chrono::duration<double, std::milli>(Clock::now() - frame_start).count();
+      if (spent < kFrameBudgetMs)
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(kFrameBudgetMs - spent));
+    }
+    if (script && script->failed()) {
+      std::fprintf(stderr, "%s\n", script->error().c_str());
+      exit_code = 1;
+    }
+    if (script || o.print_frame_stats) times.Print(stdout);
+    // The worker's destructor cancels and joins here, while the window still shows.
+  }
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+  return exit_code;
+}
+
+}  // namespace impress::gui

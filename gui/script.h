@@ -1,0 +1,73 @@
+// ScriptRunner: the `impress gui --script FILE` command language, for CI and demos. The UI
+// thread runs it between frames, so a script drives the real window exactly as a user would
+// (commands to the worker, settings through the Settings panel's state, screenshots of frames).
+//
+//   # comment                 doc PATH            ask TEXT          again (ask again + fidelity)
+//   regenerate                new                 reorder           set KEY VALUE
+//   wait [SECONDS]            (until the worker has done everything sent; prints new answers)
+//   frames N                  sleep MS            tab ttft|tiers|tree
+//   screenshot PATH           expect-answer       quit
+// set keys: alpha keep probe_heads sinks recent system policy device_mb host_mb ssd_mb
+//           max_tokens temperature fidelity_tokens
+//
+// Thread contract: UI thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "gui/panels.h"
+
+namespace impress::gui {
+
+struct ScriptLine {
+  int line = 0;       // 1-based, for messages
+  std::string verb;
+  std::string arg;    // the rest of the line, trimmed
+};
+
+// Checks every verb and argument up front, so a typo fails before the model loads.
+// Errors name `what` (the file) and the line.
+Result<std::vector<ScriptLine>> ParseScript(const std::string& text, const std::string& what);
+
+// Applies `set KEY VALUE` to settings; InvalidArgument naming the key or value.
+Status ApplySetting(TuningSettings& s, const std::string& key, const std::string& value);
+
+// What the runner needs from the frame loop.
+struct ScriptHost {
+  virtual ~ScriptHost() = default;
+  virtual uint64_t commands_sent() const = 0;
+  virtual void RequestScreenshot(const std::string& path) = 0;  // taken after this frame renders
+};
+
+class ScriptRunner {
+ public:
+  ScriptRunner(std::vector<ScriptLine> lines, std::FILE* out);
+  // One step per frame. Returns false when the script is finished (quit, end, or failure).
+  bool Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, ScriptHost& host);
+  bool failed() const { return failed_; }
+  const std::string& error() const { return error_; }
+  int answers_printed() const { return n_printed_; }
+
+ private:
+  bool Fail(const ScriptLine& l, const std::string& why);
+  void PrintNewAnswers(const AppSnapshot& s);
+
+  std::vector<ScriptLine> lines_;
+  std::FILE* out_;
+  size_t pc_ = 0;                 // next line
+  int frames_left_ = 0;           // frames to wait before the next line
+  bool waiting_ = false;          // inside `wait`
+  std::chrono::steady_clock::time_point wait_until_;
+  std::chrono::steady_clock::time_point sleep_until_;
+  size_t n_chat_seen_ = 0;        // chat entries already scanned for answers
+  uint64_t n_messages_seen_ = 0;  // messages already printed
+  int n_printed_ = 0;
+  bool failed_ = false;
+  std::string error_;
+};
+
+}  // namespace impress::gui

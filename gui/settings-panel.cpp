@@ -1,0 +1,85 @@
+// Settings panel: the IMPRESS knobs (alpha, keep ratio, probe heads, sinks, recent window),
+// cache budgets and policy, the system (IMPRESS or a baseline), generation length. A change is
+// sent when a widget is released and takes effect on the next question; the worker saves it.
+#include <imgui.h>
+#include <spdlog/fmt/fmt.h>
+
+#include "gui/panels.h"
+
+namespace impress::gui {
+
+namespace {
+
+const SystemKind kSystems[] = {SystemKind::kImpress, SystemKind::kImpressItfRo, SystemKind::kImpressItf,
+                               SystemKind::kAsH2oLfu, SystemKind::kAsH2oLru, SystemKind::kAsLike, SystemKind::kRecomp};
+const store::PolicyKind kPolicies[] = {store::PolicyKind::kImpress, store::PolicyKind::kLru, store::PolicyKind::kLfu};
+
+}  // namespace
+
+void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& out) {
+  if (st.synced_version == 0) {
+    st.edit = s.settings;
+    st.synced_version = s.version ? s.version : 1;
+  }
+  TuningSettings& e = st.edit;
+  PipelineSettings& p = e.pipeline;
+  bool changed = false;
+  auto done = [&] { changed |= ImGui::IsItemDeactivatedAfterEdit(); };
+  ImGui::PushItemWidth(-140);
+
+  if (ImGui::BeginCombo("system", SystemName(p.system))) {
+    for (SystemKind k : kSystems)
+      if (ImGui::Selectable(SystemName(k), k == p.system)) {
+        p.system = k;
+        changed = true;
+      }
+    ImGui::EndCombo();
+  }
+  ImGui::SliderFloat("alpha", &p.alpha, 0.0f, 2.0f, "%.2f");
+  done();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("threshold t = (p/(2-p))^alpha; a larger alpha lowers t (more layers pass)");
+  ImGui::SliderFloat("keep ratio", &p.keep, 0.05f, 1.0f, "%.2f");
+  done();
+  ImGui::SliderInt("probe heads", &p.probe_heads, 1, 9);
+  done();
+  ImGui::SliderInt("sinks", &p.sinks, 0, 64);
+  done();
+  ImGui::SliderInt("recent window", &p.recent, 0, 512);
+  done();
+  ImGui::Separator();
+  if (ImGui::BeginCombo("cache policy", std::string(store::PolicyKindName(e.policy)).c_str())) {
+    for (store::PolicyKind k : kPolicies)
+      if (ImGui::Selectable(std::string(store::PolicyKindName(k)).c_str(), k == e.policy)) {
+        e.policy = k;
+        changed = true;
+      }
+    ImGui::EndCombo();
+  }
+  ImGui::DragScalar("device MiB", ImGuiDataType_Double, &e.device_budget_mb, 1.0f);
+  done();
+  ImGui::DragScalar("host MiB", ImGuiDataType_Double, &e.host_budget_mb, 4.0f);
+  done();
+  ImGui::DragScalar("SSD MiB", ImGuiDataType_Double, &e.ssd_budget_mb, 16.0f);
+  done();
+  ImGui::SliderInt("reorder every (min)", &e.reorder_interval_min, 0, 120);
+  done();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("takes effect at the next start; use 'Reorder now' in Tiers meanwhile");
+  ImGui::Separator();
+  ImGui::SliderInt("max tokens", &e.max_tokens, 1, 1024);
+  done();
+  ImGui::SliderFloat("temperature", &e.temperature, 0.0f, 2.0f, "%.2f");
+  done();
+  ImGui::SliderInt("fidelity tokens", &e.fidelity_tokens, 0, 64);
+  done();
+  ImGui::PopItemWidth();
+  if (e.device_budget_mb < 0) e.device_budget_mb = 0;
+  if (e.host_budget_mb < 0) e.host_budget_mb = 0;
+  if (e.ssd_budget_mb < 1) e.ssd_budget_mb = 1;
+  if (changed) out.commands.push_back(SettingsCommand(e));
+  if (ImGui::Button("Reset to defaults")) {
+    e = TuningSettings{};
+    out.commands.push_back(SettingsCommand(e));
+  }
+}
+
+}  // namespace impress::gui

@@ -1,0 +1,77 @@
+// The numbers the panels show, computed from snapshots by pure functions so they are tested
+// without a window (tests/gui/snapshot-math-test.cpp). No ImGui types here.
+//
+// Thread contract: pure functions; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/pipeline/report.h"
+#include "store/prefix-store.h"
+
+namespace impress::gui {
+
+// Share of chunk accesses served by each tier (each in [0, 1], summing to 1 when total > 0).
+struct HitRates {
+  double device = 0, host = 0, ssd = 0;
+  uint64_t total = 0;
+};
+// One request: the chunks its reads found in each tier.
+HitRates RequestHitRates(const RequestReport& r);
+// Store-wide, cumulative: device hits, host hits, SSD reads over all accesses.
+HitRates StoreHitRates(const store::TierStats& t);
+// Between two cumulative readings (before -> after), e.g. one request's share of the counters.
+// Counters that went backwards (store reopened) count as zero.
+HitRates HitRatesBetween(const store::TierStats& before, const store::TierStats& after);
+
+// One segment of a request's stacked TTFT bar, in milliseconds from the bar's start.
+struct BarSegment {
+  int part = 0;          // index into TtftPartNames()
+  double start_ms = 0;
+  double length_ms = 0;
+};
+// The parts a TTFT bar stacks, in order: match, probe I/O, probe compute, KV I/O, copy, compute,
+// other. (I/O wait = probe I/O + KV I/O, so it is not stacked a second time; the panel shows it
+// in the tooltip.) Negative or NaN parts are drawn as zero length.
+const std::vector<std::string>& TtftPartNames();
+std::vector<BarSegment> StackTtft(const TtftBreakdown& b);
+
+// Importance heatmap: rows = layers, columns = prefix tokens binned into n_cols columns (max over
+// the bin); each row normalised by its own maximum into [0, 1] (a row of zeros stays zero; NaN
+// and negative values count as zero). selected_cols[l * n_cols + c] is 1 if any token of the bin
+// was selected in that layer.
+struct Heatmap {
+  int n_rows = 0, n_cols = 0;
+  int tokens_per_col = 1;             // bin width (the last bin may be narrower)
+  std::vector<float> value;           // n_rows * n_cols, row-major, in [0, 1]
+  std::vector<uint8_t> selected;      // same shape
+};
+Heatmap BuildHeatmap(const std::vector<float>& importance, const std::vector<uint8_t>& selected, int n_layer,
+                     int n_tokens, int max_cols);
+// Token index range [first, last) that heatmap column c covers.
+void HeatmapColumnTokens(const Heatmap& h, int n_tokens, int c, int* first, int* last);
+
+// How a layer's probe result is coloured in the similarity panel.
+enum class ProbeVerdict { kNotProbed, kPassed, kFallback };
+ProbeVerdict ClassifyLayer(const LayerReport& l);
+// Layers that passed out of those probed.
+int CountPassed(const std::vector<LayerReport>& layers);
+
+// Where a request's prefix KV came from, as a short text: "1,234 of 1,300 prefix tokens reused
+// (device 12 / host 0 / SSD 40 chunks)" or "nothing reused (computed 1,300 tokens)".
+std::string ReuseSummary(const RequestReport& r);
+
+// Frame-time statistics (milliseconds).
+struct FrameStats {
+  size_t n = 0;
+  double max_ms = 0, p99_ms = 0, mean_ms = 0;
+};
+// p99 is the nearest-rank 99th percentile (ceil(0.99 n)-th smallest).
+FrameStats ComputeFrameStats(std::vector<double> frame_ms);
+
+// 12345678 -> "11.8 MiB".
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace impress::gui

@@ -1,0 +1,118 @@
+// Worker: the ONE thread that owns the ChatSession (model, tokenizer, KV store) for the GUI.
+// The UI thread sends commands (a queue) and reads the latest AppSnapshot; it never waits for
+// inference. Stop() is the one direct call: it raises the cancel flag the running request polls.
+//
+// Thread contract: Send, Stop and Snapshot are internally synchronized and never block on
+// inference (they take a mutex held only for a queue push or a pointer swap). The ChatSession
+// lives and dies on the worker thread. The destructor cancels the running request and joins.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/pipeline/chat-session.h"
+#include "gui/app-snapshot.h"
+
+namespace impress::gui {
+
+struct WorkerOptions {
+  ChatSessionOptions session;          // model path, store dir, threads (budgets come from settings)
+  TuningSettings settings;             // the knobs at start
+  std::vector<std::string> documents;  // attached at start
+  std::string settings_path;           // where kSettings commands save the knobs; empty: not saved
+  int worker_nice = 5;                 // the worker (and the compute threads it starts) yield to the UI
+  size_t max_requests = 64;            // request history kept for the panels
+};
+
+struct Command {
+  enum class Kind {
+    kAddDocument,      // text = path
+    kRemoveDocument,   // index
+    kSetAttached,      // index, flag
+    kAsk,              // text = question
+    kRegenerate,       // the last question again (the last answer is replaced)
+    kAskAgain,         // the last question again with the current settings, plus the fidelity check
+    kNewConversation,  // forget the turns (documents stay)
+    kSettings,         // settings (budgets and policy applied to the store at once)
+    kReorderNow,
+    kDropCache,        // evict every unlocked cached prefix from the store
+  };
+  Kind kind = Kind::kAsk;
+  std::string text;
+  int index = -1;
+  bool flag = false;
+  TuningSettings settings;
+};
+
+// Command builders (designated initializers would leave members out under -Wextra).
+inline Command MakeCommand(Command::Kind kind, std::string text = {}, int index = -1, bool flag = false) {
+  Command c;
+  c.kind = kind;
+  c.text = std::move(text);
+  c.index = index;
+  c.flag = flag;
+  return c;
+}
+inline Command SettingsCommand(const TuningSettings& s) {
+  Command c;
+  c.kind = Command::Kind::kSettings;
+  c.settings = s;
+  return c;
+}
+
+class Worker {
+ public:
+  explicit Worker(WorkerOptions options);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Queues a command; returns its sequence number (1, 2, ...). Done when
+  // Snapshot()->commands_done >= that number.
+  uint64_t Send(Command c);
+  // Cancels the request in flight (tokens stop within one decode step, a prefill within a layer batch).
+  void Stop();
+  std::shared_ptr<const AppSnapshot> Snapshot() const;
+  uint64_t commands_sent() const;
+
+ private:
+  void Run();
+  void Execute(const Command& c);
+  void OpenSession();
+  void AddDocument(const std::string& path);
+  void SyncConversationDocuments();
+  void Ask(const std::string& question, bool again);
+  void ApplySettings(const TuningSettings& s);
+  void RefreshStoreStats();
+  void Message(std::string m);
+  void Publish(bool force = true);
+
+  // Constant after construction.
+  const WorkerOptions options_;
+
+  // Shared with the UI thread.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Command> queue_;                 // GUARDED_BY(mu_)
+  uint64_t n_sent_ = 0;                       // GUARDED_BY(mu_)
+  bool quit_ = false;                         // GUARDED_BY(mu_)
+  std::shared_ptr<const AppSnapshot> published_;  // GUARDED_BY(mu_)
+  std::atomic<bool> cancel_{false};
+
+  // Worker thread only.
+  std::unique_ptr<ChatSession> session_;
+  std::vector<Document> docs_;                // parallel to draft_.documents
+  AppSnapshot draft_;                         // the next snapshot, edited in place
+  std::chrono::steady_clock::time_point last_publish_;
+  int next_request_id_ = 1;
+
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+}  // namespace impress::gui
