@@ -16,6 +16,10 @@ bash "$here/build.sh" build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIMPRESS_SAN
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$IMPRESS_JOBS" --timeout 1800 -LE no-sanitizer
 
+echo "=== ThreadSanitizer build + store concurrency tests"
+bash "$here/build.sh" build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIMPRESS_TSAN=ON --target prefix-store-test uring-io-test
+TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -j "$IMPRESS_JOBS" --timeout 900 -R "PrefixStore|UringIo"
+
 if [ -x "$here/fuzz.sh" ]; then
   echo "=== Fuzzers (bounded time)"
   bash "$here/fuzz.sh"
