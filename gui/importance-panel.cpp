@@ -6,6 +6,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "gui/panels.h"
 #include "gui/snapshot-math.h"
@@ -58,7 +59,8 @@ void DrawImportancePanel(const AppSnapshot& s, ImportancePanelState& st) {
   for (int l = 0; l < h.n_rows; ++l) {
     for (int c = 0; c < h.n_cols; ++c) {
       const ImVec2 a(o.x + c * cw, o.y + l * ch), b(o.x + (c + 1) * cw, o.y + (l + 1) * ch);
-      dl->AddRectFilled(a, b, draw::HeatColour(h.value[size_t(l) * h.n_cols + c]));
+      // A gamma below 1 lifts the long tail (a few sink tokens hold most of a layer's attention).
+      dl->AddRectFilled(a, b, draw::HeatColour(std::pow(h.value[size_t(l) * h.n_cols + c], 0.4f)));
       if (st.outline_selected && h.selected[size_t(l) * h.n_cols + c])
         dl->AddLine(ImVec2(a.x, a.y + 0.5f), ImVec2(b.x, a.y + 0.5f), IM_COL32(255, 255, 255, 200));
     }

@@ -28,7 +28,7 @@ void StatusBar(const AppSnapshot& s, float y, float w, float h) {
   ImGui::Begin("##status", nullptr,
                ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
                    ImGuiWindowFlags_NoBringToFrontOnFocus);
-  ImGui::Text("%s | %s", PhaseName(s.phase), s.status.c_str());
+  ImGui::TextUnformatted(s.status.empty() ? PhaseName(s.phase) : s.status.c_str());
   if (s.progress >= 0) {
     ImGui::SameLine();
     ImGui::ProgressBar(float(s.progress), ImVec2(200, 0));

@@ -5,4 +5,12 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bash "$here/setup.sh"
 bash "$here/build.sh" build
 source "$here/env.sh"
-exec "$IMPRESS_ROOT/build/bin/impress" chat --doc "$IMPRESS_ROOT/assets/docs/gpl-3.0.txt" "$@"
+impress="$IMPRESS_ROOT/build/bin/impress"
+doc="$IMPRESS_ROOT/assets/docs/gpl-3.0.txt"
+# The desktop app when a window can open here ($DISPLAY or $WAYLAND_DISPLAY and a working GLFW);
+# else the terminal chat, saying why.
+if why=$("$impress" gui --check-display 2>&1); then
+  exec "$impress" gui --doc "$doc" "$@"
+fi
+echo "[run] ${why:-no display}: starting the terminal chat instead" >&2
+exec "$impress" chat --doc "$doc" "$@"

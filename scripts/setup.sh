@@ -20,7 +20,7 @@ packages=(
   libxxhash-dev libsqlite3-dev liburing-dev libsentencepiece-dev
   libglfw3-dev libimgui-dev
   fio python3 python3-venv clang libclang-rt-14-dev
-  xvfb xauth
+  xvfb xauth libgl1-mesa-dri libstb-dev fonts-dejavu-core
 )
 missing=()
 for p in "${packages[@]}"; do

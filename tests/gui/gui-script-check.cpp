@@ -115,7 +115,7 @@ TEST(GuiScript, SessionAnswersMeasuresFramesAndScreenshotsAreNotBlank) {
     const ImageContent c = MeasureContent(*im);
     std::cout << path << ": " << c.distinct_colours << " colours, " << 100 * c.non_background << "% not background\n";
     EXPECT_GT(c.distinct_colours, 50u) << path;
-    EXPECT_GT(c.non_background, 0.3) << path;
+    EXPECT_GT(c.non_background, 0.1) << path;  // a blank frame has 0; real ones measured 0.23-0.40
   }
   fs::remove_all(dir);
 }
