@@ -2,8 +2,8 @@
 //
 // Tables: meta (model fingerprint, format version, KV geometry); nodes (the radix tree's rows:
 // id, parent, KV segment, segment offset, token span, last access); segments (one per insert:
-// token count, layout generation, mapping list slot -> original segment offset, per-token
-// importance sums and counts); chunks (segment, layer, index -> data file, offset, length,
+// token count, layout generation, per-layer mapping lists slot -> original segment offset, and
+// per-(layer, token) importance sums and counts; format version 2); chunks (segment, layer, index -> data file, offset, length,
 // checksums, generation, access frequency, important ratio); probes (segment, layer -> extent).
 // Every change goes through Apply(), one transaction, so a crash leaves the old or the new state.
 // Opening a catalog made for another model, format version or geometry discards its rows (a
@@ -32,9 +32,10 @@ struct SegmentRow {
   uint64_t id = 0;
   uint32_t n_tokens = 0;          // tokens written in the segment
   uint64_t generation = 0;        // bumped by each reorder
-  std::vector<uint32_t> mapping;  // slot -> original segment offset; empty = identity
-  std::vector<float> imp_sum;     // per original offset: summed importance reports
-  std::vector<uint32_t> imp_count;  // per original offset: number of reports
+  // Layer-major, n_layer * n_tokens each: [layer * n_tokens + i].
+  std::vector<uint32_t> mapping;    // [layer][slot] -> original segment offset; empty = identity for all layers
+  std::vector<float> imp_sum;       // [layer][original offset]: summed importance reports
+  std::vector<uint32_t> imp_count;  // [layer][original offset]: number of reports
 };
 
 struct ChunkRow {

@@ -13,17 +13,22 @@ uint64_t CombineBlockSums(const std::vector<uint64_t>& sums) {
   return XXH3_64bits(sums.data(), sums.size() * sizeof(uint64_t));
 }
 
-void EncodeChunk(const ChunkHeader& h_in, const uint8_t* records, uint8_t* buf, ChunkExtent* ext) {
+void EncodeChunk(const ChunkHeader& h_in, const uint8_t* k_records, const uint8_t* v_records, uint8_t* buf,
+                 ChunkExtent* ext) {
   ChunkHeader h = h_in;
   h.magic = kChunkMagic;
   h.version = kFormatVersion;
+  const ChunkLayout lay = LayoutOf(h);
+  h.k_offset = lay.k_offset;
+  h.v_offset = lay.v_offset;
   std::memset(h.reserved, 0, sizeof(h.reserved));
   h.header_checksum = XXH3_64bits(&h, offsetof(ChunkHeader, header_checksum));
-  const uint32_t len = ChunkBytes(h.n_slots, h.record_bytes);
+  const uint32_t len = lay.length;
+  const size_t region = size_t(h.n_slots) * h.record_bytes;
+  std::memset(buf, 0, len);
   std::memcpy(buf, &h, sizeof(h));
-  std::memcpy(buf + kChunkHeaderBytes, records, size_t(h.n_slots) * h.record_bytes);
-  const size_t used = kChunkHeaderBytes + size_t(h.n_slots) * h.record_bytes;
-  std::memset(buf + used, 0, len - used);
+  std::memcpy(buf + lay.k_offset, k_records, region);
+  if (lay.v_offset) std::memcpy(buf + lay.v_offset, v_records, region);
   ext->length = len;
   ext->slot_begin = h.slot_begin;
   ext->n_slots = h.n_slots;
@@ -61,7 +66,8 @@ Status VerifyChunk(const uint8_t* buf, const ChunkExtent& ext, const ChunkHeader
   if (h.kind != expect.kind || h.fingerprint_hash != expect.fingerprint_hash || h.node_id != expect.node_id ||
       h.generation != expect.generation || h.layer != expect.layer || h.index != expect.index ||
       h.slot_begin != ext.slot_begin || h.n_slots != ext.n_slots || h.n_heads != expect.n_heads ||
-      h.head_dim != expect.head_dim || h.record_bytes != expect.record_bytes)
+      h.head_dim != expect.head_dim || h.record_bytes != expect.record_bytes || h.k_offset != LayoutOf(h).k_offset ||
+      h.v_offset != LayoutOf(h).v_offset || ext.length != LayoutOf(h).length)
     return Status::Corruption(what + ": header names another chunk (node " + std::to_string(h.node_id) + ", layer " +
                               std::to_string(h.layer) + ", index " + std::to_string(h.index) + ", generation " +
                               std::to_string(h.generation) + ")");

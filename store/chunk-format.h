@@ -1,11 +1,14 @@
 // The on-disk chunk format (DESIGN.md section 4).
 //
-// A chunk is one extent, 4 KiB-aligned, holding a 128-byte header and then token records, padded
-// with zeros to a 4 KiB multiple:
-//   kind kKV:    record = K of all KV heads then V of all KV heads, fp16: (2, n_head_kv, head_dim)
-//   kind kProbe: record = K of the probe KV heads only, fp16: (n_probe, head_dim)
-// Records are token-major, so the bytes of any set of tokens (or of just their K or V halves)
-// map to a few 4 KiB blocks that can be read and verified on their own. Every 4 KiB block has an
+// A chunk is one extent, 4 KiB-aligned, zero-padded to a 4 KiB multiple.
+//   kind kKV:    block 0 holds the 128-byte header alone; the K region (n_slots records of
+//                (n_head_kv, head_dim) fp16, token-major) starts at 4 KiB; the V region (same
+//                shape) starts at the next 4 KiB boundary after K. So a key-only read touches
+//                only K blocks and a value-only read only V blocks (format version 2; version 1
+//                interleaved K and V per token).
+//   kind kProbe: the header, then records of K of the probe KV heads, fp16: (n_probe, head_dim).
+// Regions are token-major, so the bytes of any set of tokens (K, V or both) map to a few 4 KiB
+// blocks that can be read and verified on their own. Every 4 KiB block has an
 // XXH3-64 checksum kept in the catalog; the chunk checksum is XXH3-64 of that array. The header
 // names the model (fingerprint hash), node, layer, generation and slot range, and has its own
 // checksum. Pure functions; safe from any thread.
@@ -21,7 +24,7 @@
 namespace impress::store {
 
 constexpr uint32_t kChunkMagic = 0x564b4d49;  // "IMKV"
-constexpr uint16_t kFormatVersion = 1;
+constexpr uint16_t kFormatVersion = 2;
 constexpr uint32_t kChunkHeaderBytes = 128;
 constexpr uint32_t kBlockBytes = 4096;
 
@@ -41,9 +44,11 @@ struct ChunkHeader {
   uint32_t n_slots;
   uint32_t n_heads;        // KV heads (kKV) or probe KV heads (kProbe)
   uint32_t head_dim;
-  uint32_t record_bytes;
-  uint32_t reordered;      // 1 when slots are not original positions (see the node's mapping list)
-  uint8_t reserved[56];
+  uint32_t record_bytes;   // bytes per token of one region (K or V for kKV; probe keys for kProbe)
+  uint32_t reordered;      // 1 when slots are not original positions (see the layer's mapping list)
+  uint32_t k_offset;       // chunk-relative start of the K region (kKV) or of the probe records
+  uint32_t v_offset;       // chunk-relative start of the V region (kKV); 0 for kProbe
+  uint8_t reserved[48];
   uint64_t header_checksum;  // XXH3-64 of the bytes before this field
 };
 #pragma pack(pop)
@@ -63,14 +68,40 @@ struct ChunkExtent {
 uint64_t HashBytes(const void* p, size_t n);
 uint64_t FingerprintHash(const std::string& fingerprint);
 
-// Bytes a chunk of n records occupies on disk.
-inline uint32_t ChunkBytes(uint32_t n_records, uint32_t record_bytes) {
-  uint64_t n = kChunkHeaderBytes + uint64_t(n_records) * record_bytes;
-  return uint32_t((n + kBlockBytes - 1) / kBlockBytes * kBlockBytes);
+inline uint64_t AlignBlock(uint64_t n) { return (n + kBlockBytes - 1) / kBlockBytes * kBlockBytes; }
+
+// Where the regions of a chunk lie (chunk-relative bytes) and how long it is on disk.
+struct ChunkLayout {
+  uint32_t k_offset = 0;
+  uint32_t v_offset = 0;  // 0: no V region (probe chunks)
+  uint32_t length = 0;    // 4 KiB multiple
+};
+
+// A KV chunk of n tokens, `region_record_bytes` per token in each of the K and V regions.
+inline ChunkLayout KVChunkLayout(uint32_t n_slots, uint32_t region_record_bytes) {
+  ChunkLayout l;
+  l.k_offset = kBlockBytes;
+  l.v_offset = uint32_t(AlignBlock(uint64_t(l.k_offset) + uint64_t(n_slots) * region_record_bytes));
+  l.length = uint32_t(AlignBlock(uint64_t(l.v_offset) + uint64_t(n_slots) * region_record_bytes));
+  return l;
 }
 
-// Writes header + records into buf (ChunkBytes() long, zeroed) and fills block sums and checksum.
-void EncodeChunk(const ChunkHeader& h_in, const uint8_t* records, uint8_t* buf, ChunkExtent* ext);
+// A probe chunk: header then n records.
+inline ChunkLayout ProbeChunkLayout(uint32_t n_slots, uint32_t record_bytes) {
+  ChunkLayout l;
+  l.k_offset = kChunkHeaderBytes;
+  l.length = uint32_t(AlignBlock(kChunkHeaderBytes + uint64_t(n_slots) * record_bytes));
+  return l;
+}
+
+inline ChunkLayout LayoutOf(const ChunkHeader& h) {
+  return h.kind == uint16_t(ChunkKind::kKV) ? KVChunkLayout(h.n_slots, h.record_bytes) : ProbeChunkLayout(h.n_slots, h.record_bytes);
+}
+
+// Writes the header and regions into buf (LayoutOf(h).length long) and fills block sums and
+// checksum. kKV: k_records and v_records each hold n_slots * record_bytes; kProbe: v_records is
+// unused (may be null).
+void EncodeChunk(const ChunkHeader& h_in, const uint8_t* k_records, const uint8_t* v_records, uint8_t* buf, ChunkExtent* ext);
 
 // Verifies the whole chunk (every block sum, the header checksum and its fields).
 Status VerifyChunk(const uint8_t* buf, const ChunkExtent& ext, const ChunkHeader& expect, const std::string& what);

@@ -35,23 +35,35 @@ struct OwnedExtent {
 };
 using ExtentPtr = std::shared_ptr<OwnedExtent>;
 
-// The immutable physical layout of one KV segment; readers hold snapshots.
+// The immutable physical layout of one KV segment; readers hold snapshots. Each layer has its own
+// token order (the paper's per-layer mapping list): which tokens matter differs between layers.
 struct SegLayout {
   uint64_t generation = 0;
-  std::vector<uint32_t> mapping;  // slot -> original offset; empty = identity
-  std::vector<uint32_t> slot_of;  // original offset -> slot; empty = identity
+  std::vector<std::vector<uint32_t>> mapping;  // [layer] slot -> original offset; empty = identity
+  std::vector<std::vector<uint32_t>> slot_of;  // [layer] original offset -> slot; empty = identity
   std::vector<std::vector<ExtentPtr>> chunks;  // [layer][index]; null = freed (outside the live range)
   std::vector<ExtentPtr> probes;               // [layer]
-  uint32_t Slot(uint64_t off) const { return slot_of.empty() ? uint32_t(off) : slot_of[off]; }
-  uint32_t Orig(uint32_t slot) const { return mapping.empty() ? slot : mapping[slot]; }
+  uint32_t Slot(uint32_t il, uint64_t off) const { return slot_of[il].empty() ? uint32_t(off) : slot_of[il][off]; }
+  uint32_t Orig(uint32_t il, uint32_t slot) const { return mapping[il].empty() ? slot : mapping[il][slot]; }
+  // All layers' mapping lists, layer-major (n_layer * n), or empty when every layer is identity.
+  std::vector<uint32_t> Flat(uint32_t n) const {
+    bool any = false;
+    for (const auto& m : mapping) any = any || !m.empty();
+    std::vector<uint32_t> out;
+    if (!any) return out;
+    out.reserve(mapping.size() * n);
+    for (uint32_t il = 0; il < mapping.size(); ++il)
+      for (uint32_t sl = 0; sl < n; ++sl) out.push_back(Orig(il, sl));
+    return out;
+  }
 };
 using LayoutPtr = std::shared_ptr<const SegLayout>;
 
 struct SegState {
   uint32_t n_tokens = 0;
   LayoutPtr layout;
-  std::vector<float> imp_sum;
-  std::vector<uint32_t> imp_count;
+  std::vector<float> imp_sum;       // [layer * n_tokens + original offset]: summed importance reports
+  std::vector<uint32_t> imp_count;  // same index: number of reports
 };
 
 struct TierBlock {
@@ -83,7 +95,7 @@ struct Source {
   uint32_t layer = 0, index = 0;
   uint64_t generation = 0;
   ExtentPtr ext;                 // disk source
-  BlockPtr block;                // memory source (records only, no header)
+  BlockPtr block;                // memory source: K region then V region (n_slots records each), no header
   AlignedBuffer img;             // the chunk image (only the read blocks are valid)
   std::vector<std::pair<uint32_t, uint32_t>> runs;  // (first block, n blocks) read from disk
   bool whole = false;            // whole chunk read (to install in a tier)
@@ -111,8 +123,8 @@ struct PrefixStore::Impl {
   std::string ns;                // radix namespace = model fingerprint
   uint64_t fp_hash = 0;
   uint32_t C = 64;
-  uint32_t rec_bytes = 0;        // KV record: (2, n_head_kv, head_dim) fp16
-  uint32_t k_bytes = 0;          // the K half of a record
+  uint32_t rec_bytes = 0;        // K + V of one token: 2 * k_bytes (memory tiers hold n_slots * rec_bytes)
+  uint32_t k_bytes = 0;          // K (or V) of one token: (n_head_kv, head_dim) fp16
   uint32_t probe_rec_bytes = 0;  // (n_probe, head_dim) fp16
   std::unique_ptr<Catalog> catalog;
   std::shared_ptr<ExtentFiles> files;
@@ -176,6 +188,7 @@ struct PrefixStore::Impl {
   uint32_t NChunks(uint32_t n_tokens) const { return (n_tokens + C - 1) / C; }
   ChunkId Cid(uint64_t seg, uint32_t layer, uint32_t index) const { return ChunkKey{seg, layer, index}.Pack(); }
   uint64_t ChunkMemBytes(const ExtentPtr& e) const { return uint64_t(e->ext.n_slots) * rec_bytes; }
+  ChunkLayout KVLayout(uint32_t n_slots) const { return KVChunkLayout(n_slots, k_bytes); }
 
   ChunkHeader HeaderFor(ChunkKind kind, uint64_t seg, uint64_t gen, uint32_t layer, uint32_t index, uint32_t slot_begin,
                         uint32_t n_slots, bool reordered) const {
@@ -190,7 +203,7 @@ struct PrefixStore::Impl {
     h.n_slots = n_slots;
     h.n_heads = kind == ChunkKind::kKV ? uint32_t(opt.n_head_kv) : uint32_t(opt.probe_kv_heads.size());
     h.head_dim = uint32_t(opt.head_dim);
-    h.record_bytes = kind == ChunkKind::kKV ? rec_bytes : probe_rec_bytes;
+    h.record_bytes = kind == ChunkKind::kKV ? k_bytes : probe_rec_bytes;
     h.reordered = reordered ? 1 : 0;
     return h;
   }
@@ -234,17 +247,18 @@ struct PrefixStore::Impl {
     if (!range) return;
     const SegLayout& old = *it->second.layout;
     const uint32_t n = it->second.n_tokens;
-    std::vector<bool> live(NChunks(n), false);
-    for (uint64_t o = range->first; o < range->second && o < n; ++o) live[old.Slot(o) / C] = true;
+    std::vector<std::vector<bool>> live(old.chunks.size(), std::vector<bool>(NChunks(n), false));
+    for (uint32_t il = 0; il < old.chunks.size(); ++il)
+      for (uint64_t o = range->first; o < range->second && o < n; ++o) live[il][old.Slot(il, o) / C] = true;
     bool changed = false;
-    for (const auto& layer : old.chunks)
-      for (size_t i = 0; i < layer.size(); ++i)
-        if (layer[i] && !live[i]) changed = true;
+    for (uint32_t il = 0; il < old.chunks.size(); ++il)
+      for (size_t i = 0; i < old.chunks[il].size(); ++i)
+        if (old.chunks[il][i] && !live[il][i]) changed = true;
     if (!changed) return;
     auto nl = std::make_shared<SegLayout>(old);
     for (uint32_t il = 0; il < nl->chunks.size(); ++il)
       for (uint32_t i = 0; i < nl->chunks[il].size(); ++i)
-        if (nl->chunks[il][i] && !live[i]) {
+        if (nl->chunks[il][i] && !live[il][i]) {
           pending_retire.push_back(std::move(nl->chunks[il][i]));
           nl->chunks[il][i].reset();
           batch.delete_chunks.emplace_back(seg, il, i);
@@ -386,7 +400,7 @@ struct PrefixStore::Impl {
       const SegLayout& l = *it->second.layout;
       if (s.ext && s.ext == (s.layer < l.probes.size() ? l.probes[s.layer] : nullptr)) first = 0;
       else if (s.ext)
-        for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k) first = std::min<uint64_t>(first, l.Orig(s.ext->ext.slot_begin + k));
+        for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k) first = std::min<uint64_t>(first, l.Orig(s.layer, s.ext->ext.slot_begin + k));
     }
     if (first == UINT64_MAX) first = 0;
     spdlog::error("store: {} -- chunk dropped, prefix truncated at segment {} offset {}", why.ToString(), s.segment, first);
@@ -396,17 +410,19 @@ struct PrefixStore::Impl {
   }
 
   // ------------------------------------------------------------------ writes
-  // Encodes and writes the chunks of [off_begin, off_end) of one layer with the given slot order.
-  // `rec_at(orig_off)` returns the record bytes of an original offset. Returns rows to commit.
+  // Encodes and writes the wanted chunks of one layer with the given slot order (this layer's
+  // mapping list). `k_at(orig_off)` / `v_at(orig_off)` return the K / V bytes (k_bytes) of an
+  // original offset. Returns rows to commit.
   Status WriteLayer(uint64_t seg, uint64_t gen, uint32_t il, uint32_t n_tokens, const std::vector<uint32_t>& mapping,
-                    const std::vector<bool>& chunk_wanted, const std::function<const uint8_t*(uint32_t)>& rec_at,
-                    const uint8_t* probe_records, std::vector<ChunkRow>* rows, ProbeRow* probe_row,
-                    std::vector<ExtentPtr>* owned, std::set<uint32_t>* files_touched, uint64_t* bytes) {
+                    const std::vector<bool>& chunk_wanted, const std::function<const uint8_t*(uint32_t)>& k_at,
+                    const std::function<const uint8_t*(uint32_t)>& v_at, const uint8_t* probe_records,
+                    std::vector<ChunkRow>* rows, ProbeRow* probe_row, std::vector<ExtentPtr>* owned,
+                    std::set<uint32_t>* files_touched, uint64_t* bytes) {
     const uint32_t n_chunks = NChunks(n_tokens);
     uint64_t total = 0;
     for (uint32_t i = 0; i < n_chunks; ++i)
-      if (chunk_wanted[i]) total += ChunkBytes(std::min(C, n_tokens - i * C), rec_bytes);
-    const uint32_t probe_len = probe_records ? ChunkBytes(n_tokens, probe_rec_bytes) : 0;
+      if (chunk_wanted[i]) total += KVLayout(std::min(C, n_tokens - i * C)).length;
+    const uint32_t probe_len = probe_records ? ProbeChunkLayout(n_tokens, probe_rec_bytes).length : 0;
     total += probe_len;
     if (total == 0) return Status::Ok();
     Result<Extent> ext = files->Allocate(total);
@@ -425,7 +441,7 @@ struct PrefixStore::Impl {
       files->Free(*ext);
       return Status::ResourceExhausted("store: out of memory for a " + std::to_string(total) + "-byte write buffer");
     }
-    std::vector<uint8_t> recs(size_t(C) * rec_bytes);
+    std::vector<uint8_t> krecs(size_t(C) * k_bytes), vrecs(size_t(C) * k_bytes);
     uint64_t pos = 0;
     const Extent whole = *ext;
     std::vector<ExtentPtr> mine;
@@ -433,15 +449,17 @@ struct PrefixStore::Impl {
       if (!chunk_wanted[i]) continue;
       const uint32_t n = std::min(C, n_tokens - i * C);
       for (uint32_t s = 0; s < n; ++s) {
-        uint32_t slot = i * C + s;
-        std::memcpy(recs.data() + size_t(s) * rec_bytes, rec_at(mapping.empty() ? slot : mapping[slot]), rec_bytes);
+        const uint32_t slot = i * C + s, o = mapping.empty() ? slot : mapping[slot];
+        std::memcpy(krecs.data() + size_t(s) * k_bytes, k_at(o), k_bytes);
+        std::memcpy(vrecs.data() + size_t(s) * k_bytes, v_at(o), k_bytes);
       }
       ChunkRow row;
       row.segment = seg;
       row.layer = il;
       row.index = i;
       row.generation = gen;
-      EncodeChunk(HeaderFor(ChunkKind::kKV, seg, gen, il, i, i * C, n, !mapping.empty()), recs.data(), buf.data() + pos, &row.ext);
+      EncodeChunk(HeaderFor(ChunkKind::kKV, seg, gen, il, i, i * C, n, !mapping.empty()), krecs.data(), vrecs.data(),
+                  buf.data() + pos, &row.ext);
       row.ext.file = whole.file;
       row.ext.offset = whole.offset + pos;
       pos += row.ext.length;
@@ -454,7 +472,8 @@ struct PrefixStore::Impl {
     if (probe_records) {
       probe_row->segment = seg;
       probe_row->layer = il;
-      EncodeChunk(HeaderFor(ChunkKind::kProbe, seg, 0, il, 0, 0, n_tokens, false), probe_records, buf.data() + pos, &probe_row->ext);
+      EncodeChunk(HeaderFor(ChunkKind::kProbe, seg, 0, il, 0, 0, n_tokens, false), probe_records, nullptr, buf.data() + pos,
+                  &probe_row->ext);
       probe_row->ext.file = whole.file;
       probe_row->ext.offset = whole.offset + pos;
       auto oe = std::make_shared<OwnedExtent>();
@@ -557,17 +576,25 @@ Status PrefixStore::Impl::Recover() {
   for (auto& [id, g] : rows) {
     auto l = std::make_shared<SegLayout>();
     l->generation = g.generation;
-    bool ok = g.n_tokens > 0 && (g.mapping.empty() || g.mapping.size() == g.n_tokens);
-    if (ok && !g.mapping.empty()) {
-      l->mapping = g.mapping;
-      l->slot_of.assign(g.n_tokens, UINT32_MAX);
+    const size_t n_layer = size_t(opt.n_layer), n_flat = n_layer * g.n_tokens;
+    l->mapping.assign(n_layer, {});
+    l->slot_of.assign(n_layer, {});
+    bool ok = g.n_tokens > 0 && (g.mapping.empty() || g.mapping.size() == n_flat) &&
+              (g.imp_sum.empty() || g.imp_sum.size() == n_flat) && (g.imp_count.empty() || g.imp_count.size() == n_flat);
+    for (size_t il = 0; ok && !g.mapping.empty() && il < n_layer; ++il) {
+      const uint32_t* m = g.mapping.data() + il * g.n_tokens;
+      bool identity = true;
+      for (uint32_t s = 0; s < g.n_tokens; ++s) identity = identity && m[s] == s;
+      if (identity) continue;
+      l->mapping[il].assign(m, m + g.n_tokens);
+      l->slot_of[il].assign(g.n_tokens, UINT32_MAX);
       for (uint32_t s = 0; s < g.n_tokens; ++s) {
-        if (g.mapping[s] >= g.n_tokens || l->slot_of[g.mapping[s]] != UINT32_MAX) { ok = false; break; }
-        l->slot_of[g.mapping[s]] = s;
+        if (m[s] >= g.n_tokens || l->slot_of[il][m[s]] != UINT32_MAX) { ok = false; break; }
+        l->slot_of[il][m[s]] = s;
       }
     }
     if (!ok) {
-      spdlog::warn("store: segment {} has an invalid token count or mapping list; dropped", id);
+      spdlog::warn("store: segment {} has an invalid token count, mapping list or importance statistics; dropped", id);
       fix.delete_segments.push_back(id);
       continue;
     }
@@ -598,7 +625,7 @@ Status PrefixStore::Impl::Recover() {
     auto& l = *it->second;
     if (c.layer >= l.chunks.size() || c.index >= l.chunks[c.layer].size() || c.generation != l.generation ||
         c.ext.slot_begin != c.index * C || c.ext.n_slots != std::min(C, rows[c.segment].n_tokens - c.index * C) ||
-        c.ext.length != ChunkBytes(c.ext.n_slots, rec_bytes)) {
+        c.ext.length != KVLayout(c.ext.n_slots).length) {
       fix.delete_chunks.emplace_back(c.segment, c.layer, c.index);
       continue;
     }
@@ -618,7 +645,7 @@ Status PrefixStore::Impl::Recover() {
   for (auto& p : cc.probes) {
     auto it = layouts.find(p.segment);
     if (it == layouts.end() || p.layer >= it->second->probes.size() || p.ext.n_slots != rows[p.segment].n_tokens ||
-        p.ext.length != ChunkBytes(p.ext.n_slots, probe_rec_bytes) ||
+        p.ext.length != ProbeChunkLayout(p.ext.n_slots, probe_rec_bytes).length ||
         !files->MarkUsed(Extent{p.ext.file, p.ext.offset, p.ext.length}).ok())
       continue;
     it->second->probes[p.layer] = make(p.ext);
@@ -634,8 +661,8 @@ Status PrefixStore::Impl::Recover() {
     s.n_tokens = rows[id].n_tokens;
     s.imp_sum = rows[id].imp_sum;
     s.imp_count = rows[id].imp_count;
-    s.imp_sum.resize(s.n_tokens, 0.0f);
-    s.imp_count.resize(s.n_tokens, 0);
+    s.imp_sum.resize(size_t(opt.n_layer) * s.n_tokens, 0.0f);
+    s.imp_count.resize(size_t(opt.n_layer) * s.n_tokens, 0);
     s.layout = l;
     segs[id] = std::move(s);
   }
@@ -648,12 +675,13 @@ Status PrefixStore::Impl::Recover() {
     if (!range) continue;
     const SegLayout& l = *s.layout;
     for (uint64_t o = range->first; o < range->second && o < s.n_tokens; ++o) {
-      uint32_t slot = l.Slot(o);
-      for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il)
+      for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il) {
+        const uint32_t slot = l.Slot(il, o);
         if (!l.chunks[il][slot / C]) {
           note_bad(id, o, "chunk " + std::to_string(slot / C) + " of segment " + std::to_string(id) + " layer " + std::to_string(il) + " is missing");
           break;
         }
+      }
       if (bad_from.count(id) && bad_from[id] <= o) break;
     }
     for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il)
@@ -693,7 +721,7 @@ Status PrefixStore::Impl::Recover() {
         const SegLayout& l = *segs[s.segment].layout;
         uint64_t first = UINT64_MAX;
         if (verify[i].first == 1) first = 0;
-        else for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k) first = std::min<uint64_t>(first, l.Orig(s.ext->ext.slot_begin + k));
+        else for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k) first = std::min<uint64_t>(first, l.Orig(s.layer, s.ext->ext.slot_begin + k));
         note_bad(s.segment, first, v.ToString());
       }
     }
@@ -920,7 +948,7 @@ Result<ReadTicket> PrefixStore::SubmitReadKV(const MatchHandle& h, int il, std::
     while (sp < hs.spans.size() && p >= hs.spans[sp].span.depth + hs.spans[sp].span.length) ++sp;
     const SpanView& sv = hs.spans[sp];
     const uint64_t off = sv.span.seg_begin + (p - sv.span.depth);
-    const uint32_t slot = sv.layout->Slot(off);
+    const uint32_t slot = sv.layout->Slot(uint32_t(il), off);
     const uint32_t idx = slot / im.C;
     const ChunkId cid = im.Cid(sv.span.segment, uint32_t(il), idx);
     auto [it, fresh] = by_chunk.try_emplace(cid, pr->sources.size());
@@ -963,10 +991,13 @@ Result<ReadTicket> PrefixStore::SubmitReadKV(const MatchHandle& h, int il, std::
       s.whole = true;
       s.runs = {{0, s.ext->ext.length / kBlockBytes}};
     } else {
+      // Only the blocks of the wanted regions: a key-only read never touches a V block.
+      const ChunkLayout lay = im.KVLayout(s.ext->ext.n_slots);
       std::vector<std::pair<uint64_t, uint64_t>> ranges;
       for (auto [row, w] : s.rows) {
-        const uint64_t base = kChunkHeaderBytes + uint64_t(w) * im.rec_bytes;
-        ranges.push_back({base + (want_k ? 0 : im.k_bytes), base + (want_v ? im.rec_bytes : im.k_bytes)});
+        const uint64_t at = uint64_t(w) * im.k_bytes;
+        if (want_k) ranges.push_back({lay.k_offset + at, lay.k_offset + at + im.k_bytes});
+        if (want_v) ranges.push_back({lay.v_offset + at, lay.v_offset + at + im.k_bytes});
       }
       s.runs = Impl::RunsFor(ranges);
     }
@@ -1045,18 +1076,20 @@ Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out
   size_t n_done = 0;
   for (auto& s : pr->sources) {
     if ((++n_done & 7) == 0) im.io->Poll();  // keep the queue full for the next batch meanwhile
-    const uint8_t* base;
+    const uint8_t *kb, *vb;  // the K and V regions
     if (s.block) {
       tmp.resize(s.block->n);
       s.block->mem->CopyOut(tmp.data(), s.block->p, s.block->n);
-      base = tmp.data();
+      kb = tmp.data();
+      vb = tmp.data() + size_t(s.ext->ext.n_slots) * im.k_bytes;
     } else {
-      base = s.img.data() + kChunkHeaderBytes;
+      const ChunkLayout lay = im.KVLayout(s.ext->ext.n_slots);
+      kb = s.img.data() + lay.k_offset;
+      vb = s.img.data() + lay.v_offset;
     }
     for (auto [row, w] : s.rows) {
-      const uint8_t* rec = base + size_t(w) * im.rec_bytes;
-      if (pr->want_k) std::memcpy(k_out + size_t(row) * row_elems, rec, im.k_bytes);
-      if (pr->want_v) std::memcpy(v_out + size_t(row) * row_elems, rec + im.k_bytes, im.k_bytes);
+      if (pr->want_k) std::memcpy(k_out + size_t(row) * row_elems, kb + size_t(w) * im.k_bytes, im.k_bytes);
+      if (pr->want_v) std::memcpy(v_out + size_t(row) * row_elems, vb + size_t(w) * im.k_bytes, im.k_bytes);
     }
   }
   // Keep the chunks the tier manager admitted (if still current).
@@ -1073,7 +1106,10 @@ Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out
     b->generation = s.generation;
     b->p = mem->Alloc(b->n);
     if (!b->p) continue;
-    mem->CopyIn(b->p, s.img.data() + kChunkHeaderBytes, b->n);
+    const ChunkLayout lay = im.KVLayout(s.ext->ext.n_slots);
+    const size_t region = size_t(s.ext->ext.n_slots) * im.k_bytes;
+    mem->CopyIn(b->p, s.img.data() + lay.k_offset, region);
+    mem->CopyIn(static_cast<uint8_t*>(b->p) + region, s.img.data() + lay.v_offset, region);
     im.blocks[size_t(s.install)][s.cid] = std::move(b);
   }
   return stats;
@@ -1118,21 +1154,21 @@ Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_
   std::vector<ProbeRow> probes(size_t(im.opt.n_layer));
   std::vector<ExtentPtr> owned;
   std::set<uint32_t> touched;
-  std::vector<uint8_t> recs(size_t(n) * im.rec_bytes), probe_recs(size_t(n) * im.probe_rec_bytes);
+  std::vector<uint8_t> probe_recs(size_t(n) * im.probe_rec_bytes);
   Status s;
   std::vector<bool> all(im.NChunks(n), true);
   for (int il = 0; il < im.opt.n_layer && s.ok(); ++il) {
     const f16_t* k = layers[size_t(il)].k + skip * row_elems;
     const f16_t* v = layers[size_t(il)].v + skip * row_elems;
     for (uint32_t t = 0; t < n; ++t) {
-      std::memcpy(recs.data() + size_t(t) * im.rec_bytes, k + t * row_elems, im.k_bytes);
-      std::memcpy(recs.data() + size_t(t) * im.rec_bytes + im.k_bytes, v + t * row_elems, im.k_bytes);
       for (size_t p = 0; p < im.opt.probe_kv_heads.size(); ++p)
         std::memcpy(probe_recs.data() + size_t(t) * im.probe_rec_bytes + p * size_t(im.opt.head_dim) * 2,
                     k + t * row_elems + size_t(im.opt.probe_kv_heads[p]) * size_t(im.opt.head_dim), size_t(im.opt.head_dim) * 2);
     }
-    s = im.WriteLayer(seg, 0, uint32_t(il), n, {}, all, [&](uint32_t o) { return recs.data() + size_t(o) * im.rec_bytes; },
-                      probe_recs.data(), &rows, &probes[size_t(il)], &owned, &touched, &sum.bytes_written);
+    s = im.WriteLayer(
+        seg, 0, uint32_t(il), n, {}, all, [&](uint32_t o) { return reinterpret_cast<const uint8_t*>(k + size_t(o) * row_elems); },
+        [&](uint32_t o) { return reinterpret_cast<const uint8_t*>(v + size_t(o) * row_elems); }, probe_recs.data(), &rows,
+        &probes[size_t(il)], &owned, &touched, &sum.bytes_written);
   }
   if (s.ok()) s = im.SyncFiles(touched);
   if (!s.ok()) {
@@ -1174,6 +1210,8 @@ Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_
     return s.WithContext("store insert: catalog commit");
   }
   auto l = std::make_shared<SegLayout>();
+  l->mapping.assign(size_t(im.opt.n_layer), {});
+  l->slot_of.assign(size_t(im.opt.n_layer), {});
   l->chunks.assign(size_t(im.opt.n_layer), std::vector<ExtentPtr>(im.NChunks(n)));
   l->probes.assign(size_t(im.opt.n_layer), nullptr);
   size_t oi = 0;
@@ -1184,8 +1222,8 @@ Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_
   SegState ss;
   ss.n_tokens = n;
   ss.layout = l;
-  ss.imp_sum.assign(n, 0.0f);
-  ss.imp_count.assign(n, 0);
+  ss.imp_sum.assign(size_t(im.opt.n_layer) * n, 0.0f);
+  ss.imp_count.assign(size_t(im.opt.n_layer) * n, 0);
   im.segs[seg] = std::move(ss);
   CatalogBatch b2;
   im.FreeDeadChunksLocked(seg, b2);  // another insert may have covered the front meanwhile
@@ -1216,13 +1254,14 @@ Status PrefixStore::ReportImportance(const MatchHandle& h, int il, std::span<con
     if (sit == im.segs.end()) continue;
     SegState& ss = sit->second;
     const bool same_layout = ss.layout->generation == sv.layout->generation;
+    const size_t at = size_t(il) * ss.n_tokens;  // this layer's statistics
     for (uint64_t r = 0; r < sv.span.length; ++r) {
       const uint64_t off = sv.span.seg_begin + r;
       const float x = w[sv.span.depth + r];
-      ss.imp_sum[off] += x;
-      ss.imp_count[off] += 1;
+      ss.imp_sum[at + off] += x;
+      ss.imp_count[at + off] += 1;
       if (!same_layout) continue;
-      auto& pc = per_chunk[im.Cid(sv.span.segment, uint32_t(il), ss.layout->Slot(off) / im.C)];
+      auto& pc = per_chunk[im.Cid(sv.span.segment, uint32_t(il), ss.layout->Slot(uint32_t(il), off) / im.C)];
       pc.first += x > 0 ? 1 : 0;
       pc.second += 1;
     }
@@ -1241,7 +1280,7 @@ Status PrefixStore::Impl::FlushLocked() {
     r.id = id;
     r.n_tokens = it->second.n_tokens;
     r.generation = it->second.layout->generation;
-    r.mapping = it->second.layout->mapping;
+    r.mapping = it->second.layout->Flat(it->second.n_tokens);
     r.imp_sum = it->second.imp_sum;
     r.imp_count = it->second.imp_count;
     b.upsert_segments.push_back(std::move(r));
@@ -1269,10 +1308,15 @@ Status PrefixStore::Flush() {
 
 // ==================================================================== reorder
 
+// Each layer's tokens are sorted, inside each node, by that layer's average historical importance
+// (the pipeline selects tokens per layer, and they differ between layers), so every layer gets its
+// own mapping list. All layers are rewritten under one new generation when any layer's order
+// changed; the catalog swap is one transaction.
 Status PrefixStore::Impl::ReorderSegment(uint64_t seg, ReorderReport* rep) {
   LayoutPtr old;
   uint32_t n;
-  std::vector<uint32_t> mapping;
+  const uint32_t n_layer = uint32_t(opt.n_layer);
+  std::vector<std::vector<uint32_t>> mapping(n_layer);  // [layer] slot -> original; empty = identity
   std::pair<uint64_t, uint64_t> live;
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -1292,34 +1336,44 @@ Status PrefixStore::Impl::ReorderSegment(uint64_t seg, ReorderReport* rep) {
       }
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    bool changed = false;
     std::vector<double> avg(n, 0.0);
-    for (uint32_t o = 0; o < n; ++o)
-      avg[o] = it->second.imp_count[o] ? double(it->second.imp_sum[o]) / it->second.imp_count[o] : 0.0;
-    mapping.resize(n);
-    std::iota(mapping.begin(), mapping.end(), 0u);
-    for (size_t c = 0; c + 1 < cuts.size(); ++c)
-      std::stable_sort(mapping.begin() + long(cuts[c]), mapping.begin() + long(cuts[c + 1]),
-                       [&](uint32_t a, uint32_t b) { return avg[a] > avg[b]; });
-    std::vector<uint32_t> current(n);
-    for (uint32_t s = 0; s < n; ++s) current[s] = old->Orig(s);
-    if (mapping == current) return Status::Ok();
+    for (uint32_t il = 0; il < n_layer; ++il) {
+      const float* sum = it->second.imp_sum.data() + size_t(il) * n;
+      const uint32_t* cnt = it->second.imp_count.data() + size_t(il) * n;
+      for (uint32_t o = 0; o < n; ++o) avg[o] = cnt[o] ? double(sum[o]) / cnt[o] : 0.0;
+      std::vector<uint32_t>& m = mapping[il];
+      m.resize(n);
+      std::iota(m.begin(), m.end(), 0u);
+      for (size_t c = 0; c + 1 < cuts.size(); ++c)
+        std::stable_sort(m.begin() + long(cuts[c]), m.begin() + long(cuts[c + 1]),
+                         [&](uint32_t a, uint32_t b) { return avg[a] > avg[b]; });
+      for (uint32_t sl = 0; sl < n && !changed; ++sl) changed = m[sl] != old->Orig(il, sl);
+      bool identity = true;
+      for (uint32_t sl = 0; sl < n && identity; ++sl) identity = m[sl] == sl;
+      if (identity) m.clear();
+    }
+    if (!changed) return Status::Ok();
   }
   ++rep->segments_seen;
-  bool identity = true;
-  for (uint32_t s = 0; s < n; ++s) identity = identity && mapping[s] == s;
-  if (identity) mapping.clear();
-  std::vector<uint32_t> slot_of(n);
-  for (uint32_t s = 0; s < n; ++s) slot_of[mapping.empty() ? s : mapping[s]] = s;
-  // Chunks of the new layout that hold a live offset.
-  std::vector<bool> wanted(NChunks(n), false);
-  for (uint64_t o = live.first; o < live.second; ++o) wanted[slot_of[o] / C] = true;
+  std::vector<std::vector<uint32_t>> slot_of(n_layer);
+  std::vector<std::vector<bool>> wanted(n_layer);  // chunks of the new layout that hold a live offset
+  for (uint32_t il = 0; il < n_layer; ++il) {
+    if (!mapping[il].empty()) {
+      slot_of[il].resize(n);
+      for (uint32_t sl = 0; sl < n; ++sl) slot_of[il][mapping[il][sl]] = sl;
+    }
+    wanted[il].assign(NChunks(n), false);
+    for (uint64_t o = live.first; o < live.second; ++o)
+      wanted[il][(slot_of[il].empty() ? uint32_t(o) : slot_of[il][o]) / C] = true;
+  }
   const uint64_t gen = old->generation + 1;
   std::vector<ChunkRow> rows;
   std::vector<ExtentPtr> owned;
   std::set<uint32_t> touched;
   uint64_t bytes = 0;
-  std::vector<uint8_t> recs(size_t(n) * rec_bytes);
-  for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il) {
+  std::vector<uint8_t> krecs(size_t(n) * k_bytes), vrecs(size_t(n) * k_bytes);  // original order
+  for (uint32_t il = 0; il < n_layer; ++il) {
     // Read every live chunk of the old layout into original order.
     std::vector<Source> srcs;
     std::vector<ReadOp> ops;
@@ -1342,13 +1396,17 @@ Status PrefixStore::Impl::ReorderSegment(uint64_t seg, ReorderReport* rep) {
         if (segs.count(seg) && segs[seg].layout == old) MarkCorruptLocked(s, v);
         return v;
       }
-      for (uint32_t w = 0; w < s.ext->ext.n_slots; ++w)
-        std::memcpy(recs.data() + size_t(old->Orig(s.ext->ext.slot_begin + w)) * rec_bytes,
-                    s.img.data() + kChunkHeaderBytes + size_t(w) * rec_bytes, rec_bytes);
+      const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);
+      for (uint32_t w = 0; w < s.ext->ext.n_slots; ++w) {
+        const size_t o = old->Orig(il, s.ext->ext.slot_begin + w);
+        std::memcpy(krecs.data() + o * k_bytes, s.img.data() + lay.k_offset + size_t(w) * k_bytes, k_bytes);
+        std::memcpy(vrecs.data() + o * k_bytes, s.img.data() + lay.v_offset + size_t(w) * k_bytes, k_bytes);
+      }
     }
     ProbeRow unused;
-    Status w = WriteLayer(seg, gen, il, n, mapping, wanted, [&](uint32_t o) { return recs.data() + size_t(o) * rec_bytes; },
-                          nullptr, &rows, &unused, &owned, &touched, &bytes);
+    Status w = WriteLayer(seg, gen, il, n, mapping[il], wanted[il], [&](uint32_t o) { return krecs.data() + size_t(o) * k_bytes; },
+                          [&](uint32_t o) { return vrecs.data() + size_t(o) * k_bytes; }, nullptr, &rows, &unused, &owned,
+                          &touched, &bytes);
     if (!w.ok()) { RetireAll(owned); return w.WithContext("reorder write"); }
   }
   Status sy = SyncFiles(touched);
@@ -1361,6 +1419,16 @@ Status PrefixStore::Impl::ReorderSegment(uint64_t seg, ReorderReport* rep) {
     RetireAll(owned);  // evicted, truncated or changed meanwhile: try again next time
     return Status::Ok();
   }
+  auto nl = std::make_shared<SegLayout>();
+  nl->generation = gen;
+  nl->mapping = mapping;
+  nl->slot_of = std::move(slot_of);
+  nl->chunks.assign(size_t(n_layer), std::vector<ExtentPtr>(NChunks(n)));
+  nl->probes = old->probes;
+  size_t oi = 0;
+  for (uint32_t il = 0; il < n_layer; ++il)
+    for (uint32_t i = 0; i < NChunks(n); ++i)
+      if (wanted[il][i]) nl->chunks[il][i] = owned[oi++];
   CatalogBatch b;
   b.delete_segment_chunks.push_back(seg);
   b.upsert_chunks = rows;
@@ -1368,22 +1436,12 @@ Status PrefixStore::Impl::ReorderSegment(uint64_t seg, ReorderReport* rep) {
   sr.id = seg;
   sr.n_tokens = n;
   sr.generation = gen;
-  sr.mapping = mapping;
+  sr.mapping = nl->Flat(n);
   sr.imp_sum = it->second.imp_sum;
   sr.imp_count = it->second.imp_count;
   b.upsert_segments.push_back(sr);
   Status cs = CommitLocked(b);
   if (!cs.ok()) { RetireAll(owned); return cs.WithContext("reorder commit"); }
-  auto nl = std::make_shared<SegLayout>();
-  nl->generation = gen;
-  nl->mapping = mapping;
-  if (!mapping.empty()) nl->slot_of = slot_of;
-  nl->chunks.assign(size_t(opt.n_layer), std::vector<ExtentPtr>(NChunks(n)));
-  nl->probes = old->probes;
-  size_t oi = 0;
-  for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il)
-    for (uint32_t i = 0; i < NChunks(n); ++i)
-      if (wanted[i]) nl->chunks[il][i] = owned[oi++];
   for (uint32_t il = 0; il < old->chunks.size(); ++il)
     for (uint32_t i = 0; i < old->chunks[il].size(); ++i) {
       if (old->chunks[il][i]) old->chunks[il][i]->retired = true;  // freed when the last reader lets go
@@ -1502,7 +1560,7 @@ Status PrefixStore::CheckConsistency() {
       if (r.seg_begin + r.tokens.size() > it->second.n_tokens) return Status::Corruption("node " + std::to_string(r.id) + " runs past its segment");
       for (uint64_t o = r.seg_begin; o < r.seg_begin + r.tokens.size(); ++o)
         for (uint32_t il = 0; il < uint32_t(im.opt.n_layer); ++il)
-          if (!l.chunks[il][l.Slot(o) / im.C]) return Status::Corruption("live offset " + std::to_string(o) + " of segment " + std::to_string(r.segment) + " has no chunk");
+          if (!l.chunks[il][l.Slot(il, o) / im.C]) return Status::Corruption("live offset " + std::to_string(o) + " of segment " + std::to_string(r.segment) + " has no chunk");
     }
     for (auto& [id, s] : im.segs) {
       const SegLayout& l = *s.layout;

@@ -147,7 +147,8 @@ class PrefixStore {
   Result<InsertSummary> Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers);
 
   // The pipeline's verdict for layer il: `selected` positions (< n_matched) were important;
-  // `scores` (same length, optional) weights them (default 1). Feeds reorder and the tier policy.
+  // `scores` (same length, optional) weights them (default 1). Feeds the tier policy and the
+  // reorder of layer il (each layer keeps its own importance statistics and mapping list).
   Status ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,
                           std::span<const float> scores = {});
 

@@ -94,7 +94,8 @@ Result<StoreBenchResult> RunStoreBenchmark(const StoreBenchOptions& bo) {
     std::iota(all.begin(), all.end(), 0u);
     std::vector<f16_t> k_out(all.size() * row), v_out(all.size() * row);  // the caller's arena
     auto submit = [&]() { return store->SubmitReadKV(hs[rng() % hs.size()], int(rng() % uint32_t(bo.n_layer)), all, true, true); };
-    res.block_bytes = ChunkBytes(uint32_t(bo.chunk_tokens), uint32_t(4 * row));
+    // One chunk's K and V regions (a whole-prefix K+V read skips the header block).
+    res.block_bytes = KVChunkLayout(uint32_t(bo.chunk_tokens), uint32_t(2 * row)).length - kBlockBytes;
     const uint64_t file_bytes = uint64_t(bo.n_prefixes) * uint64_t(bo.prefix_tokens) * uint64_t(bo.n_layer) *
                                 uint64_t(4 * bo.n_head_kv * bo.head_dim);
     const int rounds = 3;

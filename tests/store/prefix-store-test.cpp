@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "store/extent-files.h"
@@ -215,6 +217,143 @@ TEST(PrefixStore, ReorderPacksImportantTokensAndKeepsData) {
   std::filesystem::remove_all(dir);
 }
 
+// The pipeline selects tokens per layer, and which tokens matter differs between layers. Each
+// layer gets its own mapping list, so after a reorder every layer needs fewer chunks and blocks.
+TEST(PrefixStore, ReorderIsPerLayerSoEveryLayerPacksItsOwnImportantTokens) {
+  std::string dir = TempDir("reorder-layers");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(13);
+  auto st = PrefixStore::Open(SmallOptions(dir));
+  ASSERT_TRUE(st.ok());
+  PrefixStore& s = **st;
+  const uint32_t n = 512, C = 16;
+  auto t = RandomTokens(rng, n);
+  ASSERT_TRUE(kv.Insert(s, t, 0).ok());
+  // Disjoint patterns: layer 0 every 4th token from 1, layer 1 every 4th from 3, layer 2 a block
+  // of 128 tokens in the middle (contiguous already: reorder must not make it worse).
+  std::vector<std::vector<uint32_t>> important(kLayers);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (i % 4 == 1) important[0].push_back(i);
+    if (i % 4 == 3) important[1].push_back(i);
+    if (i >= 200 && i < 328) important[2].push_back(i);
+  }
+  struct Cost { uint32_t chunks = 0; uint64_t ssd_bytes = 0, useful = 0; };
+  auto cost = [&](PrefixStore& ps, int il) {
+    MatchHandle h = ps.Match(t);
+    auto tk = ps.SubmitReadKV(h, il, important[size_t(il)], true, true);
+    EXPECT_TRUE(tk.ok());
+    auto r = ps.Wait(*tk);
+    EXPECT_TRUE(r.ok());
+    EXPECT_TRUE(kv.Check(t, il, important[size_t(il)], *r, true, true));
+    EXPECT_TRUE(ps.Release(h).ok());
+    return Cost{r->stats.chunks(), r->stats.ssd_bytes, r->stats.useful_bytes};
+  };
+  std::vector<Cost> before(kLayers);
+  for (int il = 0; il < kLayers; ++il) before[size_t(il)] = cost(s, il);
+  for (int rep = 0; rep < 3; ++rep) {
+    MatchHandle h = s.Match(t);
+    for (int il = 0; il < kLayers; ++il) ASSERT_TRUE(s.ReportImportance(h, il, important[size_t(il)]).ok());
+    ASSERT_TRUE(s.Release(h).ok());
+  }
+  // Reference: one mapping list shared by all layers, sorted by importance summed over layers
+  // (the layout this replaced), simulated here: chunks each layer would then touch.
+  std::vector<double> summed(n, 0.0);
+  for (const auto& imp : important)
+    for (uint32_t p : imp) summed[p] += 1.0;
+  std::vector<uint32_t> shared(n);
+  std::iota(shared.begin(), shared.end(), 0u);
+  std::stable_sort(shared.begin(), shared.end(), [&](uint32_t a, uint32_t b) { return summed[a] > summed[b]; });
+  std::vector<uint32_t> shared_slot(n);
+  for (uint32_t sl = 0; sl < n; ++sl) shared_slot[shared[sl]] = sl;
+  auto rep = s.ReorderNow();
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->segments_reordered, 1u);
+  std::vector<Cost> after(kLayers);
+  for (int il = 0; il < kLayers; ++il) {
+    after[size_t(il)] = cost(s, il);
+    std::set<uint32_t> shared_chunks;
+    for (uint32_t p : important[size_t(il)]) shared_chunks.insert(shared_slot[p] / C);
+    const auto& b = before[size_t(il)];
+    const auto& a = after[size_t(il)];
+    std::printf("[reorder per layer] layer %d: %zu important tokens: chunks before %u, after %u (one shared list: %zu); "
+                "SSD bytes before %llu (amp %.2f), after %llu (amp %.2f)\n",
+                il, important[size_t(il)].size(), b.chunks, a.chunks, shared_chunks.size(), (unsigned long long)b.ssd_bytes,
+                double(b.ssd_bytes) / double(b.useful), (unsigned long long)a.ssd_bytes, double(a.ssd_bytes) / double(a.useful));
+    const uint32_t ideal = (uint32_t(important[size_t(il)].size()) + C - 1) / C;
+    EXPECT_LE(a.chunks, ideal) << "layer " << il;  // one node: the important tokens fill whole chunks
+    EXPECT_LE(a.chunks, b.chunks) << "layer " << il;
+    EXPECT_LE(a.ssd_bytes, b.ssd_bytes) << "layer " << il;
+    EXPECT_LE(a.chunks, shared_chunks.size()) << "layer " << il;
+  }
+  // The scattered layers gain a lot; so do both against a single shared list.
+  for (int il : {0, 1}) {
+    EXPECT_LT(after[size_t(il)].chunks, before[size_t(il)].chunks) << "layer " << il;
+    EXPECT_LT(after[size_t(il)].ssd_bytes, before[size_t(il)].ssd_bytes) << "layer " << il;
+  }
+  // Every position of every layer still reads back bit-identical, also across a reopen.
+  CheckSequence(s, kv, t, rng, t.size());
+  st->reset();
+  auto st2 = PrefixStore::Open(SmallOptions(dir));
+  ASSERT_TRUE(st2.ok());
+  for (int il = 0; il < kLayers; ++il) EXPECT_EQ(cost(**st2, il).chunks, after[size_t(il)].chunks) << "layer " << il;
+  CheckSequence(**st2, kv, t, rng, t.size());
+  auto rep2 = (*st2)->ReorderNow();  // statistics survived the reopen: nothing changes
+  ASSERT_TRUE(rep2.ok());
+  EXPECT_EQ(rep2->segments_reordered, 0u);
+  EXPECT_TRUE((*st2)->CheckConsistency().ok());
+  std::filesystem::remove_all(dir);
+}
+
+// K and V live in separate 4 KiB-aligned regions of a chunk: a key-only read (the fallback and
+// AS+H2O) reads no V block, a value-only read no K block.
+TEST(PrefixStore, KeyOnlyReadsTouchOnlyKeyBlocks) {
+  std::string dir = TempDir("kregion");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(17);
+  auto st = PrefixStore::Open(SmallOptions(dir));
+  ASSERT_TRUE(st.ok());
+  PrefixStore& s = **st;
+  const uint32_t n = 300, C = 16;
+  const uint64_t k_bytes = uint64_t(kHeads) * kDim * 2;
+  auto t = RandomTokens(rng, n);
+  ASSERT_TRUE(kv.Insert(s, t, 0).ok());
+  MatchHandle h = s.Match(t);
+  std::vector<uint32_t> all(n);
+  std::iota(all.begin(), all.end(), 0u);
+  // Expected from the format: per chunk, its K region rounded up to whole 4 KiB blocks.
+  uint64_t k_region_blocks_bytes = 0;
+  for (uint32_t c = 0; c < (n + C - 1) / C; ++c)
+    k_region_blocks_bytes += (std::min(C, n - c * C) * k_bytes + 4095) / 4096 * 4096;
+  for (int il = 0; il < kLayers; ++il) {
+    auto rk = s.Wait(*s.SubmitReadAllKeys(h, il));
+    ASSERT_TRUE(rk.ok());
+    EXPECT_TRUE(kv.Check(t, il, all, *rk, true, false));
+    auto rv = s.Wait(*s.SubmitReadKV(h, il, all, false, true));
+    ASSERT_TRUE(rv.ok());
+    EXPECT_TRUE(kv.Check(t, il, all, *rv, false, true));
+    auto rkv = s.Wait(*s.SubmitReadKV(h, il, all, true, true));
+    ASSERT_TRUE(rkv.ok());
+    EXPECT_TRUE(kv.Check(t, il, all, *rkv, true, true));
+    EXPECT_EQ(rk->stats.ssd_bytes, k_region_blocks_bytes) << "layer " << il;
+    EXPECT_EQ(rv->stats.ssd_bytes, k_region_blocks_bytes) << "layer " << il;
+    EXPECT_EQ(rk->stats.ssd_bytes + rv->stats.ssd_bytes, rkv->stats.ssd_bytes) << "layer " << il;
+    if (il == 0)
+      std::printf("[layout] all keys of %u tokens: %llu SSD bytes for %llu bytes of K (amp %.3f); K+V: %llu\n", n,
+                  (unsigned long long)rk->stats.ssd_bytes, (unsigned long long)rk->stats.useful_bytes,
+                  rk->stats.read_amplification(), (unsigned long long)rkv->stats.ssd_bytes);
+  }
+  // Selected tokens stay 4 KiB-granular: one token's key is at most 2 blocks, K+V at most 4.
+  auto r1 = s.Wait(*s.SubmitReadKV(h, 1, std::vector<uint32_t>{37}, true, false));
+  ASSERT_TRUE(r1.ok());
+  EXPECT_LE(r1->stats.ssd_bytes, 2u * 4096u);
+  auto r2 = s.Wait(*s.SubmitReadKV(h, 1, std::vector<uint32_t>{37, 38, 200}, true, true));
+  ASSERT_TRUE(r2.ok());
+  EXPECT_TRUE(kv.Check(t, 1, {37, 38, 200}, *r2, true, true));
+  EXPECT_LE(r2->stats.ssd_bytes, 8u * 4096u);
+  ASSERT_TRUE(s.Release(h).ok());
+  std::filesystem::remove_all(dir);
+}
+
 // Flips one byte inside the data files; returns false if there is none.
 bool FlipByteInData(const std::string& dir, uint64_t nth_block) {
   for (auto& e : std::filesystem::directory_iterator(dir)) {
@@ -244,7 +383,7 @@ TEST(PrefixStore, FlippedBytesAreDetectedAndDroppedOnOpen) {
     ASSERT_TRUE(st.ok());
     ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
   }
-  // Layer 0's extent starts the file: 13 chunks of 16 tokens (7 blocks each... ) -> corrupt block 40.
+  // Layer 0's extent starts the file: 13 chunks of 16 tokens (5 blocks each: header, 2 K, 2 V) -> corrupt block 40.
   ASSERT_TRUE(FlipByteInData(dir, 40));
   auto o = SmallOptions(dir);
   o.verify_on_open = true;
@@ -268,7 +407,7 @@ TEST(PrefixStore, FlippedBytesAreDetectedOnReadAndNeverServed) {
   auto st = PrefixStore::Open(SmallOptions(dir));
   ASSERT_TRUE(st.ok());
   ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
-  ASSERT_TRUE(FlipByteInData(dir, 3));  // inside layer 0, chunk 0 (16 tokens x 768 B + header = 4 blocks)
+  ASSERT_TRUE(FlipByteInData(dir, 3));  // layer 0, chunk 0: header block, K blocks 1-2, V blocks 3-4 -> a V block
   MatchHandle h = (*st)->Match(t);
   std::vector<uint32_t> all(t.size());
   for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
@@ -533,7 +672,7 @@ TEST(PrefixStore, ReadersDuringReorderAndEvictionAlwaysGetCorrectData) {
         ++reads;
         std::vector<uint32_t> imp;
         for (uint32_t p : pos)
-          if (p % 3 == 0) imp.push_back(p);
+          if ((p + uint32_t(il)) % 3 == 0) imp.push_back(p);  // differs per layer: per-layer mapping lists
         if (!s.ReportImportance(h, il, imp).ok()) ++failures;
       }
       if (!s.Release(h).ok()) ++failures;

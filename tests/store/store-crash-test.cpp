@@ -73,10 +73,13 @@ std::vector<std::vector<int32_t>> Universe() {
     MatchHandle h = s.Match(t);
     if (h.n_matched < t.size()) (void)kv.Insert(s, t, h.n_matched);
     if (h.n_matched > 0) {
-      std::vector<uint32_t> imp;
-      for (uint32_t p = 0; p < h.n_matched; ++p)
-        if ((p * 7 + seed) % 5 == 0) imp.push_back(p);
-      for (int il = 0; il < kLayers; ++il) (void)s.ReportImportance(h, il, imp);
+      // A different pattern per layer: each layer gets its own mapping list on reorder.
+      for (int il = 0; il < kLayers; ++il) {
+        std::vector<uint32_t> imp;
+        for (uint32_t p = 0; p < h.n_matched; ++p)
+          if ((p * 7 + seed + uint32_t(il) * 2) % 5 == 0) imp.push_back(p);
+        (void)s.ReportImportance(h, il, imp);
+      }
     }
     (void)s.Release(h);
     if (rng() % 4 == 0) (void)s.ReorderNow();
