@@ -152,9 +152,22 @@ class CpuBackend final : public Backend {
   }
   void Synchronize() override {}
 
+  static constexpr int kGemvRows = 2;
   void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, DevPtr<const float> a, int lda,
             DevPtr<const float> b, int ldb, float beta, DevPtr<float> c, int ldc) override {
     if (m <= 0 || n <= 0) return;
+    if (m <= kGemvRows && ta == Trans::kNo) {
+      // A few rows (decode): sgemm would pack the whole weight matrix on every call, which
+      // dominated decode time; a GEMV per row streams the weights once per row instead.
+      // Row i: c_i (n) = alpha * op(B) a_i + beta * c_i, op(B) = B (n, k) when tb, else B^T.
+      for (int i = 0; i < m; ++i) {
+        cblas_sgemv(CblasRowMajor, tb == Trans::kYes ? CblasNoTrans : CblasTrans, tb == Trans::kYes ? n : k,
+                    tb == Trans::kYes ? k : n, alpha, b.raw(), ldb, a.raw() + int64_t(i) * lda, 1, beta,
+                    c.raw() + int64_t(i) * ldc, 1);
+      }
+      flops_ += 2.0 * m * n * k;
+      return;
+    }
     cblas_sgemm(CblasRowMajor, ta == Trans::kYes ? CblasTrans : CblasNoTrans,
                 tb == Trans::kYes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a.raw(), lda, b.raw(),
                 ldb, beta, c.raw(), ldc);
