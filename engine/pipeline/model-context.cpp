@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/compute/cpu-backend.h"
+#include "engine/compute/cuda/cuda-backend.h"
 #include "engine/compute/forward.h"
 #include "engine/model/model-loader.h"
 
@@ -22,6 +23,8 @@ Result<std::unique_ptr<ModelContext>> ModelContext::Load(const std::string& path
   std::unique_ptr<Backend> backend;
   if (options.backend == "cpu") {
     backend = MakeCpuBackend(CpuBackendOptions{.n_threads = options.n_threads});
+  } else if (options.backend == "cuda") {
+    IMPRESS_ASSIGN_OR_RETURN(backend, MakeCudaBackend(CudaBackendOptions{}));
   } else {
     return Status::Unsupported(fmt::format("backend '{}' is not available in this build (use --backend cpu)",
                                            options.backend));
