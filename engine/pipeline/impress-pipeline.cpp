@@ -191,6 +191,7 @@ ImpressPipeline::~ImpressPipeline() {
   if (store_ && handle_.id) (void)store_->Release(handle_);
   fwd_.reset();
   for (auto& p : allocs_) ctx_.backend().Free(p);
+  if (keys_scratch_) ctx_.backend().Free(DevPtr<void>(keys_scratch_.raw()));
 }
 
 Status ImpressPipeline::EnsureBuffers(size_t rows) {

@@ -128,7 +128,6 @@ class ImpressPipeline {
   // Scratch (device) for probe / all keys and the selected K/V before they land in the buffers.
   DevPtr<f16_t> keys_scratch_;
   size_t keys_scratch_rows_ = 0;
-  DevPtr<float> imp_scratch_unused_;
   std::vector<DevPtr<void>> allocs_;
 
   // Prefetch tickets for the next layer (probe keys, all keys, or full KV).

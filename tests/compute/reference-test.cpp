@@ -218,7 +218,11 @@ class TinyModels : public ::testing::Test {
       s.rows = SomeRows(n);
       seqs.push_back(s);
     }
-    CompareWithReference(dir_->path() + "/" + name, seqs, 128, "float64", 1e-4);  // 300 tokens: 3 ubatches
+    // The reference emulates fp16 KV; float32 rounding that lands a K/V value on the other side
+    // of an fp16 rounding boundary than float64 does moves logits by ~1e-4 (seen: 4e-5 in
+    // Release, 1.4e-4 in the ASan build, whose code generation differs). Same bound and reason
+    // as SmolLM2 above; a real bug is >= 1e-2.
+    CompareWithReference(dir_->path() + "/" + name, seqs, 128, "float64", 3e-4);  // 300 tokens: 3 ubatches
   }
   static inline TempDir* dir_ = nullptr;
   static inline bool ok_ = false;
