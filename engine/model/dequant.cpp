@@ -194,6 +194,7 @@ Status Dequantize(uint32_t type_id, const uint8_t* src, uint64_t src_bytes, floa
                               GgmlTypeName(type_id) + " need " + std::to_string(*size) + " bytes, only " +
                               std::to_string(src_bytes) + " given");
   }
+  if (n_elements == 0) return Status::Ok();  // an empty tensor (a zero dim): nothing to convert, dst may be null
   const GgmlTypeTraits* t = GgmlTypeInfo(type_id);
   const uint64_t n_blocks = n_elements / t->block_size;
   // F16/BF16/F32 functions take element counts; block size 1 makes blocks == elements.

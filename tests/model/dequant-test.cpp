@@ -108,3 +108,16 @@ TEST(Dequant, UnsupportedTypeNamesTypeAndTensor) {
 
 }  // namespace
 }  // namespace impress
+
+namespace impress {
+namespace {
+
+// Found by the safetensors fuzzer: a tensor with shape [2, 0] reached memcpy(nullptr, ...).
+TEST(Dequant, EmptyTensorConvertsToNothing) {
+  for (uint32_t type : {uint32_t(GgmlType::kF32), uint32_t(GgmlType::kF16), uint32_t(GgmlType::kQ4_1)}) {
+    EXPECT_TRUE(Dequantize(type, nullptr, 0, nullptr, 0, "empty", 2).ok()) << type;
+  }
+}
+
+}  // namespace
+}  // namespace impress
