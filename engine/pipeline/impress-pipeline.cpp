@@ -137,6 +137,14 @@ store::PrefixStoreOptions StoreOptionsFor(const ModelConfig& c, int probe_heads)
 
 namespace {
 
+// True when the store keeps probe keys for every KV head the first `probe_heads` query heads use;
+// otherwise the probe reads all keys (e.g. more probe heads than the store was opened for).
+bool ProbeKeysCover(const ModelConfig& c, int probe_heads, const std::vector<int>& stored) {
+  const std::vector<int> needed = ProbeKvHeads(c, std::clamp(probe_heads, 1, c.n_head));
+  return std::all_of(needed.begin(), needed.end(),
+                     [&](int g) { return std::find(stored.begin(), stored.end(), g) != stored.end(); });
+}
+
 // Per-head importance rows (n_heads x n) -> sum over heads of each row normalised to 1.
 std::vector<float> SumNormalised(const std::vector<float>& imp, int n_heads, int n) {
   std::vector<float> sum(size_t(n), 0.0f);
@@ -217,8 +225,6 @@ Status ImpressPipeline::EnsureBuffers(size_t rows) {
 
 Status ImpressPipeline::RunLayerSelection(int il, const PipelineSettings& s, RequestReport& report, LayerReport& lr,
                                           std::vector<float>& importance_row, std::vector<uint8_t>& selected_row) {
-  (void)report;
-  (void)selected_row;
   const ModelConfig& c = ctx_.config();
   Backend& be = ctx_.backend();
   const int n = n_matched_;
@@ -291,11 +297,8 @@ Status ImpressPipeline::RunLayerSelection(int il, const PipelineSettings& s, Req
       lr.probed = true;
       const int P = std::clamp(s.probe_heads, 1, c.n_head);
       for (int h = 0; h < P; ++h) probe_q.push_back(h);
-      const std::vector<int> needed = ProbeKvHeads(c, P);
       const std::vector<int>& stored = store_->options().probe_kv_heads;
-      const bool probe_store_covers =
-          std::all_of(needed.begin(), needed.end(),
-                      [&](int g) { return std::find(stored.begin(), stored.end(), g) != stored.end(); });
+      const bool probe_store_covers = ProbeKeysCover(c, P, stored);
       std::vector<int> kv_heads;
       store::ReadResult keys;
       auto t = take_prefetch();
@@ -469,12 +472,7 @@ Result<RequestReport> ImpressPipeline::Prefill(const PipelineRequest& req, const
       IMPRESS_ASSIGN_OR_RETURN(prefetch_[size_t(il)], store_->SubmitReadAllKeys(handle_, il));
     } else if (UsesProbe(s.system)) {
       bucket = &bd.probe_io_ms;
-      const std::vector<int> needed = ProbeKvHeads(c, std::clamp(s.probe_heads, 1, c.n_head));
-      const std::vector<int>& stored = store_->options().probe_kv_heads;
-      const bool covers = std::all_of(needed.begin(), needed.end(), [&](int g) {
-        return std::find(stored.begin(), stored.end(), g) != stored.end();
-      });
-      if (covers) {
+      if (ProbeKeysCover(c, s.probe_heads, store_->options().probe_kv_heads)) {
         IMPRESS_ASSIGN_OR_RETURN(prefetch_[size_t(il)], store_->SubmitProbeKeys(handle_, il));
       } else {
         IMPRESS_ASSIGN_OR_RETURN(prefetch_[size_t(il)], store_->SubmitReadAllKeys(handle_, il));
