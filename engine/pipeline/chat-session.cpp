@@ -80,7 +80,7 @@ Result<ChatAnswer> ChatSession::Ask(const std::string& question, const AskOption
 
 Result<FidelityReport> ChatSession::Fidelity(const std::string& question, const AskOptions& o, int n_continue) {
   const PromptTokens prompt = conversation_.Build(question, ctx_->tokenizer(), ctx_->chat_template(), o.raw);
-  return CheckFidelity(*pipeline_, {prompt.tokens, prompt.n_prefix}, o.pipeline, n_continue);
+  return CheckFidelity(*pipeline_, {prompt.tokens, prompt.n_prefix}, o.pipeline, n_continue, o.cancel);
 }
 
 }  // namespace impress

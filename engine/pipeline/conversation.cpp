@@ -50,4 +50,64 @@ PromptTokens Conversation::Build(const std::string& question, const Tokenizer& t
   return out;
 }
 
+std::vector<Conversation::TokenSpan> Conversation::DocumentSpans(const Tokenizer& tokenizer, const ChatTemplate& chat,
+                                                                bool raw) const {
+  std::vector<TokenSpan> spans;
+  if (documents_.empty()) return spans;
+  // The text every prompt of this conversation starts with, and the byte ranges of the
+  // documents in it (headers included); the layout is SystemText's / Build's.
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> bytes;  // [header, end of text)
+  bool add_bos = tokenizer.add_bos_default(), special = true;
+  if (raw) {
+    for (const Document& d : documents_) {
+      bytes.push_back({text.size(), text.size() + d.text.size()});
+      text += d.text + "\n\n";
+    }
+    special = false;
+  } else {
+    text = chat.Render({{"system", SystemText(chat)}}, false);
+    if (chat.renders_bos()) add_bos = false;
+    size_t at = 0;
+    for (const Document& d : documents_) {
+      const std::string header = "### Document: " + d.name + "\n\n";
+      const size_t h = text.find(header + d.text, at);
+      if (h == std::string::npos) return {};  // the template escaped the text: no spans
+      bytes.push_back({h, h + header.size() + d.text.size()});
+      at = bytes.back().second;
+    }
+  }
+  const std::vector<int32_t> all = tokenizer.Encode(text, add_bos, special);
+  // Byte offset where each token starts, when the tokens spell the text byte for byte (byte-level
+  // BPE does; SentencePiece's dummy-prefix spaces do not): then a span is exact.
+  std::vector<size_t> starts;
+  starts.reserve(all.size() + 1);
+  size_t at = 0;
+  bool exact = true;
+  for (size_t i = 0; i < all.size() && exact; ++i) {
+    starts.push_back(at);
+    if (i == 0 && add_bos && all[0] == tokenizer.bos_id()) continue;
+    const std::string& piece = tokenizer.Piece(all[i]);
+    exact = text.compare(at, piece.size(), piece) == 0;
+    at += piece.size();
+  }
+  starts.push_back(at);
+  exact = exact && at == text.size();
+  // Otherwise: tokens of text[0, off) that agree with the whole text's tokens (the prefix's own
+  // tokenization may end differently, a merge across `off`), rounded down or up.
+  auto agree = [&](size_t off, bool round_up) {
+    if (exact) {
+      // begin: the token holding byte `off`; end: the first token starting at or after it.
+      const auto it = std::upper_bound(starts.begin(), starts.end() - 1, off);
+      const int n = int(it - starts.begin()) - 1;
+      return round_up && starts[n] < off ? n + 1 : n;
+    }
+    const std::vector<int32_t> pre = tokenizer.Encode(std::string_view(text).substr(0, off), add_bos, special);
+    const int n = int(std::mismatch(pre.begin(), pre.end(), all.begin(), all.end()).first - pre.begin());
+    return round_up && n < int(pre.size()) ? std::min<int>(int(all.size()), n + 1) : n;
+  };
+  for (const auto& [b, e] : bytes) spans.push_back({agree(b, false), agree(e, true)});
+  return spans;
+}
+
 }  // namespace impress

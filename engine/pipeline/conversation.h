@@ -5,6 +5,7 @@
 // Requires external synchronization.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ class Conversation {
   const std::vector<ChatMessage>& turns() const { return turns_; }
   void AddTurn(std::string role, std::string content) { turns_.push_back({std::move(role), std::move(content)}); }
   void ClearTurns() { turns_.clear(); }
+  // Removes the last n turns (all when n >= their count): regenerate drops a question and its answer.
+  void PopTurns(size_t n) { turns_.resize(turns_.size() - std::min(n, turns_.size())); }
 
   // The messages for a new question (system + documents, earlier turns, the question).
   std::vector<ChatMessage> Messages(const std::string& question, const ChatTemplate& chat) const;
@@ -37,6 +40,16 @@ class Conversation {
   // joined as plain text (no template) and the tokenizer's default BOS rule applies.
   PromptTokens Build(const std::string& question, const Tokenizer& tokenizer, const ChatTemplate& chat,
                      bool raw = false) const;
+
+  // Where each document sits in the prompt's tokens: [begin, end) per document, in order, where
+  // begin is the first token of its "### Document:" header (so dropping [begin, ...) drops the
+  // document and everything after it) and end the token after its text. Exact when the tokens
+  // spell the text byte for byte (byte-level BPE: one tokenization); otherwise (SentencePiece)
+  // from a tokenization of the text before each boundary, rounded outwards where a token spans it.
+  struct TokenSpan {
+    int begin = 0, end = 0;
+  };
+  std::vector<TokenSpan> DocumentSpans(const Tokenizer& tokenizer, const ChatTemplate& chat, bool raw = false) const;
 
  private:
   std::string SystemText(const ChatTemplate& chat) const;

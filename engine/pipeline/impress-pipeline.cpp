@@ -633,14 +633,16 @@ Result<uint64_t> ImpressPipeline::WaitForStore() {
 }
 
 Result<FidelityReport> CheckFidelity(ImpressPipeline& pipeline, const PipelineRequest& request,
-                                     const PipelineSettings& settings, int n_continue) {
+                                     const PipelineSettings& settings, int n_continue,
+                                     const std::atomic<bool>* cancel) {
   FidelityReport f;
   auto run = [&](const PipelineSettings& s, RequestReport* report, std::vector<float>* first_logits,
                  std::vector<int32_t>* cont) -> Status {
     std::vector<float> logits;
-    IMPRESS_ASSIGN_OR_RETURN(*report, pipeline.Prefill(request, s, n_continue, &logits));
+    IMPRESS_ASSIGN_OR_RETURN(*report, pipeline.Prefill(request, s, n_continue, &logits, {}, cancel));
     *first_logits = logits;
     for (int i = 0; i < n_continue; ++i) {
+      if (cancel && cancel->load()) return Status::Cancelled("fidelity check stopped");
       const int32_t tok = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
       cont->push_back(tok);
       if (i + 1 < n_continue) IMPRESS_RETURN_IF_ERROR(pipeline.Decode(tok, &logits));

@@ -149,7 +149,9 @@ struct FidelityReport {
 
 // Runs `request` with `settings` and with the full prefix KV (AS-like, keep 1), greedy, for
 // `n_continue` tokens each; nothing is stored.
+// `cancel` (optional) stops either run within a layer batch or a decode step: Cancelled.
 Result<FidelityReport> CheckFidelity(ImpressPipeline& pipeline, const PipelineRequest& request,
-                                     const PipelineSettings& settings, int n_continue);
+                                     const PipelineSettings& settings, int n_continue,
+                                     const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace impress

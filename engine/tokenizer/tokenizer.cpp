@@ -284,6 +284,12 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
 // Encoding
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool parse_special) const {
+  return Encode(text, add_bos, parse_special, ProgressFn());
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool parse_special,
+                                       const ProgressFn& progress) const {
+  const ProgressFn* report = progress ? &progress : nullptr;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (add_bos && bos_ >= 0) out.push_back(bos_);
@@ -309,7 +315,7 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool
     if (hit->lstrip) {
       while (seg_end > seg_begin && IsAsciiSpace(text[seg_end - 1])) --seg_end;
     }
-    if (seg_end > seg_begin) EncodeText(text.substr(seg_begin, seg_end - seg_begin), first, &out);
+    if (seg_end > seg_begin) EncodeText(text.substr(seg_begin, seg_end - seg_begin), first, &out, report, seg_begin, text.size());
     first = false;
     out.push_back(hit->id);
     i += hit->text.size();
@@ -318,11 +324,14 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool
     }
     seg_begin = i;
   }
-  if (seg_begin < text.size()) EncodeText(text.substr(seg_begin), first, &out);
+  if (seg_begin < text.size()) EncodeText(text.substr(seg_begin), first, &out, report, seg_begin, text.size());
+  if (report) (*report)(text.size(), text.size(), "tokenizing");
   return out;
 }
 
-void Tokenizer::EncodeText(std::string_view text, bool /*first_segment*/, std::vector<int32_t>* out) const {
+void Tokenizer::EncodeText(std::string_view text, bool /*first_segment*/, std::vector<int32_t>* out,
+                           const ProgressFn* progress, size_t base, size_t total) const {
+  constexpr size_t kProgressBytes = 256 << 10;
   if (kind_ == TokenizerKind::kSentencePiece) {
     // Every text segment gets the dummy prefix, as libsentencepiece (and llama.cpp) do for a
     // segment that starts the text or follows a special token.
@@ -338,7 +347,12 @@ void Tokenizer::EncodeText(std::string_view text, bool /*first_segment*/, std::v
   PreTokenize(pre_, text, &spans);
   // Words repeat: remember where each short piece's ids went in `out` during this call.
   std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> seen;
+  size_t next_report = kProgressBytes;
   for (const TextSpan& sp : spans) {
+    if (progress && sp.offset >= next_report) {
+      (*progress)(base + sp.offset, total, "tokenizing");
+      next_report = sp.offset + kProgressBytes;
+    }
     std::string_view piece = text.substr(sp.offset, sp.length);
     if (piece.size() <= 32) {
       auto it = seen.find(piece);

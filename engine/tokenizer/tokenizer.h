@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/base/progress.h"
 #include "engine/base/status.h"
 #include "engine/tokenizer/pre-tokenizer.h"
 
@@ -86,6 +87,10 @@ class Tokenizer {
   // Never fails: invalid UTF-8 bytes are encoded as bytes (byte-level BPE, SPM byte
   // fallback) or as unk. add_bos prepends bos (when the vocabulary has one).
   std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // The same ids, reporting (bytes done, text.size(), "tokenizing") to `progress` about every
+  // 256 KiB of text (for ingesting large documents). Its return value is ignored: encoding
+  // always finishes.
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special, const ProgressFn& progress) const;
 
   // Concatenated pieces (raw bytes, not necessarily valid UTF-8). SPM drops the dummy-prefix
   // space of the first token. Ids out of range are skipped. skip_special drops control tokens.
@@ -143,7 +148,9 @@ class Tokenizer {
     int32_t merged;
   };
 
-  void EncodeText(std::string_view text, bool first_segment, std::vector<int32_t>* out) const;
+  // `progress` (may be null) gets bytes done counted from `base` within the whole text.
+  void EncodeText(std::string_view text, bool first_segment, std::vector<int32_t>* out,
+                  const ProgressFn* progress = nullptr, size_t base = 0, size_t total = 0) const;
   void EncodeBpePiece(std::string_view piece, std::vector<int32_t>* out) const;
   void EncodeSpm(std::string_view text, bool prefix_space, std::vector<int32_t>* out) const;
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -322,6 +323,24 @@ TEST_F(SmolLm2Test, LongInputsTokenizeQuickly) {
               (unsigned long long)steps);
   const std::string same(100000, 'a');
   EXPECT_EQ(tok_->Decode(tok_->Encode(same, false, false)), same);
+}
+
+TEST_F(SmolLm2Test, EncodeWithProgressGivesTheSameIdsAndReportsMonotonically) {
+  const std::string doc = ReadAll(fs::path(SourceDir()) / "assets/docs/gpl-3.0.txt");
+  std::string big;
+  while (big.size() < (1u << 20)) big += doc;
+  big += "<|im_end|>" + doc;  // a special token splits the text into two segments
+  std::vector<uint64_t> done;
+  const auto with = tok_->Encode(big, false, true, [&](uint64_t d, uint64_t total, std::string_view) {
+    EXPECT_EQ(total, big.size());
+    done.push_back(d);
+    return false;  // ignored: encoding always finishes
+  });
+  EXPECT_EQ(with, tok_->Encode(big, false, true));
+  ASSERT_GE(done.size(), 4u) << "about one report per 256 KiB";
+  EXPECT_TRUE(std::is_sorted(done.begin(), done.end()));
+  EXPECT_EQ(done.back(), big.size());
+  EXPECT_LE(done.front(), big.size() / 2);
 }
 
 TEST(TokenizerVocabTest, HandBuiltBpeMergesByRank) {
