@@ -46,7 +46,8 @@ class Txn {
 const char* kSchema = R"(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, segment INTEGER NOT NULL,
-  seg_begin INTEGER NOT NULL, tokens BLOB NOT NULL, last_access INTEGER NOT NULL, user_data INTEGER NOT NULL);
+  seg_begin INTEGER NOT NULL, tokens BLOB NOT NULL, last_access INTEGER NOT NULL, user_data INTEGER NOT NULL,
+  pinned INTEGER NOT NULL DEFAULT 0, hits INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS segments(id INTEGER PRIMARY KEY, n_tokens INTEGER NOT NULL, generation INTEGER NOT NULL,
   mapping BLOB, imp_sum BLOB, imp_count BLOB);
 CREATE TABLE IF NOT EXISTS chunks(segment INTEGER NOT NULL, layer INTEGER NOT NULL, idx INTEGER NOT NULL,
@@ -107,6 +108,12 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
   IMPRESS_RETURN_IF_ERROR(c->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=128; PRAGMA journal_size_limit=524288;"));
   Status st = c->Exec(kSchema);
   if (!st.ok()) return Status::Corruption(path + ": not a usable catalog (" + st.message() + ")");
+  {
+    Txn t(db);
+    if (!t.began()) return c->Err("begin");
+    IMPRESS_RETURN_IF_ERROR(c->MigrateLocked());
+    if (!t.Commit()) return c->Err("commit");
+  }
   const std::string version = std::to_string(kFormatVersion);
   std::unordered_map<std::string, std::string> meta;
   {
@@ -131,7 +138,8 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
     if (!t.began()) return c->Err("begin");
     IMPRESS_RETURN_IF_ERROR(c->Exec("DELETE FROM chunks; DELETE FROM probes; DELETE FROM nodes; DELETE FROM segments; DELETE FROM meta;"));
     for (auto [k, v] : {std::pair<const char*, std::string>{"fingerprint", fingerprint},
-                        {"format_version", version}, {"geometry", geometry}}) {
+                        {"format_version", version}, {"geometry", geometry},
+                        {"schema_version", std::to_string(kCatalogSchemaVersion)}}) {
       IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, c->Prep("INSERT INTO meta(key, value) VALUES(?, ?)"));
       sqlite3_bind_text(s, 1, k, -1, SQLITE_STATIC);
       sqlite3_bind_text(s, 2, v.c_str(), -1, SQLITE_TRANSIENT);
@@ -142,11 +150,52 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
   return c;
 }
 
+Status Catalog::MigrateLocked() {
+  // Which columns does `nodes` have? (CREATE TABLE IF NOT EXISTS leaves an old table as it was.)
+  bool has_pinned = false, has_hits = false;
+  {
+    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("PRAGMA table_info(nodes)"));
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+      const char* name = reinterpret_cast<const char*>(sqlite3_column_text(s, 1));
+      if (name && std::strcmp(name, "pinned") == 0) has_pinned = true;
+      if (name && std::strcmp(name, "hits") == 0) has_hits = true;
+    }
+    if (r != SQLITE_DONE) return Err("read the nodes table layout");
+  }
+  int from = 0;
+  {
+    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("SELECT value FROM meta WHERE key = 'schema_version'"));
+    if (sqlite3_step(s) == SQLITE_ROW) from = sqlite3_column_int(s, 0);
+    sqlite3_reset(s);  // no statement may be active during ALTER TABLE
+  }
+  if (!has_pinned) IMPRESS_RETURN_IF_ERROR(Exec("ALTER TABLE nodes ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0"));
+  if (!has_hits) IMPRESS_RETURN_IF_ERROR(Exec("ALTER TABLE nodes ADD COLUMN hits INTEGER NOT NULL DEFAULT 0"));
+  if (!has_pinned || !has_hits)
+    spdlog::info("store: catalog {} migrated from schema {} to {} (nodes.pinned, nodes.hits added)", path_,
+                 from ? from : 1, kCatalogSchemaVersion);
+  // Record the version unless the meta table is empty (a fresh catalog; Open fills it).
+  IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("UPDATE meta SET value = ? WHERE key = 'schema_version'"));
+  sqlite3_bind_text(s, 1, std::to_string(kCatalogSchemaVersion).c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(s) != SQLITE_DONE) return Err("update schema version");
+  if (sqlite3_changes(db_) == 0) {
+    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * c, Prep("SELECT COUNT(*) FROM meta"));
+    const bool has_meta = sqlite3_step(c) == SQLITE_ROW && sqlite3_column_int64(c, 0) > 0;
+    sqlite3_reset(c);
+    if (has_meta) {
+      IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * ins, Prep("INSERT INTO meta(key, value) VALUES('schema_version', ?)"));
+      sqlite3_bind_text(ins, 1, std::to_string(kCatalogSchemaVersion).c_str(), -1, SQLITE_TRANSIENT);
+      if (sqlite3_step(ins) != SQLITE_DONE) return Err("insert schema version");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<CatalogContents> Catalog::Load() {
   std::lock_guard<std::mutex> lk(mu_);
   CatalogContents out;
-  IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("SELECT id, parent, segment, seg_begin, tokens, last_access, user_data "
-                                                  "FROM nodes ORDER BY id"));
+  IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("SELECT id, parent, segment, seg_begin, tokens, last_access, user_data, "
+                                                  "pinned, hits FROM nodes ORDER BY id"));
   int r;
   while ((r = sqlite3_step(s)) == SQLITE_ROW) {
     NodeRecord n;
@@ -157,6 +206,8 @@ Result<CatalogContents> Catalog::Load() {
     n.tokens = BlobTo<Token>(s, 4);
     n.last_access = uint64_t(sqlite3_column_int64(s, 5));
     n.user_data = uint64_t(sqlite3_column_int64(s, 6));
+    n.pinned = sqlite3_column_int64(s, 7) != 0;
+    n.hits = uint64_t(sqlite3_column_int64(s, 8));
     out.nodes.push_back(std::move(n));
   }
   if (r != SQLITE_DONE) return Err("read nodes");
@@ -243,7 +294,7 @@ Status Catalog::ApplyLocked(const CatalogBatch& b) {
   }
   for (const auto& n : b.upsert_nodes) {
     IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("INSERT OR REPLACE INTO nodes(id, parent, segment, seg_begin, tokens, "
-                                                    "last_access, user_data) VALUES(?,?,?,?,?,?,?)"));
+                                                    "last_access, user_data, pinned, hits) VALUES(?,?,?,?,?,?,?,?,?)"));
     sqlite3_bind_int64(s, 1, int64_t(n.id));
     sqlite3_bind_int64(s, 2, int64_t(n.parent));
     sqlite3_bind_int64(s, 3, int64_t(n.segment));
@@ -251,6 +302,8 @@ Status Catalog::ApplyLocked(const CatalogBatch& b) {
     BindVec(s, 5, n.tokens);
     sqlite3_bind_int64(s, 6, int64_t(n.last_access));
     sqlite3_bind_int64(s, 7, int64_t(n.user_data));
+    sqlite3_bind_int64(s, 8, n.pinned ? 1 : 0);
+    sqlite3_bind_int64(s, 9, int64_t(n.hits));
     if (sqlite3_step(s) != SQLITE_DONE) return Err("upsert node");
   }
   for (const auto& g : b.upsert_segments) {
@@ -307,6 +360,13 @@ Status Catalog::ApplyLocked(const CatalogBatch& b) {
     sqlite3_bind_int64(s, 5, c.layer);
     sqlite3_bind_int64(s, 6, c.index);
     if (sqlite3_step(s) != SQLITE_DONE) return Err("save chunk stats");
+  }
+  for (const auto& n : b.node_stats) {
+    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("UPDATE nodes SET last_access = ?, hits = ? WHERE id = ?"));
+    sqlite3_bind_int64(s, 1, int64_t(n.last_access));
+    sqlite3_bind_int64(s, 2, int64_t(n.hits));
+    sqlite3_bind_int64(s, 3, int64_t(n.id));
+    if (sqlite3_step(s) != SQLITE_DONE) return Err("save node stats");
   }
   return Status::Ok();
 }

@@ -1,13 +1,15 @@
 // Catalog: the store's SQLite database (WAL mode, synchronous=FULL, prepared statements).
 //
-// Tables: meta (model fingerprint, format version, KV geometry); nodes (the radix tree's rows:
-// id, parent, KV segment, segment offset, token span, last access); segments (one per insert:
+// Tables: meta (model fingerprint, format version, KV geometry, schema version); nodes (the radix
+// tree's rows: id, parent, KV segment, segment offset, token span, last access, pinned, hits); segments (one per insert:
 // token count, layout generation, per-layer mapping lists slot -> original segment offset, and
 // per-(layer, token) importance sums and counts; format version 2); chunks (segment, layer, index -> data file, offset, length,
 // checksums, generation, access frequency, important ratio); probes (segment, layer -> extent).
 // Every change goes through Apply(), one transaction, so a crash leaves the old or the new state.
 // Opening a catalog made for another model, format version or geometry discards its rows (a
-// fresh namespace) and says why.
+// fresh namespace) and says why. The table layout has its own schema version (meta key
+// schema_version, absent = 1): an older layout is migrated in place on open (schema 2 added
+// nodes.pinned and nodes.hits), keeping every row.
 //
 // Internally synchronized (a mutex = the one writer); any thread may call.
 #pragma once
@@ -73,12 +75,16 @@ struct CatalogBatch {
   std::vector<ChunkRow> upsert_chunks;
   std::vector<ProbeRow> upsert_probes;
   std::vector<ChunkRow> chunk_stats;            // only freq / imp_ratio / n_reports are written
+  std::vector<NodeRecord> node_stats;           // only last_access / hits are written (id names the row)
   bool empty() const {
     return delete_nodes.empty() && delete_segments.empty() && delete_segment_chunks.empty() &&
            delete_chunks.empty() && upsert_nodes.empty() && upsert_segments.empty() &&
-           upsert_chunks.empty() && upsert_probes.empty() && chunk_stats.empty();
+           upsert_chunks.empty() && upsert_probes.empty() && chunk_stats.empty() && node_stats.empty();
   }
 };
+
+// The table layout this build writes (meta key schema_version; independent of the chunk format).
+inline constexpr int kCatalogSchemaVersion = 2;
 
 class Catalog {
  public:
@@ -98,6 +104,7 @@ class Catalog {
   Result<sqlite3_stmt*> Prep(const char* sql);
   Status Err(const char* what);
   Status ApplyLocked(const CatalogBatch& b);
+  Status MigrateLocked();  // brings an older table layout up to kCatalogSchemaVersion
 
   std::mutex mu_;
   sqlite3* db_;

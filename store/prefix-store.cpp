@@ -144,6 +144,7 @@ struct PrefixStore::Impl {
   uint64_t next_handle = 1, next_ticket = 1;
   StoreStats st;                                    // GUARDED_BY(mu) (counters only)
   std::unordered_set<uint64_t> dirty_segs;          // GUARDED_BY(mu): importance stats to persist
+  std::unordered_set<NodeId> dirty_nodes;           // GUARDED_BY(mu): hits / last access to persist
   std::vector<ExtentPtr> pending_retire;            // GUARDED_BY(mu): freed after the next commit
   std::mutex pool_mu;
   std::multimap<size_t, AlignedBuffer> pool;        // GUARDED_BY(pool_mu): read buffers for reuse
@@ -295,13 +296,18 @@ struct PrefixStore::Impl {
     r.tokens.assign(t.begin(), t.end());
     r.last_access = info->last_access;
     r.user_data = info->user_data;
+    r.pinned = info->pinned;
+    r.hits = info->hits;
     return r;
   }
 
   // Mirrors evictions / truncations in the catalog batch and frees what nobody names.
   void ApplyEvictionsLocked(const std::vector<Eviction>& evs, CatalogBatch& batch) {
     std::set<uint64_t> touched;
+    bool any_pinned = false;
     for (const auto& e : evs) {
+      any_pinned = any_pinned || e.node.pinned;
+      dirty_nodes.erase(e.node.id);
       if (tree.Get(e.node.id)) batch.upsert_nodes.push_back(RecordOf(e.node.id));  // truncated, still there
       else {
         batch.delete_nodes.push_back(e.node.id);
@@ -313,6 +319,60 @@ struct PrefixStore::Impl {
       if (!tree.SegmentLiveRange(seg)) KillSegmentLocked(seg, batch);
       else FreeDeadChunksLocked(seg, batch);
     }
+    if (any_pinned) RefreshPinsLocked(touched);  // only the corruption path removes pinned nodes
+  }
+
+  // Tells the tier manager which chunks of `seg_ids` (empty: every segment) hold a token of a
+  // pinned node. Pins are closed upwards and a segment's nodes form a path, so each segment's
+  // pinned tokens are one range.
+  void RefreshPinsLocked(const std::set<uint64_t>& seg_ids) {
+    const bool all = seg_ids.empty();
+    std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> pinned;  // segment -> [a, b)
+    for (const NodeInfo& n : tree.PreOrder(ns)) {
+      if (!n.pinned || (!all && !seg_ids.count(n.segment))) continue;
+      auto [it, fresh] = pinned.try_emplace(n.segment, n.seg_begin, n.seg_begin + n.length);
+      if (!fresh) {
+        it->second.first = std::min(it->second.first, n.seg_begin);
+        it->second.second = std::max(it->second.second, n.seg_begin + n.length);
+      }
+    }
+    auto refresh = [&](uint64_t seg, const SegState& ss) {
+      const SegLayout& l = *ss.layout;
+      auto pit = pinned.find(seg);
+      for (uint32_t il = 0; il < l.chunks.size(); ++il) {
+        std::vector<bool> want(l.chunks[il].size(), false);
+        if (pit != pinned.end())
+          for (uint64_t o = pit->second.first; o < pit->second.second && o < ss.n_tokens; ++o) want[l.Slot(il, o) / C] = true;
+        for (uint32_t i = 0; i < want.size(); ++i) tiers->SetPinned(Cid(seg, il, i), want[i] && l.chunks[il][i]);
+      }
+    };
+    if (all) {
+      for (auto& [id, ss] : segs) refresh(id, ss);
+    } else {
+      for (uint64_t id : seg_ids)
+        if (auto it = segs.find(id); it != segs.end()) refresh(id, it->second);
+    }
+  }
+
+  // The tier a read of this chunk would be served from now (what the memory tiers really hold).
+  Tier ServedFromLocked(ChunkId cid, uint64_t generation) const {
+    for (Tier t : {Tier::kDevice, Tier::kHost}) {
+      auto b = blocks[size_t(t)].find(cid);
+      if (b != blocks[size_t(t)].end() && b->second->generation == generation) return t;
+    }
+    return Tier::kSsd;
+  }
+
+  // Why the SSD budget cannot be met by eviction (for error messages).
+  std::string NoRoomReasonLocked() {
+    uint64_t pinned = 0, locked = 0, other = 0;
+    for (const NodeInfo& n : tree.PreOrder(ns)) {
+      if (n.pinned) pinned += n.length;
+      else if (n.lock_ref) locked += n.length;
+      else other += n.length;
+    }
+    return "nothing left to evict: " + std::to_string(pinned) + " cached tokens are pinned, " + std::to_string(locked) +
+           " locked by requests in flight, " + std::to_string(other) + " held up by those";
   }
 
   // Commits a batch; only then may the extents it stopped naming be freed (once no reader holds
@@ -435,7 +495,14 @@ struct PrefixStore::Impl {
       if (evicted == 0) break;
       ext = files->Allocate(total);
     }
-    if (!ext.ok()) return ext.status().WithContext("store insert, layer " + std::to_string(il));
+    if (!ext.ok()) {
+      if (ext.status().code() == Status::Code::kResourceExhausted) {
+        std::lock_guard<std::mutex> lk(mu);
+        return Status::ResourceExhausted("store insert, layer " + std::to_string(il) + ": " + ext.status().message() +
+                                         "; " + NoRoomReasonLocked());
+      }
+      return ext.status().WithContext("store insert, layer " + std::to_string(il));
+    }
     AlignedBuffer buf(total);
     if (!buf.data()) {
       files->Free(*ext);
@@ -768,6 +835,7 @@ Status PrefixStore::Impl::Recover() {
     }
   }
   pending_retire.clear();  // recovery forgets these instead (FinishRecovery frees all unmarked space)
+  RefreshPinsLocked({});
   IMPRESS_RETURN_IF_ERROR(catalog->Apply(fix));
   IMPRESS_RETURN_IF_ERROR(files->FinishRecovery());
   if (!fix.empty())
@@ -860,6 +928,7 @@ MatchHandle PrefixStore::Match(std::span<const Token> tokens) {
   std::lock_guard<std::mutex> lk(im.mu);
   MatchResult m = im.tree.Match(im.ns, tokens, true);
   MatchHandle h;
+  for (const auto& sp : m.path) im.dirty_nodes.insert(sp.node);
   if (m.n_matched == 0) return h;
   if (!im.tree.Lock(m.last_node).ok()) return h;
   HandleState hs;
@@ -1296,8 +1365,18 @@ Status PrefixStore::Impl::FlushLocked() {
     r.n_reports = cs.n_importance_reports;
     b.chunk_stats.push_back(r);
   }
+  for (NodeId id : dirty_nodes) {
+    auto info = tree.Get(id);
+    if (!info) continue;
+    NodeRecord r;
+    r.id = id;
+    r.last_access = info->last_access;
+    r.hits = info->hits;
+    b.node_stats.push_back(std::move(r));
+  }
   IMPRESS_RETURN_IF_ERROR(catalog->Apply(b));
   dirty_segs.clear();
+  dirty_nodes.clear();
   return Status::Ok();
 }
 
@@ -1448,6 +1527,7 @@ Status PrefixStore::Impl::ReorderSegment(uint64_t seg, ReorderReport* rep) {
       DropChunkLocked(Cid(seg, il, i));
     }
   it->second.layout = nl;
+  RefreshPinsLocked({seg});  // same chunk ids, other tokens: pins follow the tokens
   dirty_segs.erase(seg);
   ++rep->segments_reordered;
   rep->bytes_written += bytes;
@@ -1522,7 +1602,7 @@ Status PrefixStore::SetSsdBudget(uint64_t bytes) {
   const uint64_t cap = im.UpdateDataCapLocked();
   while (im.files->disk_bytes() > cap) {
     if (im.EvictLocked(im.files->disk_bytes() - cap, 0) == 0)
-      return Status::ResourceExhausted("store: " + std::to_string(im.files->disk_bytes()) + " bytes on disk are locked or in use; cannot shrink to " + std::to_string(bytes));
+      return Status::ResourceExhausted("store: " + std::to_string(im.files->disk_bytes()) + " bytes on disk are pinned, locked or in use; cannot shrink to " + std::to_string(bytes) + " (" + im.NoRoomReasonLocked() + ")");
   }
   return Status::Ok();
 }
@@ -1541,9 +1621,235 @@ StoreStats PrefixStore::Stats() {
   s.n_tokens = im.tree.n_tokens();
   s.n_segments = im.segs.size();
   s.ssd_disk_bytes = im.files->disk_bytes();
+  s.ssd_free_inside_bytes = im.files->free_bytes_inside();
   s.catalog_bytes = im.catalog->FileBytes();
   s.ssd_cap_bytes = im.opt.ssd_bytes;
   return s;
+}
+
+// ==================================================================== inspection, pins, drops
+
+namespace {
+
+// Per segment, computed once per call: the tier each chunk would be served from now and each
+// chunk's SSD bytes per slot (its extent length spread over its slots).
+struct SegView {
+  std::vector<std::vector<Tier>> tier;       // [layer][chunk]
+  std::vector<std::vector<double>> per_slot;  // [layer][chunk]
+  double probe_per_token = 0;                 // summed over layers
+};
+
+}  // namespace
+
+TreeSnapshot PrefixStore::SnapshotTree(size_t max_nodes) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  TreeSnapshot out;
+  std::vector<NodeInfo> all = im.tree.PreOrder(im.ns);
+  out.n_nodes_total = all.size();
+  for (const auto& n : all) out.n_tokens_total += n.length;
+  out.truncated = all.size() > max_nodes;
+  if (out.truncated) all.resize(max_nodes);
+  std::unordered_map<uint64_t, SegView> views;
+  auto view_of = [&](uint64_t seg, const SegState& ss) -> const SegView& {
+    auto [it, fresh] = views.try_emplace(seg);
+    if (!fresh) return it->second;
+    const SegLayout& l = *ss.layout;
+    SegView& v = it->second;
+    v.tier.resize(l.chunks.size());
+    v.per_slot.resize(l.chunks.size());
+    for (uint32_t il = 0; il < l.chunks.size(); ++il) {
+      v.tier[il].assign(l.chunks[il].size(), Tier::kSsd);
+      v.per_slot[il].assign(l.chunks[il].size(), 0.0);
+      for (uint32_t i = 0; i < l.chunks[il].size(); ++i) {
+        if (!l.chunks[il][i]) continue;
+        v.tier[il][i] = im.ServedFromLocked(im.Cid(seg, il, i), l.generation);
+        v.per_slot[il][i] = double(l.chunks[il][i]->ext.length) / double(std::max<uint32_t>(1, l.chunks[il][i]->ext.n_slots));
+      }
+      if (il < l.probes.size() && l.probes[il]) v.probe_per_token += double(l.probes[il]->ext.length) / double(std::max<uint32_t>(1, ss.n_tokens));
+    }
+    return v;
+  };
+  std::unordered_map<NodeId, int> index;
+  const CachePolicy& policy = im.tiers->policy();
+  out.nodes.reserve(all.size());
+  for (const NodeInfo& n : all) {
+    TreeNodeInfo t;
+    t.id = n.id;
+    auto pit = index.find(n.parent);
+    t.parent = pit == index.end() ? -1 : pit->second;
+    t.start = n.depth;
+    t.n_tokens = n.length;
+    t.hits = n.hits;
+    t.last_access = n.last_access;
+    t.n_children = n.n_children;
+    t.pinned = n.pinned;
+    t.locked = n.lock_ref > 0;
+    auto toks = im.tree.Tokens(n.id);
+    t.head.assign(toks.begin(), toks.begin() + long(std::min(toks.size(), TreeNodeInfo::kHeadTokens)));
+    auto sit = im.segs.find(n.segment);
+    if (sit != im.segs.end()) {
+      const SegState& ss = sit->second;
+      const SegLayout& l = *ss.layout;
+      const SegView& v = view_of(n.segment, ss);
+      const uint64_t end = std::min<uint64_t>(n.seg_begin + n.length, ss.n_tokens);
+      double bytes = 0, imp_sum = 0, score_sum = 0;
+      uint64_t imp_n = 0, score_n = 0;
+      for (uint32_t il = 0; il < l.chunks.size(); ++il) {
+        std::vector<bool> seen(l.chunks[il].size(), false);
+        for (uint64_t o = n.seg_begin; o < end; ++o) {
+          const uint32_t c = l.Slot(il, o) / im.C;
+          bytes += v.per_slot[il][c];
+          const size_t at = size_t(il) * ss.n_tokens + o;
+          if (ss.imp_count[at]) {
+            imp_sum += double(ss.imp_sum[at]) / ss.imp_count[at];
+            ++imp_n;
+          }
+          if (seen[c] || !l.chunks[il][c]) continue;
+          seen[c] = true;
+          switch (v.tier[il][c]) {
+            case Tier::kDevice: ++t.chunks_device; break;
+            case Tier::kHost: ++t.chunks_host; break;
+            case Tier::kSsd: ++t.chunks_ssd_only; break;
+          }
+          if (auto cs = im.tiers->Stats(im.Cid(n.segment, il, c))) {
+            score_sum += policy.Rank(*cs).primary;
+            ++score_n;
+          }
+        }
+      }
+      bytes += v.probe_per_token * double(end > n.seg_begin ? end - n.seg_begin : 0);
+      t.kv_bytes = uint64_t(bytes + 0.5);
+      t.score = score_n ? score_sum / double(score_n) : 0.0;
+      t.importance = imp_n ? imp_sum / double(imp_n) : -1.0;
+    }
+    index[n.id] = int(out.nodes.size());
+    out.nodes.push_back(std::move(t));
+  }
+  return out;
+}
+
+PrefixResidency PrefixStore::Residency(std::span<const Token> tokens) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  PrefixResidency r;
+  const MatchResult m = im.tree.Match(im.ns, tokens, /*touch=*/false);
+  r.n_matched = m.n_matched;
+  r.pinned = !m.path.empty();
+  std::set<ChunkId> seen;
+  for (const PathSpan& sp : m.path) {
+    auto info = im.tree.Get(sp.node);
+    r.pinned = r.pinned && info && info->pinned;
+    auto sit = im.segs.find(sp.segment);
+    if (sit == im.segs.end()) {  // cannot happen: the tree names only live segments
+      r.tokens_ssd_only += sp.length;
+      continue;
+    }
+    const SegLayout& l = *sit->second.layout;
+    std::vector<std::vector<Tier>> tier(l.chunks.size());  // only this span's chunks are looked up
+    for (uint32_t il = 0; il < l.chunks.size(); ++il) tier[il].assign(l.chunks[il].size(), Tier::kSsd);
+    std::vector<std::vector<bool>> known(l.chunks.size());
+    for (uint32_t il = 0; il < l.chunks.size(); ++il) known[il].assign(l.chunks[il].size(), false);
+    for (uint64_t o = sp.seg_begin; o < sp.seg_begin + sp.length; ++o) {
+      Tier worst = Tier::kDevice;
+      for (uint32_t il = 0; il < l.chunks.size(); ++il) {
+        const uint32_t c = l.Slot(il, o) / im.C;
+        if (!known[il][c]) {
+          known[il][c] = true;
+          const ChunkId cid = im.Cid(sp.segment, il, c);
+          tier[il][c] = im.ServedFromLocked(cid, l.generation);
+          if (seen.insert(cid).second) {
+            switch (tier[il][c]) {
+              case Tier::kDevice: ++r.chunks_device; break;
+              case Tier::kHost: ++r.chunks_host; break;
+              case Tier::kSsd: ++r.chunks_ssd_only; break;
+            }
+          }
+        }
+        worst = std::min(worst, tier[il][c]);  // kSsd < kHost < kDevice
+      }
+      switch (worst) {
+        case Tier::kDevice: ++r.tokens_device; break;
+        case Tier::kHost: ++r.tokens_host; break;
+        case Tier::kSsd: ++r.tokens_ssd_only; break;
+      }
+    }
+  }
+  return r;
+}
+
+Status PrefixStore::Pin(std::span<const Token> tokens) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  const MatchResult m = im.tree.Match(im.ns, tokens, /*touch=*/false);
+  if (m.n_matched == 0) return Status::NotFound("store pin: nothing of these " + std::to_string(tokens.size()) + " tokens is cached");
+  IMPRESS_ASSIGN_OR_RETURN(std::vector<NodeId> changed, im.tree.Pin(m.last_node));
+  if (changed.empty()) return Status::Ok();
+  CatalogBatch b;
+  std::set<uint64_t> segs;
+  for (NodeId id : changed) {
+    b.upsert_nodes.push_back(im.RecordOf(id));
+    segs.insert(b.upsert_nodes.back().segment);
+  }
+  Status s = im.CommitLocked(b);
+  if (!s.ok()) {
+    (void)im.tree.Unpin(m.last_node);  // exactly the nodes just pinned: the ones above were pinned already
+    return s.WithContext("store pin: catalog commit");
+  }
+  im.RefreshPinsLocked(segs);
+  return Status::Ok();
+}
+
+Status PrefixStore::Unpin(std::span<const Token> tokens) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  const MatchResult m = im.tree.Match(im.ns, tokens, /*touch=*/false);
+  if (m.n_matched == 0) return Status::NotFound("store unpin: nothing of these " + std::to_string(tokens.size()) + " tokens is cached");
+  IMPRESS_ASSIGN_OR_RETURN(std::vector<NodeId> changed, im.tree.Unpin(m.last_node));
+  if (changed.empty()) return Status::Ok();
+  CatalogBatch b;
+  std::set<uint64_t> segs;
+  for (NodeId id : changed) {
+    b.upsert_nodes.push_back(im.RecordOf(id));
+    segs.insert(b.upsert_nodes.back().segment);
+  }
+  Status s = im.CommitLocked(b);
+  if (!s.ok()) {
+    (void)im.tree.Pin(m.last_node);
+    return s.WithContext("store unpin: catalog commit");
+  }
+  im.RefreshPinsLocked(segs);
+  return Status::Ok();
+}
+
+Result<uint64_t> PrefixStore::DropFrom(std::span<const Token> tokens, uint64_t begin) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lk(im.mu);
+  const MatchResult m = im.tree.Match(im.ns, tokens, /*touch=*/false);
+  if (begin >= m.n_matched) return uint64_t(0);  // position `begin` is not cached: nothing to drop
+  const PathSpan* at = nullptr;
+  for (const PathSpan& sp : m.path)
+    if (begin >= sp.depth && begin < sp.depth + sp.length) at = &sp;
+  if (!at) return Status::Internal("store drop: position " + std::to_string(begin) + " matched but lies in no node");
+  const uint64_t keep = begin - at->depth;
+  const std::vector<NodeInfo> sub = im.tree.PreOrder(im.ns, at->node);
+  if (sub.empty()) return Status::Internal("store drop: node " + std::to_string(at->node) + " vanished");
+  const std::string where = "the cached prefix from position " + std::to_string(begin);
+  if (sub.front().lock_ref > 0)  // counts every lock below it too
+    return Status::ResourceExhausted("store drop: refused, " + where + " is in use by a request in flight (locked); nothing dropped");
+  uint64_t dropped = 0;
+  for (const NodeInfo& n : sub) {
+    if (n.pinned)
+      return Status::InvalidArgument("store drop: refused, " + where + " is pinned (node " + std::to_string(n.id) + ", positions [" +
+                                     std::to_string(n.depth) + ", " + std::to_string(n.depth + n.length) + ")); unpin it first; nothing dropped");
+    dropped += n.length;
+  }
+  dropped -= keep;
+  IMPRESS_ASSIGN_OR_RETURN(std::vector<Eviction> evs, im.tree.Truncate(at->node, keep));
+  CatalogBatch b;
+  im.ApplyEvictionsLocked(evs, b);
+  IMPRESS_RETURN_IF_ERROR(im.CommitLocked(b).WithContext("store drop: catalog commit"));
+  return dropped;
 }
 
 Status PrefixStore::CheckConsistency() {

@@ -10,6 +10,11 @@
 // fp16 data in ORIGINAL position order plus I/O statistics; ReportImportance() after the layer;
 // Release() at the end. Insert() stores new KV (it may run on a background thread).
 //
+// For the GUI (issue 5): SnapshotTree() copies the radix tree with sizes, hits and tier residency;
+// Residency() says which tier would serve a prefix without touching any statistic; Pin()/Unpin()
+// keep a prefix from eviction (persisted in the catalog); DropFrom() drops a prefix's tail and
+// everything cached below it (one document's cache).
+//
 // Thread contract: internally synchronized; every method may be called from any thread. Tickets
 // and handles may be used from any thread but each ticket is waited once and each handle
 // released once. Insert and ReorderNow block on disk I/O; Submit* do not (beyond planning).
@@ -102,6 +107,7 @@ struct StoreStats {
   uint64_t n_tokens = 0;
   uint64_t n_segments = 0;
   uint64_t ssd_disk_bytes = 0;   // data files
+  uint64_t ssd_free_inside_bytes = 0;  // holes inside the data files (freed, reused before growing)
   uint64_t catalog_bytes = 0;
   uint64_t ssd_cap_bytes = 0;
   uint64_t ssd_bytes_read = 0;
@@ -115,6 +121,48 @@ struct StoreStats {
   uint64_t insert_failures = 0;
   std::string io_engine;         // "io_uring" or "pread"
   bool direct_io = false;
+};
+
+// One radix node of this model's namespace, for display.
+struct TreeNodeInfo {
+  uint64_t id = 0;            // node id (stable while the node exists; a split keeps it on the lower part)
+  int parent = -1;            // index in TreeSnapshot::nodes; -1 for children of the root
+  uint64_t start = 0;         // sequence position of the node's first token
+  uint64_t n_tokens = 0;
+  uint64_t kv_bytes = 0;      // this node's share of the SSD extents (K/V chunks + probe keys, all layers)
+  uint64_t hits = 0;          // Match() calls whose match used this node (persisted)
+  uint64_t last_access = 0;   // logical clock of the last match/insert that walked it
+  double score = 0;           // mean policy priority (IMPRESS: frequency x important ratio) of its chunks with statistics; 0 if none
+  double importance = -1;     // mean reported importance of its tokens over all layers; -1 if never reported
+  uint32_t chunks_device = 0;    // distinct chunks (all layers) holding its tokens, by the tier a read
+  uint32_t chunks_host = 0;      // would be served from now
+  uint32_t chunks_ssd_only = 0;
+  uint32_t n_children = 0;
+  bool pinned = false;
+  bool locked = false;        // a request in flight holds it (or a node below it)
+  std::vector<Token> head;    // the node's first <= kHeadTokens tokens, for labels
+  static constexpr size_t kHeadTokens = 24;
+};
+
+struct TreeSnapshot {
+  std::vector<TreeNodeInfo> nodes;  // pre-order: a parent before its children, siblings by first token
+  bool truncated = false;           // more than max_nodes nodes: the rest were left out (still a forest)
+  uint64_t n_nodes_total = 0;       // nodes of this model's namespace
+  uint64_t n_tokens_total = 0;
+};
+
+// Where the longest cached prefix of a query would be served from now. A token counts as device
+// when every layer's chunk holding it is in the device tier, as host when every one is in host or
+// device (not all device), else ssd_only; the three sum to n_matched.
+struct PrefixResidency {
+  uint64_t n_matched = 0;
+  uint64_t tokens_device = 0;
+  uint64_t tokens_host = 0;
+  uint64_t tokens_ssd_only = 0;
+  uint32_t chunks_device = 0;  // distinct chunks (all layers) of the matched prefix, by tier
+  uint32_t chunks_host = 0;
+  uint32_t chunks_ssd_only = 0;
+  bool pinned = false;         // every node on the matched path is pinned (false when nothing matched)
 };
 
 class PrefixStore {
@@ -160,6 +208,30 @@ class PrefixStore {
   Status SetSsdBudget(uint64_t bytes);  // shrinking evicts leaves until it fits
   void SetPolicy(PolicyKind kind);
   Status Flush();  // persists statistics now
+
+  // ---- Inspection and administration (GUI). All of them only see this model's namespace.
+  // A copy of the radix tree, pre-order, at most max_nodes nodes. Read-only: touches no
+  // statistic, hit counter or tier.
+  TreeSnapshot SnapshotTree(size_t max_nodes = 4096);
+  // Tier residency of the longest cached prefix of `tokens`. Read-only: no lock, no hit, no
+  // LRU/LFU or importance update, no tier move.
+  PrefixResidency Residency(std::span<const Token> tokens);
+  // Pins every node on the cached path of `tokens` (a node the query ends inside is pinned
+  // whole): never evicted (SSD budget, EvictNodes, DropFrom refuse it) and ranked above every
+  // unpinned chunk in the device/host tiers while it fits. Persisted. NotFound if nothing of
+  // `tokens` is cached.
+  Status Pin(std::span<const Token> tokens);
+  // Unpins the cached path of `tokens` from its deepest node up, stopping at a node another
+  // pinned path still needs (pins are closed upwards: KV is useless without its prefix).
+  // NotFound if nothing of `tokens` is cached.
+  Status Unpin(std::span<const Token> tokens);
+  // Drops the cached KV of `tokens`' path from position `begin` on, and every cached sequence
+  // that extends tokens[0, begin] (the subtree): the node holding `begin` keeps [0, begin), its
+  // tail and subtree are evicted (extents freed, catalog rows removed, tier copies dropped).
+  // Returns the tokens dropped (0 when position `begin` of `tokens` is not cached). Refuses,
+  // dropping nothing: ResourceExhausted when a request in flight holds a node of that subtree
+  // (retry after it finishes), InvalidArgument when a node there is pinned (unpin first).
+  Result<uint64_t> DropFrom(std::span<const Token> tokens, uint64_t begin);
 
   const PrefixStoreOptions& options() const;
   // For tests: checks tree, tier and catalog agree; every chunk is readable and verified.

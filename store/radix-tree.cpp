@@ -21,6 +21,8 @@ struct RadixTree::Node {
   uint32_t own_locks = 0;  // Lock() calls naming this node (for Validate)
   uint64_t last_access = 0;
   uint64_t user_data = 0;
+  bool pinned = false;
+  uint64_t hits = 0;
   std::unordered_map<Token, Node*> children;  // keyed by the child's first token
 
   bool is_root() const { return parent == nullptr; }
@@ -75,12 +77,14 @@ NodeInfo RadixTree::InfoOf(const Node& n) const {
   info.n_children = uint32_t(n.children.size());
   info.last_access = n.last_access;
   info.user_data = n.user_data;
+  info.pinned = n.pinned;
+  info.hits = n.hits;
   return info;
 }
 
 void RadixTree::UpdateEvictable(Node* n) {
   if (n->is_root()) return;
-  if (n->children.empty() && n->lock_ref == 0) {
+  if (n->children.empty() && n->lock_ref == 0 && !n->pinned) {
     evictable_.insert(n->id);
   } else {
     evictable_.erase(n->id);
@@ -99,7 +103,10 @@ MatchResult RadixTree::Match(std::string_view ns, std::span<const Token> tokens,
     if (it == cur->children.end()) break;
     Node* child = it->second;
     const uint64_t k = CommonPrefix(child->tokens, tokens.subspan(pos));
-    if (touch) child->last_access = clock_;
+    if (touch) {
+      child->last_access = clock_;
+      child->hits += 1;
+    }
     result.path.push_back({child->id, child->segment, child->seg_begin, k, pos});
     result.last_node = child->id;
     pos += k;
@@ -123,6 +130,8 @@ RadixTree::Node* RadixTree::SplitNode(Node* x, uint64_t m, SplitEvent* event) {
   u->lock_ref = x->lock_ref;  // every lock below u now passes through it
   u->last_access = x->last_access;
   u->user_data = x->user_data;
+  u->pinned = x->pinned;
+  u->hits = x->hits;
 
   x->tokens.erase(x->tokens.begin(), x->tokens.begin() + m);
   x->seg_begin += m;
@@ -242,6 +251,34 @@ Status RadixTree::Unlock(NodeId id) {
     UpdateEvictable(n);
   }
   return Status::Ok();
+}
+
+Result<std::vector<NodeId>> RadixTree::Pin(NodeId id) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return Status::NotFound("radix pin: no " + Id(id));
+  std::vector<NodeId> changed;
+  for (Node* n = it->second.get(); !n->is_root(); n = n->parent) {
+    if (n->pinned) continue;  // ancestors of a pinned node are pinned, but keep walking: cheap
+    n->pinned = true;
+    changed.push_back(n->id);
+    UpdateEvictable(n);
+  }
+  return changed;
+}
+
+Result<std::vector<NodeId>> RadixTree::Unpin(NodeId id) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return Status::NotFound("radix unpin: no " + Id(id));
+  std::vector<NodeId> changed;
+  for (Node* n = it->second.get(); !n->is_root() && n->pinned; n = n->parent) {
+    bool needed = false;
+    for (auto& [tok, c] : n->children) needed = needed || c->pinned;
+    if (needed) break;
+    n->pinned = false;
+    changed.push_back(n->id);
+    UpdateEvictable(n);
+  }
+  return changed;
 }
 
 Eviction RadixTree::RemoveLeaf(Node* n) {
@@ -412,6 +449,8 @@ Result<RebuildReport> RadixTree::Rebuild(std::string_view ns,
       n->depth = parent->depth + parent->tokens.size();
       n->last_access = r->last_access;
       n->user_data = r->user_data;
+      n->pinned = r->pinned;
+      n->hits = r->hits;
       parent->children[n->tokens[0]] = n;
       if (sit != segments_.end()) {
         sit->second.live_end += n->tokens.size();
@@ -432,7 +471,13 @@ Result<RebuildReport> RadixTree::Rebuild(std::string_view ns,
     if (accepted.count(r.id) == 0) drop(r.id, "parent " + std::to_string(r.parent) +
                                                   " missing or dropped");
   }
-  // Evictability, bottom-up order does not matter: it depends on children and locks only.
+  // Pins are closed upwards (rows written by this code always are; repair any that are not).
+  for (NodeId id : accepted) {
+    Node* n = nodes_.at(id).get();
+    if (!n->pinned) continue;
+    for (Node* a = n->parent; !a->is_root() && !a->pinned; a = a->parent) a->pinned = true;
+  }
+  // Evictability, bottom-up order does not matter: it depends on children, locks and pins only.
   for (NodeId id : accepted) UpdateEvictable(nodes_.at(id).get());
   return report;
 }
@@ -447,12 +492,37 @@ std::vector<NodeRecord> RadixTree::Export(std::string_view ns) const {
     queue.pop_front();
     if (!n->is_root()) {
       out.push_back({n->id, n->parent->is_root() ? kNoNode : n->parent->id, n->segment,
-                     n->seg_begin, n->tokens, n->last_access, n->user_data});
+                     n->seg_begin, n->tokens, n->last_access, n->user_data, n->pinned, n->hits});
     }
     std::vector<const Node*> kids;
     for (auto& [tok, c] : n->children) kids.push_back(c);
     std::sort(kids.begin(), kids.end(), [](const Node* a, const Node* b) { return a->id < b->id; });
     for (const Node* c : kids) queue.push_back(c);
+  }
+  return out;
+}
+
+std::vector<NodeInfo> RadixTree::PreOrder(std::string_view ns, NodeId from, size_t max_nodes) const {
+  std::vector<NodeInfo> out;
+  Root* root = FindRoot(ns);
+  if (root == nullptr || max_nodes == 0) return out;
+  const Node* start = &root->node;
+  if (from != kNoNode) {
+    auto it = nodes_.find(from);
+    if (it == nodes_.end() || it->second->root != root) return out;
+    start = it->second.get();
+  }
+  std::vector<const Node*> stack = {start};
+  while (!stack.empty() && out.size() < max_nodes) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!n->is_root()) out.push_back(InfoOf(*n));
+    std::vector<const Node*> kids;
+    for (auto& [tok, c] : n->children) kids.push_back(c);
+    // Reverse order on the stack so the smallest first token comes out first.
+    std::sort(kids.begin(), kids.end(),
+              [](const Node* a, const Node* b) { return a->tokens[0] > b->tokens[0]; });
+    for (const Node* c : kids) stack.push_back(c);
   }
   return out;
 }
@@ -527,7 +597,10 @@ Status RadixTree::Validate() const {
       if (n->lock_ref != n->own_locks + child_locks) {
         return Status::Internal(Id(n->id) + ": lock_ref != own locks + children's");
       }
-      const bool evictable = n->children.empty() && n->lock_ref == 0;
+      const bool evictable = n->children.empty() && n->lock_ref == 0 && !n->pinned;
+      if (n->pinned && !n->parent->is_root() && !n->parent->pinned) {
+        return Status::Internal(Id(n->id) + ": pinned under an unpinned parent");
+      }
       if (evictable != (evictable_.count(n->id) != 0)) {
         return Status::Internal(Id(n->id) + ": evictable set out of date");
       }

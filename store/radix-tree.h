@@ -6,6 +6,12 @@
 // nothing about bytes, tiers or files: the store (store/prefix-store.*) turns its answers into
 // chunk reads, writes and catalog rows.
 //
+// Pins: a pinned node is never evicted by EvictLeaves (the store also refuses to drop it). Pins
+// are closed upwards (a pinned node's ancestors are pinned: KV is useless without its prefix):
+// Pin() pins a node and its ancestors, Unpin() unpins a node and then its ancestors for as long
+// as no other pinned child needs them. A split copies the pin to both halves. Truncate() ignores
+// pins (it is the corruption path); callers that must honour them check first.
+//
 // Thread contract: requires external synchronization (the store's mutex). Nothing here blocks.
 //
 // ---- Segments: why a node split never moves data ----------------------------------------------
@@ -33,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -98,6 +105,8 @@ struct NodeInfo {
   uint32_t n_children = 0;
   uint64_t last_access = 0;       // logical clock of the last Match/Insert that walked it
   uint64_t user_data = 0;         // the store's own field (e.g. tier residency bits)
+  bool pinned = false;            // never evicted (see Pin())
+  uint64_t hits = 0;              // Match(touch = true) calls whose match used this node
 };
 
 // One row of the catalog; Export() and Rebuild() use it.
@@ -109,6 +118,8 @@ struct NodeRecord {
   std::vector<Token> tokens;  // the node's span (non-empty)
   uint64_t last_access = 0;
   uint64_t user_data = 0;
+  bool pinned = false;
+  uint64_t hits = 0;
 };
 
 struct RebuildReport {
@@ -166,6 +177,13 @@ class RadixTree {
   Status Lock(NodeId node);
   Status Unlock(NodeId node);
 
+  // Pins `node` and every ancestor; returns the nodes whose pin changed (bottom-up).
+  Result<std::vector<NodeId>> Pin(NodeId node);
+  // Unpins `node`, then each ancestor in turn until one still has a pinned child (it is needed
+  // by another pinned path) or was not pinned; a node that itself has a pinned child stays
+  // pinned. Returns the nodes whose pin changed (bottom-up).
+  Result<std::vector<NodeId>> Unpin(NodeId node);
+
   // Removes evictable leaves (unlocked, childless) in priority order until `target` units are
   // freed or nothing is evictable; a parent that becomes an evictable leaf joins the candidates.
   std::vector<Eviction> EvictLeaves(const EvictOptions& options);
@@ -181,6 +199,10 @@ class RadixTree {
   Result<RebuildReport> Rebuild(std::string_view ns, const std::vector<NodeRecord>& records);
   // All nodes of `ns`, parents before children.
   std::vector<NodeRecord> Export(std::string_view ns) const;
+  // Nodes of `ns` in pre-order (a parent before its children, siblings by first token), at most
+  // `max_nodes` of them: the subtree of `from` (itself first), or the whole namespace (kNoNode).
+  std::vector<NodeInfo> PreOrder(std::string_view ns, NodeId from = kNoNode,
+                                 size_t max_nodes = SIZE_MAX) const;
 
   std::optional<NodeInfo> Get(NodeId node) const;
   std::span<const Token> Tokens(NodeId node) const;  // empty for an unknown id

@@ -1,6 +1,7 @@
 // TierManager: see tier-manager.h for the access algorithm it implements.
 #include "store/tier-manager.h"
 
+#include <limits>
 #include <string>
 
 namespace impress::store {
@@ -23,8 +24,23 @@ TierManager::TierManager(std::unique_ptr<CachePolicy> policy, uint64_t device_bu
 
 TierManager::~TierManager() = default;
 
+Priority TierManager::Key(ChunkId id, const ChunkStats& s) const {
+  const Priority p = policy_->Rank(s);
+  if (pinned_.count(id) == 0) return p;
+  return {std::numeric_limits<double>::infinity(), p.primary};
+}
+
+void TierManager::SetPinned(ChunkId id, bool pinned) {
+  const bool was = pinned_.count(id) != 0;
+  if (was == pinned) return;
+  if (pinned) pinned_.insert(id);
+  else pinned_.erase(id);
+  auto it = entries_.find(id);
+  if (it != entries_.end()) Rekey(id, it->second);
+}
+
 void TierManager::Rekey(ChunkId id, Entry& e) {
-  const Priority p = policy_->Rank(e.stats);
+  const Priority p = Key(id, e.stats);
   if (e.tier != Tier::kSsd) {
     Heap& heap = state(e.tier).heap;
     heap.erase({e.priority, id});
@@ -36,7 +52,7 @@ void TierManager::Rekey(ChunkId id, Entry& e) {
 void TierManager::Place(ChunkId id, Entry& e, Tier to) {
   TierState& st = state(to);
   e.tier = to;
-  e.priority = policy_->Rank(e.stats);
+  e.priority = Key(id, e.stats);
   st.heap.insert({e.priority, id});
   st.counters.used_bytes += e.stats.bytes;
   st.counters.n_chunks += 1;
@@ -184,6 +200,7 @@ void TierManager::SetPolicy(std::unique_ptr<CachePolicy> policy) {
 }
 
 std::optional<TierMove> TierManager::Remove(ChunkId id, bool keep_stats) {
+  if (!keep_stats) pinned_.erase(id);
   auto it = entries_.find(id);
   if (it == entries_.end()) return std::nullopt;
   std::optional<TierMove> move;
@@ -269,7 +286,7 @@ Status TierManager::Validate() const {
         return Status::Internal(std::string(TierName(t)) + " heap misses chunk " +
                                 std::to_string(id));
       }
-      if (!(e.priority == policy_->Rank(e.stats))) {
+      if (!(e.priority == Key(id, e.stats))) {
         return Status::Internal("stale priority of chunk " + std::to_string(id));
       }
     }

@@ -18,6 +18,10 @@
 // minimum(s)); a host chunk pushed out is dropped (it stays on SSD). A chunk bigger than a
 // tier's budget never enters that tier.
 //
+// Pinned chunks (SetPinned: the store pins the chunks of pinned radix nodes) rank above every
+// unpinned chunk under every policy: their priority is (+inf, the policy's primary), so they are
+// admitted whenever they fit and leave a tier last; among themselves the policy still ranks.
+//
 // Moves in one result are listed in the order to apply them. The budgets hold once all of them
 // are applied; in between, a swap may overshoot a tier by at most the bytes being swapped.
 //
@@ -29,6 +33,7 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -115,6 +120,13 @@ class TierManager {
   // unless `keep_stats`, and returns the drop to apply if a memory tier held it.
   std::optional<TierMove> Remove(ChunkId chunk, bool keep_stats = false);
 
+  // Marks a chunk pinned or not (it need not be known yet; Remove() forgets the mark) and
+  // re-keys it; moves nothing.
+  void SetPinned(ChunkId chunk, bool pinned);
+  bool IsPinned(ChunkId chunk) const { return pinned_.count(chunk) != 0; }
+  // The key the heaps use: the policy's rank, lifted above every unpinned chunk when pinned.
+  Priority Key(ChunkId chunk, const ChunkStats& s) const;
+
   Tier Where(ChunkId chunk) const;
   std::optional<ChunkStats> Stats(ChunkId chunk) const;
   // Statistics loaded from the catalog on open (the chunk is in no memory tier yet).
@@ -162,6 +174,7 @@ class TierManager {
 
   std::unique_ptr<CachePolicy> policy_;
   std::unordered_map<ChunkId, Entry> entries_;
+  std::unordered_set<ChunkId> pinned_;
   TierState device_;
   TierState host_;
   uint64_t n_accesses_ = 0;
