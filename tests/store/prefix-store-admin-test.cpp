@@ -16,6 +16,7 @@
 
 #include "store/catalog.h"
 #include "store/prefix-store.h"
+#include "store/radix-tree.h"
 #include "tests/store/store-test-util.h"
 
 namespace impress::store {
@@ -176,6 +177,72 @@ std::vector<std::vector<int32_t>> SharingSequences(std::mt19937& rng, int n) {
     }
   }
   return seqs;
+}
+
+// The radix tree's pin rules on their own: closed upwards, copied by splits, skipped by
+// eviction, released bottom-up only where no other pinned path needs a node; pre-order walk.
+TEST(RadixTreePins, ClosedUpwardsCopiedBySplitsSkippedByEviction) {
+  RadixTree tree;
+  auto insert = [&](const std::vector<Token>& t) {
+    const uint64_t start = tree.Match("m", t, false).n_matched;
+    auto r = tree.Insert("m", t, tree.NewSegmentId(), start);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->last_node : kNoNode;
+  };
+  const NodeId a = insert({1, 2, 3, 4, 5, 6});
+  const NodeId b = insert({1, 2, 3, 4, 9, 9});  // splits a at 4: upper [1,2,3,4]
+  const NodeId upper = tree.Get(b)->parent;
+  ASSERT_NE(upper, kNoNode);
+  auto pinned = tree.Pin(b);
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(*pinned, (std::vector<NodeId>{b, upper}));
+  EXPECT_FALSE(tree.Get(a)->pinned);
+  EXPECT_TRUE(tree.Validate().ok());
+  // A split of the pinned upper node pins both halves.
+  const NodeId c = insert({1, 2, 7});
+  const NodeId top = tree.Get(c)->parent;
+  EXPECT_TRUE(tree.Get(top)->pinned);
+  EXPECT_TRUE(tree.Get(upper)->pinned);
+  EXPECT_EQ(tree.Get(upper)->parent, top);
+  EXPECT_TRUE(tree.Validate().ok());
+  // Eviction takes the unpinned leaves (a, c) and nothing pinned.
+  EvictOptions eo;
+  eo.target = 100;
+  auto evs = tree.EvictLeaves(eo);
+  std::set<NodeId> gone;
+  for (const auto& e : evs) gone.insert(e.node.id);
+  EXPECT_EQ(gone, (std::set<NodeId>{a, c}));
+  EXPECT_EQ(tree.n_nodes(), 3u);
+  // Pre-order: parents first, from `top` down.
+  auto order = tree.PreOrder("m");
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order[0].id, top);
+  EXPECT_EQ(order[1].id, upper);
+  EXPECT_EQ(order[2].id, b);
+  EXPECT_EQ(tree.PreOrder("m", upper).size(), 2u);
+  EXPECT_EQ(tree.PreOrder("m", kNoNode, 1).size(), 1u);
+  EXPECT_TRUE(tree.PreOrder("other").empty());
+  // Unpinning a node with a pinned child changes nothing; unpinning b frees the whole path.
+  auto none = tree.Unpin(top);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  auto freed = tree.Unpin(b);
+  ASSERT_TRUE(freed.ok());
+  EXPECT_EQ(*freed, (std::vector<NodeId>{b, upper, top}));
+  EXPECT_TRUE(tree.Validate().ok());
+  EXPECT_EQ(tree.EvictLeaves(eo).size(), 3u);
+  // Rebuild repairs rows that break the closure (pinned child of an unpinned parent).
+  RadixTree t2;
+  std::vector<NodeRecord> rows;
+  rows.push_back({100, kNoNode, 101, 0, {1, 2}, 0, 0, false, 3});
+  rows.push_back({102, 100, 103, 0, {5}, 0, 0, true, 1});
+  auto rep = t2.Rebuild("m", rows);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->n_restored, 2u);
+  EXPECT_TRUE(t2.Get(100)->pinned);
+  EXPECT_EQ(t2.Get(100)->hits, 3u);
+  EXPECT_TRUE(t2.Validate().ok());
+  EXPECT_TRUE(t2.EvictableLeaves().empty());
 }
 
 TEST(PrefixStoreAdmin, SnapshotTreeMatchesNaiveTrieAndSurvivesReopen) {
