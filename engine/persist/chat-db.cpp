@@ -121,6 +121,24 @@ Result<std::unique_ptr<ChatDb>> ChatDb::Open(const std::string& path, ChatDbOpti
     return Status::InvalidArgument(path + ": not an IMPRESS chat database (SQLite application_id " + id + ", " +
                                    std::to_string(n_objects) + " schema objects); the file was left unchanged");
   }
+  // The version is checked before the first write (even the WAL pragma), so a file from a
+  // newer build is left exactly as it was.
+  int64_t version = kSchemaVersion;
+  if (!fresh) {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep("SELECT value FROM meta WHERE key = 'schema_version'"));
+    int rc = s.Step();
+    if (rc == SQLITE_DONE) return Status::Corruption(path + ": chat database has no schema_version row");
+    if (rc != SQLITE_ROW) return db->Error(rc, "reading the schema version");
+    std::string v = s.Text(0);
+    char* end = nullptr;
+    version = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || version < 1)
+      return Status::Corruption(path + ": chat database has an invalid schema_version \"" + v + "\"");
+  }
+  if (version > kSchemaVersion)
+    return Status::Unsupported(path + ": chat database has schema version " + std::to_string(version) +
+                               ", written by a newer IMPRESS; this build reads up to version " +
+                               std::to_string(kSchemaVersion) + " (the file was left unchanged)");
   IMPRESS_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
                                    "setting up the connection"));
   if (options.max_file_bytes > 0) {
@@ -140,22 +158,6 @@ Result<std::unique_ptr<ChatDb>> ChatDb::Open(const std::string& path, ChatDbOpti
     IMPRESS_RETURN_IF_ERROR(db->Exec(init.c_str(), "creating the chat database"));
     IMPRESS_RETURN_IF_ERROR(t.Commit("creating the chat database"));
   }
-  int64_t version = 0;
-  {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep("SELECT value FROM meta WHERE key = 'schema_version'"));
-    int rc = s.Step();
-    if (rc == SQLITE_DONE) return Status::Corruption(path + ": chat database has no schema_version row");
-    if (rc != SQLITE_ROW) return db->Error(rc, "reading the schema version");
-    std::string v = s.Text(0);
-    char* end = nullptr;
-    version = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || version < 1)
-      return Status::Corruption(path + ": chat database has an invalid schema_version \"" + v + "\"");
-  }
-  if (version > kSchemaVersion)
-    return Status::Unsupported(path + ": chat database has schema version " + std::to_string(version) +
-                               ", written by a newer IMPRESS; this build reads up to version " +
-                               std::to_string(kSchemaVersion) + " (the file was left unchanged)");
   if (version < kSchemaVersion) {
     // No older versions exist yet: version 1 is the first. Upgrade steps go here, N -> N+1,
     // all inside one transaction together with the new schema_version row.

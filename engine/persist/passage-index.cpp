@@ -183,6 +183,15 @@ Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path
     return Status::InvalidArgument(path + ": not an IMPRESS passage index (SQLite application_id " + id +
                                    "); the file was left unchanged");
   }
+  if (!fresh) {  // before any write: a file of another version stays as it was
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep("SELECT value FROM pidx_meta WHERE key = 'schema_version'"));
+    int rc = s.Step();
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db->Error(rc, "reading the schema version");
+    std::string v = rc == SQLITE_ROW ? s.Text(0) : "";
+    if (v != std::to_string(kSchemaVersion))
+      return Status::Unsupported(path + ": passage index has schema version \"" + v + "\", this build reads " +
+                                 std::to_string(kSchemaVersion) + " (delete the file to rebuild the index)");
+  }
   IMPRESS_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
                                    "setting up the connection"));
   if (fresh) {
@@ -194,15 +203,6 @@ Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path
                        std::to_string(kSchemaVersion) + "');";
     IMPRESS_RETURN_IF_ERROR(db->Exec(init.c_str(), "creating the passage index"));
     IMPRESS_RETURN_IF_ERROR(t.Commit("creating the passage index"));
-  }
-  {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep("SELECT value FROM pidx_meta WHERE key = 'schema_version'"));
-    int rc = s.Step();
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db->Error(rc, "reading the schema version");
-    std::string v = rc == SQLITE_ROW ? s.Text(0) : "";
-    if (v != std::to_string(kSchemaVersion))
-      return Status::Unsupported(path + ": passage index has schema version \"" + v + "\", this build reads " +
-                                 std::to_string(kSchemaVersion) + " (delete the file to rebuild the index)");
   }
   return std::unique_ptr<PassageIndex>(new PassageIndex(std::move(db), options));
 }

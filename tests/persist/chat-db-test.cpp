@@ -3,6 +3,8 @@
 // when a write fails or the writing process is killed.
 #include "engine/persist/chat-db.h"
 
+#include "engine/persist/passage-index.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -327,6 +329,16 @@ TEST_F(ChatDbTest, RefusesFilesThatAreNotAChatDatabaseWithoutChangingThem) {
   EXPECT_NE(r2.status().message().find(other), std::string::npos);
   EXPECT_EQ(ReadBytes(other), other_before);
 
+  // IMPRESS's own passage index is not a chat database either.
+  const std::string index_path = (dir_ / "passages.db").string();
+  {
+    auto idx = PassageIndex::Open(index_path);
+    ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  }
+  auto r4 = ChatDb::Open(index_path);
+  ASSERT_FALSE(r4.ok());
+  EXPECT_NE(r4.status().message().find("not an IMPRESS chat database"), std::string::npos) << r4.status().message();
+
   // A damaged chat database: its header survives but the pages behind it are overwritten.
   const std::string damaged = (dir_ / "damaged.db").string();
   {
@@ -398,7 +410,9 @@ TEST_F(ChatDbTest, AFailedWriteLeavesThePreviousStateReadable) {
 }
 
 // The writer of CrashMidWriteLeavesAConsistentState: three transactions per step k, forever.
-[[noreturn]] void CrashWriter(const std::string& path, int64_t id) {
+// After each step it writes one byte to `progress_fd`, so the parent can wait for progress
+// however slow a loaded machine is.
+[[noreturn]] void CrashWriter(const std::string& path, int64_t id, int progress_fd) {
   auto r = ChatDb::Open(path);
   if (!r.ok()) _exit(2);
   ChatDb& db = **r;
@@ -410,6 +424,8 @@ TEST_F(ChatDbTest, AFailedWriteLeavesThePreviousStateReadable) {
     std::vector<SavedDocument> docs = {Doc("d" + std::to_string(k % 4), std::string(20000 + k % 4, char('a' + k % 4))),
                                        Doc("shared", std::string(30000, 'z'))};
     if (!db.SetDocuments(id, docs).ok()) _exit(6);
+    const char byte = 1;
+    if (write(progress_fd, &byte, 1) != 1) _exit(7);
   }
 }
 
@@ -425,11 +441,26 @@ TEST_F(ChatDbTest, CrashMidWriteLeavesAConsistentState) {
   std::mt19937 rng(7);
   int64_t last_n = 0;
   for (int round = 0; round < 10; ++round) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) CrashWriter(path_, id);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 60));
-    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    if (pid == 0) {
+      close(fds[0]);
+      CrashWriter(path_, id, fds[1]);
+    }
+    close(fds[1]);
+    // Wait for 1-3 completed steps, then kill at a random moment of the following ones.
+    const int n_wait = 1 + int(rng() % 3);
+    char buf[4];
+    for (int got = 0; got < n_wait;) {
+      ssize_t r = read(fds[0], buf, size_t(n_wait - got));
+      if (r <= 0) break;  // the writer died: waitpid below reports how
+      got += int(r);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 15000));
+    kill(pid, SIGKILL);
+    close(fds[0]);
     int wstatus = 0;
     ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
     ASSERT_TRUE(WIFSIGNALED(wstatus)) << "writer exited early with " << WEXITSTATUS(wstatus);
@@ -439,7 +470,7 @@ TEST_F(ChatDbTest, CrashMidWriteLeavesAConsistentState) {
     auto c = db->Load(id);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     const int64_t n = int64_t(c->turns.size());
-    EXPECT_GE(n, last_n);
+    EXPECT_GT(n, last_n);  // the writer finished at least one more step this round
     last_n = n;
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(c->turns[i].content, "turn " + std::to_string(i));
     if (n == 0) continue;
