@@ -141,14 +141,7 @@ Result<std::unique_ptr<ChatDb>> ChatDb::Open(const std::string& path, ChatDbOpti
                                std::to_string(kSchemaVersion) + " (the file was left unchanged)");
   IMPRESS_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
                                    "setting up the connection"));
-  if (options.max_file_bytes > 0) {
-    int64_t page = 4096;
-    {
-      IMPRESS_ASSIGN_OR_RETURN(page, QueryInt(*db, "PRAGMA page_size", "reading the page size"));
-    }
-    std::string sql = "PRAGMA max_page_count=" + std::to_string(std::max<uint64_t>(1, options.max_file_bytes / uint64_t(page)));
-    IMPRESS_RETURN_IF_ERROR(db->Exec(sql.c_str(), "setting the size limit"));
-  }
+  IMPRESS_RETURN_IF_ERROR(db->SetMaxFileBytes(options.max_file_bytes));
   if (fresh) {
     Txn t(*db);
     IMPRESS_RETURN_IF_ERROR(t.Begin("creating the chat database"));

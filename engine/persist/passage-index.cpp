@@ -194,6 +194,7 @@ Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path
   }
   IMPRESS_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
                                    "setting up the connection"));
+  IMPRESS_RETURN_IF_ERROR(db->SetMaxFileBytes(options.max_file_bytes));
   if (fresh) {
     Txn t(*db);
     IMPRESS_RETURN_IF_ERROR(t.Begin("creating the passage index"));

@@ -82,6 +82,9 @@ struct BudgetSelection {
 
 struct PassageIndexOptions {
   size_t target_passage_bytes = 1200;
+  // Refuse writes that would grow the file beyond this many bytes (0 = no limit); they fail
+  // like on a full disk and leave the index as it was.
+  uint64_t max_file_bytes = 0;
 };
 
 class PassageIndex {

@@ -1,5 +1,7 @@
 #include "engine/persist/sqlite-util.h"
 
+#include <algorithm>
+
 namespace impress::persist::internal {
 
 Status::Code CodeFor(int rc) {
@@ -66,6 +68,21 @@ Result<Stmt> SqliteDb::Prep(const char* sql) {
   if (rc != SQLITE_OK) return Error(rc, std::string("prepare \"") + sql + "\"");
   stmts_[sql] = s;
   return Stmt(s);
+}
+
+Status SqliteDb::SetMaxFileBytes(uint64_t max_bytes) {
+  if (max_bytes == 0) return Status::Ok();
+  int64_t page = 0;
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, Prep("PRAGMA page_size"));
+    int rc = s.Step();
+    if (rc != SQLITE_ROW) return Error(rc, "reading the page size");
+    page = s.Int(0);
+  }
+  if (page <= 0) return Status::Internal(path_ + ": page size " + std::to_string(page));
+  const uint64_t n_pages = std::max<uint64_t>(1, max_bytes / uint64_t(page));
+  const std::string sql = "PRAGMA max_page_count=" + std::to_string(n_pages);
+  return Exec(sql.c_str(), "setting the size limit");
 }
 
 Status SqliteDb::Run(Stmt& s, const std::string& what) {

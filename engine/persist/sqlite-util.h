@@ -83,6 +83,9 @@ class SqliteDb {
   Status Exec(const char* sql, const std::string& what);
   // A cached prepared statement for `sql` (a string literal: the pointer is the cache key).
   Result<Stmt> Prep(const char* sql);
+  // Makes writes that would grow the main file past `max_bytes` fail with SQLITE_FULL, like a
+  // full disk (0 = no limit). Per connection; nothing is written.
+  Status SetMaxFileBytes(uint64_t max_bytes);
   // Steps a statement expected to finish without rows.
   Status Run(Stmt& s, const std::string& what);
 

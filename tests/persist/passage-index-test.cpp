@@ -215,6 +215,35 @@ TEST_F(PassageIndexTest, ReAddingReplacesAndRemoveDeletes) {
   sqlite3_close(db);
 }
 
+TEST_F(PassageIndexTest, AFailedAddLeavesTheIndexAsItWas) {
+  PassageIndexOptions o;
+  o.max_file_bytes = 256 << 10;  // writes past this fail like a full disk
+  auto idx = OpenOrDie(o);
+  ASSERT_TRUE(idx);
+  ASSERT_TRUE(idx->Add("a", "a.txt", "A zebra by the river.\n\nA second paragraph.").ok());
+  auto before = idx->Passages("a");
+  ASSERT_TRUE(before.ok());
+  // Replacing "a" with a text too big for the limit fails as a whole: the old passages stay.
+  std::string big;
+  while (big.size() < (2u << 20)) big += "yak number " + std::to_string(big.size()) + " grazes.\n\n";
+  Status st = idx->Add("a", "a-big.txt", big);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
+  EXPECT_NE(st.message().find("disk full"), std::string::npos) << st.message();
+  auto zebra = idx->Search("zebra", 5);
+  ASSERT_TRUE(zebra.ok()) << zebra.status().ToString();
+  ASSERT_EQ(zebra->size(), 1u);
+  EXPECT_EQ((*zebra)[0].name, "a.txt");
+  EXPECT_TRUE(idx->Search("yak", 5)->empty());
+  auto after = idx->Passages("a");
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), before->size());
+  for (size_t i = 0; i < after->size(); ++i) EXPECT_EQ((*after)[i].text, (*before)[i].text);
+  // Still usable for what fits.
+  ASSERT_TRUE(idx->Add("b", "b.txt", "An okapi.").ok());
+  EXPECT_EQ(idx->Search("okapi", 5)->size(), 1u);
+}
+
 TEST_F(PassageIndexTest, AdversarialQuestionsNeverError) {
   auto idx = OpenOrDie();
   ASSERT_TRUE(idx);
