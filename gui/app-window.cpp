@@ -16,10 +16,12 @@
 #include <sstream>
 #include <thread>
 
+#include "gui/frame-profile.h"
 #include "gui/panels.h"
 #include "gui/png-image.h"
 #include "gui/script.h"
 #include "gui/snapshot-math.h"
+#include "gui/texture-cache.h"
 
 namespace impress::gui {
 
@@ -100,7 +102,9 @@ class Host : public ScriptHost {
 // while a prefill ran; and the work of each frame (poll to swap: how long input waits at worst).
 struct FrameTimes {
   std::vector<double> all_ms, prefill_ms, busy_ms, work_ms, prefill_work_ms;
+  std::vector<FrameSample> samples;  // per-stage breakdown of each drawn frame
   void Print(std::FILE* out) const {
+    PrintFrameProfile(samples, out);
     const FrameStats a = ComputeFrameStats(all_ms), p = ComputeFrameStats(prefill_ms), b = ComputeFrameStats(busy_ms);
     const FrameStats w = ComputeFrameStats(work_ms), pw = ComputeFrameStats(prefill_work_ms);
     std::fprintf(out, "frame work (poll to swap): max %.1f ms, p99 %.1f ms, mean %.1f ms; during prefill: max %.1f ms, p99 %.1f ms\n",
@@ -186,6 +190,8 @@ Result<int> RunGui(const GuiOptions& o) {
 
   int exit_code = 0;
   {
+    GlTextureCache textures;  // the importance heatmap as one texture; deleted while the context lives
+    SetCurrentTextures(&textures);
     Worker worker(o.worker);
     Host host(worker);
     UiState ui;
@@ -206,6 +212,14 @@ Result<int> RunGui(const GuiOptions& o) {
         continue;
       }
       const auto frame_start = Clock::now();
+      const double cpu_start = ThreadCpuMs();
+      FrameSample sample;
+      auto stage_t = frame_start;
+      auto mark = [&](FrameStage st) {
+        const auto now = Clock::now();
+        sample.stage_ms[size_t(st)] = std::chrono::duration<double, std::milli>(now - stage_t).count();
+        stage_t = now;
+      };
       const auto snap = worker.Snapshot();
       const bool prefill = snap->phase == WorkerPhase::kPrefill;
       if (!first) {
@@ -220,6 +234,7 @@ Result<int> RunGui(const GuiOptions& o) {
       if (events.input) settle_frames = 3;
       else if (settle_frames > 0) --settle_frames;
       events.input = false;
+      mark(FrameStage::kPoll);
       drawn_version = snap->version;
       UiActions actions;
       for (std::string& path : events.dropped) actions.commands.push_back(MakeCommand(Command::Kind::kAddDocument, path));
@@ -229,10 +244,14 @@ Result<int> RunGui(const GuiOptions& o) {
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       ImGui::NewFrame();
+      TakeSections();
       DrawAllPanels(*snap, ui, actions);
       bool keep_running = true;
       if (script) keep_running = script->Tick(*snap, ui, actions, host);
+      mark(FrameStage::kPanels);
+      sample.stage_ms[size_t(FrameStage::kImportance)] = TakeSections().importance_ms;
       ImGui::Render();
+      mark(FrameStage::kImGuiRender);
 
       // Render.
       int w = 0, h = 0;
@@ -241,6 +260,9 @@ Result<int> RunGui(const GuiOptions& o) {
       glClearColor(0.08f, 0.08f, 0.10f, 1.0f);
       glClear(GL_COLOR_BUFFER_BIT);
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      sample.n_vertices = ImGui::GetDrawData()->TotalVtxCount;
+      sample.n_draw_lists = ImGui::GetDrawData()->CmdListsCount;
+      mark(FrameStage::kGlDraw);
       if (host.pending) {
         auto im = CaptureFrame(w, h);
         Status st = im.ok() ? WritePng(*host.pending, *im) : im.status();
@@ -251,11 +273,19 @@ Result<int> RunGui(const GuiOptions& o) {
           std::fprintf(stdout, "screenshot: %s (%dx%d)\n", host.pending->c_str(), w, h);
         }
         host.pending.reset();
+        stage_t = Clock::now();  // the screenshot's readback is no stage of a frame
       }
       glfwSwapBuffers(window);
+      mark(FrameStage::kSwap);
+      textures.EndFrame();
       const double work = std::chrono::duration<double, std::milli>(Clock::now() - frame_start).count();
       times.work_ms.push_back(work);
       if (prefill) times.prefill_work_ms.push_back(work);
+      sample.work_ms = work;
+      sample.cpu_ms = ThreadCpuMs() - cpu_start;
+      sample.prefill = prefill;
+      sample.busy = snap->phase != WorkerPhase::kIdle && snap->phase != WorkerPhase::kFailed;
+      times.samples.push_back(sample);
 
       // Send what the panels asked for.
       if (actions.stop) worker.Stop();
@@ -269,7 +299,12 @@ Result<int> RunGui(const GuiOptions& o) {
       std::fprintf(stderr, "%s\n", script->error().c_str());
       exit_code = 1;
     }
-    if (script || o.print_frame_stats) times.Print(stdout);
+    if (script || o.print_frame_stats) {
+      times.Print(stdout);
+      std::fprintf(stdout, "textures: %llu uploads, %.1f ms building and uploading in all\n",
+                   static_cast<unsigned long long>(textures.uploads()), textures.upload_ms());
+    }
+    SetCurrentTextures(nullptr);
     // The worker's destructor cancels and joins here, while the window still shows.
   }
   ImGui_ImplOpenGL3_Shutdown();

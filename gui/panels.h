@@ -35,6 +35,8 @@ struct ImportancePanelState {
   int request = -1;               // index into snapshot.requests; -1 = the latest
   bool outline_selected = true;
   bool show_chunks = true;
+  bool compare = false;           // draw a second request's heatmap below (before/after a reorder)
+  int compare_request = -1;       // index into snapshot.requests; -1 = the one before `request`
 };
 
 struct SimilarityPanelState {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "gui/panels.h"
+#include "gui/snapshot-math.h"
 
 namespace impress::gui::draw {
 
@@ -16,15 +17,8 @@ const RequestRecord* PickRequest(const AppSnapshot& s, int index) {
 }
 
 unsigned HeatColour(float v) {
-  // A viridis-like ramp through four stops: dark blue, teal, green, yellow.
-  static const float stops[4][3] = {{0.07f, 0.04f, 0.25f}, {0.13f, 0.45f, 0.55f}, {0.30f, 0.72f, 0.40f}, {0.99f, 0.91f, 0.15f}};
-  v = std::isfinite(v) ? std::clamp(v, 0.0f, 1.0f) : 0.0f;
-  const float x = v * 3.0f;
-  const int i = std::min(2, int(x));
-  const float f = x - float(i);
-  float c[3];
-  for (int k = 0; k < 3; ++k) c[k] = stops[i][k] + (stops[i + 1][k] - stops[i][k]) * f;
-  return ImGui::ColorConvertFloat4ToU32(ImVec4(c[0], c[1], c[2], 1.0f));
+  const Rgb c = HeatRgb(v);  // the same ramp as the heatmap's texture (gui/snapshot-math.h)
+  return IM_COL32(c.r, c.g, c.b, 255);
 }
 
 unsigned PartColour(int part) {

@@ -69,9 +69,9 @@ Heatmap BuildHeatmap(const std::vector<float>& importance, const std::vector<uin
   if (n_layer <= 0 || n_tokens <= 0 || max_cols <= 0) return h;
   if (importance.size() < size_t(n_layer) * size_t(n_tokens)) return h;  // report without importance
   h.n_rows = n_layer;
-  h.n_cols = std::min(n_tokens, max_cols);
-  h.tokens_per_col = (n_tokens + h.n_cols - 1) / h.n_cols;
-  h.n_cols = (n_tokens + h.tokens_per_col - 1) / h.tokens_per_col;
+  const HeatmapShape shape = ShapeHeatmap(n_tokens, max_cols);
+  h.n_cols = shape.n_cols;
+  h.tokens_per_col = shape.tokens_per_col;
   h.value.assign(size_t(h.n_rows) * h.n_cols, 0.0f);
   h.selected.assign(h.value.size(), 0);
   const bool has_sel = selected.size() >= importance.size();
@@ -98,6 +98,80 @@ Heatmap BuildHeatmap(const std::vector<float>& importance, const std::vector<uin
 void HeatmapColumnTokens(const Heatmap& h, int n_tokens, int c, int* first, int* last) {
   *first = std::clamp(c * h.tokens_per_col, 0, n_tokens);
   *last = std::clamp((c + 1) * h.tokens_per_col, 0, n_tokens);
+}
+
+HeatmapShape ShapeHeatmap(int n_tokens, int max_cols) {
+  HeatmapShape s;
+  if (n_tokens <= 0 || max_cols <= 0) return s;
+  s.n_cols = std::min(n_tokens, max_cols);
+  s.tokens_per_col = (n_tokens + s.n_cols - 1) / s.n_cols;
+  s.n_cols = (n_tokens + s.tokens_per_col - 1) / s.tokens_per_col;
+  return s;
+}
+
+Rgb HeatRgb(float v) {
+  static const float stops[4][3] = {{0.07f, 0.04f, 0.25f}, {0.13f, 0.45f, 0.55f}, {0.30f, 0.72f, 0.40f}, {0.99f, 0.91f, 0.15f}};
+  v = std::isfinite(v) ? std::clamp(v, 0.0f, 1.0f) : 0.0f;
+  const float x = v * 3.0f;
+  const int i = std::min(2, int(x));
+  const float f = x - float(i);
+  uint8_t c[3];
+  for (int k = 0; k < 3; ++k)
+    c[k] = uint8_t(std::lround(255.0f * (stops[i][k] + (stops[i + 1][k] - stops[i][k]) * f)));
+  return {c[0], c[1], c[2]};
+}
+
+RgbaImage RenderHeatmapImage(const Heatmap& h, const HeatmapImageOptions& o) {
+  RgbaImage im;
+  if (h.n_rows <= 0 || h.n_cols <= 0 || h.value.size() < size_t(h.n_rows) * h.n_cols) return im;
+  const int band = std::max(1, o.rows_per_layer);
+  im.width = h.n_cols;
+  im.height = h.n_rows * band;
+  im.pixels.resize(size_t(im.width) * im.height * 4);
+  const bool has_sel = h.selected.size() >= h.value.size();
+  for (int l = 0; l < h.n_rows; ++l) {
+    for (int c = 0; c < h.n_cols; ++c) {
+      const size_t cell = size_t(l) * h.n_cols + c;
+      const float v = h.value[cell];
+      const Rgb rgb = HeatRgb(std::isfinite(v) && v > 0 ? std::pow(v, o.gamma) : 0.0f);
+      for (int y = 0; y < band; ++y) {
+        uint8_t* px = &im.pixels[(size_t(l * band + y) * im.width + c) * 4];
+        px[0] = rgb.r;
+        px[1] = rgb.g;
+        px[2] = rgb.b;
+        px[3] = 255;
+        if (y == 0 && o.mark_selected && has_sel && h.selected[cell])
+          for (int k = 0; k < 3; ++k) px[k] = uint8_t((px[k] * 51 + 255 * 204 + 127) / 255);  // 80% white
+      }
+    }
+  }
+  return im;
+}
+
+ChunkTouch CountSelectedChunks(const std::vector<uint8_t>& selected, int n_layer, int n_tokens, int chunk_tokens) {
+  ChunkTouch t;
+  if (n_layer <= 0 || n_tokens <= 0 || chunk_tokens <= 0) return t;
+  if (selected.size() < size_t(n_layer) * size_t(n_tokens)) return t;
+  t.chunks_per_layer = (n_tokens + chunk_tokens - 1) / chunk_tokens;
+  t.per_layer.assign(size_t(n_layer), 0);
+  for (int l = 0; l < n_layer; ++l) {
+    const uint8_t* row = &selected[size_t(l) * n_tokens];
+    int n = 0;
+    for (int ci = 0; ci < t.chunks_per_layer; ++ci) {
+      const int end = std::min(n_tokens, (ci + 1) * chunk_tokens);
+      bool any = false;
+      for (int tok = ci * chunk_tokens; tok < end; ++tok) {
+        if (row[tok]) {
+          any = true;
+          ++t.selected_tokens;
+        }
+      }
+      n += any;
+    }
+    t.per_layer[size_t(l)] = n;
+    t.total += n;
+  }
+  return t;
 }
 
 ProbeVerdict ClassifyLayer(const LayerReport& l) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/pipeline/report.h"
+#include "gui/png-image.h"
 #include "store/prefix-store.h"
 
 namespace impress::gui {
@@ -52,6 +53,45 @@ Heatmap BuildHeatmap(const std::vector<float>& importance, const std::vector<uin
                      int n_tokens, int max_cols);
 // Token index range [first, last) that heatmap column c covers.
 void HeatmapColumnTokens(const Heatmap& h, int n_tokens, int c, int* first, int* last);
+// The columns BuildHeatmap makes for n_tokens tokens and at most max_cols columns, without
+// building it (n_cols = 0 when either is not positive).
+struct HeatmapShape {
+  int n_cols = 0, tokens_per_col = 1;
+};
+HeatmapShape ShapeHeatmap(int n_tokens, int max_cols);
+
+// The heat colour ramp (viridis-like: dark blue, teal, green, yellow) for v in [0, 1]; NaN and
+// values outside clamp to the ends.
+struct Rgb {
+  uint8_t r = 0, g = 0, b = 0;
+};
+Rgb HeatRgb(float v);
+
+// The heatmap as one RGBA picture, to upload as a single texture (one quad instead of a
+// rectangle per cell). width = n_cols; each layer is a band of rows_per_layer texel rows
+// coloured HeatRgb(value^gamma) (a gamma below 1 lifts the long tail: a few sink tokens hold
+// most of a layer's attention); with mark_selected, the band's top texel row is white (blended
+// 80%) where the cell holds a selected token. Opaque. An empty heatmap gives an empty image.
+struct HeatmapImageOptions {
+  float gamma = 0.4f;
+  bool mark_selected = true;
+  int rows_per_layer = 4;
+};
+RgbaImage RenderHeatmapImage(const Heatmap& h, const HeatmapImageOptions& o);
+
+// How many store chunks a request's selected tokens fall in, per layer, counting chunks in
+// token order: chunk i holds prefix tokens [i * chunk_tokens, (i + 1) * chunk_tokens). This is
+// what the selection touches in a store laid out in token order (before any reorder); a
+// reordered store groups each layer's important tokens, so the chunks it actually reads can be
+// fewer. per_layer is empty when the shapes do not match (selected shorter than n_layer *
+// n_tokens, or a non-positive size).
+struct ChunkTouch {
+  std::vector<int> per_layer;  // distinct chunks holding a selected token, layer by layer
+  int total = 0;               // summed over layers
+  int chunks_per_layer = 0;    // chunks the prefix spans (ceil(n_tokens / chunk_tokens))
+  int selected_tokens = 0;     // selected (layer, token) pairs
+};
+ChunkTouch CountSelectedChunks(const std::vector<uint8_t>& selected, int n_layer, int n_tokens, int chunk_tokens);
 
 // How a layer's probe result is coloured in the similarity panel.
 enum class ProbeVerdict { kNotProbed, kPassed, kFallback };

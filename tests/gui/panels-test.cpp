@@ -6,10 +6,12 @@
 #include <imgui.h>
 
 #include <random>
+#include <set>
 
 #include <spdlog/fmt/fmt.h>
 
 #include "gui/panels.h"
+#include "gui/texture-cache.h"
 
 namespace impress::gui {
 namespace {
@@ -139,6 +141,65 @@ TEST_F(HeadlessImGui, RichSnapshotDrawsEveryPanelAndEveryInspectorTab) {
   ui.importance.request = 2;
   ui.similarity.request = 2;
   Frame(s, ui);
+}
+
+TEST_F(HeadlessImGui, ImportanceCompareModeDrawsTwoRequests) {
+  const AppSnapshot s = RichSnapshot();
+  UiState ui;
+  ui.importance.compare = true;
+  for (int other : {-1, 0, 1, 2, 3, 99}) {  // previous, one without importance, valid ones, out of range
+    ui.importance.compare_request = other;
+    Frame(s, ui);
+  }
+  ui.importance.request = 1;  // the first request with importance: no earlier one to compare with
+  ui.importance.compare_request = -1;
+  Frame(s, ui);
+}
+
+// A provider that hands out fake texture ids and counts the pictures it was asked to build.
+struct CountingTextures : TextureProvider {
+  int made = 0;
+  std::set<std::string> keys;
+  void* Texture(const std::string& key, const std::function<RgbaImage()>& make) override {
+    if (keys.insert(key).second) {
+      const RgbaImage im = make();
+      EXPECT_GT(im.width, 0);
+      EXPECT_EQ(im.pixels.size(), size_t(im.width) * im.height * 4);
+      ++made;
+    }
+    return reinterpret_cast<void*>(uintptr_t(1000 + keys.size()));
+  }
+};
+
+TEST_F(HeadlessImGui, HeatmapIsOneTextureBuiltOncePerRequestAndSize) {
+  const AppSnapshot s = RichSnapshot();
+  UiState ui;
+  auto vertices = [&] {
+    UiActions out;
+    ImGui::NewFrame();
+    ImGui::SetNextWindowSize(ImVec2(600, 300));
+    ImGui::Begin("importance only");
+    DrawImportancePanel(s, ui.importance);
+    ImGui::End();
+    ImGui::Render();
+    return ImGui::GetDrawData()->TotalVtxCount;
+  };
+  const int rects = vertices();  // no provider: one rectangle per cell
+  CountingTextures tex;
+  SetCurrentTextures(&tex);
+  int textured = 0;
+  for (int i = 0; i < 5; ++i) textured = vertices();
+  EXPECT_EQ(tex.made, 1) << "the picture is built once, then drawn from the cache";
+  EXPECT_LT(textured * 5, rects) << "one quad instead of a rectangle per cell";
+  ui.importance.outline_selected = false;  // another option: another picture
+  vertices();
+  EXPECT_EQ(tex.made, 2);
+  ui.importance.compare = true;  // the earlier request gets its own picture
+  vertices();
+  vertices();
+  // The latest keeps its picture (the key holds the width, not the height: the quad stretches).
+  EXPECT_EQ(tex.made, 3);
+  SetCurrentTextures(nullptr);
 }
 
 TEST_F(HeadlessImGui, TinyDisplayAndHoverDoNotBreakPlots) {

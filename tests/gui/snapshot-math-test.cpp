@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "gui/gui-config.h"
 #include "gui/png-image.h"
@@ -144,6 +145,133 @@ TEST(Heatmap, ShapeMismatchGivesAnEmptyMap) {
   const Heatmap h = BuildHeatmap(std::vector<float>(10, 1.0f), {}, 4, 30, 100);
   EXPECT_EQ(h.n_rows, 0);
   EXPECT_TRUE(h.value.empty());
+}
+
+TEST(Heatmap, ShapeMatchesWhatBuildHeatmapMakes) {
+  for (int n_tok : {1, 7, 37, 64, 700, 4050})
+    for (int max_cols : {1, 3, 8, 100, 613, 5000}) {
+      const Heatmap h = BuildHeatmap(std::vector<float>(size_t(n_tok), 1.0f), {}, 1, n_tok, max_cols);
+      const HeatmapShape s = ShapeHeatmap(n_tok, max_cols);
+      EXPECT_EQ(s.n_cols, h.n_cols) << n_tok << " tokens, " << max_cols << " columns";
+      EXPECT_EQ(s.tokens_per_col, h.tokens_per_col);
+      EXPECT_LE(s.n_cols, max_cols);
+      EXPECT_GE(s.n_cols * s.tokens_per_col, n_tok);          // every token has a column
+      EXPECT_LT((s.n_cols - 1) * s.tokens_per_col, n_tok);    // and no column is empty
+    }
+  EXPECT_EQ(ShapeHeatmap(0, 10).n_cols, 0);
+  EXPECT_EQ(ShapeHeatmap(10, 0).n_cols, 0);
+}
+
+TEST(HeatRgb, EndsAndStopsOfTheRamp) {
+  const Rgb lo = HeatRgb(0), hi = HeatRgb(1), mid = HeatRgb(1.0f / 3.0f);
+  EXPECT_EQ(lo.r, 18);   // round(0.07 * 255)
+  EXPECT_EQ(lo.b, 64);   // round(0.25 * 255)
+  EXPECT_EQ(hi.r, 252);  // round(0.99 * 255)
+  EXPECT_EQ(hi.g, 232);  // round(0.91 * 255)
+  EXPECT_EQ(mid.g, 115);  // round(0.45 * 255): the second stop
+  const Rgb nan = HeatRgb(std::nanf("")), below = HeatRgb(-2), above = HeatRgb(7);
+  EXPECT_EQ(nan.r, lo.r);
+  EXPECT_EQ(below.b, lo.b);
+  EXPECT_EQ(above.g, hi.g);
+  // Brighter for larger values (green channel rises along the whole ramp).
+  for (float v = 0; v < 1.0f; v += 0.05f) EXPECT_LE(HeatRgb(v).g, HeatRgb(v + 0.05f).g) << v;
+}
+
+// Reference: each texel of the picture from the heatmap cell under it.
+TEST(HeatmapImage, OneTexelColumnPerCellAndABandPerLayerWithSelectionMarks) {
+  const int n_layer = 3, n_tok = 10;
+  std::vector<float> imp(n_layer * n_tok);
+  std::vector<uint8_t> sel(imp.size(), 0);
+  for (int i = 0; i < int(imp.size()); ++i) imp[size_t(i)] = float((i * 7) % 11);
+  sel[1 * n_tok + 4] = 1;  // layer 1, column 2 (2 tokens per column)
+  const Heatmap h = BuildHeatmap(imp, sel, n_layer, n_tok, 5);
+  ASSERT_EQ(h.n_cols, 5);
+  HeatmapImageOptions o;
+  o.gamma = 0.5f;
+  o.rows_per_layer = 3;
+  const RgbaImage im = RenderHeatmapImage(h, o);
+  ASSERT_EQ(im.width, 5);
+  ASSERT_EQ(im.height, 9);
+  ASSERT_EQ(im.pixels.size(), size_t(5 * 9 * 4));
+  auto px = [&](int x, int y) { return &im.pixels[(size_t(y) * im.width + x) * 4]; };
+  for (int l = 0; l < n_layer; ++l)
+    for (int c = 0; c < h.n_cols; ++c) {
+      const Rgb want = HeatRgb(std::pow(h.value[size_t(l) * h.n_cols + c], 0.5f));
+      const bool marked = h.selected[size_t(l) * h.n_cols + c] != 0;
+      for (int y = 0; y < 3; ++y) {
+        const uint8_t* p = px(c, l * 3 + y);
+        EXPECT_EQ(p[3], 255);
+        if (y == 0 && marked) {
+          EXPECT_GT(p[0], 200) << "a selected cell's top row is near white";
+          EXPECT_GT(p[2], 200);
+        } else {
+          EXPECT_EQ(p[0], want.r) << "layer " << l << " col " << c << " row " << y;
+          EXPECT_EQ(p[1], want.g);
+          EXPECT_EQ(p[2], want.b);
+        }
+      }
+    }
+  EXPECT_GT(px(2, 3)[0], 200);  // the one selected cell, marked
+  // Without marks, the same texel has the plain colour.
+  o.mark_selected = false;
+  const RgbaImage plain = RenderHeatmapImage(h, o);
+  const Rgb want = HeatRgb(std::pow(h.value[1 * 5 + 2], 0.5f));
+  EXPECT_EQ(plain.pixels[(size_t(3) * 5 + 2) * 4], want.r);
+  // An empty heatmap gives an empty picture.
+  EXPECT_EQ(RenderHeatmapImage(Heatmap{}, o).width, 0);
+}
+
+// Reference: a set of chunk indices per layer.
+TEST(ChunkTouch, DistinctChunksOfSelectedTokensPerLayer) {
+  const int n_layer = 4, n_tok = 300, chunk = 64;  // 5 chunks, the last one 44 tokens
+  std::mt19937 rng(11);
+  std::vector<uint8_t> sel(size_t(n_layer) * n_tok, 0);
+  // layer 0: nothing; layer 1: everything; layer 2: random sparse; layer 3: only the last token.
+  for (int t = 0; t < n_tok; ++t) sel[size_t(1) * n_tok + t] = 1;
+  for (int t = 0; t < n_tok; ++t) sel[size_t(2) * n_tok + t] = (rng() % 50) == 0;
+  sel[size_t(3) * n_tok + n_tok - 1] = 1;
+  const ChunkTouch ct = CountSelectedChunks(sel, n_layer, n_tok, chunk);
+  ASSERT_EQ(ct.per_layer.size(), size_t(n_layer));
+  EXPECT_EQ(ct.chunks_per_layer, 5);
+  int total = 0, pairs = 0;
+  for (int l = 0; l < n_layer; ++l) {
+    std::set<int> chunks;
+    for (int t = 0; t < n_tok; ++t)
+      if (sel[size_t(l) * n_tok + t]) {
+        chunks.insert(t / chunk);
+        ++pairs;
+      }
+    EXPECT_EQ(ct.per_layer[size_t(l)], int(chunks.size())) << "layer " << l;
+    total += int(chunks.size());
+  }
+  EXPECT_EQ(ct.per_layer[0], 0);
+  EXPECT_EQ(ct.per_layer[1], 5);
+  EXPECT_EQ(ct.per_layer[3], 1);
+  EXPECT_EQ(ct.total, total);
+  EXPECT_EQ(ct.selected_tokens, pairs);
+}
+
+TEST(ChunkTouch, ClusteredSelectionTouchesFewerChunksThanScattered) {
+  // The same number of selected tokens per layer: grouped into one chunk vs one per chunk (what
+  // a reorder does to the physical layout, here expressed in token order).
+  const int n_tok = 256, chunk = 32;
+  std::vector<uint8_t> grouped(n_tok, 0), scattered(n_tok, 0);
+  for (int i = 0; i < 8; ++i) {
+    grouped[size_t(i)] = 1;
+    scattered[size_t(i * chunk)] = 1;
+  }
+  EXPECT_EQ(CountSelectedChunks(grouped, 1, n_tok, chunk).total, 1);
+  EXPECT_EQ(CountSelectedChunks(scattered, 1, n_tok, chunk).total, 8);
+}
+
+TEST(ChunkTouch, ShapeMismatchGivesNoCounts) {
+  EXPECT_TRUE(CountSelectedChunks(std::vector<uint8_t>(10, 1), 2, 30, 64).per_layer.empty());
+  EXPECT_TRUE(CountSelectedChunks(std::vector<uint8_t>(60, 1), 2, 30, 0).per_layer.empty());
+  EXPECT_TRUE(CountSelectedChunks({}, 0, 0, 64).per_layer.empty());
+  // A chunk larger than the prefix: one chunk per layer.
+  const ChunkTouch one = CountSelectedChunks(std::vector<uint8_t>(60, 1), 2, 30, 64);
+  EXPECT_EQ(one.chunks_per_layer, 1);
+  EXPECT_EQ(one.total, 2);
 }
 
 TEST(ProbeVerdict, ColourFollowsJaccardAgainstThreshold) {

@@ -17,3 +17,14 @@ add_dependencies(gui-script-check impress)
 add_test(NAME gui-script-check COMMAND gui-script-check)
 set_tests_properties(gui-script-check PROPERTIES LABELS "no-sanitizer" TIMEOUT 300
                      ENVIRONMENT "IMPRESS_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+
+# gui-prefill-check: the UI frame time during a ~4,000-token prefill (a GPL slice), measured in a
+# scripted session and printed; fails only on a gross stall. Same skips and label as above.
+add_executable(gui-prefill-check ${CMAKE_CURRENT_LIST_DIR}/gui-prefill-check.cpp)
+target_link_libraries(gui-prefill-check PRIVATE GTest::gtest_main)
+target_compile_definitions(gui-prefill-check PRIVATE IMPRESS_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+                           IMPRESS_BINARY="$<TARGET_FILE:impress>")
+add_dependencies(gui-prefill-check impress)
+add_test(NAME gui-prefill-check COMMAND gui-prefill-check)
+set_tests_properties(gui-prefill-check PROPERTIES LABELS "no-sanitizer" TIMEOUT 300
+                     ENVIRONMENT "IMPRESS_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
