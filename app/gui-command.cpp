@@ -1,8 +1,10 @@
 // impress gui (and `impress` with no subcommand): the desktop app (gui/app-window.h).
 // Options: the common ones, --doc FILE (repeatable), --script FILE (CI / demos), --config-dir,
-// --width/--height, --frame-stats, --check-display (exit 0 if a window can open here).
+// --width/--height, --frame-stats, --check-display (exit 0 if a window can open here),
+// --conversations DB / --no-save (saved conversations).
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "app/commands.h"
@@ -15,7 +17,8 @@ namespace {
 
 struct GuiArgs {
   std::vector<std::string> docs;
-  std::string script, config_dir;
+  std::string script, config_dir, conversations;
+  bool no_save = false;
   int width = 1600, height = 900;
   int max_tokens = 256;
   bool frame_stats = false;
@@ -54,6 +57,9 @@ void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code) {
   cmd->add_option("--height", args->height, "window height")->check(CLI::Range(240, 16384));
   cmd->add_option("--max-tokens", args->max_tokens, "most tokens per answer")->check(CLI::Range(1, 8192));
   cmd->add_flag("--frame-stats", args->frame_stats, "print UI frame-time statistics on exit");
+  cmd->add_option("--conversations", args->conversations,
+                  "saved conversations (SQLite; default: conversations.db beside the KV store directory)");
+  cmd->add_flag("--no-save", args->no_save, "do not save or reopen conversations");
   cmd->add_flag("--check-display", args->check_display, "exit 0 if a window can be opened here, else 1");
   cmd->callback([=] {
     ConfigureLogging(*common);
@@ -83,6 +89,13 @@ void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code) {
     so.model = ModelContextOptions{.n_threads = common->threads, .backend = common->backend};
     so.store_dir = common->no_store ? "" : (common->store_dir.empty() ? DefaultStoreDir() : common->store_dir);
     so.probe_heads_stored = common->probe_heads;
+    // Saved conversations live beside the store ($XDG_DATA_HOME/impress/conversations.db).
+    if (!args->no_save) {
+      const std::string store_parent = so.store_dir.empty() ? DefaultStoreDir() : so.store_dir;
+      o.worker.db_path = args->conversations.empty()
+                             ? (std::filesystem::path(store_parent).parent_path() / "conversations.db").string()
+                             : args->conversations;
+    }
     auto r = gui::RunGui(o);
     if (!r.ok()) {
       spdlog::error("{}", r.status().ToString());

@@ -33,7 +33,7 @@ struct TuningSettings {
   int fidelity_tokens = 8;            // greedy tokens compared by "ask again" against full KV
 };
 
-enum class WorkerPhase { kStarting, kLoading, kIdle, kPrefill, kDecoding, kFidelity, kStoring, kFailed };
+enum class WorkerPhase { kStarting, kLoading, kIdle, kIngesting, kPrefill, kDecoding, kFidelity, kStoring, kFailed };
 const char* PhaseName(WorkerPhase p);
 
 // One finished (or running) request, with everything the inspector panels need.
@@ -48,6 +48,7 @@ struct RequestRecord {
   double wall_ms = 0;                 // whole answer
   bool has_fidelity = false;
   FidelityReport fidelity;            // filled by "ask again" (reports inside are not drawn)
+  std::vector<std::string> passages;  // retrieval mode: the passages the prompt carried ("name #k")
   store::StoreStats store_after;      // store counters after the request (tier history)
 };
 
@@ -57,6 +58,7 @@ struct ChatEntry {
   std::shared_ptr<const RequestRecord> request;  // assistant turns: the request that produced it
   bool streaming = false;
   bool stopped = false;
+  bool saved = false;                 // reopened from the saved conversation (no request record)
 };
 
 struct DocumentEntry {
@@ -64,7 +66,37 @@ struct DocumentEntry {
   uint64_t bytes = 0;
   int n_tokens = 0;
   bool attached = true;               // part of the conversation's context
-  std::string residency;              // "not cached", "SSD", "host+SSD", ... (from the last request)
+  std::string residency;              // "not cached", "SSD 1200 / host 0 / device 0 tokens", ...
+  // Where its KV is, from the store (refreshed after requests and cache commands): tokens of
+  // [span_begin, span_end) of the context prefix held by each tier (device and host also on SSD).
+  int span_begin = -1, span_end = -1;  // -1: not attached or not known
+  uint64_t tokens_cached = 0, tokens_device = 0, tokens_host = 0;
+  bool pinned = false;
+};
+
+// One node of the store's radix tree, for the tree panel (pre-order: parents first).
+struct TreeRow {
+  int parent = -1;                    // index in rows; -1 under the root
+  int depth = 0;
+  uint64_t start = 0, n_tokens = 0, kv_bytes = 0, hits = 0;
+  double score = 0;                   // the cache policy's priority
+  double importance = -1;             // mean reported token importance; -1: never reported
+  uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
+  bool pinned = false, locked = false;
+  std::string label;                  // the node's first tokens as text
+};
+struct TreeView {
+  std::vector<TreeRow> rows;
+  bool truncated = false;
+};
+
+// A saved conversation (the conversation list).
+struct ConversationEntry {
+  int64_t id = 0;
+  std::string title;
+  int64_t updated = 0;                // unix seconds
+  int n_turns = 0, n_documents = 0;
+  bool retrieval = false;
 };
 
 struct AppSnapshot {
@@ -78,6 +110,10 @@ struct AppSnapshot {
   int n_layer = 0;
   std::string store_dir;              // empty: no store
   std::vector<ChatEntry> chat;
+  // Entries are only appended, except when the chat is cut (regenerate, another conversation):
+  // then chat_epoch increases and the first chat_kept entries are the unchanged ones.
+  uint64_t chat_epoch = 0;
+  size_t chat_kept = 0;
   std::vector<DocumentEntry> documents;
   std::vector<std::shared_ptr<const RequestRecord>> requests;  // oldest first (bounded history)
   store::StoreStats store;            // latest counters
@@ -85,6 +121,13 @@ struct AppSnapshot {
   std::vector<std::string> messages;  // errors and notices for the user (newest last, the last 50)
   uint64_t messages_total = 0;        // messages ever posted (messages holds the newest)
   int context_tokens = 0;             // tokens of the current conversation prefix (documents + turns)
+  std::shared_ptr<const TreeView> tree;  // the store's radix tree (null: no store)
+  // Saved conversations (empty db_path: not saved).
+  std::string db_path;
+  std::vector<ConversationEntry> conversations;  // most recent first
+  int64_t conversation_id = 0;        // the open one
+  std::string conversation_title;
+  bool retrieval = false;             // retrieve passages per question (FTS5 bm25) instead of whole documents
 };
 
 }  // namespace impress::gui

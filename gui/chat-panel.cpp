@@ -4,12 +4,68 @@
 #include <imgui_stdlib.h>
 #include <spdlog/fmt/fmt.h>
 
+#include <ctime>
+
+#include "gui/cache-view.h"
 #include "gui/panels.h"
 #include "gui/snapshot-math.h"
 
 namespace impress::gui {
 
 namespace {
+
+// The saved conversations: pick one to reopen (its cached prefix is reused), start or delete one.
+void DrawConversationBar(const AppSnapshot& s, ChatPanelState& st, UiActions& out) {
+  const bool ready = s.phase == WorkerPhase::kIdle;
+  if (s.db_path.empty()) {
+    ImGui::TextDisabled("conversations are not saved");
+    return;
+  }
+  ImGui::BeginDisabled(!ready);
+  ImGui::SetNextItemWidth(std::max(120.0f, ImGui::GetContentRegionAvail().x - 150));
+  const std::string current = s.conversation_title.empty() ? "(none)" : s.conversation_title;
+  if (ImGui::BeginCombo("##conversation", current.c_str())) {
+    const int64_t now = int64_t(std::time(nullptr));
+    for (const ConversationEntry& c : s.conversations) {
+      ImGui::PushID(int(c.id));
+      const std::string label = fmt::format("{}  ({} turns, {} docs{}, {})", c.title, c.n_turns, c.n_documents,
+                                            c.retrieval ? ", retrieval" : "", FormatAge(c.updated, now));
+      if (ImGui::Selectable(label.c_str(), c.id == s.conversation_id) && c.id != s.conversation_id)
+        out.commands.push_back(ConversationCommand(Command::Kind::kOpenConversation, c.id));
+      ImGui::PopID();
+    }
+    ImGui::EndCombo();
+  }
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("saved conversations (%s)", s.db_path.c_str());
+  ImGui::SameLine();
+  if (ImGui::Button("New")) out.commands.push_back(MakeCommand(Command::Kind::kNewConversation));
+  ImGui::SameLine();
+  if (ImGui::Button("Rename")) {
+    st.rename = s.conversation_title;
+    ImGui::OpenPopup("rename");
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("Delete")) ImGui::OpenPopup("delete?");
+  ImGui::EndDisabled();
+  if (ImGui::BeginPopup("rename")) {
+    ImGui::SetNextItemWidth(300);
+    if (ImGui::InputText("##title", &st.rename, ImGuiInputTextFlags_EnterReturnsTrue) && !st.rename.empty()) {
+      out.commands.push_back(ConversationCommand(Command::Kind::kRenameConversation, s.conversation_id, st.rename));
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::EndPopup();
+  }
+  if (ImGui::BeginPopup("delete?")) {
+    ImGui::Text("Delete \"%s\" and its turns?", current.c_str());
+    if (ImGui::Button("Delete")) {
+      out.commands.push_back(ConversationCommand(Command::Kind::kDeleteConversation, s.conversation_id));
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+}
 
 bool Busy(const AppSnapshot& s) {
   return s.phase == WorkerPhase::kPrefill || s.phase == WorkerPhase::kDecoding ||
@@ -38,6 +94,7 @@ void DrawAnswerStats(const ChatEntry& e) {
 }  // namespace
 
 void DrawChatPanel(const AppSnapshot& s, ChatPanelState& st, UiActions& out) {
+  DrawConversationBar(s, st, out);
   const float footer = ImGui::GetFrameHeightWithSpacing() * 2 + ImGui::GetStyle().ItemSpacing.y;
   ImGui::BeginChild("##transcript", ImVec2(0, -footer), true);
   if (s.chat.empty())

@@ -25,6 +25,7 @@ struct ChatPanelState {
   size_t last_chat_size = 0;
   size_t last_text_size = 0;
   bool focus_input = true;
+  std::string rename;             // the rename popup's text
 };
 
 struct DocumentsPanelState {

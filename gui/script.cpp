@@ -26,8 +26,10 @@ bool ParseDouble(const std::string& v, double* out) {
   return r.ec == std::errc() && r.ptr == e;
 }
 
-const std::set<std::string> kNoArg = {"again", "regenerate", "new", "reorder", "expect-answer", "quit"};
-const std::set<std::string> kWithArg = {"doc", "ask", "set", "frames", "sleep", "tab", "screenshot"};
+const std::set<std::string> kNoArg = {"again", "regenerate", "new", "reorder", "expect-answer", "quit", "docs", "tree",
+                                      "conversations"};
+const std::set<std::string> kWithArg = {"doc", "ask", "set", "frames", "sleep", "tab", "screenshot", "pin", "unpin",
+                                        "drop-doc", "mode", "open"};
 
 }  // namespace
 
@@ -117,9 +119,17 @@ void ScriptRunner::PrintNewAnswers(const AppSnapshot& s) {
   const uint64_t n_new = std::min<uint64_t>(s.messages_total - std::min(s.messages_total, n_messages_seen_), s.messages.size());
   for (size_t i = s.messages.size() - n_new; i < s.messages.size(); ++i) std::fprintf(out_, "message: %s\n", s.messages[i].c_str());
   n_messages_seen_ = s.messages_total;
+  if (s.chat_epoch != chat_epoch_seen_) {  // the chat was cut: entries after chat_kept are new
+    n_chat_seen_ = std::min(n_chat_seen_, s.chat_kept);
+    chat_epoch_seen_ = s.chat_epoch;
+  }
   for (; n_chat_seen_ < s.chat.size(); ++n_chat_seen_) {
     const ChatEntry& e = s.chat[n_chat_seen_];
-    if (e.role == "assistant" && !e.streaming) {
+    if (e.saved) {
+      std::string one_line = e.text;
+      std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+      std::fprintf(out_, "saved %s: %s\n", e.role.c_str(), one_line.c_str());
+    } else if (e.role == "assistant" && !e.streaming) {
       ++n_printed_;
       std::string one_line = e.text;
       std::replace(one_line.begin(), one_line.end(), '\n', ' ');
@@ -129,6 +139,11 @@ void ScriptRunner::PrintNewAnswers(const AppSnapshot& s) {
         std::fprintf(out_, "  [%s] TTFT %.0f ms, %.1f tok/s, %s, probe passed %d/%zu layers\n",
                      e.request->label.c_str(), r.ttft_ms, e.request->tokens_per_s, ReuseSummary(r).c_str(),
                      CountPassed(r.layers), r.layers.size());
+        if (!e.request->passages.empty()) {
+          std::string names;
+          for (const std::string& n : e.request->passages) names += (names.empty() ? "" : "; ") + n;
+          std::fprintf(out_, "  passages: %s\n", names.c_str());
+        }
         if (e.request->has_fidelity)
           std::fprintf(out_, "  fidelity: first token %s, KL %.4f, %d/%d greedy tokens equal\n",
                        e.request->fidelity.first_token_match ? "matches" : "differs", e.request->fidelity.kl_divergence,
@@ -179,6 +194,46 @@ bool ScriptRunner::Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, S
     else if (l.verb == "regenerate") actions.commands.push_back(MakeCommand(Command::Kind::kRegenerate));
     else if (l.verb == "new") actions.commands.push_back(MakeCommand(Command::Kind::kNewConversation));
     else if (l.verb == "reorder") actions.commands.push_back(MakeCommand(Command::Kind::kReorderNow));
+    else if (l.verb == "pin" || l.verb == "unpin")
+      actions.commands.push_back(MakeCommand(Command::Kind::kPinDocument, {}, std::stoi(l.arg) - 1, l.verb == "pin"));
+    else if (l.verb == "drop-doc")
+      actions.commands.push_back(MakeCommand(Command::Kind::kDropDocumentCache, {}, std::stoi(l.arg) - 1));
+    else if (l.verb == "mode")
+      actions.commands.push_back(MakeCommand(Command::Kind::kSetRetrieval, {}, -1, l.arg == "retrieval"));
+    else if (l.verb == "open") {
+      const size_t k = size_t(std::stoi(l.arg) - 1);
+      if (k >= s.conversations.size()) return Fail(l, fmt::format("there are {} saved conversations", s.conversations.size()));
+      actions.commands.push_back(ConversationCommand(Command::Kind::kOpenConversation, s.conversations[k].id));
+    } else if (l.verb == "docs") {
+      PrintNewAnswers(s);
+      for (size_t i = 0; i < s.documents.size(); ++i) {
+        const DocumentEntry& d = s.documents[i];
+        std::fprintf(out_, "document %zu: %s | %d tokens | span %d-%d | cached %llu device %llu host %llu | %s%s\n", i + 1,
+                     d.name.c_str(), d.n_tokens, d.span_begin, d.span_end, (unsigned long long)d.tokens_cached,
+                     (unsigned long long)d.tokens_device, (unsigned long long)d.tokens_host,
+                     d.pinned ? "pinned | " : "", d.residency.c_str());
+      }
+      std::fflush(out_);
+    } else if (l.verb == "tree") {
+      PrintNewAnswers(s);
+      if (!s.tree) std::fprintf(out_, "tree: none\n");
+      else {
+        uint64_t tokens = 0, pinned = 0;
+        for (const TreeRow& r : s.tree->rows) {
+          tokens += r.n_tokens;
+          if (r.pinned) pinned += r.n_tokens;
+        }
+        std::fprintf(out_, "tree: %zu nodes, %llu tokens, %llu pinned tokens\n", s.tree->rows.size(),
+                     (unsigned long long)tokens, (unsigned long long)pinned);
+      }
+      std::fflush(out_);
+    } else if (l.verb == "conversations") {
+      PrintNewAnswers(s);
+      for (const ConversationEntry& c : s.conversations)
+        std::fprintf(out_, "conversation %lld: %s | %d turns | %d documents%s\n", (long long)c.id, c.title.c_str(),
+                     c.n_turns, c.n_documents, c.id == s.conversation_id ? " | open" : "");
+      std::fflush(out_);
+    }
     else if (l.verb == "set") {
       if (ui.settings.synced_version == 0) {
         ui.settings.edit = s.settings;

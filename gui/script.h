@@ -7,6 +7,9 @@
 //   wait [SECONDS]            (until the worker has done everything sent; prints new answers)
 //   frames N                  sleep MS            tab ttft|tiers|tree
 //   screenshot PATH           expect-answer       quit
+//   pin N / unpin N / drop-doc N   (document N's cache, 1-based)     mode documents|retrieval
+//   docs / tree / conversations    (print the documents' residency, the radix tree's totals, the saved conversations)
+//   open N                    (reopen saved conversation N of the list, most recent first)
 // set keys: alpha keep probe_heads sinks recent system policy device_mb host_mb ssd_mb
 //           max_tokens temperature fidelity_tokens
 //
@@ -64,6 +67,7 @@ class ScriptRunner {
   std::chrono::steady_clock::time_point wait_until_;
   std::chrono::steady_clock::time_point sleep_until_;
   size_t n_chat_seen_ = 0;        // chat entries already scanned for answers
+  uint64_t chat_epoch_seen_ = 0;  // AppSnapshot::chat_epoch when n_chat_seen_ was last valid
   uint64_t n_messages_seen_ = 0;  // messages already printed
   int n_printed_ = 0;
   bool failed_ = false;

@@ -14,6 +14,7 @@ const char* PhaseName(WorkerPhase p) {
     case WorkerPhase::kStarting: return "starting";
     case WorkerPhase::kLoading: return "loading model";
     case WorkerPhase::kIdle: return "ready";
+    case WorkerPhase::kIngesting: return "reading document";
     case WorkerPhase::kPrefill: return "prefill";
     case WorkerPhase::kDecoding: return "answering";
     case WorkerPhase::kFidelity: return "fidelity check";

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/persist/chat-db.h"
+#include "engine/persist/passage-index.h"
 #include "engine/pipeline/chat-session.h"
 #include "gui/app-snapshot.h"
 
@@ -26,7 +28,8 @@ struct WorkerOptions {
   TuningSettings settings;             // the knobs at start
   std::vector<std::string> documents;  // attached at start
   std::string settings_path;           // where kSettings commands save the knobs; empty: not saved
-  int worker_nice = 5;                 // the worker (and the compute threads it starts) yield to the UI
+  std::string db_path;                 // saved conversations (SQLite); empty: not saved
+  int worker_nice = 10;                // the worker (and the compute threads it starts) yield to the UI
   size_t max_requests = 64;            // request history kept for the panels
 };
 
@@ -42,11 +45,18 @@ struct Command {
     kSettings,         // settings (budgets and policy applied to the store at once)
     kReorderNow,
     kDropCache,        // evict every unlocked cached prefix from the store
+    kPinDocument,      // index, flag: keep (or stop keeping) the document's cached prefix
+    kDropDocumentCache,  // index: drop the cached KV from the document on (and what extends it)
+    kOpenConversation,   // id
+    kDeleteConversation, // id
+    kRenameConversation, // id, text
+    kSetRetrieval,       // flag: retrieve passages per question instead of attaching documents
   };
   Kind kind = Kind::kAsk;
   std::string text;
   int index = -1;
   bool flag = false;
+  int64_t id = 0;
   TuningSettings settings;
 };
 
@@ -57,6 +67,13 @@ inline Command MakeCommand(Command::Kind kind, std::string text = {}, int index 
   c.text = std::move(text);
   c.index = index;
   c.flag = flag;
+  return c;
+}
+inline Command ConversationCommand(Command::Kind kind, int64_t id, std::string text = {}) {
+  Command c;
+  c.kind = kind;
+  c.id = id;
+  c.text = std::move(text);
   return c;
 }
 inline Command SettingsCommand(const TuningSettings& s) {
@@ -90,8 +107,21 @@ class Worker {
   void Ask(const std::string& question, bool again);
   void ApplySettings(const TuningSettings& s);
   void RefreshStoreStats();
+  // The store's view of the documents (residency, pins) and its tree; after requests and cache commands.
+  void RefreshCacheViews();
+  void CacheDocument(int index, Command::Kind kind, bool flag);
+  // Saved conversations.
+  void OpenDb();
+  void LoadConversation(int64_t id);
+  void NewConversation(bool keep_documents);
+  void SaveDocuments();
+  void RefreshConversationList();
+  void SetRetrieval(bool on);
+  // Retrieval mode: the conversation's documents become the best passages for `question`.
+  Status UseRetrievedPassages(const std::string& question, RequestRecord* record);
   void Message(std::string m);
-  void Publish(bool force = true);
+  void CutChat(size_t keep);  // keeps the first `keep` chat entries (see AppSnapshot::chat_epoch)
+  void Publish(bool force = true, bool progress_only = false);
 
   // Constant after construction.
   const WorkerOptions options_;
@@ -108,6 +138,11 @@ class Worker {
   // Worker thread only.
   std::unique_ptr<ChatSession> session_;
   std::vector<Document> docs_;                // parallel to draft_.documents
+  std::vector<int32_t> context_tokens_;       // the attached documents' prompt prefix (system message)
+  std::vector<Conversation::TokenSpan> spans_;  // parallel to the attached documents
+  std::unique_ptr<persist::ChatDb> db_;
+  std::unique_ptr<persist::PassageIndex> passages_;
+  int64_t conv_id_ = 0;                       // the open saved conversation (0: none)
   AppSnapshot draft_;                         // the next snapshot, edited in place
   std::chrono::steady_clock::time_point last_publish_;
   int next_request_id_ = 1;

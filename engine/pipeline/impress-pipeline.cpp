@@ -632,6 +632,14 @@ Result<uint64_t> ImpressPipeline::WaitForStore() {
   return store_result_;
 }
 
+Status ImpressPipeline::ReleaseMatch() {
+  if (store_thread_.joinable()) store_thread_.join();
+  Status st = Status::Ok();
+  if (store_ && handle_.id) st = store_->Release(handle_);
+  handle_ = {};
+  return st;
+}
+
 Result<FidelityReport> CheckFidelity(ImpressPipeline& pipeline, const PipelineRequest& request,
                                      const PipelineSettings& settings, int n_continue,
                                      const std::atomic<bool>* cancel) {

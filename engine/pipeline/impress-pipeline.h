@@ -97,6 +97,11 @@ class ImpressPipeline {
   // and in WaitForStore().
   void StoreAsync(size_t n_tokens = 0);
   Result<uint64_t> WaitForStore();
+  // Waits for the store write, then releases the lock the last Prefill took on its matched
+  // prefix (otherwise held until the next Prefill), so the store may evict, drop or reorder it.
+  // Decoding may go on: it does not read the store. A later StoreAsync may then fail if the
+  // prefix went meanwhile (reported by WaitForStore).
+  Status ReleaseMatch();
 
   // Tokens of the current sequence (prompt + decoded).
   const std::vector<int32_t>& sequence() const { return seq_; }

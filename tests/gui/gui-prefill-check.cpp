@@ -19,32 +19,15 @@
 #include <regex>
 #include <sstream>
 
+#include "tests/gui/script-check-util.h"
+
 namespace impress::gui {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string DefaultModel() {
-  if (const char* m = std::getenv("IMPRESS_DEFAULT_MODEL"); m && *m) return m;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
-bool OnPath(const std::string& exe) { return std::system(("command -v " + exe + " >/dev/null 2>&1").c_str()) == 0; }
-
-std::string RunCommand(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) {
-    *status = -1;
-    return out;
-  }
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  *status = pclose(p);
-  return out;
-}
+using check::DefaultModel;
+using check::OnPath;
+using check::RunCommand;
 
 // The first `bytes` bytes of the GPL text, cut at a paragraph end. 19,100 bytes are ~4,050
 // SmolLM2 tokens (the app prints the count it tokenized; the test checks the prefill size).

@@ -3,28 +3,31 @@
 # `impress gui --script` under xvfb-run (skips without xvfb-run or the default model) and checks
 # the answers, the frame times and the screenshots' pixels. Mesa's GL driver does not pass LSan
 # and the run is slow under ASan: no-sanitizer.
-foreach(t panels-test snapshot-math-test)
+foreach(t panels-test snapshot-math-test cache-view-test)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE impress_gui)
   endif()
 endforeach()
 
-add_executable(gui-script-check ${CMAKE_CURRENT_LIST_DIR}/gui-script-check.cpp)
-target_link_libraries(gui-script-check PRIVATE impress_gui GTest::gtest_main)
-target_compile_definitions(gui-script-check PRIVATE IMPRESS_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-                           IMPRESS_BINARY="$<TARGET_FILE:impress>")
-add_dependencies(gui-script-check impress)
-add_test(NAME gui-script-check COMMAND gui-script-check)
-set_tests_properties(gui-script-check PROPERTIES LABELS "no-sanitizer" TIMEOUT 300
-                     ENVIRONMENT "IMPRESS_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+# A scripted check: an executable that runs `impress gui --script` under xvfb-run (skips without
+# it or the default model); not under sanitizers (Mesa's GL driver does not pass LSan).
+function(impress_gui_check name timeout)
+  add_executable(${name} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${name}.cpp)
+  target_link_libraries(${name} PRIVATE impress_gui GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE IMPRESS_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+                             IMPRESS_BINARY="$<TARGET_FILE:impress>")
+  add_dependencies(${name} impress)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "no-sanitizer" TIMEOUT ${timeout}
+                       ENVIRONMENT "IMPRESS_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endfunction()
 
+# gui-script-check: a document (and a missing one), two questions, alpha changed, ask again with
+# the fidelity check, screenshots whose pixels are checked.
+impress_gui_check(gui-script-check 300)
 # gui-prefill-check: the UI frame time during a ~4,000-token prefill (a GPL slice), measured in a
-# scripted session and printed; fails only on a gross stall. Same skips and label as above.
-add_executable(gui-prefill-check ${CMAKE_CURRENT_LIST_DIR}/gui-prefill-check.cpp)
-target_link_libraries(gui-prefill-check PRIVATE GTest::gtest_main)
-target_compile_definitions(gui-prefill-check PRIVATE IMPRESS_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-                           IMPRESS_BINARY="$<TARGET_FILE:impress>")
-add_dependencies(gui-prefill-check impress)
-add_test(NAME gui-prefill-check COMMAND gui-prefill-check)
-set_tests_properties(gui-prefill-check PROPERTIES LABELS "no-sanitizer" TIMEOUT 300
-                     ENVIRONMENT "IMPRESS_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+# scripted session and printed; fails only on a gross stall.
+impress_gui_check(gui-prefill-check 600)
+# gui-session-check: saved conversations reopen after a restart and reuse their cached prefix;
+# pin / drop a document's cache; retrieval mode; bad files. Two scripted runs.
+impress_gui_check(gui-session-check 900)

@@ -259,6 +259,25 @@ TEST_F(PipelineOnModel, AnswerIsStoredAndReusedByTheNextRequest) {
   EXPECT_EQ(r.n_new, int(p.tokens.size()) - p.n_prefix);
 }
 
+TEST_F(PipelineOnModel, ReleaseMatchLetsTheStoreDropTheReusedPrefix) {
+  const PromptTokens p = Prompt("Is this program free software?");
+  Ingest(p);
+  std::vector<float> logits;
+  RequestReport r = Run(p, PipelineSettings{}, &logits);
+  ASSERT_EQ(r.n_matched, p.n_prefix);
+  const std::span<const store::Token> prefix(p.tokens.data(), size_t(p.n_prefix));
+  // The request still holds its match: the store refuses to drop it.
+  EXPECT_FALSE(store_->DropFrom(prefix, 0).ok());
+  ASSERT_TRUE(pipe_->ReleaseMatch().ok());
+  ASSERT_TRUE(pipe_->ReleaseMatch().ok()) << "releasing twice is harmless";
+  // Decoding goes on without the store, and the prefix can now go.
+  EXPECT_TRUE(pipe_->Decode(0, &logits).ok());
+  auto dropped = store_->DropFrom(prefix, 0);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().ToString();
+  EXPECT_GE(*dropped, uint64_t(p.n_prefix));
+  EXPECT_EQ(store_->Match(prefix).n_matched, 0u);
+}
+
 TEST_F(PipelineOnModel, PromptLongerThanContextIsAClearError) {
   std::vector<int32_t> tokens(size_t(ctx_->config().n_ctx_train) + 10, 100);
   std::vector<float> logits;

@@ -1,0 +1,37 @@
+// Helpers shared by the scripted GUI checks (tests/gui/gui-*-check.cpp): where the default model
+// is, whether a program is on PATH, and running a command for its output.
+#pragma once
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace impress::gui::check {
+
+inline std::string DefaultModel() {
+  if (const char* m = std::getenv("IMPRESS_DEFAULT_MODEL"); m && *m) return m;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+inline bool OnPath(const std::string& exe) {
+  return std::system(("command -v " + exe + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+// stdout and stderr of `cmd` (append 2>&1 to get both); *status = pclose's status.
+inline std::string RunCommand(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    *status = -1;
+    return out;
+  }
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  *status = pclose(p);
+  return out;
+}
+
+}  // namespace impress::gui::check
