@@ -27,7 +27,7 @@ struct TuningSettings {
   double host_budget_mb = 1024;
   double ssd_budget_mb = 16384;
   store::PolicyKind policy = store::PolicyKind::kImpress;
-  int reorder_interval_min = 10;      // applied when the store is opened (next start)
+  int reorder_interval_min = 10;      // background reorder period (0: only "reorder now")
   int max_tokens = 256;
   float temperature = 0.0f;           // 0 = greedy
   int fidelity_tokens = 8;            // greedy tokens compared by "ask again" against full KV

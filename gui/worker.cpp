@@ -690,6 +690,8 @@ void Worker::ApplySettings(const TuningSettings& s) {
     if (s.ssd_budget_mb != old.ssd_budget_mb)
       if (Status r = st->SetSsdBudget(Mib(s.ssd_budget_mb)); !r.ok()) Message("SSD budget: " + r.ToString());
     if (s.policy != old.policy) st->SetPolicy(s.policy);
+    if (s.reorder_interval_min != old.reorder_interval_min)
+      st->SetReorderInterval(std::chrono::minutes(s.reorder_interval_min));
     RefreshStoreStats();
   }
   if (!options_.settings_path.empty())

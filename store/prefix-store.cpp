@@ -178,6 +178,8 @@ struct PrefixStore::Impl {
   std::mutex worker_mu;
   std::condition_variable worker_cv;
   bool stop = false;  // GUARDED_BY(worker_mu)
+  std::chrono::milliseconds reorder_interval{0};  // GUARDED_BY(worker_mu); 0: on demand only
+  uint64_t reorder_interval_gen = 0;              // GUARDED_BY(worker_mu); bumped by SetReorderInterval
 
   // ------------------------------------------------------------------ helpers
   std::string Geometry() const {
@@ -899,7 +901,8 @@ Result<std::unique_ptr<PrefixStore>> PrefixStore::Open(PrefixStoreOptions o) {
   }
   im->st.io_engine = im->io->name();
   im->st.direct_io = im->direct;
-  if (o.reorder_interval.count() > 0) im->worker = std::thread([p = im.get()] { p->WorkerLoop(); });
+  im->reorder_interval = o.reorder_interval;
+  im->worker = std::thread([p = im.get()] { p->WorkerLoop(); });  // idle while the interval is 0
   return std::unique_ptr<PrefixStore>(new PrefixStore(std::move(im)));
 }
 
@@ -1570,7 +1573,13 @@ Result<ReorderReport> PrefixStore::Impl::Reorder() {
 void PrefixStore::Impl::WorkerLoop() {
   std::unique_lock<std::mutex> lk(worker_mu);
   while (!stop) {
-    if (worker_cv.wait_for(lk, opt.reorder_interval, [&] { return stop; })) break;
+    const uint64_t gen = reorder_interval_gen;
+    auto woken = [&] { return stop || reorder_interval_gen != gen; };
+    if (reorder_interval.count() <= 0) {
+      worker_cv.wait(lk, woken);
+      continue;
+    }
+    if (worker_cv.wait_for(lk, reorder_interval, woken)) continue;  // stopping, or a new interval
     lk.unlock();
     auto r = Reorder();
     if (!r.ok()) spdlog::warn("store: periodic reorder: {}", r.status().ToString());
@@ -1605,6 +1614,15 @@ Status PrefixStore::SetSsdBudget(uint64_t bytes) {
       return Status::ResourceExhausted("store: " + std::to_string(im.files->disk_bytes()) + " bytes on disk are pinned, locked or in use; cannot shrink to " + std::to_string(bytes) + " (" + im.NoRoomReasonLocked() + ")");
   }
   return Status::Ok();
+}
+
+void PrefixStore::SetReorderInterval(std::chrono::milliseconds interval) {
+  {
+    std::lock_guard<std::mutex> lk(impl_->worker_mu);
+    impl_->reorder_interval = std::max(interval, std::chrono::milliseconds(0));
+    impl_->reorder_interval_gen++;
+  }
+  impl_->worker_cv.notify_all();
 }
 
 void PrefixStore::SetPolicy(PolicyKind kind) {

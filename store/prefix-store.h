@@ -207,6 +207,9 @@ class PrefixStore {
   std::vector<TierMove> SetTierBudget(Tier tier, uint64_t bytes);
   Status SetSsdBudget(uint64_t bytes);  // shrinking evicts leaves until it fits
   void SetPolicy(PolicyKind kind);
+  // The background reorder's period from now on (0: only ReorderNow); the next pass comes one
+  // new interval after the call.
+  void SetReorderInterval(std::chrono::milliseconds interval);
   Status Flush();  // persists statistics now
 
   // ---- Inspection and administration (GUI). All of them only see this model's namespace.

@@ -153,6 +153,30 @@ TEST(PrefixStore, BadArgumentsAreClearErrors) {
   std::filesystem::remove_all(dir);
 }
 
+// The background reorder follows SetReorderInterval at once: off -> every 20 ms -> off.
+TEST(PrefixStore, ReorderIntervalChangesWhileOpen) {
+  std::string dir = TempDir("interval");
+  auto o = SmallOptions(dir);
+  o.reorder_interval = std::chrono::milliseconds(0);
+  auto st = PrefixStore::Open(o);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  PrefixStore& s = **st;
+  auto passes = [&] { return s.Stats().reorder_passes; };
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(passes(), 0u) << "interval 0: no background pass";
+  s.SetReorderInterval(std::chrono::milliseconds(20));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (passes() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_GE(passes(), 3u) << "a 20 ms interval runs passes";
+  s.SetReorderInterval(std::chrono::milliseconds(0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a pass in flight finishes
+  const uint64_t stopped = passes();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(passes(), stopped) << "back to 0: no more passes";
+  std::filesystem::remove_all(dir);
+}
+
 // Importance: every 4th token (plus a few) matters. Reorder packs them into fewer chunks.
 TEST(PrefixStore, ReorderPacksImportantTokensAndKeepsData) {
   std::string dir = TempDir("reorder");
