@@ -22,7 +22,9 @@ void DrawConversationBar(const AppSnapshot& s, ChatPanelState& st, UiActions& ou
     return;
   }
   ImGui::BeginDisabled(!ready);
-  ImGui::SetNextItemWidth(std::max(120.0f, ImGui::GetContentRegionAvail().x - 150));
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float buttons = ImGui::CalcTextSize("NewRenameDelete").x + 6 * style.FramePadding.x + 3 * style.ItemSpacing.x;
+  ImGui::SetNextItemWidth(std::max(120.0f, ImGui::GetContentRegionAvail().x - buttons));
   const std::string current = s.conversation_title.empty() ? "(none)" : s.conversation_title;
   if (ImGui::BeginCombo("##conversation", current.c_str())) {
     const int64_t now = int64_t(std::time(nullptr));
