@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "gui/gui-config.h"
 #include "gui/snapshot-math.h"
@@ -38,6 +39,12 @@ std::string OneLine(const std::string& s, size_t max_bytes) {
     else if (uint8_t(c) >= 0x20 || c < 0) out += c;
   }
   return out;
+}
+
+// A document's key in the passage index: its path and a hash of its text, so a changed file is
+// indexed again and an unchanged one (reopened conversations) is not.
+std::string PassageKey(const Document& d) {
+  return fmt::format("{}#{:016x}", d.path, XXH3_64bits(d.text.data(), d.text.size()));
 }
 
 // A conversation's title from its first question.
@@ -188,7 +195,7 @@ void Worker::Execute(const Command& c) {
     case K::kRemoveDocument:
       if (c.index >= 0 && size_t(c.index) < docs_.size()) {
         Message("removed " + draft_.documents[c.index].name);
-        if (passages_) (void)passages_->Remove(docs_[c.index].path);
+        if (passages_) (void)passages_->Remove(PassageKey(docs_[c.index]));
         docs_.erase(docs_.begin() + c.index);
         draft_.documents.erase(draft_.documents.begin() + c.index);
         SyncConversationDocuments();
@@ -339,12 +346,7 @@ void Worker::AddDocument(const std::string& path) {
                        .size());
   draft_.progress = -1;
   e.residency = "not cached";
-  if (passages_) {
-    draft_.status = "indexing " + doc->name;
-    Publish();
-    if (Status st = passages_->Add(doc->path, doc->name, doc->text); !st.ok())
-      Message("retrieval index: " + st.ToString());
-  }
+  IndexPassages(*doc);
   int attached_tokens = 0;
   for (const DocumentEntry& d : draft_.documents)
     if (d.attached) attached_tokens += d.n_tokens;
@@ -498,6 +500,15 @@ void Worker::CacheDocument(int index, Command::Kind kind, bool flag) {
   RefreshCacheViews();
 }
 
+void Worker::IndexPassages(const Document& doc) {
+  if (!passages_) return;
+  const std::string key = PassageKey(doc);
+  if (auto have = passages_->Contains(key); have.ok() && *have) return;
+  draft_.status = "indexing " + doc.name + " for retrieval";
+  Publish();
+  if (Status st = passages_->Add(key, doc.name, doc.text); !st.ok()) Message("retrieval index: " + st.ToString());
+}
+
 void Worker::OpenDb() {
   if (options_.db_path.empty()) return;
   draft_.db_path = options_.db_path;
@@ -555,10 +566,16 @@ void Worker::LoadConversation(int64_t id) {
     e.name = d.name;
     e.bytes = d.text.size();
     e.attached = d.attached;
-    e.n_tokens = int(tok.Encode(d.text, false, false).size());  // the saved count may be another model's
-    if (passages_)
-      if (Status st = passages_->Add(d.path, d.name, d.text); !st.ok()) Message("retrieval index: " + st.ToString());
+    // Counted again: the saved count may be another model's.
+    draft_.status = "tokenizing " + d.name;
+    e.n_tokens = int(tok.Encode(d.text, false, false, [this](uint64_t done, uint64_t total, std::string_view) {
+                          draft_.progress = total ? double(done) / double(total) : -1;
+                          Publish(false, /*progress_only=*/true);
+                          return true;
+                        }).size());
+    draft_.progress = -1;
     docs_.push_back({d.path, d.name, d.text});
+    IndexPassages(docs_.back());
     draft_.documents.push_back(std::move(e));
   }
   for (const persist::SavedTurn& t : c->turns) {
@@ -661,7 +678,7 @@ void Worker::SetRetrieval(bool on) {
 Status Worker::UseRetrievedPassages(const std::string& question, RequestRecord* record) {
   std::vector<std::string> keys;
   for (size_t i = 0; i < docs_.size(); ++i)
-    if (draft_.documents[i].attached) keys.push_back(docs_[i].path);
+    if (draft_.documents[i].attached) keys.push_back(PassageKey(docs_[i]));
   const Tokenizer& tok = session_->context().tokenizer();
   const int room = draft_.n_ctx - draft_.settings.max_tokens - 256;
   const int budget = std::max(0, std::min(kRetrievalTokens, room));

@@ -117,6 +117,7 @@ class Worker {
   void SaveDocuments();
   void RefreshConversationList();
   void SetRetrieval(bool on);
+  void IndexPassages(const Document& doc);  // adds it to the passage index unless already there
   // Retrieval mode: the conversation's documents become the best passages for `question`.
   Status UseRetrievedPassages(const std::string& question, RequestRecord* record);
   void Message(std::string m);
