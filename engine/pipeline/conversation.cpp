@@ -39,14 +39,17 @@ PromptTokens Conversation::Build(const std::string& question, const Tokenizer& t
     out.n_prefix = int(std::mismatch(pre.begin(), pre.end(), out.tokens.begin(), out.tokens.end()).first - pre.begin());
     return out;
   }
-  std::vector<ChatMessage> messages = Messages(question, chat);
   const bool bos = chat.renders_bos() ? false : add_bos;
-  out.tokens = tokenizer.Encode(chat.Render(messages, /*add_generation_prompt=*/true), bos, /*parse_special=*/true);
-  messages.pop_back();
-  const auto pre = tokenizer.Encode(chat.Render(messages, false), bos, true);
-  // The reusable prefix is what both tokenizations share (a merge across the boundary would
-  // otherwise make a cached prefix differ from the new prompt).
-  out.n_prefix = int(std::mismatch(pre.begin(), pre.end(), out.tokens.begin(), out.tokens.end()).first - pre.begin());
+  out.tokens = tokenizer.Encode(chat.Render(Messages(question, chat), /*add_generation_prompt=*/true), bos,
+                                /*parse_special=*/true);
+  // The reusable prefix is what this prompt shares with the prompt of an empty question:
+  // everything before the question's text. (Rendering the earlier messages alone is not enough:
+  // Llama-2's template writes the system message only together with a user turn, so a first
+  // question would reuse nothing.) A merge across the boundary ends it one token early.
+  const auto pre = tokenizer.Encode(chat.Render(Messages("", chat), true), bos, true);
+  const int shared =
+      int(std::mismatch(pre.begin(), pre.end(), out.tokens.begin(), out.tokens.end()).first - pre.begin());
+  out.n_prefix = std::min(shared, int(out.tokens.size()) - 1);  // at least one token is new
   return out;
 }
 
@@ -66,7 +69,9 @@ std::vector<Conversation::TokenSpan> Conversation::DocumentSpans(const Tokenizer
     }
     special = false;
   } else {
-    text = chat.Render({{"system", SystemText(chat)}}, false);
+    // The whole prompt for an empty question: some templates (Llama-2) render the system
+    // message only together with a user turn.
+    text = chat.Render(Messages("", chat), /*add_generation_prompt=*/true);
     if (chat.renders_bos()) add_bos = false;
     size_t at = 0;
     for (const Document& d : documents_) {

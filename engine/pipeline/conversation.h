@@ -18,7 +18,7 @@ class Tokenizer;
 
 struct PromptTokens {
   std::vector<int32_t> tokens;  // the whole prompt, ending with the assistant's turn opening
-  int n_prefix = 0;             // tokens before the newest question (what may be reused)
+  int n_prefix = 0;             // tokens before the newest question's text (what may be reused)
 };
 
 class Conversation {

@@ -11,6 +11,7 @@
 
 #include "engine/tokenizer/chat-template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/tokenizer/reference-cache.h"
 
 namespace impress {
 namespace {
@@ -71,6 +72,44 @@ TEST_F(ConversationTest, DocumentSpansCoverEachDocumentInThePromptTokens) {
       EXPECT_EQ(tok_->Decode(Slice(p.tokens, b, e - 1)).find(d.text), std::string::npos);
       const std::string head = raw ? d.text : "### Document: " + d.name;
       EXPECT_EQ(tok_->Decode(Slice(p.tokens, b + 1, e)).find(head), std::string::npos);
+    }
+  }
+}
+
+// SentencePiece does not spell the text byte for byte (dummy-prefix spaces), so spans come from
+// tokenizing the text before each boundary. A small SPM vocabulary trained by the tokenizer
+// reference script (python sentencepiece), with the Llama-2 template and raw.
+TEST(ConversationSpm, DocumentSpansCoverEachDocumentWithSentencePiece) {
+  std::string why;
+  const std::string dir = testing_tokenizer::CachedReference("tokenizer_reference.py", &why);
+  if (dir.empty()) {
+    if (!why.empty()) GTEST_SKIP() << why;
+    return;
+  }
+  auto t = Tokenizer::Load(dir + "/spm.gguf");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->kind(), TokenizerKind::kSentencePiece);
+  Conversation conv;
+  conv.AddDocument({"a.md", "a.md", "The lighthouse was built in 1871 by Edith Marrow.\nIt is tall."});
+  conv.AddDocument({"b.txt", "b.txt", "Pepper and Salt were two grey ponies."});
+  for (const ChatTemplate& chat : {ChatTemplate(ChatFormat::kLlama2), ChatTemplate(ChatFormat::kPlain)}) {
+    for (bool raw : {false, true}) {
+      SCOPED_TRACE(std::string(ChatFormatName(chat.format())) + (raw ? " raw" : ""));
+      const PromptTokens p = conv.Build("Who built it?", *t, chat, raw);
+      const auto spans = conv.DocumentSpans(*t, chat, raw);
+      ASSERT_EQ(spans.size(), 2u);
+      int prev_end = 0;
+      for (size_t i = 0; i < spans.size(); ++i) {
+        const Document& d = conv.documents()[i];
+        const auto [b, e] = spans[i];
+        ASSERT_LT(b, e);
+        ASSERT_LE(e, p.n_prefix);
+        EXPECT_GE(b, prev_end - 1);
+        prev_end = e;
+        const std::string text = t->Decode(Slice(p.tokens, b, e));
+        EXPECT_NE(text.find(d.text.substr(0, d.text.size() - 2)), std::string::npos) << text;
+        EXPECT_EQ(t->Decode(Slice(p.tokens, 0, b)).find(d.text.substr(0, 12)), std::string::npos);
+      }
     }
   }
 }
