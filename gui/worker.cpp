@@ -392,13 +392,8 @@ void Worker::SyncConversationDocuments() {
   if (conv.documents().empty()) return;
   const Tokenizer& tok = session_->context().tokenizer();
   const ChatTemplate& chat = session_->context().chat_template();
-  spans_ = conv.DocumentSpans(tok, chat);
-  if (spans_.size() != conv.documents().size()) {
-    spans_.clear();
-    return;
-  }
-  context_tokens_ = conv.Build("", tok, chat).tokens;
-  if (spans_.back().end > int(context_tokens_.size())) spans_.clear();
+  spans_ = conv.DocumentSpans(tok, chat, /*raw=*/false, &context_tokens_);
+  if (spans_.size() != conv.documents().size()) spans_.clear();
 }
 
 void Worker::RefreshCacheViews() {

@@ -379,6 +379,9 @@ struct PrefixStore::Impl {
 
   // Commits a batch; only then may the extents it stopped naming be freed (once no reader holds
   // them). Freeing earlier would let a crash leave the catalog naming reused or truncated space.
+  // Pin (or unpin) the cached path of `tokens`, in the tree and the catalog.
+  Status SetPinned(std::span<const Token> tokens, bool pin);
+
   Status CommitLocked(const CatalogBatch& b) {
     Status s = catalog->Apply(b);
     if (s.ok())
@@ -1796,47 +1799,32 @@ PrefixResidency PrefixStore::Residency(std::span<const Token> tokens) {
   return r;
 }
 
-Status PrefixStore::Pin(std::span<const Token> tokens) {
-  Impl& im = *impl_;
-  std::lock_guard<std::mutex> lk(im.mu);
-  const MatchResult m = im.tree.Match(im.ns, tokens, /*touch=*/false);
-  if (m.n_matched == 0) return Status::NotFound("store pin: nothing of these " + std::to_string(tokens.size()) + " tokens is cached");
-  IMPRESS_ASSIGN_OR_RETURN(std::vector<NodeId> changed, im.tree.Pin(m.last_node));
-  if (changed.empty()) return Status::Ok();
-  CatalogBatch b;
-  std::set<uint64_t> segs;
-  for (NodeId id : changed) {
-    b.upsert_nodes.push_back(im.RecordOf(id));
-    segs.insert(b.upsert_nodes.back().segment);
-  }
-  Status s = im.CommitLocked(b);
-  if (!s.ok()) {
-    (void)im.tree.Unpin(m.last_node);  // exactly the nodes just pinned: the ones above were pinned already
-    return s.WithContext("store pin: catalog commit");
-  }
-  im.RefreshPinsLocked(segs);
-  return Status::Ok();
-}
+Status PrefixStore::Pin(std::span<const Token> tokens) { return impl_->SetPinned(tokens, true); }
+Status PrefixStore::Unpin(std::span<const Token> tokens) { return impl_->SetPinned(tokens, false); }
 
-Status PrefixStore::Unpin(std::span<const Token> tokens) {
-  Impl& im = *impl_;
-  std::lock_guard<std::mutex> lk(im.mu);
-  const MatchResult m = im.tree.Match(im.ns, tokens, /*touch=*/false);
-  if (m.n_matched == 0) return Status::NotFound("store unpin: nothing of these " + std::to_string(tokens.size()) + " tokens is cached");
-  IMPRESS_ASSIGN_OR_RETURN(std::vector<NodeId> changed, im.tree.Unpin(m.last_node));
+Status PrefixStore::Impl::SetPinned(std::span<const Token> tokens, bool pin) {
+  const std::string what = pin ? "store pin" : "store unpin";
+  std::lock_guard<std::mutex> lk(mu);
+  const MatchResult m = tree.Match(ns, tokens, /*touch=*/false);
+  if (m.n_matched == 0)
+    return Status::NotFound(what + ": nothing of these " + std::to_string(tokens.size()) + " tokens is cached");
+  auto apply = [&](bool p) { return p ? tree.Pin(m.last_node) : tree.Unpin(m.last_node); };
+  IMPRESS_ASSIGN_OR_RETURN(std::vector<NodeId> changed, apply(pin));
   if (changed.empty()) return Status::Ok();
   CatalogBatch b;
   std::set<uint64_t> segs;
   for (NodeId id : changed) {
-    b.upsert_nodes.push_back(im.RecordOf(id));
+    b.upsert_nodes.push_back(RecordOf(id));
     segs.insert(b.upsert_nodes.back().segment);
   }
-  Status s = im.CommitLocked(b);
+  Status s = CommitLocked(b);
   if (!s.ok()) {
-    (void)im.tree.Pin(m.last_node);
-    return s.WithContext("store unpin: catalog commit");
+    // Undo exactly what changed: pinning touched only nodes that were unpinned, and unpinning
+    // stopped where another pinned path still needs a node.
+    (void)apply(!pin);
+    return s.WithContext(what + ": catalog commit");
   }
-  im.RefreshPinsLocked(segs);
+  RefreshPinsLocked(segs);
   return Status::Ok();
 }
 

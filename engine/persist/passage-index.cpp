@@ -208,24 +208,26 @@ Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path
   return std::unique_ptr<PassageIndex>(new PassageIndex(std::move(db), options));
 }
 
+Status PassageIndex::DeleteDocumentLocked(const std::string& doc_key, const std::string& what) {
+  {
+    // The FTS table first: it has no foreign keys to cascade from the passages.
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM pidx_fts WHERE rowid IN (SELECT p.id FROM pidx_passages p "
+                                               "JOIN pidx_documents d ON d.id = p.doc WHERE d.doc_key = ?)"));
+    s.Bind(1, doc_key);
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
+  }
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM pidx_documents WHERE doc_key = ?"));
+  s.Bind(1, doc_key);
+  return db_->Run(s, what);
+}
+
 Status PassageIndex::Add(const std::string& doc_key, const std::string& name, std::string_view text) {
   const std::vector<PassageSpan> spans = SplitPassages(text, options_.target_passage_bytes);
   std::lock_guard<std::mutex> lk(mu_);
   const std::string what = "indexing \"" + name + "\"";
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
-  {
-    // Replace: drop the old passages from the FTS table first (it has no foreign keys).
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM pidx_fts WHERE rowid IN (SELECT p.id FROM pidx_passages p "
-                                               "JOIN pidx_documents d ON d.id = p.doc WHERE d.doc_key = ?)"));
-    s.Bind(1, doc_key);
-    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
-  }
-  {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM pidx_documents WHERE doc_key = ?"));
-    s.Bind(1, doc_key);
-    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
-  }
+  IMPRESS_RETURN_IF_ERROR(DeleteDocumentLocked(doc_key, what));  // replace: the old passages go first
   int64_t doc_id = 0;
   {
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO pidx_documents(doc_key, name, n_bytes) VALUES(?, ?, ?)"));
@@ -260,17 +262,7 @@ Status PassageIndex::Remove(const std::string& doc_key) {
   const std::string what = "removing \"" + doc_key + "\" from the passage index";
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
-  {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM pidx_fts WHERE rowid IN (SELECT p.id FROM pidx_passages p "
-                                               "JOIN pidx_documents d ON d.id = p.doc WHERE d.doc_key = ?)"));
-    s.Bind(1, doc_key);
-    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
-  }
-  {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM pidx_documents WHERE doc_key = ?"));
-    s.Bind(1, doc_key);
-    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
-  }
+  IMPRESS_RETURN_IF_ERROR(DeleteDocumentLocked(doc_key, what));
   if (sqlite3_changes(db_->handle()) == 0)
     return Status::NotFound(db_->path() + ": no indexed document with key \"" + doc_key + "\"");
   return t.Commit(what);

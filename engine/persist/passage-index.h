@@ -125,6 +125,9 @@ class PassageIndex {
  private:
   PassageIndex(std::unique_ptr<internal::SqliteDb> db, PassageIndexOptions options);
   Result<std::vector<Passage>> SearchLocked(std::string_view question, int k);
+  // Deletes a document's passages (FTS rows included) and its row; sqlite3_changes() then
+  // counts the document rows deleted. Inside a transaction, mu_ held.
+  Status DeleteDocumentLocked(const std::string& doc_key, const std::string& what);
 
   std::mutex mu_;
   std::unique_ptr<internal::SqliteDb> db_;  // guarded by mu_

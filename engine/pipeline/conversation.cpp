@@ -46,6 +46,10 @@ PromptTokens Conversation::Build(const std::string& question, const Tokenizer& t
   // everything before the question's text. (Rendering the earlier messages alone is not enough:
   // Llama-2's template writes the system message only together with a user turn, so a first
   // question would reuse nothing.) A merge across the boundary ends it one token early.
+  if (question.empty()) {  // the empty question's prompt is the prefix itself
+    out.n_prefix = std::max(0, int(out.tokens.size()) - 1);
+    return out;
+  }
   const auto pre = tokenizer.Encode(chat.Render(Messages("", chat), true), bos, true);
   const int shared =
       int(std::mismatch(pre.begin(), pre.end(), out.tokens.begin(), out.tokens.end()).first - pre.begin());
@@ -54,8 +58,9 @@ PromptTokens Conversation::Build(const std::string& question, const Tokenizer& t
 }
 
 std::vector<Conversation::TokenSpan> Conversation::DocumentSpans(const Tokenizer& tokenizer, const ChatTemplate& chat,
-                                                                bool raw) const {
+                                                                bool raw, std::vector<int32_t>* tokens) const {
   std::vector<TokenSpan> spans;
+  if (tokens) tokens->clear();
   if (documents_.empty()) return spans;
   // The text every prompt of this conversation starts with, and the byte ranges of the
   // documents in it (headers included); the layout is SystemText's / Build's.
@@ -82,7 +87,8 @@ std::vector<Conversation::TokenSpan> Conversation::DocumentSpans(const Tokenizer
       at = bytes.back().second;
     }
   }
-  const std::vector<int32_t> all = tokenizer.Encode(text, add_bos, special);
+  std::vector<int32_t> all_tokens = tokenizer.Encode(text, add_bos, special);
+  const std::vector<int32_t>& all = all_tokens;
   // Byte offset where each token starts, when the tokens spell the text byte for byte (byte-level
   // BPE does; SentencePiece's dummy-prefix spaces do not): then a span is exact.
   std::vector<size_t> starts;
@@ -112,6 +118,7 @@ std::vector<Conversation::TokenSpan> Conversation::DocumentSpans(const Tokenizer
     return round_up && n < int(pre.size()) ? std::min<int>(int(all.size()), n + 1) : n;
   };
   for (const auto& [b, e] : bytes) spans.push_back({agree(b, false), agree(e, true)});
+  if (tokens) *tokens = std::move(all_tokens);
   return spans;
 }
 

@@ -49,7 +49,10 @@ class Conversation {
   struct TokenSpan {
     int begin = 0, end = 0;
   };
-  std::vector<TokenSpan> DocumentSpans(const Tokenizer& tokenizer, const ChatTemplate& chat, bool raw = false) const;
+  // `tokens` (optional) receives the tokens the spans index: the prompt of an empty question
+  // (Build("") without raw), or the raw documents text.
+  std::vector<TokenSpan> DocumentSpans(const Tokenizer& tokenizer, const ChatTemplate& chat, bool raw = false,
+                                       std::vector<int32_t>* tokens = nullptr) const;
 
  private:
   std::string SystemText(const ChatTemplate& chat) const;

@@ -47,8 +47,13 @@ TEST_F(ConversationTest, DocumentSpansCoverEachDocumentInThePromptTokens) {
   for (bool raw : {false, true}) {
     SCOPED_TRACE(raw ? "raw" : "chat template");
     const PromptTokens p = conv_.Build("Who built it?", *tok_, chat_, raw);
-    const auto spans = conv_.DocumentSpans(*tok_, chat_, raw);
+    std::vector<int32_t> span_tokens;
+    const auto spans = conv_.DocumentSpans(*tok_, chat_, raw, &span_tokens);
     ASSERT_EQ(spans.size(), conv_.documents().size());
+    if (!raw) {
+      EXPECT_EQ(span_tokens, conv_.Build("", *tok_, chat_).tokens) << "the spans index the empty question's prompt";
+      EXPECT_EQ(Slice(span_tokens, 0, p.n_prefix), Slice(p.tokens, 0, p.n_prefix)) << "which shares the prefix";
+    }
     int prev_end = 0;
     for (size_t i = 0; i < spans.size(); ++i) {
       const auto& d = conv_.documents()[i];
