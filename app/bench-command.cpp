@@ -7,11 +7,11 @@
 
 #include "app/commands.h"
 #include "app/progress-bar.h"
-#include "engine/compute/engine-bench.h"
+#include "bench/engine-bench.h"
 #include "engine/model/model-loader.h"
-#include "engine/pipeline/model-context.h"
-#include "engine/pipeline/pipeline-bench.h"
-#include "store/store-bench.h"
+#include "engine/runtime/model-context.h"
+#include "bench/pipeline-bench.h"
+#include "bench/store-bench.h"
 
 namespace impress::app {
 namespace {

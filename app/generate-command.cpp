@@ -9,7 +9,7 @@
 
 #include "app/commands.h"
 #include "app/progress-bar.h"
-#include "engine/pipeline/chat-session.h"
+#include "chat/chat-session.h"
 
 namespace impress::app {
 namespace {

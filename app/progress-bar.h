@@ -3,7 +3,7 @@
 // to ~20 redraws per second. Not thread-safe: one bar per thread of work.
 #pragma once
 
-#include "engine/base/progress.h"
+#include "base/progress.h"
 
 #include <chrono>
 #include <string>

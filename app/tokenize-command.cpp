@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "app/commands.h"
-#include "engine/pipeline/document.h"
+#include "chat/document.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace impress::app {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/pipeline/impress-pipeline.h"
-#include "engine/pipeline/report.h"
+#include "pipeline/impress-pipeline.h"
+#include "pipeline/report.h"
 #include "store/prefix-store.h"
 
 namespace impress::gui {

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 #include "gui/worker.h"
 
 namespace impress::gui {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 #include "gui/app-snapshot.h"
 
 namespace impress::gui {

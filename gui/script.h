@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 #include "gui/panels.h"
 
 namespace impress::gui {

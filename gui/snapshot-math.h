@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/pipeline/report.h"
+#include "pipeline/report.h"
 #include "gui/png-image.h"
 #include "store/prefix-store.h"
 

@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/persist/chat-db.h"
-#include "engine/persist/passage-index.h"
-#include "engine/pipeline/chat-session.h"
+#include "chat/chat-db.h"
+#include "chat/passage-index.h"
+#include "chat/chat-session.h"
 #include "gui/app-snapshot.h"
 
 namespace impress::gui {

@@ -13,7 +13,7 @@
 #include <memory>
 #include <string_view>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 
 namespace impress::store {
 

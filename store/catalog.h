@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 #include "store/chunk-format.h"
 #include "store/radix-tree.h"
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 
 namespace impress::store {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 
 namespace impress::store {
 

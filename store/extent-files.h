@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 #include "store/env.h"
 
 namespace impress::store {

@@ -67,7 +67,7 @@ struct SegState {
 };
 
 struct TierBlock {
-  std::shared_ptr<TierMemory> mem;
+  std::shared_ptr<MemorySpace> mem;
   void* p = nullptr;
   size_t n = 0;
   uint64_t generation = 0;
@@ -129,7 +129,7 @@ struct PrefixStore::Impl {
   std::unique_ptr<Catalog> catalog;
   std::shared_ptr<ExtentFiles> files;
   std::unique_ptr<ReadEngine> io;
-  std::shared_ptr<TierMemory> device_mem, host_mem;
+  std::shared_ptr<MemorySpace> device_mem, host_mem;
   bool direct = false;
 
   std::mutex mu;
@@ -872,8 +872,8 @@ Result<std::unique_ptr<PrefixStore>> PrefixStore::Open(PrefixStoreOptions o) {
   im->k_bytes = uint32_t(o.n_head_kv * o.head_dim * 2);
   im->rec_bytes = 2 * im->k_bytes;
   im->probe_rec_bytes = uint32_t(o.probe_kv_heads.size() * size_t(o.head_dim) * 2);
-  im->device_mem = o.device_memory ? o.device_memory : std::make_shared<HostTierMemory>("device (host stand-in)");
-  im->host_mem = o.host_memory ? o.host_memory : std::make_shared<HostTierMemory>("host");
+  im->device_mem = o.device_memory ? o.device_memory : std::make_shared<HostMemorySpace>("device (host stand-in)");
+  im->host_mem = o.host_memory ? o.host_memory : std::make_shared<HostMemorySpace>("host");
   IMPRESS_RETURN_IF_ERROR(im->env->CreateDir(o.dir));
   bool fresh = false;
   std::string why;

@@ -2,7 +2,7 @@
 //
 // Owns the radix tree (store/radix-tree.h), the SQLite catalog (store/catalog.h), the chunk data
 // files (store/extent-files.h), the read engine (store/uring-io.h), the device/host memory tiers
-// (store/tier-manager.h decides, TierMemory holds bytes) and the background reorder worker.
+// (store/tier-manager.h decides, MemorySpace holds bytes) and the background reorder worker.
 //
 // Per request: Match() the token sequence -> a MatchHandle that locks the matched nodes and pins
 // the KV layout they had (a reorder or eviction meanwhile never changes what the handle reads);
@@ -27,13 +27,13 @@
 #include <string>
 #include <vector>
 
-#include "engine/base/fp16.h"
-#include "engine/base/status.h"
+#include "base/fp16.h"
+#include "base/status.h"
 #include "store/cache-policy.h"
 #include "store/env.h"
 #include "store/radix-tree.h"
 #include "store/tier-manager.h"
-#include "store/tier-memory.h"
+#include "base/memory-space.h"
 
 namespace impress::store {
 
@@ -55,8 +55,8 @@ struct PrefixStoreOptions {
   bool verify_on_open = false;      // read and check every chunk on open (else: on every read)
   uint64_t data_file_bytes = 1ull << 30;
   Env* env = nullptr;                       // nullptr: Env::Default()
-  std::shared_ptr<TierMemory> device_memory;  // nullptr: host memory stand-in
-  std::shared_ptr<TierMemory> host_memory;    // nullptr: host memory
+  std::shared_ptr<MemorySpace> device_memory;  // nullptr: host memory stand-in
+  std::shared_ptr<MemorySpace> host_memory;    // nullptr: host memory
 };
 
 // K and V of one layer for tokens [start, end) of an insert, fp16, each (n_tokens, n_head_kv, head_dim).

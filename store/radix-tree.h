@@ -50,7 +50,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 
 namespace impress::store {
 

@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 #include "store/cache-policy.h"
 
 namespace impress::store {

@@ -24,8 +24,8 @@
 #include <span>
 #include <string>
 
-#include "engine/base/fp16.h"
-#include "engine/base/status.h"
+#include "base/fp16.h"
+#include "base/status.h"
 
 namespace impress {
 

@@ -32,8 +32,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/base/progress.h"
-#include "engine/base/status.h"
+#include "base/progress.h"
+#include "base/status.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/sampler.h"
 #include "engine/model/model.h"

@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/base/fp16.h"
+#include "base/fp16.h"
 
 // Bit-exact agreement with the reference (numpy: every multiply and add rounded on its own).
 // Contraction into FMA cannot change a result here: each product that feeds an add is exact in

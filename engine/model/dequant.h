@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 #include "engine/model/ggml-type.h"
 
 namespace impress {

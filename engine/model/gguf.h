@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 #include "engine/model/ggml-type.h"
 
 namespace impress {

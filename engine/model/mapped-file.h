@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 
 namespace impress {
 

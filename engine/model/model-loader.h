@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/base/progress.h"
-#include "engine/base/status.h"
+#include "base/progress.h"
+#include "base/status.h"
 #include "engine/model/model.h"
 
 namespace impress {

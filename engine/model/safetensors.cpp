@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "engine/base/fp16.h"
+#include "base/fp16.h"
 #include "engine/model/dequant.h"
 #include "engine/model/mapped-file.h"
 

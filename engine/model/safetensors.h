@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 
 namespace impress {
 

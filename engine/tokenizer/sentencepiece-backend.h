@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace sentencepiece {

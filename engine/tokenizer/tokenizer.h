@@ -25,8 +25,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/base/progress.h"
-#include "engine/base/status.h"
+#include "base/progress.h"
+#include "base/status.h"
 #include "engine/tokenizer/pre-tokenizer.h"
 
 namespace impress {

@@ -1,5 +1,5 @@
-#include "engine/base/fp16.h"
-#include "engine/base/status.h"
+#include "base/fp16.h"
+#include "base/status.h"
 
 #include <gtest/gtest.h>
 

@@ -25,10 +25,10 @@
 #include "engine/compute/cuda/cuda-tier-memory.h"
 #include "engine/compute/forward.h"
 #include "engine/model/model-loader.h"
-#include "engine/pipeline/conversation.h"
-#include "engine/pipeline/document.h"
-#include "engine/pipeline/impress-pipeline.h"
-#include "engine/pipeline/model-context.h"
+#include "chat/conversation.h"
+#include "chat/document.h"
+#include "pipeline/impress-pipeline.h"
+#include "engine/runtime/model-context.h"
 
 namespace impress {
 namespace {

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <memory>
 
-#include "engine/base/fp16.h"
+#include "base/fp16.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model-loader.h"
 #include "engine/model/safetensors.h"

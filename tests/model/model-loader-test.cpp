@@ -11,7 +11,7 @@
 #include <map>
 #include <sstream>
 
-#include "engine/base/fp16.h"
+#include "base/fp16.h"
 #include "tests/model/gguf-builder.h"
 #include "tests/model/python-ref.h"
 

@@ -1,7 +1,7 @@
 // The IMPRESS pipeline on the real default model (skipped when it is absent): equivalences
 // between systems at keep ratio 1, the threshold's extremes, the TTFT breakdown, storing and
 // reusing, and the selection helpers against brute-force references.
-#include "engine/pipeline/impress-pipeline.h"
+#include "pipeline/impress-pipeline.h"
 
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
@@ -13,8 +13,8 @@
 #include <random>
 #include <set>
 
-#include "engine/pipeline/conversation.h"
-#include "engine/pipeline/document.h"
+#include "chat/conversation.h"
+#include "chat/document.h"
 
 namespace impress {
 namespace {

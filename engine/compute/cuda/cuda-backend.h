@@ -32,7 +32,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 #include "engine/compute/backend.h"
 
 namespace impress {

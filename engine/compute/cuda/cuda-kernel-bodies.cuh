@@ -32,7 +32,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/base/fp16.h"
+#include "base/fp16.h"
 #define IMPRESS_KFN inline
 #define IMPRESS_HKFN inline
 #endif

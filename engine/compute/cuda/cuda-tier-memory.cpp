@@ -17,7 +17,7 @@ namespace impress {
 
 namespace {
 
-class CudaTierMemory final : public store::TierMemory {
+class CudaTierMemory final : public MemorySpace {
  public:
   CudaTierMemory(int device, bool pinned_host) : device_(device), pinned_(pinned_host) {}
   ~CudaTierMemory() override {
@@ -120,18 +120,18 @@ class CudaTierMemory final : public store::TierMemory {
   std::mutex copy_mu_;
 };
 
-Result<std::shared_ptr<store::TierMemory>> Make(int device, bool pinned) {
+Result<std::shared_ptr<MemorySpace>> Make(int device, bool pinned) {
   IMPRESS_ASSIGN_OR_RETURN(int n, CudaDeviceCount());
   if (device < 0 || device >= n)
     return Status::InvalidArgument("CUDA device " + std::to_string(device) + " does not exist");
   auto m = std::make_shared<CudaTierMemory>(device, pinned);
   IMPRESS_RETURN_IF_ERROR(m->Init());
-  return std::shared_ptr<store::TierMemory>(std::move(m));
+  return std::shared_ptr<MemorySpace>(std::move(m));
 }
 
 }  // namespace
 
-Result<std::shared_ptr<store::TierMemory>> MakeCudaDeviceTierMemory(int device) { return Make(device, false); }
-Result<std::shared_ptr<store::TierMemory>> MakeCudaPinnedHostTierMemory(int device) { return Make(device, true); }
+Result<std::shared_ptr<MemorySpace>> MakeCudaDeviceTierMemory(int device) { return Make(device, false); }
+Result<std::shared_ptr<MemorySpace>> MakeCudaPinnedHostTierMemory(int device) { return Make(device, true); }
 
 }  // namespace impress

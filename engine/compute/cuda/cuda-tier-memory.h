@@ -1,11 +1,11 @@
-// TierMemory (store/tier-memory.h) on a CUDA machine, for PrefixStoreOptions::device_memory and
+// MemorySpace (base/memory-space.h) on a CUDA machine, for PrefixStoreOptions::device_memory and
 // host_memory:
 //  - the device tier: GPU memory from cudaMalloc, kept in a size-class pool (chunks are a few
 //    sizes, and cudaMalloc/cudaFree synchronize the device); CopyIn/CopyOut run on the tier's
 //    own stream and wait for their copy, so they never wait on compute work.
 //  - the host tier: pinned (page-locked) memory from cudaHostAlloc, pooled the same way, so
 //    host -> device copies from it run at full PCIe speed and may be asynchronous.
-// Memory is returned to CUDA when the TierMemory is destroyed. A copy that fails is logged (the
+// Memory is returned to CUDA when the MemorySpace is destroyed. A copy that fails is logged (the
 // interface cannot return it) and marks the tier failed: Alloc then returns nullptr, so the store
 // keeps the chunk on the SSD only.
 //
@@ -14,14 +14,14 @@
 
 #include <memory>
 
-#include "engine/base/status.h"
-#include "store/tier-memory.h"
+#include "base/status.h"
+#include "base/memory-space.h"
 
 namespace impress {
 
 // Both fail with the status of CudaDeviceCount() (cuda-backend.h) where there is no GPU, and
 // are Unsupported in a build without CUDA.
-Result<std::shared_ptr<store::TierMemory>> MakeCudaDeviceTierMemory(int device = 0);
-Result<std::shared_ptr<store::TierMemory>> MakeCudaPinnedHostTierMemory(int device = 0);
+Result<std::shared_ptr<MemorySpace>> MakeCudaDeviceTierMemory(int device = 0);
+Result<std::shared_ptr<MemorySpace>> MakeCudaPinnedHostTierMemory(int device = 0);
 
 }  // namespace impress

@@ -20,7 +20,7 @@ Result<std::string> CudaDeviceDescription(int) { return NotBuilt(); }
 Result<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions&) { return NotBuilt(); }
 Status CudaBackendStatus(const Backend&) { return Status::Ok(); }
 Result<double> MeasureCublasTflops(int, CudaGemmPrecision, int) { return NotBuilt(); }
-Result<std::shared_ptr<store::TierMemory>> MakeCudaDeviceTierMemory(int) { return NotBuilt(); }
-Result<std::shared_ptr<store::TierMemory>> MakeCudaPinnedHostTierMemory(int) { return NotBuilt(); }
+Result<std::shared_ptr<MemorySpace>> MakeCudaDeviceTierMemory(int) { return NotBuilt(); }
+Result<std::shared_ptr<MemorySpace>> MakeCudaPinnedHostTierMemory(int) { return NotBuilt(); }
 
 }  // namespace impress

@@ -9,7 +9,7 @@
 
 #include <cstddef>
 
-#include "engine/base/status.h"
+#include "base/status.h"
 
 namespace impress::cuda {
 

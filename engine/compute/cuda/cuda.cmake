@@ -1,8 +1,8 @@
-# The CUDA backend (engine/compute/cuda), included by the top-level CMakeLists.txt after the
-# libraries. IMPRESS_CUDA defaults to ON when nvcc is found; it is always OFF in sanitizer
+# The CUDA backend (engine/compute/cuda), included by the top-level CMakeLists.txt after
+# impress_compute. IMPRESS_CUDA defaults to ON when nvcc is found; it is always OFF in sanitizer
 # builds (ASan/TSan do not mix with the CUDA runtime). impress_cuda always exists: without CUDA
 # it holds entry points that say the build has no CUDA (cuda-unavailable.cpp), so callers such
-# as ModelContext need no #ifdef. With CUDA it defines IMPRESS_HAVE_CUDA=1 for its users.
+# as ModelContext (engine/runtime) need no #ifdef. With CUDA it defines IMPRESS_HAVE_CUDA=1 for its users.
 include(CheckLanguage)
 set(_impress_cuda_found OFF)
 if(NOT IMPRESS_SANITIZE AND NOT IMPRESS_TSAN)
@@ -19,7 +19,7 @@ elseif(IMPRESS_CUDA AND NOT _impress_cuda_found)
 endif()
 
 set(_cuda_dir ${CMAKE_SOURCE_DIR}/engine/compute/cuda)
-set(_cuda_common ${_cuda_dir}/cuda-precision.cpp ${_cuda_dir}/cuda-bench.cpp)
+set(_cuda_common ${_cuda_dir}/cuda-precision.cpp)
 if(IMPRESS_CUDA)
   # sm_90 (H100/H200) machine code plus PTX that newer GPUs JIT-compile.
   set(CMAKE_CUDA_ARCHITECTURES "90-real;90-virtual" CACHE STRING "CUDA architectures of the CUDA backend")
@@ -42,4 +42,3 @@ else()
   add_library(impress_cuda STATIC ${_cuda_common} ${_cuda_dir}/cuda-unavailable.cpp)
   target_link_libraries(impress_cuda PUBLIC impress_compute)
 endif()
-target_link_libraries(impress_pipeline PUBLIC impress_cuda)

@@ -1,0 +1,207 @@
+#include "bench/pipeline-bench.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "chat/conversation.h"
+#include "chat/document.h"
+#include "pipeline/impress-pipeline.h"
+
+namespace impress {
+
+namespace {
+
+Result<std::vector<std::string>> ReadQuestions(const std::string& path, int n) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot open the questions file " + path);
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line) && int(out.size()) < n) {
+    if (line.empty() || line[0] == '#') continue;
+    out.push_back(line);
+  }
+  if (out.empty()) return Status::InvalidArgument(path + " holds no questions");
+  return out;
+}
+
+int32_t Argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+struct Accumulator {
+  std::string system;
+  std::vector<double> ttft;
+  double ssd = 0, kv = 0, err_sum = 0, err_max = 0, agree = 0, amp = 0, chunks = 0, passed = 0;
+  TtftBreakdown bd;
+
+  void Add(const RequestReport& r, bool agrees) {
+    ttft.push_back(r.ttft_ms);
+    ssd += double(r.ssd_bytes_read);
+    for (const LayerReport& l : r.layers) kv += double(l.key_bytes + l.value_bytes);
+    const double err = r.ttft_ms > 0 ? std::fabs(r.breakdown.other_ms) / r.ttft_ms : 0;
+    err_sum += err;
+    err_max = std::max(err_max, err);
+    agree += agrees ? 1 : 0;
+    amp += r.read_amplification();
+    chunks += r.chunks_ssd;
+    passed += r.layers.empty() ? 0 : double(r.n_layers_passed) / double(r.layers.size());
+    const TtftBreakdown& b = r.breakdown;
+    bd.match_ms += b.match_ms;
+    bd.probe_io_ms += b.probe_io_ms;
+    bd.probe_compute_ms += b.probe_compute_ms;
+    bd.kv_io_ms += b.kv_io_ms;
+    bd.copy_ms += b.copy_ms;
+    bd.compute_ms += b.compute_ms;
+    bd.io_wait_ms += b.io_wait_ms;
+    bd.other_ms += b.other_ms;
+  }
+  SystemSummary Summary() const {
+    SystemSummary s;
+    s.system = system;
+    const int n = int(ttft.size());
+    s.n_requests = n;
+    if (n == 0) return s;
+    std::vector<double> sorted = ttft;
+    std::sort(sorted.begin(), sorted.end());
+    double sum = 0;
+    for (double t : ttft) sum += t;
+    s.mean_ttft_ms = sum / n;
+    s.p99_ttft_ms = sorted[size_t(std::min<double>(n - 1, std::ceil(0.99 * n) - 1))];
+    s.mean_ssd_bytes = ssd / n;
+    s.mean_kv_bytes = kv / n;
+    s.mean_breakdown_error = err_sum / n;
+    s.max_breakdown_error = err_max;
+    s.first_token_agreement = agree / n;
+    s.mean_read_amplification = amp / n;
+    s.mean_chunks_ssd = chunks / n;
+    s.layers_passed = passed / n;
+    s.mean_breakdown = bd;
+    for (double* p : {&s.mean_breakdown.match_ms, &s.mean_breakdown.probe_io_ms, &s.mean_breakdown.probe_compute_ms,
+                      &s.mean_breakdown.kv_io_ms, &s.mean_breakdown.copy_ms, &s.mean_breakdown.compute_ms,
+                      &s.mean_breakdown.io_wait_ms, &s.mean_breakdown.other_ms}) {
+      *p /= n;
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
+Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const PipelineBenchOptions& o) {
+  PipelineBenchResult result;
+  IMPRESS_ASSIGN_OR_RETURN(Document doc, LoadDocument(o.document));
+  IMPRESS_ASSIGN_OR_RETURN(std::vector<std::string> questions, ReadQuestions(o.questions, o.n_questions));
+  result.n_questions = int(questions.size());
+
+  const std::filesystem::path dir =
+      std::filesystem::path(o.store_dir) / fmt::format("pipeline-bench-{}", ::getpid());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  struct Cleanup {
+    std::filesystem::path d;
+    ~Cleanup() {
+      std::error_code e;
+      std::filesystem::remove_all(d, e);
+    }
+  } cleanup{dir};
+
+  // The document lives only on the SSD: no device or host tier.
+  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), o.probe_heads);
+  so.dir = dir.string();
+  so.device_bytes = 0;
+  so.host_bytes = 0;
+  so.reorder_interval = std::chrono::milliseconds(0);
+  IMPRESS_ASSIGN_OR_RETURN(auto st, store::PrefixStore::Open(so));
+  ImpressPipeline pipe(ctx, st.get());
+
+  Conversation conv;
+  conv.AddDocument(std::move(doc));
+  std::vector<PromptTokens> prompts;
+  for (const std::string& q : questions) prompts.push_back(conv.Build(q, ctx.tokenizer(), ctx.chat_template()));
+  result.n_document_tokens = prompts[0].n_prefix;
+
+  const int total_steps = 1 + result.n_questions * 5;
+  int step = 0;
+  auto tick = [&](const char* what) { return ReportProgress(o.progress, uint64_t(++step), uint64_t(total_steps), what); };
+
+  // Ingest: one full prefill of the document, stored.
+  std::vector<float> logits;
+  PipelineSettings s;
+  s.system = SystemKind::kRecomp;
+  s.report_importance = false;
+  {
+    IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[0].tokens, prompts[0].n_prefix}, s, 0, &logits,
+                                                           [&](uint64_t d, uint64_t t, std::string_view) {
+                                                             return ReportProgress(o.progress, d, t, "ingest");
+                                                           }));
+    result.ingest_ms = r.ttft_ms;
+    result.recomp_ttft_ms = r.ttft_ms;
+    pipe.StoreAsync(size_t(prompts[0].n_prefix));
+    IMPRESS_ASSIGN_OR_RETURN(uint64_t stored, pipe.WaitForStore());
+    if (stored != uint64_t(prompts[0].n_prefix)) {
+      return Status::Internal(fmt::format("stored {} of {} document tokens", stored, prompts[0].n_prefix));
+    }
+  }
+  tick("ingest");
+
+  const std::vector<SystemKind> systems = {SystemKind::kAsLike, SystemKind::kAsH2oLru, SystemKind::kAsH2oLfu,
+                                           SystemKind::kImpress};
+  std::vector<Accumulator> acc(systems.size() + 1);
+  for (size_t i = 0; i < systems.size(); ++i) acc[i].system = SystemName(systems[i]);
+  acc.back().system = "impress (after reorder)";
+  std::vector<int32_t> full_first(prompts.size());
+
+  for (size_t q = 0; q < prompts.size(); ++q) {
+    for (size_t i = 0; i < systems.size(); ++i) {
+      s = PipelineSettings{};
+      s.system = systems[i];
+      s.keep = o.keep;
+      s.alpha = o.alpha;
+      s.probe_heads = o.probe_heads;
+      s.report_importance = systems[i] == SystemKind::kImpress;  // reorder follows IMPRESS's verdicts
+      IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[q].tokens, prompts[q].n_prefix}, s, 0, &logits));
+      if (r.n_matched != prompts[q].n_prefix) {
+        return Status::Internal(fmt::format("question {}: matched {} of {} prefix tokens", q, r.n_matched,
+                                            prompts[q].n_prefix));
+      }
+      if (systems[i] == SystemKind::kAsLike) full_first[q] = Argmax(logits);
+      acc[i].Add(r, Argmax(logits) == full_first[q]);
+      tick(SystemName(systems[i]));
+    }
+  }
+
+  IMPRESS_ASSIGN_OR_RETURN(store::ReorderReport rr, st->ReorderNow());
+  result.segments_reordered = rr.segments_reordered;
+  for (size_t q = 0; q < prompts.size(); ++q) {
+    s = PipelineSettings{};
+    s.system = SystemKind::kImpress;
+    s.keep = o.keep;
+    s.alpha = o.alpha;
+    s.probe_heads = o.probe_heads;
+    s.report_importance = false;
+    IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[q].tokens, prompts[q].n_prefix}, s, 0, &logits));
+    acc.back().Add(r, Argmax(logits) == full_first[q]);
+    tick("impress after reorder");
+  }
+
+  for (const Accumulator& a : acc) result.systems.push_back(a.Summary());
+  const SystemSummary& as = result.systems[0];
+  const SystemSummary& lfu = result.systems[2];
+  const SystemSummary& imp = result.systems[3];
+  result.impress_vs_as_bytes = as.mean_ssd_bytes > 0 ? imp.mean_ssd_bytes / as.mean_ssd_bytes : 0;
+  result.impress_vs_h2o_bytes = lfu.mean_ssd_bytes > 0 ? imp.mean_ssd_bytes / lfu.mean_ssd_bytes : 0;
+  result.read_amp_before_reorder = imp.mean_read_amplification;
+  result.read_amp_after_reorder = result.systems.back().mean_read_amplification;
+  const store::StoreStats stats = st->Stats();
+  result.io_engine = stats.io_engine;
+  result.direct_io = stats.direct_io;
+  return result;
+}
+
+}  // namespace impress

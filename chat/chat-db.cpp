@@ -1,0 +1,470 @@
+#include "chat/chat-db.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+
+#include "base/sqlite.h"
+
+namespace impress::persist {
+
+using sqlite::SqliteDb;
+using sqlite::Stmt;
+using sqlite::Txn;
+
+namespace {
+
+// PRAGMA application_id of a chat database ("IMPc"), so a foreign SQLite file is recognised
+// before anything is written to it.
+constexpr int32_t kAppId = 0x494d5063;
+
+// Schema history:
+//   1: meta, conversations, texts, documents, turns (this file's kSchemaV1).
+// A later version adds a step to Migrate() that upgrades N -> N+1 inside the open transaction.
+const char* kSchemaV1 = R"(
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE conversations(
+  id INTEGER PRIMARY KEY,
+  title TEXT NOT NULL,
+  created INTEGER NOT NULL,
+  updated INTEGER NOT NULL,
+  mode TEXT NOT NULL CHECK(mode IN ('documents', 'retrieval')),
+  settings TEXT NOT NULL DEFAULT '');
+CREATE INDEX conversations_by_update ON conversations(updated, id);
+CREATE TABLE texts(
+  id INTEGER PRIMARY KEY,
+  key TEXT NOT NULL UNIQUE,
+  n_bytes INTEGER NOT NULL,
+  text BLOB NOT NULL);
+CREATE TABLE documents(
+  conversation INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  position INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  path TEXT NOT NULL,
+  text_id INTEGER NOT NULL REFERENCES texts(id),
+  n_tokens INTEGER NOT NULL,
+  attached INTEGER NOT NULL,
+  PRIMARY KEY(conversation, position)) WITHOUT ROWID;
+CREATE INDEX documents_by_text ON documents(text_id);
+CREATE TABLE turns(
+  conversation INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  position INTEGER NOT NULL,
+  role TEXT NOT NULL,
+  content BLOB NOT NULL,
+  meta BLOB NOT NULL,
+  created INTEGER NOT NULL,
+  PRIMARY KEY(conversation, position));
+)";
+
+std::string TextKey(const std::string& text) {
+  XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64 "%016" PRIx64 ":%zu", uint64_t(h.high64), uint64_t(h.low64),
+                text.size());
+  return buf;
+}
+
+bool ParseMode(const std::string& s, ConversationMode* m) {
+  if (s == "documents") *m = ConversationMode::kDocuments;
+  else if (s == "retrieval") *m = ConversationMode::kRetrieval;
+  else return false;
+  return true;
+}
+
+Status CheckRole(const std::string& role) {
+  if (role == "system" || role == "user" || role == "assistant") return Status::Ok();
+  return Status::InvalidArgument("turn role \"" + role + "\" is not system, user or assistant");
+}
+
+// Reads a single integer (first column of the first row) of `sql`.
+Result<int64_t> QueryInt(SqliteDb& db, const char* sql, const std::string& what) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db.Prep(sql));
+  int rc = s.Step();
+  if (rc != SQLITE_ROW) return db.Error(rc, what);
+  return s.Int(0);
+}
+
+}  // namespace
+
+const char* ConversationModeName(ConversationMode m) {
+  return m == ConversationMode::kRetrieval ? "retrieval" : "documents";
+}
+
+Conversation ToConversation(const SavedConversation& saved) {
+  Conversation c;
+  for (const SavedDocument& d : saved.documents)
+    if (d.attached) c.AddDocument(Document{d.path, d.name, d.text});
+  for (const SavedTurn& t : saved.turns) c.AddTurn(t.role, t.content);
+  return c;
+}
+
+ChatDb::ChatDb(std::unique_ptr<SqliteDb> db, ChatDbOptions options) : db_(std::move(db)), options_(std::move(options)) {}
+ChatDb::~ChatDb() = default;
+
+const std::string& ChatDb::path() const { return db_->path(); }
+
+int64_t ChatDb::Now() const { return options_.now ? options_.now() : int64_t(std::time(nullptr)); }
+
+Result<std::unique_ptr<ChatDb>> ChatDb::Open(const std::string& path, ChatDbOptions options) {
+  IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, /*create=*/true));
+  // Identify the file before writing anything: reading the header fails with NOTADB for a file
+  // that is not SQLite; a foreign SQLite file has another application_id or tables of its own.
+  IMPRESS_ASSIGN_OR_RETURN(int64_t app_id, QueryInt(*db, "PRAGMA application_id", "reading the file header"));
+  IMPRESS_ASSIGN_OR_RETURN(int64_t n_objects, QueryInt(*db, "SELECT count(*) FROM sqlite_master", "reading the schema"));
+  const bool fresh = app_id == 0 && n_objects == 0;
+  if (!fresh && app_id != kAppId) {
+    char id[16];
+    std::snprintf(id, sizeof id, "0x%08x", uint32_t(app_id));
+    return Status::InvalidArgument(path + ": not an IMPRESS chat database (SQLite application_id " + id + ", " +
+                                   std::to_string(n_objects) + " schema objects); the file was left unchanged");
+  }
+  // The version is checked before the first write (even the WAL pragma), so a file from a
+  // newer build is left exactly as it was.
+  int64_t version = kSchemaVersion;
+  if (!fresh) {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep("SELECT value FROM meta WHERE key = 'schema_version'"));
+    int rc = s.Step();
+    if (rc == SQLITE_DONE) return Status::Corruption(path + ": chat database has no schema_version row");
+    if (rc != SQLITE_ROW) return db->Error(rc, "reading the schema version");
+    std::string v = s.Text(0);
+    char* end = nullptr;
+    version = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || version < 1)
+      return Status::Corruption(path + ": chat database has an invalid schema_version \"" + v + "\"");
+  }
+  if (version > kSchemaVersion)
+    return Status::Unsupported(path + ": chat database has schema version " + std::to_string(version) +
+                               ", written by a newer IMPRESS; this build reads up to version " +
+                               std::to_string(kSchemaVersion) + " (the file was left unchanged)");
+  IMPRESS_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
+                                   "setting up the connection"));
+  IMPRESS_RETURN_IF_ERROR(db->SetMaxFileBytes(options.max_file_bytes));
+  if (fresh) {
+    Txn t(*db);
+    IMPRESS_RETURN_IF_ERROR(t.Begin("creating the chat database"));
+    IMPRESS_RETURN_IF_ERROR(db->Exec(kSchemaV1, "creating the chat database"));
+    std::string init = "PRAGMA application_id=" + std::to_string(kAppId) +
+                       "; INSERT INTO meta(key, value) VALUES('schema_version', '" + std::to_string(kSchemaVersion) + "');";
+    IMPRESS_RETURN_IF_ERROR(db->Exec(init.c_str(), "creating the chat database"));
+    IMPRESS_RETURN_IF_ERROR(t.Commit("creating the chat database"));
+  }
+  if (version < kSchemaVersion) {
+    // No older versions exist yet: version 1 is the first. Upgrade steps go here, N -> N+1,
+    // all inside one transaction together with the new schema_version row.
+    return Status::Internal(path + ": no migration from chat schema version " + std::to_string(version));
+  }
+  return std::unique_ptr<ChatDb>(new ChatDb(std::move(db), std::move(options)));
+}
+
+Status ChatDb::CheckConversation(int64_t id) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT 1 FROM conversations WHERE id = ?"));
+  s.Bind(1, id);
+  int rc = s.Step();
+  if (rc == SQLITE_DONE) return Status::NotFound(db_->path() + ": no conversation with id " + std::to_string(id));
+  if (rc != SQLITE_ROW) return db_->Error(rc, "looking up conversation " + std::to_string(id));
+  return Status::Ok();
+}
+
+Status ChatDb::Touch(int64_t id) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE conversations SET updated = ? WHERE id = ?"));
+  s.Bind(1, Now());
+  s.Bind(2, id);
+  return db_->Run(s, "updating conversation " + std::to_string(id));
+}
+
+Status ChatDb::RemoveOrphanTexts() {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM texts WHERE NOT EXISTS "
+                                             "(SELECT 1 FROM documents d WHERE d.text_id = texts.id)"));
+  return db_->Run(s, "removing unused document texts");
+}
+
+Result<std::vector<ConversationSummary>> ChatDb::ListConversations() {
+  std::lock_guard<std::mutex> lk(mu_);
+  IMPRESS_ASSIGN_OR_RETURN(
+      Stmt s, db_->Prep("SELECT c.id, c.title, c.created, c.updated, c.mode, "
+                        "(SELECT count(*) FROM turns t WHERE t.conversation = c.id), "
+                        "(SELECT count(*) FROM documents d WHERE d.conversation = c.id) "
+                        "FROM conversations c ORDER BY c.updated DESC, c.id DESC"));
+  std::vector<ConversationSummary> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    ConversationSummary c;
+    c.id = s.Int(0);
+    c.title = s.Text(1);
+    c.created = s.Int(2);
+    c.updated = s.Int(3);
+    if (!ParseMode(s.Text(4), &c.mode))
+      return Status::Corruption(db_->path() + ": conversation " + std::to_string(c.id) + " has an unknown mode");
+    c.n_turns = int(s.Int(5));
+    c.n_documents = int(s.Int(6));
+    out.push_back(std::move(c));
+  }
+  if (rc != SQLITE_DONE) return db_->Error(rc, "listing conversations");
+  return out;
+}
+
+Result<int64_t> ChatDb::CreateConversation(const std::string& title, ConversationMode mode) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin("creating a conversation"));
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO conversations(title, created, updated, mode, settings) "
+                                             "VALUES(?, ?, ?, ?, '')"));
+  const int64_t now = Now();
+  s.Bind(1, title);
+  s.Bind(2, now);
+  s.Bind(3, now);
+  s.Bind(4, std::string_view(ConversationModeName(mode)));
+  IMPRESS_RETURN_IF_ERROR(db_->Run(s, "creating a conversation"));
+  const int64_t id = sqlite3_last_insert_rowid(db_->handle());
+  IMPRESS_RETURN_IF_ERROR(t.Commit("creating a conversation"));
+  return id;
+}
+
+Result<SavedConversation> ChatDb::Load(int64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string what = "loading conversation " + std::to_string(id);
+  // One read transaction, so the three queries see the same state.
+  IMPRESS_RETURN_IF_ERROR(db_->Exec("BEGIN", what));
+  struct EndRead {
+    SqliteDb& db;
+    ~EndRead() { sqlite3_exec(db.handle(), "COMMIT", nullptr, nullptr, nullptr); }
+  } end_read{*db_};
+  SavedConversation out;
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT title, created, updated, mode, settings FROM conversations WHERE id = ?"));
+    s.Bind(1, id);
+    int rc = s.Step();
+    if (rc == SQLITE_DONE) return Status::NotFound(db_->path() + ": no conversation with id " + std::to_string(id));
+    if (rc != SQLITE_ROW) return db_->Error(rc, what);
+    out.summary.id = id;
+    out.summary.title = s.Text(0);
+    out.summary.created = s.Int(1);
+    out.summary.updated = s.Int(2);
+    if (!ParseMode(s.Text(3), &out.summary.mode))
+      return Status::Corruption(db_->path() + ": conversation " + std::to_string(id) + " has an unknown mode");
+    out.settings = s.Text(4);
+  }
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT d.name, d.path, t.text, d.n_tokens, d.attached, t.n_bytes, t.key "
+                                               "FROM documents d JOIN texts t ON t.id = d.text_id "
+                                               "WHERE d.conversation = ? ORDER BY d.position"));
+    s.Bind(1, id);
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      SavedDocument d;
+      d.name = s.Text(0);
+      d.path = s.Text(1);
+      d.text = s.Text(2);
+      d.n_tokens = s.Int(3);
+      d.attached = s.Int(4) != 0;
+      d.n_bytes = uint64_t(s.Int(5));
+      d.text_key = s.Text(6);
+      if (d.n_bytes != d.text.size())
+        return Status::Corruption(db_->path() + ": document \"" + d.name + "\" of conversation " + std::to_string(id) +
+                                  " has " + std::to_string(d.text.size()) + " bytes, expected " + std::to_string(d.n_bytes));
+      out.documents.push_back(std::move(d));
+    }
+    if (rc != SQLITE_DONE) return db_->Error(rc, what + " (documents)");
+  }
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT role, content, meta, created FROM turns "
+                                               "WHERE conversation = ? ORDER BY position"));
+    s.Bind(1, id);
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      SavedTurn turn;
+      turn.role = s.Text(0);
+      turn.content = s.Text(1);
+      turn.meta = s.Text(2);
+      turn.created = s.Int(3);
+      out.turns.push_back(std::move(turn));
+    }
+    if (rc != SQLITE_DONE) return db_->Error(rc, what + " (turns)");
+  }
+  out.summary.n_turns = int(out.turns.size());
+  out.summary.n_documents = int(out.documents.size());
+  return out;
+}
+
+Status ChatDb::RenameConversation(int64_t id, const std::string& title) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string what = "renaming conversation " + std::to_string(id);
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
+  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE conversations SET title = ? WHERE id = ?"));
+  s.Bind(1, title);
+  s.Bind(2, id);
+  IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
+  IMPRESS_RETURN_IF_ERROR(Touch(id));
+  return t.Commit(what);
+}
+
+Status ChatDb::SetMode(int64_t id, ConversationMode mode) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string what = "setting the mode of conversation " + std::to_string(id);
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
+  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE conversations SET mode = ? WHERE id = ?"));
+  s.Bind(1, std::string_view(ConversationModeName(mode)));
+  s.Bind(2, id);
+  IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
+  IMPRESS_RETURN_IF_ERROR(Touch(id));
+  return t.Commit(what);
+}
+
+Status ChatDb::SetSettings(int64_t id, const std::string& settings_json) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string what = "saving the settings of conversation " + std::to_string(id);
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
+  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE conversations SET settings = ? WHERE id = ?"));
+  s.Bind(1, settings_json);
+  s.Bind(2, id);
+  IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
+  IMPRESS_RETURN_IF_ERROR(Touch(id));
+  return t.Commit(what);
+}
+
+Status ChatDb::DeleteConversation(int64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string what = "deleting conversation " + std::to_string(id);
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
+  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
+  {
+    // Turns and documents go with it (ON DELETE CASCADE).
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM conversations WHERE id = ?"));
+    s.Bind(1, id);
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
+  }
+  IMPRESS_RETURN_IF_ERROR(RemoveOrphanTexts());
+  return t.Commit(what);
+}
+
+Result<int> ChatDb::AppendTurn(int64_t id, const std::string& role, const std::string& content, const std::string& meta) {
+  IMPRESS_RETURN_IF_ERROR(CheckRole(role));
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string what = "saving a turn of conversation " + std::to_string(id);
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
+  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
+  int64_t position = 0;
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT coalesce(max(position) + 1, 0) FROM turns WHERE conversation = ?"));
+    s.Bind(1, id);
+    int rc = s.Step();
+    if (rc != SQLITE_ROW) return db_->Error(rc, what);
+    position = s.Int(0);
+  }
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO turns(conversation, position, role, content, meta, created) "
+                                               "VALUES(?, ?, ?, ?, ?, ?)"));
+    s.Bind(1, id);
+    s.Bind(2, position);
+    s.Bind(3, role);
+    s.BindBlob(4, content);
+    s.BindBlob(5, meta);
+    s.Bind(6, Now());
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
+  }
+  IMPRESS_RETURN_IF_ERROR(Touch(id));
+  IMPRESS_RETURN_IF_ERROR(t.Commit(what));
+  return int(position);
+}
+
+Status ChatDb::PopTurns(int64_t id, int n) {
+  if (n < 0) return Status::InvalidArgument("PopTurns: negative count " + std::to_string(n));
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string what = "removing turns of conversation " + std::to_string(id);
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
+  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
+  int64_t n_turns = 0;
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT count(*) FROM turns WHERE conversation = ?"));
+    s.Bind(1, id);
+    int rc = s.Step();
+    if (rc != SQLITE_ROW) return db_->Error(rc, what);
+    n_turns = s.Int(0);
+  }
+  if (n > n_turns)
+    return Status::OutOfRange(db_->path() + ": conversation " + std::to_string(id) + " has " + std::to_string(n_turns) +
+                              " turns, cannot remove " + std::to_string(n));
+  if (n == 0) return Status::Ok();
+  {
+    // Positions are 0..n_turns-1 (appends and pops only), so the last n are >= n_turns - n.
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM turns WHERE conversation = ? AND position >= ?"));
+    s.Bind(1, id);
+    s.Bind(2, n_turns - n);
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
+  }
+  IMPRESS_RETURN_IF_ERROR(Touch(id));
+  return t.Commit(what);
+}
+
+Status ChatDb::SetDocuments(int64_t id, const std::vector<SavedDocument>& docs) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string what = "saving the documents of conversation " + std::to_string(id);
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
+  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM documents WHERE conversation = ?"));
+    s.Bind(1, id);
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
+  }
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const SavedDocument& d = docs[i];
+    const std::string key = TextKey(d.text);
+    int64_t text_id = 0;
+    {
+      // Same key: verify the bytes too, so a hash collision can never swap a document's text.
+      IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT id, text = ? FROM texts WHERE key = ?"));
+      s.BindBlob(1, d.text);
+      s.Bind(2, key);
+      int rc = s.Step();
+      if (rc == SQLITE_ROW) {
+        if (s.Int(1) != 1)
+          return Status::Internal(db_->path() + ": document \"" + d.name + "\": content hash " + key +
+                                  " collides with a different stored text");
+        text_id = s.Int(0);
+      } else if (rc != SQLITE_DONE) {
+        return db_->Error(rc, what);
+      }
+    }
+    if (text_id == 0) {
+      IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO texts(key, n_bytes, text) VALUES(?, ?, ?)"));
+      s.Bind(1, key);
+      s.Bind(2, int64_t(d.text.size()));
+      s.BindBlob(3, d.text);
+      IMPRESS_RETURN_IF_ERROR(db_->Run(s, what + " (text of \"" + d.name + "\")"));
+      text_id = sqlite3_last_insert_rowid(db_->handle());
+    }
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO documents(conversation, position, name, path, text_id, "
+                                               "n_tokens, attached) VALUES(?, ?, ?, ?, ?, ?, ?)"));
+    s.Bind(1, id);
+    s.Bind(2, int64_t(i));
+    s.Bind(3, d.name);
+    s.Bind(4, d.path);
+    s.Bind(5, text_id);
+    s.Bind(6, d.n_tokens);
+    s.Bind(7, int64_t(d.attached ? 1 : 0));
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what + " (\"" + d.name + "\")"));
+  }
+  IMPRESS_RETURN_IF_ERROR(RemoveOrphanTexts());
+  IMPRESS_RETURN_IF_ERROR(Touch(id));
+  return t.Commit(what);
+}
+
+Result<int64_t> ChatDb::CountStoredTexts() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return QueryInt(*db_, "SELECT count(*) FROM texts", "counting stored texts");
+}
+
+}  // namespace impress::persist

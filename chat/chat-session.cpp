@@ -1,0 +1,86 @@
+#include "chat/chat-session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+
+namespace impress {
+
+ChatSession::~ChatSession() {
+  if (pipeline_) (void)pipeline_->WaitForStore();
+  pipeline_.reset();
+  store_.reset();
+}
+
+Result<std::unique_ptr<ChatSession>> ChatSession::Open(const ChatSessionOptions& o, const ProgressFn& load_progress) {
+  std::unique_ptr<ChatSession> s(new ChatSession());
+  IMPRESS_ASSIGN_OR_RETURN(s->ctx_, ModelContext::Load(o.model_path, o.model, load_progress));
+  if (!o.store_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.store_dir, ec);
+    store::PrefixStoreOptions so = StoreOptionsFor(s->ctx_->config(), o.probe_heads_stored);
+    so.dir = o.store_dir;
+    so.device_bytes = o.device_bytes;
+    so.host_bytes = o.host_bytes;
+    so.ssd_bytes = o.ssd_bytes;
+    so.reorder_interval = o.reorder_interval;
+    auto st = store::PrefixStore::Open(so);
+    if (!st.ok()) return st.status().WithContext("opening the KV store in " + o.store_dir);
+    s->store_ = std::move(*st);
+  }
+  s->pipeline_ = std::make_unique<ImpressPipeline>(*s->ctx_, s->store_.get());
+  return s;
+}
+
+Result<ChatAnswer> ChatSession::Ask(const std::string& question, const AskOptions& o) {
+  const PromptTokens prompt = conversation_.Build(question, ctx_->tokenizer(), ctx_->chat_template(), o.raw);
+  std::vector<float> logits;
+  ChatAnswer answer;
+  IMPRESS_ASSIGN_OR_RETURN(answer.report, pipeline_->Prefill({prompt.tokens, prompt.n_prefix}, o.pipeline,
+                                                             o.max_tokens, &logits, o.on_prefill_progress, o.cancel));
+  Sampler sampler(o.sampling);
+  std::vector<int32_t> history = prompt.tokens;
+  StreamDecoder decoder(ctx_->tokenizer());
+  const auto& stops = ctx_->stop_tokens();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.max_tokens; ++i) {
+    const int32_t tok = sampler.Sample(logits, history);
+    answer.tokens.push_back(tok);
+    history.push_back(tok);
+    const bool stop = std::find(stops.begin(), stops.end(), tok) != stops.end() ||
+                      ctx_->tokenizer().IsEndOfGeneration(tok);
+    if (!stop) {
+      std::string piece = decoder.Push(tok);
+      answer.text += piece;
+      if (o.on_text && !piece.empty() && !o.on_text(piece)) answer.stopped_by_user = true;
+    }
+    if (o.cancel && o.cancel->load()) answer.stopped_by_user = true;
+    // Feed the token so its KV exists (stored with the answer) even when it ends the turn.
+    Status st = pipeline_->Decode(tok, &logits);
+    if (!st.ok()) {
+      if (st.code() == Status::Code::kOutOfRange) break;  // context full: the answer ends here
+      return st;
+    }
+    if (stop || answer.stopped_by_user) break;
+  }
+  const std::string rest = decoder.Flush();
+  answer.text += rest;
+  if (o.on_text && !rest.empty()) o.on_text(rest);
+  answer.report.n_generated = int(answer.tokens.size());
+  answer.report.decode_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (o.store && store_) pipeline_->StoreAsync();
+  if (o.remember) {
+    conversation_.AddTurn("user", question);
+    conversation_.AddTurn("assistant", answer.text);
+  }
+  return answer;
+}
+
+Result<FidelityReport> ChatSession::Fidelity(const std::string& question, const AskOptions& o, int n_continue) {
+  const PromptTokens prompt = conversation_.Build(question, ctx_->tokenizer(), ctx_->chat_template(), o.raw);
+  return CheckFidelity(*pipeline_, {prompt.tokens, prompt.n_prefix}, o.pipeline, n_continue, o.cancel);
+}
+
+}  // namespace impress

@@ -1,0 +1,162 @@
+// ImpressPipeline: one request's prefill and decode over the tiered prefix KV store
+// (DESIGN.md sections 2, 3 and 5). It joins the engine (Forward, layer by layer) and the store
+// (PrefixStore: match, per-layer reads, insert, importance statistics).
+//
+// For a request S = P + Q it matches the longest cached prefix R of P, then for each layer:
+//   IMPRESS: read the probe heads' keys of R (prefetched one layer ahead), score them with the
+//     first `probe_heads` query heads (H2O importance), take each head's top-k set, compare the
+//     mean pairwise Jaccard s with t = (p / (2 - p))^alpha, p = k/n. Pass: select the top-k of
+//     the probe heads' summed normalised importance and read K and V of just those tokens.
+//     Fallback: read all keys, score all heads, select, read the selected values.
+//   AS+H2O (LRU/LFU): always the fallback path (all keys, all heads).
+//   AS-like: read all K/V of R (next layer prefetched).
+//   ReComp: no reuse.
+// Attention sinks and a recent window of R are always kept and count toward k. New tokens
+// (the unmatched part of P, then Q) are numbered from len(R); reused tokens keep their positions.
+// After the first token, Decode() continues over the same per-layer KV (selected R + new
+// tokens), and Store() writes the KV of everything after R to the store in the background.
+//
+// Thread contract: requires external synchronization (one request at a time); the background
+// store write it starts is joined before the next request and in the destructor. The
+// ModelContext and PrefixStore must outlive it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/compute/forward.h"
+#include "engine/compute/sampler.h"
+#include "engine/runtime/model-context.h"
+#include "pipeline/report.h"
+#include "store/prefix-store.h"
+
+namespace impress {
+
+struct PipelineSettings {
+  SystemKind system = SystemKind::kImpress;
+  float keep = 0.25f;       // keep ratio r: k = ceil(r * n)
+  float alpha = 0.6f;       // threshold exponent (0..2); larger alpha lowers t
+  int probe_heads = 3;      // P: the first P query heads probe each layer
+  int sinks = 4;            // first tokens always kept
+  int recent = 32;          // last prefix tokens always kept
+  bool overlap = true;      // prefetch the next layer's probe keys (or KV for AS-like)
+  bool record_importance = false;  // fill RequestReport::importance / selected (GUI heatmap)
+  bool report_importance = true;   // feed the store's statistics (reorder, score caching)
+  int ubatch = 512;         // new tokens per forward batch
+};
+
+// The keep ratio actually used for n prefix tokens: very short prefixes keep at least half
+// (DESIGN.md section 3), so a 100-token prefix is not cut to 25 tokens.
+float EffectiveKeep(int n, float keep);
+// t = (p / (2 - p))^alpha, the expected Jaccard index of two random k-of-n sets raised to alpha.
+double JaccardThreshold(double p, double alpha);
+// Mean pairwise Jaccard index of index sets over [0, n).
+double MeanPairwiseJaccard(const std::vector<std::vector<int>>& sets, int n);
+// Indices of the k largest values (ties: lower index first), ascending order.
+std::vector<int> TopK(std::span<const float> values, int k);
+
+// The KV heads the first `probe_heads` query heads use (GQA: h / (n_head / n_head_kv)).
+std::vector<int> ProbeKvHeads(const ModelConfig& config, int probe_heads);
+
+// Store options matching a model: layer and head shapes, its fingerprint, and probe keys for the
+// KV heads the first `probe_heads` query heads use. The caller sets dir and budgets.
+store::PrefixStoreOptions StoreOptionsFor(const ModelConfig& config, int probe_heads);
+
+struct PipelineRequest {
+  std::span<const int32_t> tokens;  // the whole prompt
+  int n_prefix = 0;                  // its reusable part (documents, earlier turns)
+};
+
+class ImpressPipeline {
+ public:
+  // `store` may be null: every request then runs as ReComp.
+  ImpressPipeline(ModelContext& ctx, store::PrefixStore* store);
+  ~ImpressPipeline();
+  ImpressPipeline(const ImpressPipeline&) = delete;
+  ImpressPipeline& operator=(const ImpressPipeline&) = delete;
+
+  // Runs the prompt up to the first token's logits (into *logits, n_vocab floats).
+  // `max_new_tokens` reserves room for Decode. OutOfRange if the prompt plus that exceeds the
+  // model's context. The report's TTFT covers this call (match to logits).
+  Result<RequestReport> Prefill(const PipelineRequest& request, const PipelineSettings& settings,
+                                int max_new_tokens, std::vector<float>* logits,
+                                const ProgressFn& progress = {}, const std::atomic<bool>* cancel = nullptr);
+
+  // Appends one token (the one just sampled) and gives the next logits.
+  Status Decode(int32_t token, std::vector<float>* logits);
+
+  // Writes the KV of every token after the matched prefix (prompt and decoded tokens, up to
+  // `n_tokens` of them counted from the start of the sequence; 0 = all) to the store, on a
+  // background thread. Returns at once; the result shows in the next report's tokens_stored
+  // and in WaitForStore().
+  void StoreAsync(size_t n_tokens = 0);
+  Result<uint64_t> WaitForStore();
+  // Waits for the store write, then releases the lock the last Prefill took on its matched
+  // prefix (otherwise held until the next Prefill), so the store may evict, drop or reorder it.
+  // Decoding may go on: it does not read the store. A later StoreAsync may then fail if the
+  // prefix went meanwhile (reported by WaitForStore).
+  Status ReleaseMatch();
+
+  // Tokens of the current sequence (prompt + decoded).
+  const std::vector<int32_t>& sequence() const { return seq_; }
+  int n_matched() const { return n_matched_; }
+  ModelContext& context() { return ctx_; }
+  store::PrefixStore* store() { return store_; }
+
+ private:
+  struct LayerState;
+  Status EnsureBuffers(size_t rows);
+  Status RunLayerSelection(int il, const PipelineSettings& s, RequestReport& report, LayerReport& lr,
+                           std::vector<float>& importance_row, std::vector<uint8_t>& selected_row);
+
+  ModelContext& ctx_;
+  store::PrefixStore* store_;
+  std::unique_ptr<Forward> fwd_;
+
+  // Per layer device KV: rows [0, n_sel[il]) selected prefix tokens, then the new tokens.
+  std::vector<DevPtr<f16_t>> k_buf_, v_buf_;
+  size_t buf_rows_ = 0;
+  std::vector<int> n_sel_;       // selected prefix rows per layer
+  int n_new_done_ = 0;           // new tokens in the buffers (prompt + decoded)
+  std::vector<int32_t> seq_;     // the sequence so far
+  int n_matched_ = 0;
+  store::MatchHandle handle_;
+  std::vector<std::vector<uint32_t>> selected_;  // per layer, for ReportImportance
+  std::vector<std::vector<float>> selected_scores_;
+
+  // Scratch (device) for probe / all keys and the selected K/V before they land in the buffers.
+  DevPtr<f16_t> keys_scratch_;
+  size_t keys_scratch_rows_ = 0;
+  std::vector<DevPtr<void>> allocs_;
+
+  // Prefetch tickets for the next layer (probe keys, all keys, or full KV).
+  std::vector<std::optional<store::ReadTicket>> prefetch_;
+
+  std::thread store_thread_;
+  Result<uint64_t> store_result_ = uint64_t{0};
+};
+
+// Agreement of a request's answer with the same request over the full prefix KV.
+struct FidelityReport {
+  bool first_token_match = false;
+  int32_t first_token = -1, first_token_full = -1;
+  double kl_divergence = 0;     // KL(full || this) of the next-token distributions, nats
+  int n_continuation = 0;       // greedy tokens compared
+  int n_continuation_match = 0; // identical leading tokens
+  RequestReport report, report_full;
+};
+
+// Runs `request` with `settings` and with the full prefix KV (AS-like, keep 1), greedy, for
+// `n_continue` tokens each; nothing is stored.
+// `cancel` (optional) stops either run within a layer batch or a decode step: Cancelled.
+Result<FidelityReport> CheckFidelity(ImpressPipeline& pipeline, const PipelineRequest& request,
+                                     const PipelineSettings& settings, int n_continue,
+                                     const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace impress
