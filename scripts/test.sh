@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# All tests, as CI runs them: set up, build (Release, then ASan+UBSan), run every test in both,
-# then the fuzzers for a bounded time.
+# All tests, as CI runs them: set up, check the layout (no build needed), build (Release, then
+# ASan+UBSan), run every test in both, the store's concurrency tests under ThreadSanitizer, then
+# the fuzzers for a bounded time.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bash "$here/setup.sh"
 source "$here/env.sh"
 cd "$IMPRESS_ROOT"
+
+echo "=== Layout: include direction, references, file and function sizes"
+bash "$here/check-layout.sh"
+if [ -f "$here/thread-safety.sh" ]; then
+  echo "=== Thread-safety analysis"
+  bash "$here/thread-safety.sh"
+fi
 
 echo "=== Release build + tests"
 bash "$here/build.sh" build -DIMPRESS_WERROR=ON
