@@ -1,0 +1,91 @@
+#include "engine/quant/gemv-bench.h"
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace impress::quant {
+namespace {
+
+// Byte offsets of the fp16 scale fields in a block of `type` (none for F16/BF16).
+std::vector<int> ScaleOffsets(WeightType type) {
+  switch (type) {
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_0:
+    case WeightType::kQ5_0: return {0};
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_1:
+    case WeightType::kQ4_K:
+    case WeightType::kQ5_K: return {0, 2};
+    case WeightType::kQ6_K: return {208};
+    default: return {};
+  }
+}
+
+// Random blocks with scales in [1e-3, 1e-2) (F16/BF16: every element such a value), so no
+// subnormal or non-finite value slows the fp32 arithmetic being timed.
+std::vector<uint8_t> RandomMatrix(WeightType type, int64_t n_bytes) {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
+  std::vector<uint8_t> data(static_cast<size_t>(n_bytes));
+  if (type == WeightType::kF16 || type == WeightType::kBF16) {
+    for (int64_t i = 0; i + 2 <= n_bytes; i += 2) {
+      const float v = scale(rng);
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      const uint16_t h = type == WeightType::kF16 ? Fp32ToFp16(v) : uint16_t(bits >> 16);
+      std::memcpy(data.data() + i, &h, 2);
+    }
+    return data;
+  }
+  for (auto& b : data) b = uint8_t(rng());
+  const int64_t block = BlockBytes(type);
+  for (int64_t off = 0; off < n_bytes; off += block) {
+    for (int field : ScaleOffsets(type)) {
+      const f16_t h = Fp32ToFp16(scale(rng));
+      std::memcpy(data.data() + off + field, &h, 2);
+    }
+  }
+  return data;
+}
+
+}  // namespace
+
+Result<GemvBenchResult> BenchGemv(WeightType type, KernelPath path, int64_t n_rows, int64_t n_cols,
+                                  double min_seconds) {
+  if (!IsSupportedWeightType(uint32_t(type)) || n_rows <= 0 || n_cols <= 0 || n_cols % BlockElements(type) != 0) {
+    return Status::InvalidArgument("cannot benchmark a " + std::to_string(n_rows) + " x " + std::to_string(n_cols) +
+                                   " matrix of " + WeightTypeName(type));
+  }
+  WeightMatrix w{type, nullptr, n_rows, n_cols};
+  const std::vector<uint8_t> data = RandomMatrix(type, n_rows * w.RowBytes());
+  w.data = data.data();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> xf(static_cast<size_t>(n_cols));
+  for (float& v : xf) v = normal(rng);
+  std::vector<float> y(static_cast<size_t>(n_rows));
+  ActivationRow x;
+  using Clock = std::chrono::steady_clock;
+  // The activation is quantized inside the timed loop: a decode step pays for it once per GEMV.
+  auto once = [&]() -> Status {
+    if (Status st = x.Prepare(ActivationFormatFor(type), xf.data(), n_cols); !st.ok()) return st;
+    return Gemv(w, x, 0, n_rows, y.data(), path);
+  };
+  if (Status st = once(); !st.ok()) return st;
+  GemvBenchResult r;
+  r.weight_bytes = int64_t(data.size());
+  const auto t0 = Clock::now();
+  double elapsed = 0;
+  while (elapsed < min_seconds || r.n_gemv < 3) {
+    if (Status st = once(); !st.ok()) return st;
+    ++r.n_gemv;
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  r.seconds_per_gemv = elapsed / double(r.n_gemv);
+  r.weight_gbs = double(r.weight_bytes) / r.seconds_per_gemv / 1e9;
+  return r;
+}
+
+}  // namespace impress::quant

@@ -1,0 +1,246 @@
+// Internal to engine/quant: the x86 SIMD dot products on 256-bit vectors, shared by the AVX2 and
+// the AVX-512 path. Each includer compiles it for its own instruction set, so everything here has
+// internal linkage (an anonymous namespace: the two copies must never be merged by the linker).
+//
+// Nothing here may call an inline function with external linkage: the linker keeps one copy of
+// such a function, and the copy compiled for AVX-512 could then run on a CPU without it.
+//
+// The includer defines, before including, in an anonymous namespace inside impress::quant:
+//   __m256i DotU8I8(__m256i u, __m256i s);  // lane k = sum of u[b] * s[b], b = 4k..4k+3
+//                                           // (u unsigned, s signed bytes; exact here: every
+//                                           // caller keeps u * s pair sums below 2^15)
+//   __m256i LanesQ8_0(const BlockQ8_0& w, const ActBlock32& a);  // lanes summing to sum w.qs * a.qs
+//
+// A block's integer parts are 8 int32 lanes whose sum is the scalar path's integer (offsets such
+// as the -8 of Q4_0 are folded in through the activation block sums, into lane 0); the lanes are
+// converted to fp32 and multiplied by the block's scale once per block.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "engine/quant/kernel-table.h"
+
+namespace impress::quant {
+namespace {
+
+// fp16 -> fp32 with internal linkage (not base/fp16.h's inline function: see the file comment).
+inline float HalfToFloat(f16_t h) { return _cvtsh_ss(h); }
+
+inline int32_t HsumI32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float HsumF32(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Adds an integer to lane 0.
+inline __m256i AddToLane0(__m256i v, int32_t c) { return _mm256_add_epi32(v, _mm256_setr_epi32(c, 0, 0, 0, 0, 0, 0, 0)); }
+
+inline __m256i LoadBytes32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// The 32 nibbles of a Q4_0/Q4_1/Q5_0/Q5_1 block as bytes in element order.
+inline __m256i Nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+// Byte i = 16 when bit i of qh is set, else 0 (the fifth bit of Q5_0/Q5_1 element i).
+inline __m256i FifthBits32(uint32_t qh) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(int32_t(qh)), _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
+                                                       2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+
+// ---- per type: Lanes (integer parts), Scale (fp32 factor of the lanes), Extra (fp32 min term) ----
+
+// Types whose fp32 part is the lanes times dw * da and nothing else.
+template <class Blk, class Act>
+struct SimdNoExtra {
+  using W = Blk;
+  using A = Act;
+  static constexpr int kParts = 1;
+  static float Extra(const W&, const A&, int32_t) { return 0.0f; }
+};
+
+// Q4_0/Q5_0 (q - offset) and Q4_1/Q5_1 (q, plus m times the activation sum): 4 or 5 bits.
+template <class Blk, bool kHasQh, int kOffset>
+struct SimdNibbles32 : SimdNoExtra<Blk, ActBlock32> {
+  static __m256i Lanes(const Blk& w, const ActBlock32& a, int32_t*) {
+    __m256i q = Nibbles32(w.qs);
+    if constexpr (kHasQh) q = _mm256_or_si256(q, FifthBits32(LoadQh32(w.qh)));
+    const __m256i lanes = DotU8I8(q, LoadBytes32(a.qs));
+    return kOffset ? AddToLane0(lanes, -kOffset * a.sum) : lanes;  // sum (q - offset) a
+  }
+  static float Extra(const Blk& w, const ActBlock32& a, int32_t) {
+    if constexpr (kOffset == 0) return HalfToFloat(w.m) * (a.d * float(a.sum));
+    return 0.0f;
+  }
+};
+
+struct SimdQ8_0 : SimdNoExtra<BlockQ8_0, ActBlock32> {
+  static __m256i Lanes(const W& w, const A& a, int32_t*) { return LanesQ8_0(w, a); }
+};
+using SimdQ4_0 = SimdNibbles32<BlockQ4_0, false, 8>;
+using SimdQ4_1 = SimdNibbles32<BlockQ4_1, false, 0>;
+using SimdQ5_0 = SimdNibbles32<BlockQ5_0, true, 16>;
+using SimdQ5_1 = SimdNibbles32<BlockQ5_1, true, 0>;
+
+// Q4_K/Q5_K: I1 in lanes; I2 = sum_j m_j * (bsums of sub-block j) in *second.
+template <class W, bool kHasQh>
+__m256i LanesK4or5(const W& w, const ActBlock256& a, int32_t* second) {
+  uint8_t sc[8], mn[8];
+  for (int j = 0; j < 8; ++j) UnpackScaleMinK4(j, w.scales, &sc[j], &mn[j]);
+  int32_t i2 = 0;
+  for (int j = 0; j < 8; ++j) i2 += int32_t(mn[j]) * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+  *second = i2;
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  __m256i qh = _mm256_setzero_si256();
+  if constexpr (kHasQh) qh = LoadBytes32(w.qh);
+  __m256i acc = _mm256_setzero_si256();
+  for (int i = 0; i < 4; ++i) {
+    const __m256i q = LoadBytes32(w.qs + 32 * i);
+    __m256i lo = _mm256_and_si256(q, low4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+    if constexpr (kHasQh) {  // bit j of qh[l] -> bit 4 of sub-block j
+      const __m256i one = _mm256_set1_epi8(1);
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), one), 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i + 1), one), 4));
+    }
+    const __m256i p_lo = DotU8I8(lo, LoadBytes32(a.qs + 64 * i));
+    const __m256i p_hi = DotU8I8(hi, LoadBytes32(a.qs + 64 * i + 32));
+    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p_lo, _mm256_set1_epi32(sc[2 * i])));
+    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p_hi, _mm256_set1_epi32(sc[2 * i + 1])));
+  }
+  return acc;
+}
+
+template <class Blk, bool kHasQh>
+struct SimdK4or5 {
+  using W = Blk;
+  using A = ActBlock256;
+  static constexpr int kParts = 2;
+  static __m256i Lanes(const W& w, const A& a, int32_t* second) { return LanesK4or5<W, kHasQh>(w, a, second); }
+  static float Extra(const W& w, const A& a, int32_t i2) { return -(HalfToFloat(w.dmin) * a.d) * float(i2); }
+};
+using SimdQ4_K = SimdK4or5<BlockQ4_K, false>;
+using SimdQ5_K = SimdK4or5<BlockQ5_K, true>;
+
+// Q6_K: unsigned q (0..63) against a, per-16 scales, then -32 * sum_k scale_k * bsums_k.
+struct SimdQ6_K : SimdNoExtra<BlockQ6_K, ActBlock256> {
+  static __m256i Lanes(const W& w, const A& a, int32_t*) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
+    __m256i acc = _mm256_setzero_si256();
+    int32_t offset = 0;
+    for (int k = 0; k < 16; ++k) offset += int32_t(w.scales[k]) * a.bsums[k];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = LoadBytes32(w.ql + 64 * h), ql1 = LoadBytes32(w.ql + 64 * h + 32);
+      const __m256i qh = LoadBytes32(w.qh + 32 * h);
+      const __m256i lows[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                               _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+      for (int c = 0; c < 4; ++c) {
+        const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), two), 4);
+        const __m256i q = _mm256_or_si256(lows[c], high);
+        const __m256i p = DotU8I8(q, LoadBytes32(a.qs + 128 * h + 32 * c));
+        const int8_t* s = w.scales + 8 * h + 2 * c;  // lanes 0..3: elements 0..15, lanes 4..7: 16..31
+        const __m256i scale = _mm256_set_m128i(_mm_set1_epi32(s[1]), _mm_set1_epi32(s[0]));
+        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p, scale));
+      }
+    }
+    return AddToLane0(acc, -32 * offset);
+  }
+};
+
+template <class T>
+float DotSimd(const uint8_t* w_row, const void* x, int64_t n) {
+  const auto* w = reinterpret_cast<const typename T::W*>(w_row);
+  const auto* a = static_cast<const typename T::A*>(x);
+  const int64_t nb = n / int64_t(sizeof(a->qs));
+  __m256 acc = _mm256_setzero_ps();
+  float extra = 0.0f;
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    int32_t second = 0;
+    const __m256i lanes = T::Lanes(w[ib], a[ib], &second);
+    const float d = HalfToFloat(w[ib].d) * a[ib].d;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    extra += T::Extra(w[ib], a[ib], second);
+  }
+  return HsumF32(acc) + extra;
+}
+
+template <class T>
+void PartsSimd(const uint8_t* w_row, const void* x, int64_t n, int32_t* parts) {
+  const auto* w = reinterpret_cast<const typename T::W*>(w_row);
+  const auto* a = static_cast<const typename T::A*>(x);
+  const int64_t nb = n / int64_t(sizeof(a->qs));
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    int32_t second = 0;
+    parts[T::kParts * ib] = HsumI32(T::Lanes(w[ib], a[ib], &second));
+    if constexpr (T::kParts == 2) parts[T::kParts * ib + 1] = second;
+  }
+}
+
+// F16/BF16 rows . fp32 on 8-wide vectors, four accumulators.
+inline __m256 LoadF16x8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 LoadBF16x8(const uint8_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+template <__m256 (*Load8)(const uint8_t*), float (*Load1)(const uint8_t*)>
+float DotHalf256(const uint8_t* w, const void* xv, int64_t n) {
+  const float* x = static_cast<const float*>(xv);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k) {
+      acc[k] = _mm256_fmadd_ps(Load8(w + 2 * (i + 8 * k)), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
+    }
+  }
+  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(Load8(w + 2 * i), _mm256_loadu_ps(x + i), acc[0]);
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += Load1(w + 2 * i) * x[i];
+  return HsumF32(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) + tail;
+}
+
+inline float LoadF16x1(const uint8_t* p) {
+  f16_t h;
+  std::memcpy(&h, p, 2);
+  return HalfToFloat(h);
+}
+inline float LoadBF16x1(const uint8_t* p) {
+  uint32_t bits = 0;
+  std::memcpy(reinterpret_cast<uint8_t*>(&bits) + 2, p, 2);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The table of this instruction set, F16/BF16 entries given by the includer.
+inline KernelTable MakeX86Table(KernelTable::DotFn f16, KernelTable::DotFn bf16) {
+  return KernelTable{
+      {f16, bf16, DotSimd<SimdQ8_0>, DotSimd<SimdQ4_0>, DotSimd<SimdQ4_1>, DotSimd<SimdQ5_0>, DotSimd<SimdQ5_1>,
+       DotSimd<SimdQ4_K>, DotSimd<SimdQ5_K>, DotSimd<SimdQ6_K>},
+      {nullptr, nullptr, PartsSimd<SimdQ8_0>, PartsSimd<SimdQ4_0>, PartsSimd<SimdQ4_1>, PartsSimd<SimdQ5_0>,
+       PartsSimd<SimdQ5_1>, PartsSimd<SimdQ4_K>, PartsSimd<SimdQ5_K>, PartsSimd<SimdQ6_K>},
+  };
+}
+
+}  // namespace
+}  // namespace impress::quant
