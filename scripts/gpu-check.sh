@@ -1,159 +1,97 @@
 #!/usr/bin/env bash
-# The CUDA backend's checks on a machine with an NVIDIA GPU, in one go (~10 minutes): parity
-# tests against the CPU backend, the GPU engine benchmark, and `impress bench pipeline` on the GPU.
+# The CUDA backend's checks, on any machine with an NVIDIA GPU, the CUDA toolkit (nvcc, cuBLAS)
+# and the project's build dependencies (scripts/setup.sh):
+#   1. a Release build with the CUDA backend (IMPRESS_CUDA=ON) in build-cuda;
+#   2. the CUDA parity tests: kernels against their CPU emulation, the CUDA backend against the
+#      CPU backend (GEMM, attention with importance, a whole forward pass);
+#   3. `impress bench engine --backend cuda`: prefill and decode speed on random weights of
+#      SmolLM2's and Llama-2-7B's shapes (f16 and fp32 GEMM), and on the default model file;
+#   4. `impress bench pipeline --backend cuda`: the five systems on a document held on the SSD.
+# Every step's output goes to its own file in the results folder, with a summary (summary.txt)
+# and the benchmarks' JSON; the script exits non-zero if a test or benchmark failed.
 #
-# A device machine (the `device` tool) is a bare image: CUDA 13 + cuBLAS, but none of this
-# project's Debian libraries, no network, and at most 64 MiB carried per call. So the work is
-# split:
-#   here (no GPU needed):
-#     bash scripts/gpu-check.sh pack     # Release build with CUDA (build-cuda), then the binaries
-#                                        # and the shared libraries they need -> .gpu-pack/ (~30 MB),
-#                                        # and the default model cut into parts -> .gpu-model/
-#   on the GPU machine (device run, carry [".gpu-pack"]):
-#     bash scripts/gpu-check.sh run      # tests + benchmarks, numbers on stdout and in $OUT
-#   the pipeline benchmark needs the 98 MB model, more than one call carries: stage it first with
-#   one call per part, the machine kept warm between them (files outside the repo survive):
-#     bash scripts/gpu-check.sh stage .gpu-model/part-00     (carry [".gpu-model/part-00", ".gpu-model/sha256"])
-#     bash scripts/gpu-check.sh stage .gpu-model/part-01     (carry [".gpu-model/part-01", ".gpu-model/sha256"])
-#   Without the model, `run` still does everything else (random weights of SmolLM2's and
-#   Llama-2-7B's shapes for the engine benchmark; the SmolLM2 tests skip).
-# On a machine that has the project's libraries, `run` without .gpu-pack builds in build-gpu.
-#
-# Environment: GPU_CHECK_SECONDS (default 540) bounds the whole `run`; each step has its own
-# timeout inside it, and a step that would not fit is skipped with a line saying so.
+#   scripts/gpu-check.sh [RESULTS_DIR]     # default: build-cuda/gpu-check-<UTC time>
+# Environment: GPU_CHECK_BUILD (build directory, default build-cuda), GPU_CHECK_NO_BUILD=1 (use
+# that build as it is), IMPRESS_DEFAULT_MODEL (the model the file-based steps use; they are
+# skipped, saying so, when it is absent), GPU_CHECK_QUESTIONS (pipeline benchmark, default 20).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
-cd "$root"
-mode=${1:-run}
-model_name=SmolLM2-135M-Instruct.Q4_1.gguf
+source "$here/env.sh"
+cd "$IMPRESS_ROOT"
 
-exclude() {  # keep generated folders out of git
-  local f="$root/.git/info/exclude"
-  [ -d "$root/.git" ] && ! grep -qx "/$1/" "$f" 2>/dev/null && echo "/$1/" >>"$f"
-  return 0
+build="$IMPRESS_ROOT/${GPU_CHECK_BUILD:-build-cuda}"
+out=${1:-$build/gpu-check-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+summary="$out/summary.txt"
+: >"$summary"
+n_failed=0
+
+say() { echo "$*" | tee -a "$summary"; }
+
+# step NAME SECONDS CMD...: runs CMD with a time limit; its output goes to RESULTS/NAME.log.
+step() {
+  local name=$1 secs=$2
+  shift 2
+  local t0 rc
+  t0=$(date +%s)
+  echo "=== $name"
+  timeout "$secs" "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  tail -n 25 "$out/$name.log"
+  if ((rc == 0)); then
+    say "ok     $name ($(($(date +%s) - t0)) s)"
+  else
+    say "FAILED $name (exit $rc$( ((rc == 124)) && echo ", over ${secs} s"); $out/$name.log)"
+    n_failed=$((n_failed + 1))
+  fi
 }
 
-case "$mode" in
-pack)
-  source "$here/env.sh"
-  set -e
-  build=${GPU_CHECK_BUILD:-build-cuda}
-  cmake -S "$root" -B "$root/$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DIMPRESS_CUDA=ON \
-    -DIMPRESS_PYTHON="$IMPRESS_PYTHON" >/dev/null
-  cmake --build "$root/$build" -j "$IMPRESS_JOBS" --target cuda-backend-test kernel-emulation-test \
-    impress-cuda-bench impress
-  rm -rf .gpu-pack && mkdir -p .gpu-pack/bin .gpu-pack/lib && exclude .gpu-pack
-  for b in cuda-backend-test kernel-emulation-test impress-cuda-bench impress; do
-    cp "$root/$build/bin/$b" .gpu-pack/bin/
-    strip --strip-unneeded .gpu-pack/bin/$b
-  done
-  # Shared libraries the image lacks: everything but glibc, the C++ runtime and CUDA's own.
-  ldd .gpu-pack/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
-      libcuda.so*|libcublas*|libcudart*|libnvidia*) ;;
-      *) cp -L "$lib" .gpu-pack/lib/ ;;
-    esac
-  done
-  echo "$(git -C "$root" rev-parse --short HEAD 2>/dev/null) $(date -u +%FT%TZ)" >.gpu-pack/built
-  du -sh .gpu-pack
-  model="${IMPRESS_DEFAULT_MODEL}"
-  if [ -f "$model" ]; then
-    rm -rf .gpu-model && mkdir -p .gpu-model && exclude .gpu-model
-    split -b 50000000 -d -a 2 "$model" .gpu-model/part-
-    sha256sum "$model" | awk '{print $1}' >.gpu-model/sha256
-    ls -la .gpu-model
-  fi
-  echo "packed; on the GPU machine run: bash scripts/gpu-check.sh run (carry .gpu-pack)"
-  ;;
+# bench NAME SECONDS ARGS...: an `impress bench` run with --json; the JSON lands in NAME.json.
+bench() {
+  local name=$1 secs=$2
+  shift 2
+  step "$name" "$secs" bash -c '"$@" --json >"$0"' "$out/$name.json" "$build/bin/impress" bench "$@"
+}
 
-stage)
-  part=${2:?usage: gpu-check.sh stage .gpu-model/part-NN}
-  dest="$HOME/.cache/impress/models"
-  mkdir -p "$dest"
-  n=$(basename "$part" | sed 's/part-//')
-  cp "$part" "$dest/$model_name.part-$n"
-  ls "$dest"/"$model_name".part-* 2>/dev/null
-  cat "$dest"/"$model_name".part-* >"$dest/$model_name.tmp"
-  if [ -f .gpu-model/sha256 ] && [ "$(sha256sum "$dest/$model_name.tmp" | awk '{print $1}')" = "$(cat .gpu-model/sha256)" ]; then
-    mv "$dest/$model_name.tmp" "$dest/$model_name"
-    echo "model complete: $dest/$model_name"
-  else
-    rm -f "$dest/$model_name.tmp"
-    echo "model not complete yet (stage the other parts)"
-  fi
-  ;;
-
-run)
-  start=$(date +%s)
-  budget=${GPU_CHECK_SECONDS:-540}
-  out=${OUT:-/tmp/gpu-check-out}
-  mkdir -p "$out"
-  log="$out/gpu-check.log"
-  : >"$log"
-  say() { echo "$*" | tee -a "$log"; }
-  left() { echo $((budget - ($(date +%s) - start))); }
-  # step NAME SECONDS CMD...: runs with a timeout, unless less than SECONDS are left.
-  step() {
-    local name=$1 secs=$2
-    shift 2
-    if [ "$(left)" -lt "$secs" ]; then
-      say "=== $name: SKIPPED (only $(left) s of the budget left, needs $secs)"
-      return 0
-    fi
-    say "=== $name"
-    local t0=$(date +%s)
-    timeout "$secs" "$@" 2>&1 | tee -a "$log"
-    local rc=${PIPESTATUS[0]}
-    say "=== $name: exit $rc in $(($(date +%s) - t0)) s"
-    return 0
-  }
-  say "gpu-check $(date -u +%FT%TZ) in $root"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | tee -a "$log"
-  export IMPRESS_SOURCE_DIR="$root" IMPRESS_ASSETS_DIR="$root/assets"
-  export IMPRESS_DEFAULT_MODEL="${IMPRESS_DEFAULT_MODEL:-$HOME/.cache/impress/models/$model_name}"
-  if [ -d .gpu-pack/bin ]; then
-    bin="$root/.gpu-pack/bin"
-    cuda_libs=""
-    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $(ls -d /usr/local/cuda-*/lib64 2>/dev/null); do
-      [ -e "$d/libcublas.so.13" ] && cuda_libs="$cuda_libs:$d"
-    done
-    if [ -z "$cuda_libs" ]; then  # pip wheels (nvidia-cublas) of the image's Python
-      d=$(find / -xdev -name 'libcublas.so.13' -printf '%h\n' 2>/dev/null | head -1)
-      [ -n "$d" ] && cuda_libs=":$d"
-    fi
-    export LD_LIBRARY_PATH="$root/.gpu-pack/lib$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    say "using the packed binaries ($(cat .gpu-pack/built 2>/dev/null)); cuBLAS from ${cuda_libs#:}"
-    ldd "$bin/cuda-backend-test" | grep "not found" | tee -a "$log"
-  else
-    say "no .gpu-pack: building here (needs the project's libraries)"
-    step build 420 bash -c "cmake -S '$root' -B '$root/build-gpu' -G Ninja -DCMAKE_BUILD_TYPE=Release -DIMPRESS_CUDA=ON >/dev/null && cmake --build '$root/build-gpu' -j \$(nproc) --target cuda-backend-test kernel-emulation-test impress-cuda-bench impress"
-    bin="$root/build-gpu/bin"
-  fi
-  [ -f "$IMPRESS_DEFAULT_MODEL" ] && say "model: $IMPRESS_DEFAULT_MODEL" || say "model: absent (SmolLM2 tests skip; pipeline benchmark skipped)"
-
-  step "kernel emulation test" 60 "$bin/kernel-emulation-test" --gtest_brief=1
-  step "CUDA backend parity tests" 240 "$bin/cuda-backend-test" --gtest_brief=0
-  step "engine bench, SmolLM2 shapes, f16 GEMM" 90 "$bin/impress-cuda-bench" --shape smollm2 --json
-  [ -f "$IMPRESS_DEFAULT_MODEL" ] &&
-    step "engine bench, SmolLM2 file, f16 GEMM" 90 "$bin/impress-cuda-bench" --model "$IMPRESS_DEFAULT_MODEL" --json
-  step "engine bench, SmolLM2 shapes, fp32 GEMM" 60 "$bin/impress-cuda-bench" --shape smollm2 --gemm fp32 --repeats 2
-  step "engine bench, Llama-2-7B shapes, f16 GEMM" 150 "$bin/impress-cuda-bench" --shape llama2-7b --short 512 \
-    --long 2048 --decode 32 --repeats 2 --json
-  if [ -f "$IMPRESS_DEFAULT_MODEL" ]; then
-    store=$(mktemp -d /tmp/impress-gpu-store.XXXXXX)
-    step "pipeline bench (five systems, document on the SSD), --backend cuda" 200 \
-      "$bin/impress" bench pipeline --backend cuda --n-questions 20 --store "$store" --model "$IMPRESS_DEFAULT_MODEL"
-    rm -rf "$store"
-  else
-    say "=== pipeline bench: SKIPPED (no model; stage it with 'gpu-check.sh stage', see the top of this script)"
-  fi
-  say "=== done in $(($(date +%s) - start)) s; log: $log"
-  ;;
-
-*)
-  echo "usage: gpu-check.sh pack|stage PART|run" >&2
+say "gpu-check $(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo 'no git'), results in $out"
+if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1; then
+  say "no NVIDIA GPU here (nvidia-smi: $(head -c 200 "$out/gpu.txt"))"
   exit 2
-  ;;
-esac
+fi
+say "GPU: $(cat "$out/gpu.txt")"
+say "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+
+if [ "${GPU_CHECK_NO_BUILD:-0}" != 1 ]; then
+  step build 1800 bash -c "cmake -S '$IMPRESS_ROOT' -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DIMPRESS_CUDA=ON -DIMPRESS_PYTHON='$IMPRESS_PYTHON' && \
+    cmake --build '$build' -j '$IMPRESS_JOBS' --target impress cuda-backend-test kernel-emulation-test"
+  if ((n_failed)); then
+    say "the CUDA build failed; nothing else ran"
+    exit 1
+  fi
+fi
+
+export IMPRESS_SOURCE_DIR="$IMPRESS_ROOT"
+step kernel-emulation-test 300 "$build/bin/kernel-emulation-test"
+step cuda-backend-test 600 "$build/bin/cuda-backend-test"
+
+bench engine-smollm2-shapes-f16 300 engine --backend cuda --shape smollm2
+bench engine-smollm2-shapes-fp32 300 engine --backend cuda --shape smollm2 --gemm fp32 --repeats 2
+bench engine-llama2-7b-shapes-f16 600 engine --backend cuda --shape llama2-7b --short 512 --long 2048 \
+  --decode 32 --repeats 2
+if [ -f "$IMPRESS_DEFAULT_MODEL" ]; then
+  bench engine-model-file-f16 300 engine --backend cuda --model "$IMPRESS_DEFAULT_MODEL"
+  store=$(mktemp -d "${TMPDIR:-/tmp}/impress-gpu-store.XXXXXX")
+  bench pipeline 1200 pipeline --backend cuda --n-questions "${GPU_CHECK_QUESTIONS:-20}" --store "$store" \
+    --model "$IMPRESS_DEFAULT_MODEL"
+  rm -rf "$store"
+else
+  say "skipped engine-model-file-f16 and pipeline: no model at $IMPRESS_DEFAULT_MODEL (bash scripts/setup.sh)"
+fi
+
+if ((n_failed)); then
+  say "$n_failed step(s) failed; results in $out"
+  exit 1
+fi
+say "all steps passed; results in $out"
