@@ -1,4 +1,4 @@
-// Options shared by every `impress` subcommand (DESIGN.md section 8) and the helpers that turn
+// Options shared by every `impress` subcommand (docs/design.md section 8) and the helpers that turn
 // them into engine settings. Filled by CLI11 on the main thread before any work starts.
 #pragma once
 

@@ -1,5 +1,5 @@
 // impress generate / impress chat: one answer, or a terminal conversation, over attached
-// documents, through the IMPRESS pipeline and the tiered KV store (DESIGN.md section 8).
+// documents, through the IMPRESS pipeline and the tiered KV store (docs/design.md section 8).
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// impress: the one executable (DESIGN.md section 8). Subcommands live in app/*-command.cpp;
+// impress: the one executable (docs/design.md section 8). Subcommands live in app/*-command.cpp;
 // this file only builds the parser and dispatches.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
