@@ -155,6 +155,7 @@ const char* MissingCpuFeature(KernelPath path) {
     case KernelPath::kAvx2:
       if (!__builtin_cpu_supports("avx2")) return "avx2";
       if (!__builtin_cpu_supports("fma")) return "fma";
+      if (!__builtin_cpu_supports("f16c")) return "f16c";
       return nullptr;
   }
   return "an unknown path";
