@@ -10,7 +10,7 @@
 // fp16 data in ORIGINAL position order plus I/O statistics; ReportImportance() after the layer;
 // Release() at the end. Insert() stores new KV (it may run on a background thread).
 //
-// For the GUI (issue 5): SnapshotTree() copies the radix tree with sizes, hits and tier residency;
+// For the GUI: SnapshotTree() copies the radix tree with sizes, hits and tier residency;
 // Residency() says which tier would serve a prefix without touching any statistic; Pin()/Unpin()
 // keep a prefix from eviction (persisted in the catalog); DropFrom() drops a prefix's tail and
 // everything cached below it (one document's cache).
@@ -18,6 +18,7 @@
 // Thread contract: internally synchronized; every method may be called from any thread. Tickets
 // and handles may be used from any thread but each ticket is waited once and each handle
 // released once. Insert and ReorderNow block on disk I/O; Submit* do not (beyond planning).
+// The implementation (store/prefix-store-impl.h) is split by job across prefix-store-*.cpp.
 #pragma once
 
 #include <chrono>
@@ -236,6 +237,7 @@ class PrefixStore {
   // (retry after it finishes), InvalidArgument when a node there is pinned (unpin first).
   Result<uint64_t> DropFrom(std::span<const Token> tokens, uint64_t begin);
 
+  // The options as opened (SetSsdBudget changes the budget Stats().ssd_cap_bytes reports, not these).
   const PrefixStoreOptions& options() const;
   // For tests: checks tree, tier and catalog agree; every chunk is readable and verified.
   Status CheckConsistency();

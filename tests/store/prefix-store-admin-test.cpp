@@ -1,4 +1,4 @@
-// PrefixStore inspection and administration (the GUI's store features, issue 5): SnapshotTree
+// PrefixStore inspection and administration (the GUI's store features): SnapshotTree
 // against a naive trie, Residency against tier placement (and that it changes nothing), Pin /
 // Unpin (persisted, honoured by every eviction path, preferred by the memory tiers), DropFrom
 // (split point, freed disk, refusals), and the migration of a catalog from the previous schema.

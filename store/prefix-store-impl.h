@@ -1,0 +1,327 @@
+// PrefixStore::Impl: the state and the logic behind the PrefixStore facade (store/prefix-store.h).
+// Private to the store; declared once here, defined by job in
+//   prefix-store-open.cpp     Open, crash recovery, Close
+//   prefix-store-read.cpp     Match/Release, per-layer reads, importance reports, tier moves
+//   prefix-store-write.cpp    Insert, chunk writing, catalog commits, eviction and truncation
+//   prefix-store-reorder.cpp  the reorder pass and its background worker
+//   prefix-store-admin.cpp    statistics, budgets, snapshots, residency, pins, drops, checks
+// and prefix-store.cpp forwards each public method to the Impl method of the same name.
+//
+// Thread contract: `mu` guards the in-memory index (tree, tiers, segments, tier blocks, handles,
+// pending reads, counters); members marked GUARDED_BY are checked by clang -Wthread-safety
+// (scripts/thread-safety.sh). Methods named *Locked, and every method marked REQUIRES(mu), run
+// with `mu` held; the others take it themselves and never hold it across disk I/O (data file
+// reads and writes, fsync), so reads of other requests go on meanwhile. Lock order:
+// reorder_mu -> mu -> pool_mu; worker_mu is never held together with another store lock.
+// Members above `mu` are constant once Open returns (Open sets them before any other thread
+// can see the store); the objects they point to (catalog, files, io) synchronize themselves.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/thread-annotations.h"
+#include "store/catalog.h"
+#include "store/chunk-format.h"
+#include "store/extent-files.h"
+#include "store/prefix-store.h"
+#include "store/uring-io.h"
+
+namespace impress::store {
+
+// One chunk or probe set on disk. Freed when retired (no catalog row names it any more) and the
+// last layout snapshot that could read it is gone.
+struct OwnedExtent {
+  ChunkExtent ext;
+  std::shared_ptr<ExtentFiles> files;
+  std::atomic<bool> retired{false};
+  ~OwnedExtent() {
+    if (retired.load()) files->Free(Extent{ext.file, ext.offset, ext.length});
+  }
+};
+using ExtentPtr = std::shared_ptr<OwnedExtent>;
+
+// The immutable physical layout of one KV segment; readers hold snapshots. Each layer has its own
+// token order (the paper's per-layer mapping list): which tokens matter differs between layers.
+struct SegLayout {
+  uint64_t generation = 0;
+  std::vector<std::vector<uint32_t>> mapping;  // [layer] slot -> original offset; empty = identity
+  std::vector<std::vector<uint32_t>> slot_of;  // [layer] original offset -> slot; empty = identity
+  std::vector<std::vector<ExtentPtr>> chunks;  // [layer][index]; null = freed (outside the live range)
+  std::vector<ExtentPtr> probes;               // [layer]
+  uint32_t Slot(uint32_t il, uint64_t off) const { return slot_of[il].empty() ? uint32_t(off) : slot_of[il][off]; }
+  uint32_t Orig(uint32_t il, uint32_t slot) const { return mapping[il].empty() ? slot : mapping[il][slot]; }
+  // All layers' mapping lists, layer-major (n_layer * n), or empty when every layer is identity.
+  std::vector<uint32_t> Flat(uint32_t n) const {
+    bool any = false;
+    for (const auto& m : mapping) any = any || !m.empty();
+    std::vector<uint32_t> out;
+    if (!any) return out;
+    out.reserve(mapping.size() * n);
+    for (uint32_t il = 0; il < mapping.size(); ++il)
+      for (uint32_t sl = 0; sl < n; ++sl) out.push_back(Orig(il, sl));
+    return out;
+  }
+};
+using LayoutPtr = std::shared_ptr<const SegLayout>;
+
+struct SegState {
+  uint32_t n_tokens = 0;
+  LayoutPtr layout;
+  std::vector<float> imp_sum;       // [layer * n_tokens + original offset]: summed importance reports
+  std::vector<uint32_t> imp_count;  // same index: number of reports
+};
+
+// A chunk held by a memory tier: K region then V region (n_slots records each), no header.
+struct TierBlock {
+  std::shared_ptr<MemorySpace> mem;
+  void* p = nullptr;
+  size_t n = 0;
+  uint64_t generation = 0;
+  ~TierBlock() {
+    if (p) mem->Free(p);
+  }
+};
+using BlockPtr = std::shared_ptr<TierBlock>;
+
+struct SpanView {
+  PathSpan span;
+  LayoutPtr layout;
+};
+
+struct HandleState {
+  NodeId last_node = kNoNode;
+  uint64_t n_matched = 0;
+  std::vector<SpanView> spans;
+};
+
+// One chunk (or probe set) a read touches.
+struct ReadSource {
+  ChunkId cid = 0;
+  uint64_t segment = 0;
+  uint32_t layer = 0, index = 0;
+  uint64_t generation = 0;
+  ExtentPtr ext;                 // disk source
+  BlockPtr block;                // memory source
+  AlignedBuffer img;             // the chunk image (only the read blocks are valid)
+  std::vector<std::pair<uint32_t, uint32_t>> runs;  // (first block, n blocks) read from disk
+  bool whole = false;            // whole chunk read (to install in a tier)
+  Tier install = Tier::kSsd;
+  std::vector<std::pair<uint32_t, uint32_t>> rows;  // (output row, record index inside the chunk)
+};
+
+// A read of a whole chunk (or probe set) for checking: recovery, reorder, consistency checks.
+inline ReadSource WholeExtent(uint64_t segment, uint32_t layer, uint32_t index, uint64_t generation, ExtentPtr ext) {
+  ReadSource s;
+  s.segment = segment;
+  s.layer = layer;
+  s.index = index;
+  s.generation = generation;
+  s.ext = std::move(ext);
+  s.whole = true;
+  return s;
+}
+
+struct PendingRead {
+  bool probe = false;
+  bool want_k = false, want_v = false;
+  uint64_t n_rows = 0;
+  ReadEngine::Ticket ticket = 0;
+  std::vector<ReadSource> sources;
+  ReadStats stats;
+};
+
+// What one layer's chunk writing produced: rows to commit, the extents they own (retired if the
+// commit never comes) and the data files to fsync before it.
+struct WrittenChunks {
+  std::vector<ChunkRow> rows;
+  std::vector<ExtentPtr> owned;
+  std::set<uint32_t> files_touched;
+  uint64_t bytes = 0;
+};
+
+// Returns the K or V bytes (k_bytes) of one original segment offset.
+using RecordAt = std::function<const uint8_t*(uint32_t)>;
+
+inline constexpr uint64_t kMiB = 1ull << 20;
+
+struct PrefixStore::Impl {
+  explicit Impl(PrefixStoreOptions o);  // geometry only; Open does the rest
+
+  // ---- Constant after Open.
+  const PrefixStoreOptions opt;
+  Env* const env;
+  const std::string ns;  // radix namespace = model fingerprint
+  const uint64_t fp_hash;
+  const uint32_t C;                // tokens per chunk
+  const uint32_t k_bytes;          // K (or V) of one token: (n_head_kv, head_dim) fp16
+  const uint32_t rec_bytes;        // K + V of one token (memory tiers hold n_slots * rec_bytes)
+  const uint32_t probe_rec_bytes;  // (n_probe, head_dim) fp16
+  const std::shared_ptr<MemorySpace> device_mem, host_mem;
+  std::unique_ptr<Catalog> catalog;  // internally synchronized; commits are ordered by mu
+  std::shared_ptr<ExtentFiles> files;
+  std::unique_ptr<ReadEngine> io;
+  bool direct = false;
+  std::thread worker;  // the reorder worker (started by Open, joined by Close)
+
+  // ---- The in-memory index.
+  Mutex mu;
+  RadixTree tree GUARDED_BY(mu);
+  TierManager tiers GUARDED_BY(mu);
+  uint64_t ssd_budget GUARDED_BY(mu);  // opt.ssd_bytes until SetSsdBudget
+  std::unordered_map<uint64_t, SegState> segs GUARDED_BY(mu);
+  std::unordered_map<ChunkId, BlockPtr> blocks[3] GUARDED_BY(mu);  // by Tier
+  std::unordered_map<uint64_t, HandleState> handles GUARDED_BY(mu);
+  std::unordered_map<ReadTicket, std::unique_ptr<PendingRead>> reads GUARDED_BY(mu);
+  std::set<std::tuple<uint64_t, uint64_t, uint32_t, uint32_t>> bad_chunks GUARDED_BY(mu);  // (seg, gen, layer, index)
+  std::set<std::pair<uint64_t, uint64_t>> pending_truncations GUARDED_BY(mu);  // (segment, first bad original offset)
+  uint64_t next_handle GUARDED_BY(mu) = 1;
+  uint64_t next_ticket GUARDED_BY(mu) = 1;
+  StoreStats st GUARDED_BY(mu);                          // counters only
+  std::unordered_set<uint64_t> dirty_segs GUARDED_BY(mu);  // importance statistics to persist
+  std::unordered_set<NodeId> dirty_nodes GUARDED_BY(mu);   // hits / last access to persist
+  std::vector<ExtentPtr> pending_retire GUARDED_BY(mu);    // freed after the next commit
+
+  // ---- Read buffers for reuse: fresh pages would cost a page fault per 4 KiB on every read.
+  Mutex pool_mu;
+  std::multimap<size_t, AlignedBuffer> pool GUARDED_BY(pool_mu);
+  size_t pool_bytes GUARDED_BY(pool_mu) = 0;
+
+  // ---- Reorder.
+  Mutex reorder_mu;  // one reorder pass at a time
+  Mutex worker_mu;
+  CondVar worker_cv;  // waits under worker_mu
+  bool stop GUARDED_BY(worker_mu) = false;
+  std::chrono::milliseconds reorder_interval GUARDED_BY(worker_mu){0};  // 0: on demand only
+  uint64_t reorder_interval_gen GUARDED_BY(worker_mu) = 0;              // bumped by SetReorderInterval
+
+  // ---- Geometry (pure).
+  std::string Geometry() const;
+  uint32_t NChunks(uint32_t n_tokens) const { return (n_tokens + C - 1) / C; }
+  ChunkId Cid(uint64_t seg, uint32_t layer, uint32_t index) const { return ChunkKey{seg, layer, index}.Pack(); }
+  uint64_t ChunkMemBytes(const ExtentPtr& e) const { return uint64_t(e->ext.n_slots) * rec_bytes; }
+  ChunkLayout KVLayout(uint32_t n_slots) const { return KVChunkLayout(n_slots, k_bytes); }
+  ChunkHeader HeaderFor(ChunkKind kind, uint64_t seg, uint64_t gen, uint32_t layer, uint32_t index, uint32_t slot_begin,
+                        uint32_t n_slots, bool reordered) const;
+  ExtentPtr Own(const ChunkExtent& e) const;
+
+  // ---- prefix-store-open.cpp
+  struct Recovery;
+  static Result<std::unique_ptr<Impl>> Open(PrefixStoreOptions o);
+  Status OpenFiles();
+  Status Recover() EXCLUDES(mu);
+  void RecoverLayouts(Recovery& r) const;
+  void RecoverExtents(Recovery& r) REQUIRES(mu);
+  Status RecoverTree(Recovery& r) REQUIRES(mu);
+  void NoteDamage(Recovery& r, uint64_t seg, uint64_t off, const std::string& why) REQUIRES(mu);
+  void FindMissing(Recovery& r) REQUIRES(mu);
+  void VerifyOnOpen(Recovery& r) REQUIRES(mu);
+  Status CutAtDamage(Recovery& r) REQUIRES(mu);
+  void ForgetUnnamed(Recovery& r) REQUIRES(mu);
+  void Close() EXCLUDES(mu, worker_mu);
+
+  // ---- prefix-store-read.cpp
+  MatchHandle Match(std::span<const Token> tokens) EXCLUDES(mu);
+  Status Release(MatchHandle& h) EXCLUDES(mu);
+  Result<ReadTicket> SubmitProbeKeys(const MatchHandle& h, int il) EXCLUDES(mu);
+  Result<ReadTicket> SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions, bool want_k,
+                                  bool want_v) EXCLUDES(mu);
+  Result<ReadTicket> SubmitReadAllKeys(const MatchHandle& h, int il) EXCLUDES(mu);
+  Result<ReadResult> Wait(ReadTicket t) EXCLUDES(mu);
+  Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) EXCLUDES(mu);
+  Status ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,
+                          std::span<const float> scores) EXCLUDES(mu);
+  Result<const HandleState*> HandleLocked(const MatchHandle& h, int il) REQUIRES(mu);
+  Status PlanKVSourcesLocked(const HandleState& hs, uint32_t il, std::span<const uint32_t> positions, PendingRead* pr)
+      REQUIRES(mu);
+  void PlanTierReadsLocked(PendingRead* pr) REQUIRES(mu);
+  Result<ReadTicket> SubmitLocked(std::unique_ptr<PendingRead> pr) REQUIRES(mu);
+  Status VerifyRead(PendingRead& pr) EXCLUDES(mu);
+  void GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) const;
+  void InstallAdmittedLocked(PendingRead& pr) REQUIRES(mu);
+  void MarkCorruptLocked(const ReadSource& s, const Status& why) REQUIRES(mu);
+  Status VerifySource(const ReadSource& s, bool probe) const;
+  static std::vector<std::pair<uint32_t, uint32_t>> RunsFor(const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
+  AlignedBuffer GetBuffer(size_t n) EXCLUDES(pool_mu);
+  void PutBuffer(AlignedBuffer b) EXCLUDES(pool_mu);
+  void ApplyMoveLocked(const TierMove& m) REQUIRES(mu);
+  void ApplyMovesLocked(const std::vector<TierMove>& moves) REQUIRES(mu);
+  void DropChunkLocked(ChunkId cid) REQUIRES(mu);
+  Tier ServedFromLocked(ChunkId cid, uint64_t generation) const REQUIRES(mu);
+
+  // ---- prefix-store-write.cpp
+  struct InsertJob;
+  Result<InsertSummary> Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers)
+      EXCLUDES(mu);
+  Status BeginInsert(std::span<const Token> tokens, uint64_t start, InsertJob* job) EXCLUDES(mu);
+  Status WriteInsert(std::span<const LayerKV> layers, uint64_t start, InsertJob* job) EXCLUDES(mu);
+  Result<InsertSummary> PublishInsertLocked(std::span<const Token> tokens, InsertJob* job) REQUIRES(mu);
+  Status WriteLayer(uint64_t seg, uint64_t gen, uint32_t il, uint32_t n_tokens, const std::vector<uint32_t>& mapping,
+                    const std::vector<bool>& chunk_wanted, const RecordAt& k_at, const RecordAt& v_at,
+                    const uint8_t* probe_records, ProbeRow* probe_row, WrittenChunks* out) EXCLUDES(mu);
+  Result<Extent> AllocateEvicting(uint64_t bytes, uint32_t il) EXCLUDES(mu);
+  static void RetireAll(std::vector<ExtentPtr>& v);
+  Status SyncFiles(const std::set<uint32_t>& ids);
+  Status CommitLocked(const CatalogBatch& b) REQUIRES(mu);
+  uint64_t UpdateDataCapLocked() REQUIRES(mu);
+  uint64_t EvictLocked(uint64_t bytes, uint64_t max_nodes) REQUIRES(mu);
+  void ApplyEvictionsLocked(const std::vector<Eviction>& evs, CatalogBatch& batch) REQUIRES(mu);
+  void FreeDeadChunksLocked(uint64_t seg, CatalogBatch& batch) REQUIRES(mu);
+  void KillSegmentLocked(uint64_t seg, CatalogBatch& batch) REQUIRES(mu);
+  NodeRecord RecordOf(NodeId id) REQUIRES(mu);
+  std::optional<std::pair<NodeId, uint64_t>> NodeAtLocked(uint64_t seg, uint64_t off) REQUIRES(mu);
+  void TryPendingTruncationsLocked() REQUIRES(mu);
+  std::string NoRoomReasonLocked() REQUIRES(mu);
+
+  // ---- prefix-store-reorder.cpp
+  struct ReorderPlan;
+  Result<ReorderReport> ReorderNow() EXCLUDES(mu, reorder_mu);
+  Status ReorderSegment(uint64_t seg, ReorderReport* rep) REQUIRES(reorder_mu) EXCLUDES(mu);
+  bool PlanReorderLocked(uint64_t seg, ReorderPlan* plan) REQUIRES(mu);
+  std::vector<uint64_t> NodeCutsLocked(uint64_t seg, uint32_t n) REQUIRES(mu);
+  Status RewriteLayer(uint64_t seg, ReorderPlan& plan, uint32_t il, WrittenChunks* out) EXCLUDES(mu);
+  Status SwapLayoutLocked(uint64_t seg, ReorderPlan& plan, WrittenChunks& w, ReorderReport* rep) REQUIRES(mu);
+  void SetReorderInterval(std::chrono::milliseconds interval) EXCLUDES(worker_mu);
+  void WorkerLoop() EXCLUDES(worker_mu);
+
+  // ---- prefix-store-admin.cpp
+  struct SegView;
+  StoreStats Stats() EXCLUDES(mu);
+  Status Flush() EXCLUDES(mu);
+  Status FlushLocked() REQUIRES(mu);
+  Result<uint64_t> EvictNodes(uint64_t n) EXCLUDES(mu);
+  std::vector<TierMove> SetTierBudget(Tier tier, uint64_t bytes) EXCLUDES(mu);
+  Status SetSsdBudget(uint64_t bytes) EXCLUDES(mu);
+  void SetPolicy(PolicyKind kind) EXCLUDES(mu);
+  TreeSnapshot SnapshotTree(size_t max_nodes) EXCLUDES(mu);
+  const SegView& SegViewLocked(uint64_t seg, const SegState& ss, std::unordered_map<uint64_t, SegView>& views)
+      REQUIRES(mu);
+  void DescribeNodeLocked(const NodeInfo& n, const SegView& v, const SegState& ss, TreeNodeInfo* t) REQUIRES(mu);
+  PrefixResidency Residency(std::span<const Token> tokens) EXCLUDES(mu);
+  void SpanResidencyLocked(const PathSpan& sp, const SegLayout& l, std::set<ChunkId>& seen, PrefixResidency* r)
+      REQUIRES(mu);
+  Status SetPinned(std::span<const Token> tokens, bool pin) EXCLUDES(mu);
+  void RefreshPinsLocked(const std::set<uint64_t>& seg_ids) REQUIRES(mu);
+  void RefreshSegmentPinsLocked(uint64_t seg, const SegState& ss, const std::pair<uint64_t, uint64_t>* pinned)
+      REQUIRES(mu);
+  Result<uint64_t> DropFrom(std::span<const Token> tokens, uint64_t begin) EXCLUDES(mu);
+  Status CheckConsistency() EXCLUDES(mu);
+  Status CheckIndexLocked(std::vector<ReadSource>* to_verify) REQUIRES(mu);
+};
+
+}  // namespace impress::store

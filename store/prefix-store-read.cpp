@@ -1,0 +1,478 @@
+// PrefixStore::Impl: the read path. Match/Release, per-layer reads (planned under the lock,
+// waited and gathered outside it), importance reports, and the tier moves that reads cause.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "store/prefix-store-impl.h"
+
+namespace impress::store {
+
+// ==================================================================== match
+
+MatchHandle PrefixStore::Impl::Match(std::span<const Token> tokens) {
+  MutexLock lk(&mu);
+  MatchResult m = tree.Match(ns, tokens, true);
+  MatchHandle h;
+  for (const auto& sp : m.path) dirty_nodes.insert(sp.node);
+  if (m.n_matched == 0) return h;
+  if (!tree.Lock(m.last_node).ok()) return h;
+  HandleState hs;
+  hs.last_node = m.last_node;
+  hs.n_matched = m.n_matched;
+  for (const auto& sp : m.path) {
+    auto it = segs.find(sp.segment);
+    if (it == segs.end()) break;  // cannot happen: the tree names only live segments
+    hs.spans.push_back({sp, it->second.layout});
+  }
+  h.id = next_handle++;
+  h.n_matched = m.n_matched;
+  handles[h.id] = std::move(hs);
+  return h;
+}
+
+Status PrefixStore::Impl::Release(MatchHandle& h) {
+  if (h.id == 0) return Status::Ok();
+  MutexLock lk(&mu);
+  auto it = handles.find(h.id);
+  if (it == handles.end()) return Status::InvalidArgument("store: match handle " + std::to_string(h.id) + " unknown or released");
+  Status s = tree.Unlock(it->second.last_node);
+  handles.erase(it);
+  h.id = 0;
+  TryPendingTruncationsLocked();
+  return s;
+}
+
+// The handle's state, after checking the handle and the layer index.
+Result<const HandleState*> PrefixStore::Impl::HandleLocked(const MatchHandle& h, int il) {
+  auto hit = handles.find(h.id);
+  if (hit == handles.end()) return Status::InvalidArgument("store: match handle " + std::to_string(h.id) + " unknown");
+  if (il < 0 || il >= opt.n_layer) return Status::InvalidArgument("store: layer " + std::to_string(il) + " out of range");
+  return &hit->second;
+}
+
+// ==================================================================== submit
+
+Result<ReadTicket> PrefixStore::Impl::SubmitProbeKeys(const MatchHandle& h, int il) {
+  MutexLock lk(&mu);
+  IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
+  auto pr = std::make_unique<PendingRead>();
+  pr->probe = true;
+  pr->n_rows = hs->n_matched;
+  for (const auto& sv : hs->spans) {
+    const ExtentPtr& e = sv.layout->probes[size_t(il)];
+    if (!e) return Status::Internal("store: probe keys of segment " + std::to_string(sv.span.segment) + " missing");
+    if (bad_chunks.count({sv.span.segment, 0, uint32_t(il), UINT32_MAX}))
+      return Status::Corruption("store: probe keys of segment " + std::to_string(sv.span.segment) + " layer " + std::to_string(il) + " are corrupt");
+    ReadSource s;
+    s.segment = sv.span.segment;
+    s.layer = uint32_t(il);
+    s.index = UINT32_MAX;
+    s.ext = e;
+    const uint64_t a = kChunkHeaderBytes + sv.span.seg_begin * probe_rec_bytes;
+    const uint64_t b = a + sv.span.length * probe_rec_bytes;
+    s.runs = RunsFor({{a, b}});
+    for (uint64_t r = 0; r < sv.span.length; ++r) s.rows.push_back({uint32_t(sv.span.depth + r), uint32_t(sv.span.seg_begin + r)});
+    pr->stats.useful_bytes += sv.span.length * probe_rec_bytes;
+    ++pr->stats.chunks_ssd;
+    pr->sources.push_back(std::move(s));
+  }
+  return SubmitLocked(std::move(pr));
+}
+
+Result<ReadTicket> PrefixStore::Impl::SubmitReadAllKeys(const MatchHandle& h, int il) {
+  std::vector<uint32_t> pos(h.n_matched);
+  std::iota(pos.begin(), pos.end(), 0u);
+  return SubmitReadKV(h, il, pos, true, false);
+}
+
+Result<ReadTicket> PrefixStore::Impl::SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
+                                                   bool want_k, bool want_v) {
+  MutexLock lk(&mu);
+  IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
+  if (!want_k && !want_v) return Status::InvalidArgument("store: a KV read must want K, V or both");
+  auto pr = std::make_unique<PendingRead>();
+  pr->want_k = want_k;
+  pr->want_v = want_v;
+  pr->n_rows = positions.size();
+  IMPRESS_RETURN_IF_ERROR(PlanKVSourcesLocked(*hs, uint32_t(il), positions, pr.get()));
+  const uint64_t want_bytes = (want_k ? k_bytes : 0) + (want_v ? k_bytes : 0);
+  pr->stats.useful_bytes = positions.size() * want_bytes;
+  PlanTierReadsLocked(pr.get());
+  return SubmitLocked(std::move(pr));
+}
+
+// One source per chunk the positions fall in (in the layout the handle pinned), with the rows
+// each chunk serves.
+Status PrefixStore::Impl::PlanKVSourcesLocked(const HandleState& hs, uint32_t il, std::span<const uint32_t> positions,
+                                              PendingRead* pr) {
+  std::map<ChunkId, size_t> by_chunk;  // chunk -> index in sources
+  size_t sp = 0;
+  for (size_t r = 0; r < positions.size(); ++r) {
+    const uint64_t p = positions[r];
+    if (p >= hs.n_matched || (r > 0 && p <= positions[r - 1]))
+      return Status::InvalidArgument("store: position " + std::to_string(p) + " is out of range (" + std::to_string(hs.n_matched) +
+                                     " matched) or not ascending");
+    while (sp < hs.spans.size() && p >= hs.spans[sp].span.depth + hs.spans[sp].span.length) ++sp;
+    const SpanView& sv = hs.spans[sp];
+    const uint64_t off = sv.span.seg_begin + (p - sv.span.depth);
+    const uint32_t slot = sv.layout->Slot(il, off);
+    const uint32_t idx = slot / C;
+    const ChunkId cid = Cid(sv.span.segment, il, idx);
+    auto [it, fresh] = by_chunk.try_emplace(cid, pr->sources.size());
+    if (fresh) {
+      ReadSource s;
+      s.cid = cid;
+      s.segment = sv.span.segment;
+      s.layer = il;
+      s.index = idx;
+      s.generation = sv.layout->generation;
+      s.ext = sv.layout->chunks[il][idx];
+      if (!s.ext) return Status::Internal("store: chunk " + std::to_string(idx) + " of segment " + std::to_string(s.segment) + " was freed while locked");
+      if (bad_chunks.count({s.segment, s.generation, s.layer, idx}))
+        return Status::Corruption("store: chunk " + std::to_string(idx) + " of segment " + std::to_string(s.segment) + " layer " +
+                                  std::to_string(il) + " failed its checksum and is not served");
+      pr->sources.push_back(std::move(s));
+    }
+    pr->sources[it->second].rows.push_back({uint32_t(r), slot - idx * C});
+  }
+  return Status::Ok();
+}
+
+// Per source: tells the tier manager of the access (applying the moves it decides), serves it
+// from a memory tier when one holds it, else plans the disk blocks to read.
+void PrefixStore::Impl::PlanTierReadsLocked(PendingRead* pr) {
+  for (auto& s : pr->sources) {
+    // The important ratio comes from ReportImportance (a fallback read of all keys says nothing).
+    AccessResult ar = tiers.Access(s.cid, ChunkMemBytes(s.ext));
+    for (const auto& m : ar.moves) {
+      if (m.chunk == s.cid && m.from == Tier::kSsd && m.to != Tier::kSsd) s.install = m.to;
+      else ApplyMoveLocked(m);
+    }
+    for (Tier t : {Tier::kDevice, Tier::kHost}) {
+      auto b = blocks[size_t(t)].find(s.cid);
+      if (b != blocks[size_t(t)].end() && b->second->generation == s.generation) {
+        s.block = b->second;
+        (t == Tier::kDevice ? pr->stats.chunks_device : pr->stats.chunks_host)++;
+        break;
+      }
+    }
+    if (s.block) continue;
+    ++pr->stats.chunks_ssd;
+    if (s.install != Tier::kSsd) {
+      s.whole = true;
+      s.runs = {{0, s.ext->ext.length / kBlockBytes}};
+    } else {
+      // Only the blocks of the wanted regions: a key-only read never touches a V block.
+      const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);
+      std::vector<std::pair<uint64_t, uint64_t>> ranges;
+      for (auto [row, w] : s.rows) {
+        const uint64_t at = uint64_t(w) * k_bytes;
+        if (pr->want_k) ranges.push_back({lay.k_offset + at, lay.k_offset + at + k_bytes});
+        if (pr->want_v) ranges.push_back({lay.v_offset + at, lay.v_offset + at + k_bytes});
+      }
+      s.runs = RunsFor(ranges);
+    }
+  }
+}
+
+Result<ReadTicket> PrefixStore::Impl::SubmitLocked(std::unique_ptr<PendingRead> pr) {
+  std::vector<ReadOp> ops;
+  for (auto& s : pr->sources) {
+    if (s.block) continue;
+    File* f = files->file(s.ext->ext.file);
+    if (!f) return Status::Internal("store: data file " + std::to_string(s.ext->ext.file) + " is not open");
+    s.img = GetBuffer(s.ext->ext.length);
+    if (!s.img.data()) return Status::ResourceExhausted("store: out of memory for a read buffer");
+    for (auto [b, n] : s.runs) {
+      ops.push_back(ReadOp{f, s.ext->ext.offset + uint64_t(b) * kBlockBytes, n * kBlockBytes, s.img.data() + size_t(b) * kBlockBytes});
+      pr->stats.ssd_bytes += uint64_t(n) * kBlockBytes;
+    }
+  }
+  pr->stats.n_ios = uint32_t(ops.size());
+  st.ssd_bytes_read += pr->stats.ssd_bytes;
+  st.chunk_reads += pr->stats.chunks_ssd;
+  ++st.n_reads;
+  pr->ticket = io->Submit(std::move(ops));
+  ReadTicket t = next_ticket++;
+  reads[t] = std::move(pr);
+  return t;
+}
+
+// Block runs covering the byte ranges [a, b) (chunk-relative) of the given records.
+std::vector<std::pair<uint32_t, uint32_t>> PrefixStore::Impl::RunsFor(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+  std::vector<uint32_t> ids;
+  for (auto [a, b] : ranges)
+    for (uint64_t x = a / kBlockBytes; x <= (b - 1) / kBlockBytes; ++x) ids.push_back(uint32_t(x));
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::vector<std::pair<uint32_t, uint32_t>> runs;
+  for (uint32_t x : ids) {
+    if (!runs.empty() && runs.back().first + runs.back().second == x) ++runs.back().second;
+    else runs.push_back({x, 1});
+  }
+  return runs;
+}
+
+// ==================================================================== wait
+
+Result<ReadResult> PrefixStore::Impl::Wait(ReadTicket t) {
+  size_t n_k = 0, n_v = 0;
+  {
+    MutexLock lk(&mu);
+    auto it = reads.find(t);
+    if (it == reads.end()) return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
+    const PendingRead& pr = *it->second;
+    const size_t row = pr.probe ? probe_rec_bytes / 2 : size_t(opt.n_head_kv) * size_t(opt.head_dim);
+    n_k = pr.probe || pr.want_k ? pr.n_rows * row : 0;
+    n_v = !pr.probe && pr.want_v ? pr.n_rows * row : 0;
+  }
+  ReadResult out;
+  out.k.resize(n_k);
+  out.v.resize(n_v);
+  IMPRESS_ASSIGN_OR_RETURN(out.stats, WaitInto(t, out.k.data(), out.v.data()));
+  return out;
+}
+
+Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) {
+  std::unique_ptr<PendingRead> pr;
+  {
+    MutexLock lk(&mu);
+    auto it = reads.find(t);
+    if (it == reads.end()) return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
+    pr = std::move(it->second);
+    reads.erase(it);
+  }
+  Status io_st = io->Wait(pr->ticket);
+  struct Recycle {
+    Impl& im;
+    PendingRead& pr;
+    ~Recycle() {
+      for (auto& s : pr.sources) im.PutBuffer(std::move(s.img));
+    }
+  } recycle{*this, *pr};
+  const ReadStats stats = pr->stats;
+  if (!io_st.ok()) return io_st.WithContext("store read");
+  IMPRESS_RETURN_IF_ERROR(VerifyRead(*pr));  // before serving a byte of it
+  if (pr->probe) {
+    const size_t pe = probe_rec_bytes / 2;
+    for (auto& s : pr->sources)
+      for (auto [row, rec] : s.rows)
+        std::memcpy(k_out + size_t(row) * pe, s.img.data() + kChunkHeaderBytes + size_t(rec) * probe_rec_bytes, probe_rec_bytes);
+    return stats;
+  }
+  GatherKV(*pr, k_out, v_out);
+  MutexLock lk(&mu);
+  InstallAdmittedLocked(*pr);
+  return stats;
+}
+
+// Checks every source read from disk; a failure drops the chunk (probe keys: the segment's
+// prefix) and truncates the tree there.
+Status PrefixStore::Impl::VerifyRead(PendingRead& pr) {
+  size_t n_verified = 0;
+  for (auto& s : pr.sources) {
+    if (s.block) continue;
+    if ((++n_verified & 7) == 0) io->Poll();
+    Status v = VerifySource(s, pr.probe);
+    if (v.ok()) continue;
+    MutexLock lk(&mu);
+    if (pr.probe) {
+      bad_chunks.insert({s.segment, 0, s.layer, UINT32_MAX});
+      ++st.chunks_dropped_corrupt;
+      spdlog::error("store: {} -- prefix truncated at segment {}", v.ToString(), s.segment);
+      pending_truncations.insert({s.segment, 0});
+      TryPendingTruncationsLocked();
+    } else {
+      MarkCorruptLocked(s, v);
+    }
+    return v;
+  }
+  return Status::Ok();
+}
+
+// Copies each requested row's K and/or V, in the caller's order, from tier blocks or chunk images.
+void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) const {
+  const size_t row_elems = size_t(opt.n_head_kv) * size_t(opt.head_dim);
+  std::vector<uint8_t> tmp;
+  size_t n_done = 0;
+  for (auto& s : pr.sources) {
+    if ((++n_done & 7) == 0) io->Poll();  // keep the queue full for the next batch meanwhile
+    const uint8_t *kb, *vb;  // the K and V regions
+    if (s.block) {
+      tmp.resize(s.block->n);
+      s.block->mem->CopyOut(tmp.data(), s.block->p, s.block->n);
+      kb = tmp.data();
+      vb = tmp.data() + size_t(s.ext->ext.n_slots) * k_bytes;
+    } else {
+      const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);
+      kb = s.img.data() + lay.k_offset;
+      vb = s.img.data() + lay.v_offset;
+    }
+    for (auto [row, w] : s.rows) {
+      if (pr.want_k) std::memcpy(k_out + size_t(row) * row_elems, kb + size_t(w) * k_bytes, k_bytes);
+      if (pr.want_v) std::memcpy(v_out + size_t(row) * row_elems, vb + size_t(w) * k_bytes, k_bytes);
+    }
+  }
+}
+
+// Keeps the whole chunks the tier manager admitted during planning, if still current.
+void PrefixStore::Impl::InstallAdmittedLocked(PendingRead& pr) {
+  for (auto& s : pr.sources) {
+    if (!s.whole || s.install == Tier::kSsd || tiers.Where(s.cid) != s.install) continue;
+    auto sit = segs.find(s.segment);
+    if (sit == segs.end() || sit->second.layout->generation != s.generation) continue;
+    if (blocks[size_t(s.install)].count(s.cid)) continue;
+    auto& mem = s.install == Tier::kDevice ? device_mem : host_mem;
+    auto b = std::make_shared<TierBlock>();
+    b->mem = mem;
+    b->n = size_t(s.ext->ext.n_slots) * rec_bytes;
+    b->generation = s.generation;
+    b->p = mem->Alloc(b->n);
+    if (!b->p) continue;
+    const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);
+    const size_t region = size_t(s.ext->ext.n_slots) * k_bytes;
+    mem->CopyIn(b->p, s.img.data() + lay.k_offset, region);
+    mem->CopyIn(static_cast<uint8_t*>(b->p) + region, s.img.data() + lay.v_offset, region);
+    blocks[size_t(s.install)][s.cid] = std::move(b);
+  }
+}
+
+Status PrefixStore::Impl::VerifySource(const ReadSource& s, bool probe) const {
+  const std::string what = std::string(probe ? "probe keys" : "chunk") + " of segment " + std::to_string(s.segment) +
+                           " layer " + std::to_string(s.layer) + " index " + std::to_string(s.index);
+  if (s.whole) {
+    ChunkHeader h = probe ? HeaderFor(ChunkKind::kProbe, s.segment, 0, s.layer, 0, 0, s.ext->ext.n_slots, false)
+                          : HeaderFor(ChunkKind::kKV, s.segment, s.generation, s.layer, s.index, s.ext->ext.slot_begin,
+                                      s.ext->ext.n_slots, false);
+    return VerifyChunk(s.img.data(), s.ext->ext, h, what);
+  }
+  for (auto [b, n] : s.runs) IMPRESS_RETURN_IF_ERROR(VerifyBlocks(s.img.data() + size_t(b) * kBlockBytes, s.ext->ext, b, n, what));
+  return Status::Ok();
+}
+
+void PrefixStore::Impl::MarkCorruptLocked(const ReadSource& s, const Status& why) {
+  bad_chunks.insert({s.segment, s.generation, s.layer, s.index});
+  ++st.chunks_dropped_corrupt;
+  uint64_t first = UINT64_MAX;
+  auto it = segs.find(s.segment);
+  if (it != segs.end() && it->second.layout->generation == s.generation) {
+    const SegLayout& l = *it->second.layout;
+    if (s.ext && s.ext == (s.layer < l.probes.size() ? l.probes[s.layer] : nullptr)) first = 0;
+    else if (s.ext)
+      for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k) first = std::min<uint64_t>(first, l.Orig(s.layer, s.ext->ext.slot_begin + k));
+  }
+  if (first == UINT64_MAX) first = 0;
+  spdlog::error("store: {} -- chunk dropped, prefix truncated at segment {} offset {}", why.ToString(), s.segment, first);
+  pending_truncations.insert({s.segment, first});
+  DropChunkLocked(s.cid);
+  TryPendingTruncationsLocked();
+}
+
+AlignedBuffer PrefixStore::Impl::GetBuffer(size_t n) {
+  {
+    MutexLock lk(&pool_mu);
+    auto it = pool.find(n);
+    if (it != pool.end()) {
+      AlignedBuffer b = std::move(it->second);
+      pool.erase(it);
+      pool_bytes -= n;
+      return b;
+    }
+  }
+  return AlignedBuffer(n, /*zero=*/false);
+}
+
+void PrefixStore::Impl::PutBuffer(AlignedBuffer b) {
+  if (!b.data()) return;
+  MutexLock lk(&pool_mu);
+  if (pool_bytes + b.size() > (64ull << 20)) return;
+  pool_bytes += b.size();
+  const size_t n = b.size();
+  pool.emplace(n, std::move(b));
+}
+
+// ==================================================================== importance
+
+Status PrefixStore::Impl::ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,
+                                           std::span<const float> scores) {
+  if (!scores.empty() && scores.size() != selected.size())
+    return Status::InvalidArgument("store: importance scores and selected positions differ in length");
+  MutexLock lk(&mu);
+  IMPRESS_ASSIGN_OR_RETURN(const HandleState* hsp, HandleLocked(h, il));
+  const HandleState& hs = *hsp;
+  std::vector<float> w(hs.n_matched, 0.0f);
+  for (size_t i = 0; i < selected.size(); ++i) {
+    if (selected[i] >= hs.n_matched) return Status::InvalidArgument("store: selected position " + std::to_string(selected[i]) + " out of range");
+    w[selected[i]] = scores.empty() ? 1.0f : scores[i];
+  }
+  std::map<ChunkId, std::pair<uint32_t, uint32_t>> per_chunk;  // (selected, matched)
+  for (const auto& sv : hs.spans) {
+    auto sit = segs.find(sv.span.segment);
+    if (sit == segs.end()) continue;
+    SegState& ss = sit->second;
+    const bool same_layout = ss.layout->generation == sv.layout->generation;
+    const size_t at = size_t(il) * ss.n_tokens;  // this layer's statistics
+    for (uint64_t r = 0; r < sv.span.length; ++r) {
+      const uint64_t off = sv.span.seg_begin + r;
+      const float x = w[sv.span.depth + r];
+      ss.imp_sum[at + off] += x;
+      ss.imp_count[at + off] += 1;
+      if (!same_layout) continue;
+      auto& pc = per_chunk[Cid(sv.span.segment, uint32_t(il), ss.layout->Slot(uint32_t(il), off) / C)];
+      pc.first += x > 0 ? 1 : 0;
+      pc.second += 1;
+    }
+    dirty_segs.insert(sv.span.segment);
+  }
+  for (auto& [cid, c] : per_chunk) (void)tiers.ReportImportance(cid, double(c.first) / double(c.second));
+  return Status::Ok();
+}
+
+// ==================================================================== tier moves
+
+void PrefixStore::Impl::ApplyMoveLocked(const TierMove& m) {
+  auto& from = blocks[size_t(m.from)];
+  auto it = from.find(m.chunk);
+  if (m.to == Tier::kSsd) {
+    if (it != from.end()) from.erase(it);
+    return;
+  }
+  if (m.from == Tier::kSsd || it == from.end()) return;  // staged copies are installed after their read
+  BlockPtr src = it->second;
+  from.erase(it);
+  auto& mem = m.to == Tier::kDevice ? device_mem : host_mem;
+  auto b = std::make_shared<TierBlock>();
+  b->mem = mem;
+  b->n = src->n;
+  b->generation = src->generation;
+  b->p = mem->Alloc(src->n);
+  if (!b->p) return;  // out of memory: the chunk is simply not cached
+  std::vector<uint8_t> tmp(src->n);
+  src->mem->CopyOut(tmp.data(), src->p, src->n);
+  mem->CopyIn(b->p, tmp.data(), src->n);
+  blocks[size_t(m.to)][m.chunk] = std::move(b);
+}
+
+void PrefixStore::Impl::ApplyMovesLocked(const std::vector<TierMove>& moves) {
+  for (const auto& m : moves) ApplyMoveLocked(m);
+}
+
+void PrefixStore::Impl::DropChunkLocked(ChunkId cid) {
+  if (auto m = tiers.Remove(cid)) ApplyMoveLocked(*m);
+  blocks[size_t(Tier::kHost)].erase(cid);
+  blocks[size_t(Tier::kDevice)].erase(cid);
+}
+
+// The tier a read of this chunk would be served from now (what the memory tiers really hold).
+Tier PrefixStore::Impl::ServedFromLocked(ChunkId cid, uint64_t generation) const {
+  for (Tier t : {Tier::kDevice, Tier::kHost}) {
+    auto b = blocks[size_t(t)].find(cid);
+    if (b != blocks[size_t(t)].end() && b->second->generation == generation) return t;
+  }
+  return Tier::kSsd;
+}
+
+}  // namespace impress::store
