@@ -30,7 +30,7 @@ enum class WeightType : uint32_t {
   kBF16 = 30,
 };
 
-inline constexpr int kQK32 = 32;   // elements per block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+inline constexpr int kQK32 = 32;    // elements per block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
 inline constexpr int kQK256 = 256;  // elements per block of the K-quants (a "super-block")
 
 // Q8_0: y[i] = d * qs[i].

@@ -11,10 +11,10 @@
 namespace impress::quant {
 
 struct GemvBenchResult {
-  int64_t weight_bytes = 0;   // bytes of one matrix in its stored type
-  int64_t n_gemv = 0;         // GEMVs timed
+  int64_t weight_bytes = 0;  // bytes of one matrix in its stored type
+  int64_t n_gemv = 0;        // GEMVs timed
   double seconds_per_gemv = 0;
-  double weight_gbs = 0;      // weight_bytes / seconds_per_gemv / 1e9
+  double weight_gbs = 0;  // weight_bytes / seconds_per_gemv / 1e9
 };
 
 // Times y = W x for a random n_rows x n_cols matrix of `type` (realistic fp16 scales, no

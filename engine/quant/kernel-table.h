@@ -10,8 +10,19 @@
 namespace impress::quant {
 
 // Dense index of a WeightType in a table.
-enum TypeSlot : int { kSlotF16, kSlotBF16, kSlotQ8_0, kSlotQ4_0, kSlotQ4_1, kSlotQ5_0, kSlotQ5_1,
-                      kSlotQ4_K, kSlotQ5_K, kSlotQ6_K, kNumSlots };
+enum TypeSlot : int {
+  kSlotF16,
+  kSlotBF16,
+  kSlotQ8_0,
+  kSlotQ4_0,
+  kSlotQ4_1,
+  kSlotQ5_0,
+  kSlotQ5_1,
+  kSlotQ4_K,
+  kSlotQ5_K,
+  kSlotQ6_K,
+  kNumSlots
+};
 
 // The slot of a type; -1 for an id that is not a WeightType.
 int SlotOf(WeightType type);

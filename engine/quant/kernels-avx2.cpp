@@ -28,8 +28,7 @@ inline __m256i LanesQ8_0(const BlockQ8_0& w, const ActBlock32& a) {
 namespace impress::quant {
 
 const KernelTable& Avx2Kernels() {
-  static const KernelTable table =
-      MakeX86Table(DotHalf256<LoadF16x8, LoadF16x1>, DotHalf256<LoadBF16x8, LoadBF16x1>);
+  static const KernelTable table = MakeX86Table(DotHalf256<LoadF16x8, LoadF16x1>, DotHalf256<LoadBF16x8, LoadBF16x1>);
   return table;
 }
 

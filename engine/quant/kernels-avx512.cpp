@@ -58,8 +58,8 @@ float DotHalf512(const uint8_t* w, const void* xv, int64_t n) {
 }  // namespace
 
 const KernelTable& Avx512Kernels() {
-  static const KernelTable table = MakeX86Table(DotHalf512<LoadF16x16, LoadF16x8, LoadF16x1>,
-                                                DotHalf512<LoadBF16x16, LoadBF16x8, LoadBF16x1>);
+  static const KernelTable table =
+      MakeX86Table(DotHalf512<LoadF16x16, LoadF16x8, LoadF16x1>, DotHalf512<LoadBF16x16, LoadBF16x8, LoadBF16x1>);
   return table;
 }
 

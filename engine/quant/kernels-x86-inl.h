@@ -44,7 +44,9 @@ inline float HsumF32(__m256 v) {
 }
 
 // Adds an integer to lane 0.
-inline __m256i AddToLane0(__m256i v, int32_t c) { return _mm256_add_epi32(v, _mm256_setr_epi32(c, 0, 0, 0, 0, 0, 0, 0)); }
+inline __m256i AddToLane0(__m256i v, int32_t c) {
+  return _mm256_add_epi32(v, _mm256_setr_epi32(c, 0, 0, 0, 0, 0, 0, 0));
+}
 
 inline __m256i LoadBytes32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
@@ -58,8 +60,8 @@ inline __m256i Nibbles32(const uint8_t* qs) {
 // Byte i = 16 when bit i of qh is set, else 0 (the fifth bit of Q5_0/Q5_1 element i).
 inline __m256i FifthBits32(uint32_t qh) {
   const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(int32_t(qh)), _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
-                                                       2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+      _mm256_set1_epi32(int32_t(qh)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
   const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201ULL));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
   return _mm256_and_si256(set, _mm256_set1_epi8(16));

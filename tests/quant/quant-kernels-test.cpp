@@ -234,7 +234,8 @@ TEST_P(QuantPath, GemvIsTheRowDotsAndBatchIsGemvPerActivation) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, QuantPath, ::testing::Values(KernelPath::kScalar, KernelPath::kAvx2, KernelPath::kAvx512),
+INSTANTIATE_TEST_SUITE_P(Paths, QuantPath,
+                         ::testing::Values(KernelPath::kScalar, KernelPath::kAvx2, KernelPath::kAvx512),
                          [](const ::testing::TestParamInfo<KernelPath>& p) { return KernelPathName(p.param); });
 
 TEST(QuantGemv, ChecksItsArguments) {
