@@ -14,6 +14,7 @@
 
 #include "engine/compute/sampler.h"
 #include "chat/conversation.h"
+#include "pipeline/fidelity.h"
 #include "pipeline/impress-pipeline.h"
 #include "engine/runtime/model-context.h"
 #include "store/prefix-store.h"

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/fidelity.h"
 #include "pipeline/impress-pipeline.h"
 #include "pipeline/report.h"
 #include "store/prefix-store.h"

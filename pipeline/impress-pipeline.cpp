@@ -4,22 +4,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <numeric>
+
+#include "pipeline/prefill-run.h"
 
 namespace impress {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
-
-bool UsesProbe(SystemKind s) {
-  return s == SystemKind::kImpress || s == SystemKind::kImpressItf || s == SystemKind::kImpressItfRo;
-}
-bool UsesH2o(SystemKind s) { return s == SystemKind::kAsH2oLru || s == SystemKind::kAsH2oLfu; }
 
 store::PolicyKind PolicyFor(SystemKind s) {
   switch (s) {
@@ -31,89 +22,26 @@ store::PolicyKind PolicyFor(SystemKind s) {
   }
 }
 
-// Accumulates wall time into buckets: each Lap charges the time since the previous one.
-class Stopwatch {
- public:
-  Stopwatch() : last_(Clock::now()) {}
-  double Lap(double* bucket) {
-    const auto now = Clock::now();
-    const double ms = Ms(last_, now);
-    if (bucket) *bucket += ms;
-    last_ = now;
-    return ms;
+// What Prefill refuses before touching any state but the released match.
+Status CheckRequest(const ModelConfig& c, const PipelineRequest& req, const PipelineSettings& s,
+                    int max_new_tokens) {
+  const int n_prompt = int(req.tokens.size());
+  if (n_prompt == 0) return Status::InvalidArgument("empty prompt");
+  if (req.n_prefix < 0 || req.n_prefix > n_prompt) return Status::InvalidArgument("n_prefix out of range");
+  if (int64_t(n_prompt) + max_new_tokens > c.n_ctx_train) {
+    return Status::OutOfRange(fmt::format(
+        "the prompt is {} tokens and up to {} more are asked for, but {} holds {} tokens of context; attach less "
+        "text or ask for fewer tokens",
+        n_prompt, max_new_tokens, c.name, c.n_ctx_train));
   }
-
- private:
-  Clock::time_point last_;
-};
+  for (int32_t t : req.tokens) {
+    if (t < 0 || t >= c.n_vocab) return Status::InvalidArgument(fmt::format("token id {} is not in the vocabulary", t));
+  }
+  if (s.keep <= 0 || s.keep > 1) return Status::InvalidArgument(fmt::format("keep ratio {} is not in (0, 1]", s.keep));
+  return Status::Ok();
+}
 
 }  // namespace
-
-const char* SystemName(SystemKind s) {
-  switch (s) {
-    case SystemKind::kRecomp: return "recomp";
-    case SystemKind::kAsLike: return "as";
-    case SystemKind::kAsH2oLru: return "as-h2o-lru";
-    case SystemKind::kAsH2oLfu: return "as-h2o-lfu";
-    case SystemKind::kImpressItf: return "impress-itf";
-    case SystemKind::kImpressItfRo: return "impress-itf-ro";
-    case SystemKind::kImpress: return "impress";
-  }
-  return "?";
-}
-
-bool ParseSystem(const std::string& name, SystemKind* out) {
-  for (SystemKind s : {SystemKind::kRecomp, SystemKind::kAsLike, SystemKind::kAsH2oLru, SystemKind::kAsH2oLfu,
-                       SystemKind::kImpressItf, SystemKind::kImpressItfRo, SystemKind::kImpress}) {
-    if (name == SystemName(s)) {
-      *out = s;
-      return true;
-    }
-  }
-  return false;
-}
-
-float EffectiveKeep(int n, float keep) {
-  constexpr int kShortPrefix = 256;
-  return n < kShortPrefix ? std::max(keep, 0.5f) : keep;
-}
-
-double JaccardThreshold(double p, double alpha) {
-  if (p <= 0) return 0;
-  if (p >= 1) return 1;
-  return std::pow(p / (2.0 - p), alpha);
-}
-
-double MeanPairwiseJaccard(const std::vector<std::vector<int>>& sets, int n) {
-  if (sets.size() < 2) return 1.0;
-  std::vector<uint8_t> mark(size_t(std::max(n, 0)));
-  double sum = 0;
-  int pairs = 0;
-  for (size_t a = 0; a < sets.size(); ++a) {
-    std::fill(mark.begin(), mark.end(), 0);
-    for (int i : sets[a]) mark[size_t(i)] = 1;
-    for (size_t b = a + 1; b < sets.size(); ++b) {
-      size_t inter = 0;
-      for (int i : sets[b]) inter += mark[size_t(i)];
-      const size_t uni = sets[a].size() + sets[b].size() - inter;
-      sum += uni ? double(inter) / double(uni) : 1.0;
-      ++pairs;
-    }
-  }
-  return sum / pairs;
-}
-
-std::vector<int> TopK(std::span<const float> values, int k) {
-  const int n = int(values.size());
-  k = std::clamp(k, 0, n);
-  std::vector<int> idx(static_cast<size_t>(n));
-  std::iota(idx.begin(), idx.end(), 0);
-  auto better = [&](int a, int b) { return values[size_t(a)] > values[size_t(b)] || (values[size_t(a)] == values[size_t(b)] && a < b); };
-  std::nth_element(idx.begin(), idx.begin() + k, idx.end(), better);
-  idx.resize(size_t(k));
-  std::sort(idx.begin(), idx.end());
-  return idx;
-}
 
 std::vector<int> ProbeKvHeads(const ModelConfig& c, int probe_heads) {
   const int group = std::max(1, c.n_head / std::max(1, c.n_head_kv));
@@ -134,63 +62,6 @@ store::PrefixStoreOptions StoreOptionsFor(const ModelConfig& c, int probe_heads)
   o.probe_kv_heads = ProbeKvHeads(c, probe_heads);
   return o;
 }
-
-namespace {
-
-// True when the store keeps probe keys for every KV head the first `probe_heads` query heads use;
-// otherwise the probe reads all keys (e.g. more probe heads than the store was opened for).
-bool ProbeKeysCover(const ModelConfig& c, int probe_heads, const std::vector<int>& stored) {
-  const std::vector<int> needed = ProbeKvHeads(c, std::clamp(probe_heads, 1, c.n_head));
-  return std::all_of(needed.begin(), needed.end(),
-                     [&](int g) { return std::find(stored.begin(), stored.end(), g) != stored.end(); });
-}
-
-// Per-head importance rows (n_heads x n) -> sum over heads of each row normalised to 1.
-std::vector<float> SumNormalised(const std::vector<float>& imp, int n_heads, int n) {
-  std::vector<float> sum(size_t(n), 0.0f);
-  for (int h = 0; h < n_heads; ++h) {
-    const float* row = imp.data() + size_t(h) * n;
-    double total = 0;
-    for (int i = 0; i < n; ++i) total += row[i];
-    const float inv = total > 0 ? float(1.0 / total) : 0.0f;
-    for (int i = 0; i < n; ++i) sum[size_t(i)] += row[i] * inv;
-  }
-  return sum;
-}
-
-// The selected set: sinks and the recent window, then the best of the rest by `score`, k in all.
-std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sinks, int recent) {
-  const int n = int(score.size());
-  std::vector<uint8_t> take(size_t(n), 0);
-  int taken = 0;
-  auto force = [&](int i) {
-    if (taken < k && !take[size_t(i)]) {
-      take[size_t(i)] = 1;
-      ++taken;
-    }
-  };
-  for (int i = 0; i < std::min(sinks, n); ++i) force(i);
-  for (int i = n - 1; i >= std::max(0, n - recent); --i) force(i);
-  if (taken < k) {
-    std::vector<int> rest;
-    rest.reserve(size_t(n));
-    for (int i = 0; i < n; ++i) {
-      if (!take[size_t(i)]) rest.push_back(i);
-    }
-    const int want = std::min<int>(k - taken, int(rest.size()));
-    auto better = [&](int a, int b) { return score[size_t(a)] > score[size_t(b)] || (score[size_t(a)] == score[size_t(b)] && a < b); };
-    std::nth_element(rest.begin(), rest.begin() + want, rest.end(), better);
-    for (int j = 0; j < want; ++j) take[size_t(rest[size_t(j)])] = 1;
-  }
-  std::vector<uint32_t> out;
-  out.reserve(size_t(k));
-  for (int i = 0; i < n; ++i) {
-    if (take[size_t(i)]) out.push_back(uint32_t(i));
-  }
-  return out;
-}
-
-}  // namespace
 
 ImpressPipeline::ImpressPipeline(ModelContext& ctx, store::PrefixStore* store) : ctx_(ctx), store_(store) {}
 
@@ -223,226 +94,71 @@ Status ImpressPipeline::EnsureBuffers(size_t rows) {
   return Status::Ok();
 }
 
-Status ImpressPipeline::RunLayerSelection(int il, const PipelineSettings& s, RequestReport& report, LayerReport& lr,
-                                          std::vector<float>& importance_row, std::vector<uint8_t>& selected_row) {
-  const ModelConfig& c = ctx_.config();
-  Backend& be = ctx_.backend();
-  const int n = n_matched_;
-  const size_t row = size_t(c.n_head_kv) * c.head_dim;
-  const size_t row_bytes = row * sizeof(f16_t);
-  const int k = std::clamp(int(std::ceil(double(EffectiveKeep(n, s.keep)) * n)), 1, n);
-  lr.n = n;
-
-  // Everything here is charged to report.breakdown by the caller's stopwatch through these.
-  TtftBreakdown& bd = report.breakdown;
-  Stopwatch sw;
-  auto add_stats = [&](const store::ReadStats& st) {
-    lr.ssd_bytes += st.ssd_bytes;
-    lr.chunks_device += st.chunks_device;
-    lr.chunks_host += st.chunks_host;
-    lr.chunks_ssd += st.chunks_ssd;
-    report.useful_bytes_read += st.useful_bytes;
-  };
-  auto wait = [&](store::ReadTicket t, double* bucket) -> Result<store::ReadResult> {
-    auto r = store_->Wait(t);
-    const double ms = sw.Lap(bucket);
-    lr.io_wait_ms += ms;
-    bd.io_wait_ms += ms;
-    if (r.ok()) add_stats(r->stats);
-    return r;
-  };
-  auto take_prefetch = [&]() -> std::optional<store::ReadTicket> {
-    auto t = prefetch_[size_t(il)];
-    prefetch_[size_t(il)].reset();
-    return t;
-  };
-  // Copies `n_rows` rows of host fp16 into a device buffer.
-  auto upload = [&](DevPtr<f16_t> dst, const std::vector<f16_t>& src, size_t n_rows) {
-    be.CopyToDevice(DevPtr<void>(dst.raw()), src.data(), n_rows * row_bytes);
-  };
-  auto ensure_scratch = [&](size_t rows) -> Status {
-    if (rows <= keys_scratch_rows_) return Status::Ok();
-    if (keys_scratch_) be.Free(DevPtr<void>(keys_scratch_.raw()));
-    IMPRESS_ASSIGN_OR_RETURN(keys_scratch_, AllocArray<f16_t>(be, rows * row));
-    keys_scratch_rows_ = rows;
-    return Status::Ok();
-  };
-
-  std::vector<uint32_t> selected;
-  std::vector<float> score;  // summed normalised importance over scored heads (n)
-
-  if (s.system == SystemKind::kAsLike) {
-    auto t = take_prefetch();
-    if (!t) {
-      std::vector<uint32_t> all(static_cast<size_t>(n));
-      std::iota(all.begin(), all.end(), 0u);
-      IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitReadKV(handle_, il, all, true, true));
-    }
-    IMPRESS_ASSIGN_OR_RETURN(store::ReadResult kv, wait(*t, &bd.kv_io_ms));
-    lr.key_bytes += uint64_t(n) * row_bytes;
-    lr.value_bytes += uint64_t(n) * row_bytes;
-    upload(k_buf_[size_t(il)], kv.k, size_t(n));
-    upload(v_buf_[size_t(il)], kv.v, size_t(n));
-    be.Synchronize();
-    sw.Lap(&bd.copy_ms);
-    lr.k = n;
-    n_sel_[size_t(il)] = n;
-    selected.resize(size_t(n));
-    std::iota(selected.begin(), selected.end(), 0u);
-  } else {
-    bool need_fallback = UsesH2o(s.system);
-    std::vector<float> probe_imp;
-    std::vector<int> probe_q;
-    if (UsesProbe(s.system)) {
-      lr.probed = true;
-      const int P = std::clamp(s.probe_heads, 1, c.n_head);
-      for (int h = 0; h < P; ++h) probe_q.push_back(h);
-      const std::vector<int>& stored = store_->options().probe_kv_heads;
-      const bool probe_store_covers = ProbeKeysCover(c, P, stored);
-      std::vector<int> kv_heads;
-      store::ReadResult keys;
-      auto t = take_prefetch();
-      if (probe_store_covers) {
-        if (!t) {
-          IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitProbeKeys(handle_, il));
-        }
-        IMPRESS_ASSIGN_OR_RETURN(keys, wait(*t, &bd.probe_io_ms));
-        kv_heads = stored;
-      } else {  // more probe heads than the store keeps probe keys for: read all keys
-        if (!t) {
-          IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitReadAllKeys(handle_, il));
-        }
-        IMPRESS_ASSIGN_OR_RETURN(keys, wait(*t, &bd.probe_io_ms));
-        kv_heads.resize(size_t(c.n_head_kv));
-        std::iota(kv_heads.begin(), kv_heads.end(), 0);
-      }
-      lr.key_bytes += uint64_t(keys.k.size()) * sizeof(f16_t);
-      IMPRESS_RETURN_IF_ERROR(ensure_scratch(size_t(n)));
-      be.CopyToDevice(DevPtr<void>(keys_scratch_.raw()), keys.k.data(), keys.k.size() * sizeof(f16_t));
-      be.Synchronize();
-      sw.Lap(&bd.copy_ms);
-
-      probe_imp.assign(size_t(P) * n, 0.0f);
-      IMPRESS_RETURN_IF_ERROR(fwd_->ScoreKeys(
-          il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = kv_heads}, probe_q,
-          probe_imp.data()));
-      std::vector<std::vector<int>> sets;
-      for (int h = 0; h < P; ++h) sets.push_back(TopK({probe_imp.data() + size_t(h) * n, size_t(n)}, k));
-      lr.s = MeanPairwiseJaccard(sets, n);
-      lr.t = JaccardThreshold(double(k) / n, s.alpha);
-      lr.passed = lr.s >= lr.t;
-      need_fallback = !lr.passed;
-      if (lr.passed) {
-        score = SumNormalised(probe_imp, P, n);
-        selected = SelectTokens(score, k, s.sinks, s.recent);
-      }
-      sw.Lap(&bd.probe_compute_ms);
-    }
-
-    std::vector<f16_t> all_keys;
-    if (need_fallback) {
-      // Safe mode (and the AS+H2O baselines): all keys, all heads scored.
-      auto t = UsesH2o(s.system) ? take_prefetch() : std::nullopt;
-      if (!t) {
-          IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitReadAllKeys(handle_, il));
-        }
-      IMPRESS_ASSIGN_OR_RETURN(store::ReadResult keys, wait(*t, &bd.kv_io_ms));
-      lr.key_bytes += uint64_t(keys.k.size()) * sizeof(f16_t);
-      IMPRESS_RETURN_IF_ERROR(ensure_scratch(size_t(n)));
-      upload(keys_scratch_, keys.k, size_t(n));
-      be.Synchronize();
-      sw.Lap(&bd.copy_ms);
-      std::vector<int> all_q(size_t(c.n_head)), all_kv(size_t(c.n_head_kv));
-      std::iota(all_q.begin(), all_q.end(), 0);
-      std::iota(all_kv.begin(), all_kv.end(), 0);
-      std::vector<float> imp(size_t(c.n_head) * n);
-      IMPRESS_RETURN_IF_ERROR(fwd_->ScoreKeys(
-          il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = all_kv}, all_q,
-          imp.data()));
-      score = SumNormalised(imp, c.n_head, n);
-      selected = SelectTokens(score, k, s.sinks, s.recent);
-      all_keys = std::move(keys.k);
-      sw.Lap(&bd.probe_compute_ms);
-    }
-
-    const int n_sel = int(selected.size());
-    IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t, store_->SubmitReadKV(handle_, il, selected, !need_fallback, true));
-    IMPRESS_ASSIGN_OR_RETURN(store::ReadResult kv, wait(t, &bd.kv_io_ms));
-    lr.value_bytes += uint64_t(n_sel) * row_bytes;
-    if (need_fallback) {
-      // Keys of the selected tokens are already here: gather them.
-      kv.k.resize(size_t(n_sel) * row);
-      for (int j = 0; j < n_sel; ++j) {
-        std::copy_n(all_keys.data() + size_t(selected[size_t(j)]) * row, row, kv.k.data() + size_t(j) * row);
-      }
-    } else {
-      lr.key_bytes += uint64_t(n_sel) * row_bytes;
-    }
-    upload(k_buf_[size_t(il)], kv.k, size_t(n_sel));
-    upload(v_buf_[size_t(il)], kv.v, size_t(n_sel));
-    be.Synchronize();
-    sw.Lap(&bd.copy_ms);
-    lr.k = n_sel;
-    n_sel_[size_t(il)] = n_sel;
-  }
-
-  if (!score.empty()) importance_row = score;
-  if (!selected_row.empty() || s.record_importance) {
-    selected_row.assign(size_t(n), 0);
-    for (uint32_t i : selected) selected_row[i] = 1;
-  }
-  selected_scores_[size_t(il)].clear();
-  if (!score.empty()) {
-    for (uint32_t i : selected) selected_scores_[size_t(il)].push_back(score[i]);
-  }
-  selected_[size_t(il)] = std::move(selected);
-  return Status::Ok();
-}
-
 Result<RequestReport> ImpressPipeline::Prefill(const PipelineRequest& req, const PipelineSettings& s,
                                                int max_new_tokens, std::vector<float>* logits,
                                                const ProgressFn& progress, const std::atomic<bool>* cancel) {
-  const auto t_start = Clock::now();
+  const auto t_start = PipelineClock::now();
   if (store_thread_.joinable()) store_thread_.join();
   if (store_ && handle_.id) IMPRESS_RETURN_IF_ERROR(store_->Release(handle_));
   handle_ = {};
   const ModelConfig& c = ctx_.config();
+  IMPRESS_RETURN_IF_ERROR(CheckRequest(c, req, s, max_new_tokens));
   const int n_prompt = int(req.tokens.size());
-  if (n_prompt == 0) return Status::InvalidArgument("empty prompt");
-  if (req.n_prefix < 0 || req.n_prefix > n_prompt) return Status::InvalidArgument("n_prefix out of range");
-  if (int64_t(n_prompt) + max_new_tokens > c.n_ctx_train) {
-    return Status::OutOfRange(fmt::format(
-        "the prompt is {} tokens and up to {} more are asked for, but {} holds {} tokens of context; attach less "
-        "text or ask for fewer tokens",
-        n_prompt, max_new_tokens, c.name, c.n_ctx_train));
-  }
-  for (int32_t t : req.tokens) {
-    if (t < 0 || t >= c.n_vocab) return Status::InvalidArgument(fmt::format("token id {} is not in the vocabulary", t));
-  }
-  if (s.keep <= 0 || s.keep > 1) return Status::InvalidArgument(fmt::format("keep ratio {} is not in (0, 1]", s.keep));
 
   RequestReport report;
+  Run run{.s = s, .report = report, .reuse = store_ != nullptr && s.system != SystemKind::kRecomp, .sw = {}};
+  TtftBreakdown& bd = report.breakdown;
+  BeginRequest(req, run);
+  run.sw.Lap(&bd.match_ms);
+
+  IMPRESS_RETURN_IF_ERROR(EnsureBuffers(size_t(n_prompt + max_new_tokens)));
+  run.sw.Lap(&bd.other_ms);
+
+  const int n_new = report.n_new;
+  const int ubatch = std::clamp(s.ubatch, 1, fwd_->max_batch());
+  for (int b = 0; b < n_new; b += ubatch) {
+    const int nb = std::min(ubatch, n_new - b);
+    IMPRESS_RETURN_IF_ERROR(PrefillBatch(run, req.tokens, b, nb));
+    n_new_done_ = b + nb;
+    if (cancel && cancel->load()) return Status::Cancelled("prefill stopped");
+    if (!ReportProgress(progress, uint64_t(b + nb), uint64_t(n_new), "prefill")) {
+      return Status::Cancelled("prefill stopped");
+    }
+    run.sw.Lap(&bd.other_ms);
+    if (b + nb == n_new) {
+      logits->resize(size_t(c.n_vocab));
+      const int last = nb - 1;
+      IMPRESS_RETURN_IF_ERROR(fwd_->Logits(std::span<const int>(&last, 1), logits->data()));
+      run.sw.Lap(&bd.compute_ms);
+    }
+  }
+  report.ttft_ms = ElapsedMs(t_start, PipelineClock::now());
+  bd.other_ms += report.ttft_ms - bd.Sum();  // start-up before the stopwatch and rounding
+  FinishRequest(run);
+  return report;
+}
+
+void ImpressPipeline::BeginRequest(const PipelineRequest& req, Run& run) {
+  const ModelConfig& c = ctx_.config();
+  const PipelineSettings& s = run.s;
+  RequestReport& report = run.report;
+  const int n_prompt = int(req.tokens.size());
   report.system = s.system;
   report.n_prompt = n_prompt;
   report.n_prefix = req.n_prefix;
   report.keep = s.keep;
   report.alpha = s.alpha;
   report.probe_heads = s.probe_heads;
-  TtftBreakdown& bd = report.breakdown;
-  Stopwatch sw;
 
-  // 1. Match.
-  const bool reuse = store_ != nullptr && s.system != SystemKind::kRecomp;
   n_matched_ = 0;
-  if (reuse) {
+  if (run.reuse) {
     store_->SetPolicy(PolicyFor(s.system));
     handle_ = store_->Match(req.tokens.subspan(0, size_t(req.n_prefix)));
     // At least one token must be computed to produce logits.
     n_matched_ = int(std::min<uint64_t>(handle_.n_matched, uint64_t(n_prompt - 1)));
   }
   report.n_matched = n_matched_;
-  const int n_new = n_prompt - n_matched_;
-  report.n_new = n_new;
+  report.n_new = n_prompt - n_matched_;
   seq_.assign(req.tokens.begin(), req.tokens.end());
   n_new_done_ = 0;
   n_sel_.assign(size_t(c.n_layer), 0);
@@ -455,93 +171,47 @@ Result<RequestReport> ImpressPipeline::Prefill(const PipelineRequest& req, const
     report.importance.assign(size_t(c.n_layer) * n_matched_, 0.0f);
     report.selected.assign(size_t(c.n_layer) * n_matched_, 0);
   }
-  sw.Lap(&bd.match_ms);
+}
 
-  IMPRESS_RETURN_IF_ERROR(EnsureBuffers(size_t(n_prompt + max_new_tokens)));
-  sw.Lap(&bd.other_ms);
-
-  // Prefetch of a layer's reads that do not depend on its queries.
-  auto prefetch = [&](int il) -> Status {
-    if (!reuse || n_matched_ == 0 || il >= c.n_layer || prefetch_[size_t(il)]) return Status::Ok();
-    double* bucket = &bd.kv_io_ms;
-    if (s.system == SystemKind::kAsLike) {
-      std::vector<uint32_t> all(static_cast<size_t>(n_matched_));
-      std::iota(all.begin(), all.end(), 0u);
-      IMPRESS_ASSIGN_OR_RETURN(prefetch_[size_t(il)], store_->SubmitReadKV(handle_, il, all, true, true));
-    } else if (UsesH2o(s.system)) {
-      IMPRESS_ASSIGN_OR_RETURN(prefetch_[size_t(il)], store_->SubmitReadAllKeys(handle_, il));
-    } else if (UsesProbe(s.system)) {
-      bucket = &bd.probe_io_ms;
-      if (ProbeKeysCover(c, s.probe_heads, store_->options().probe_kv_heads)) {
-        IMPRESS_ASSIGN_OR_RETURN(prefetch_[size_t(il)], store_->SubmitProbeKeys(handle_, il));
-      } else {
-        IMPRESS_ASSIGN_OR_RETURN(prefetch_[size_t(il)], store_->SubmitReadAllKeys(handle_, il));
-      }
-    }
-    sw.Lap(bucket);
-    return Status::Ok();
-  };
-
+// One forward batch of new tokens [b, b + nb) (counted from the end of the match) through every
+// layer. The first batch also selects and loads each layer's prefix KV, right after the layer's
+// queries exist, while the next layer's reads are in flight.
+Status ImpressPipeline::PrefillBatch(Run& run, std::span<const int32_t> tokens, int b, int nb) {
+  const ModelConfig& c = ctx_.config();
+  TtftBreakdown& bd = run.report.breakdown;
   const size_t row = size_t(c.n_head_kv) * c.head_dim;
-  const int ubatch = std::clamp(s.ubatch, 1, fwd_->max_batch());
-  std::vector<int32_t> positions;
-  std::vector<float> importance_row;
-  std::vector<uint8_t> selected_row;
-  std::vector<float>& out_logits = *logits;
-  for (int b = 0; b < n_new; b += ubatch) {
-    const int nb = std::min(ubatch, n_new - b);
-    positions.resize(size_t(nb));
-    std::iota(positions.begin(), positions.end(), n_matched_ + b);
-    IMPRESS_RETURN_IF_ERROR(fwd_->Begin(req.tokens.subspan(size_t(n_matched_ + b), size_t(nb)), positions));
+  const bool first = b == 0;
+  std::vector<int32_t> positions(static_cast<size_t>(nb));
+  std::iota(positions.begin(), positions.end(), n_matched_ + b);
+  IMPRESS_RETURN_IF_ERROR(fwd_->Begin(tokens.subspan(size_t(n_matched_ + b), size_t(nb)), positions));
+  ctx_.backend().Synchronize();
+  run.sw.Lap(&bd.compute_ms);
+  if (first && run.s.overlap) IMPRESS_RETURN_IF_ERROR(PrefetchLayer(run, 0));
+  for (int il = 0; il < c.n_layer; ++il) {
+    if (first && run.s.overlap) IMPRESS_RETURN_IF_ERROR(PrefetchLayer(run, il + 1));
+    IMPRESS_RETURN_IF_ERROR(fwd_->ComputeQKV(il));
     ctx_.backend().Synchronize();
-    sw.Lap(&bd.compute_ms);
-    if (b == 0 && s.overlap) IMPRESS_RETURN_IF_ERROR(prefetch(0));
-    for (int il = 0; il < c.n_layer; ++il) {
-      LayerReport& lr = report.layers[size_t(il)];
-      if (b == 0 && s.overlap) IMPRESS_RETURN_IF_ERROR(prefetch(il + 1));
-      IMPRESS_RETURN_IF_ERROR(fwd_->ComputeQKV(il));
-      ctx_.backend().Synchronize();
-      sw.Lap(&bd.compute_ms);
-      if (b == 0 && n_matched_ > 0) {
-        importance_row.clear();
-        selected_row.clear();
-        IMPRESS_RETURN_IF_ERROR(RunLayerSelection(il, s, report, lr, importance_row, selected_row)
-                                    .WithContext(fmt::format("layer {}", il)));
-        if (s.record_importance) {
-          if (!importance_row.empty())
-            std::copy(importance_row.begin(), importance_row.end(), report.importance.begin() + size_t(il) * n_matched_);
-          if (!selected_row.empty())
-            std::copy(selected_row.begin(), selected_row.end(), report.selected.begin() + size_t(il) * n_matched_);
-        }
-        sw.Lap(&bd.other_ms);
-      }
-      const int n_sel = n_sel_[size_t(il)];
-      const PrefixKV prefix{.n = n_sel + b,
-                            .k = DevPtr<const f16_t>(k_buf_[size_t(il)].raw()),
-                            .v = DevPtr<const f16_t>(v_buf_[size_t(il)].raw()),
-                            .positions = {}};
-      IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, prefix));
-      IMPRESS_RETURN_IF_ERROR(
-          fwd_->ExportKV(il, k_buf_[size_t(il)] + size_t(n_sel + b) * row, v_buf_[size_t(il)] + size_t(n_sel + b) * row));
-      ctx_.backend().Synchronize();
-      sw.Lap(&bd.compute_ms);
+    run.sw.Lap(&bd.compute_ms);
+    if (first && n_matched_ > 0) {
+      IMPRESS_RETURN_IF_ERROR(SelectLayer(run, il).WithContext(fmt::format("layer {}", il)));
+      run.sw.Lap(&bd.other_ms);
     }
-    n_new_done_ = b + nb;
-    if (cancel && cancel->load()) return Status::Cancelled("prefill stopped");
-    if (!ReportProgress(progress, uint64_t(b + nb), uint64_t(n_new), "prefill")) {
-      return Status::Cancelled("prefill stopped");
-    }
-    sw.Lap(&bd.other_ms);
-    if (b + nb == n_new) {
-      out_logits.resize(size_t(c.n_vocab));
-      const int last = nb - 1;
-      IMPRESS_RETURN_IF_ERROR(fwd_->Logits(std::span<const int>(&last, 1), out_logits.data()));
-      sw.Lap(&bd.compute_ms);
-    }
+    const int n_sel = n_sel_[size_t(il)];
+    const PrefixKV prefix{.n = n_sel + b,
+                          .k = DevPtr<const f16_t>(k_buf_[size_t(il)].raw()),
+                          .v = DevPtr<const f16_t>(v_buf_[size_t(il)].raw()),
+                          .positions = {}};
+    IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, prefix));
+    IMPRESS_RETURN_IF_ERROR(
+        fwd_->ExportKV(il, k_buf_[size_t(il)] + size_t(n_sel + b) * row, v_buf_[size_t(il)] + size_t(n_sel + b) * row));
+    ctx_.backend().Synchronize();
+    run.sw.Lap(&bd.compute_ms);
   }
-  report.ttft_ms = Ms(t_start, Clock::now());
-  bd.other_ms += report.ttft_ms - bd.Sum();  // start-up before the stopwatch and rounding
+  return Status::Ok();
+}
 
+void ImpressPipeline::FinishRequest(Run& run) {
+  RequestReport& report = run.report;
   for (const LayerReport& lr : report.layers) {
     report.ssd_bytes_read += lr.ssd_bytes;
     report.chunks_device += lr.chunks_device;
@@ -551,13 +221,12 @@ Result<RequestReport> ImpressPipeline::Prefill(const PipelineRequest& req, const
   }
 
   // Off the TTFT path: what was important feeds reorder and score-based caching.
-  if (reuse && n_matched_ > 0 && s.report_importance) {
-    for (int il = 0; il < c.n_layer; ++il) {
+  if (run.reuse && n_matched_ > 0 && run.s.report_importance) {
+    for (int il = 0; il < ctx_.config().n_layer; ++il) {
       Status st = store_->ReportImportance(handle_, il, selected_[size_t(il)], selected_scores_[size_t(il)]);
       if (!st.ok()) spdlog::warn("importance report for layer {} failed: {}", il, st.ToString());
     }
   }
-  return report;
 }
 
 Status ImpressPipeline::Decode(int32_t token, std::vector<float>* logits) {
@@ -638,56 +307,6 @@ Status ImpressPipeline::ReleaseMatch() {
   if (store_ && handle_.id) st = store_->Release(handle_);
   handle_ = {};
   return st;
-}
-
-Result<FidelityReport> CheckFidelity(ImpressPipeline& pipeline, const PipelineRequest& request,
-                                     const PipelineSettings& settings, int n_continue,
-                                     const std::atomic<bool>* cancel) {
-  FidelityReport f;
-  auto run = [&](const PipelineSettings& s, RequestReport* report, std::vector<float>* first_logits,
-                 std::vector<int32_t>* cont) -> Status {
-    std::vector<float> logits;
-    IMPRESS_ASSIGN_OR_RETURN(*report, pipeline.Prefill(request, s, n_continue, &logits, {}, cancel));
-    *first_logits = logits;
-    for (int i = 0; i < n_continue; ++i) {
-      if (cancel && cancel->load()) return Status::Cancelled("fidelity check stopped");
-      const int32_t tok = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      cont->push_back(tok);
-      if (i + 1 < n_continue) IMPRESS_RETURN_IF_ERROR(pipeline.Decode(tok, &logits));
-    }
-    return Status::Ok();
-  };
-  PipelineSettings s = settings;
-  s.report_importance = false;
-  PipelineSettings full = s;
-  full.system = pipeline.store() ? SystemKind::kAsLike : SystemKind::kRecomp;
-  full.keep = 1.0f;
-  std::vector<float> la, lb;
-  std::vector<int32_t> ca, cb;
-  IMPRESS_RETURN_IF_ERROR(run(s, &f.report, &la, &ca));
-  IMPRESS_RETURN_IF_ERROR(run(full, &f.report_full, &lb, &cb));
-  f.first_token = ca.empty() ? -1 : ca[0];
-  f.first_token_full = cb.empty() ? -1 : cb[0];
-  f.first_token_match = f.first_token == f.first_token_full;
-  // KL(full || this) over softmax distributions.
-  auto log_softmax = [](const std::vector<float>& l) {
-    const float mx = *std::max_element(l.begin(), l.end());
-    double sum = 0;
-    for (float x : l) sum += std::exp(double(x) - mx);
-    const double lse = mx + std::log(sum);
-    std::vector<double> out(l.size());
-    for (size_t i = 0; i < l.size(); ++i) out[i] = double(l[i]) - lse;
-    return out;
-  };
-  const auto pa = log_softmax(la), pb = log_softmax(lb);
-  double kl = 0;
-  for (size_t i = 0; i < pa.size(); ++i) kl += std::exp(pb[i]) * (pb[i] - pa[i]);
-  f.kl_divergence = std::max(0.0, kl);
-  f.n_continuation = n_continue;
-  while (f.n_continuation_match < n_continue && ca[size_t(f.n_continuation_match)] == cb[size_t(f.n_continuation_match)]) {
-    ++f.n_continuation_match;
-  }
-  return f;
 }
 
 }  // namespace impress

@@ -16,6 +16,10 @@
 // After the first token, Decode() continues over the same per-layer KV (selected R + new
 // tokens), and Store() writes the KV of everything after R to the store in the background.
 //
+// Files: this header and impress-pipeline.cpp hold the request (match, prefill batches, decode,
+// store); layer-steps.cpp holds each layer's identify-and-load steps; the math they use is in
+// selection.h and the fidelity check in fidelity.h.
+//
 // Thread contract: requires external synchronization (one request at a time); the background
 // store write it starts is joined before the next request and in the destructor. The
 // ModelContext and PrefixStore must outlive it.
@@ -25,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -34,6 +39,7 @@
 #include "engine/compute/sampler.h"
 #include "engine/runtime/model-context.h"
 #include "pipeline/report.h"
+#include "pipeline/selection.h"  // the selection math the settings tune (threshold, keep ratio)
 #include "store/prefix-store.h"
 
 namespace impress {
@@ -50,16 +56,6 @@ struct PipelineSettings {
   bool report_importance = true;   // feed the store's statistics (reorder, score caching)
   int ubatch = 512;         // new tokens per forward batch
 };
-
-// The keep ratio actually used for n prefix tokens: very short prefixes keep at least half
-// (DESIGN.md section 3), so a 100-token prefix is not cut to 25 tokens.
-float EffectiveKeep(int n, float keep);
-// t = (p / (2 - p))^alpha, the expected Jaccard index of two random k-of-n sets raised to alpha.
-double JaccardThreshold(double p, double alpha);
-// Mean pairwise Jaccard index of index sets over [0, n).
-double MeanPairwiseJaccard(const std::vector<std::vector<int>>& sets, int n);
-// Indices of the k largest values (ties: lower index first), ascending order.
-std::vector<int> TopK(std::span<const float> values, int k);
 
 // The KV heads the first `probe_heads` query heads use (GQA: h / (n_head / n_head_kv)).
 std::vector<int> ProbeKvHeads(const ModelConfig& config, int probe_heads);
@@ -110,10 +106,31 @@ class ImpressPipeline {
   store::PrefixStore* store() { return store_; }
 
  private:
-  struct LayerState;
+  // One prefill in flight, and one layer's selection within it (pipeline/prefill-run.h).
+  struct Run;
+  struct LayerJob;
+
+  // impress-pipeline.cpp: the request.
   Status EnsureBuffers(size_t rows);
-  Status RunLayerSelection(int il, const PipelineSettings& s, RequestReport& report, LayerReport& lr,
-                           std::vector<float>& importance_row, std::vector<uint8_t>& selected_row);
+  void BeginRequest(const PipelineRequest& request, Run& run);  // match, reset per-request state
+  Status PrefillBatch(Run& run, std::span<const int32_t> tokens, int b, int nb);
+  void FinishRequest(Run& run);  // totals, importance statistics to the store
+
+  // layer-steps.cpp: identify and load the prefix KV of one layer (DESIGN.md section 3).
+  Status PrefetchLayer(Run& run, int il);  // reads that do not depend on the layer's queries
+  Status SelectLayer(Run& run, int il);    // dispatch on the system, then RecordSelection
+  Status LoadFullLayer(LayerJob& job);     // AS-like: all K/V of the prefix
+  Status SelectByProbe(LayerJob& job);     // IMPRESS: probe, then selective load or fallback
+  Result<ProbeVerdict> ProbeLayer(LayerJob& job);  // probe keys, probe heads scored, verdict
+  Status SelectByAllHeads(LayerJob& job);  // fallback and AS+H2O: all keys, all heads scored
+  // Reads K/V of job.selected into the layer's buffers; `keys` (all keys of the layer, token-major)
+  // when the fallback already has them, so only values are read.
+  Status LoadSelected(LayerJob& job, const std::vector<f16_t>* keys);
+  void RecordSelection(LayerJob& job);     // for the report and the store's statistics
+  Result<store::ReadResult> WaitRead(LayerJob& job, store::ReadTicket ticket, double* bucket);
+  std::optional<store::ReadTicket> TakePrefetch(int il);
+  Status EnsureKeysScratch(size_t rows);
+  void Upload(DevPtr<f16_t> dst, const std::vector<f16_t>& src, size_t n_rows);
 
   ModelContext& ctx_;
   store::PrefixStore* store_;
@@ -141,22 +158,5 @@ class ImpressPipeline {
   std::thread store_thread_;
   Result<uint64_t> store_result_ = uint64_t{0};
 };
-
-// Agreement of a request's answer with the same request over the full prefix KV.
-struct FidelityReport {
-  bool first_token_match = false;
-  int32_t first_token = -1, first_token_full = -1;
-  double kl_divergence = 0;     // KL(full || this) of the next-token distributions, nats
-  int n_continuation = 0;       // greedy tokens compared
-  int n_continuation_match = 0; // identical leading tokens
-  RequestReport report, report_full;
-};
-
-// Runs `request` with `settings` and with the full prefix KV (AS-like, keep 1), greedy, for
-// `n_continue` tokens each; nothing is stored.
-// `cancel` (optional) stops either run within a layer batch or a decode step: Cancelled.
-Result<FidelityReport> CheckFidelity(ImpressPipeline& pipeline, const PipelineRequest& request,
-                                     const PipelineSettings& settings, int n_continue,
-                                     const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace impress

@@ -1,6 +1,7 @@
 // The IMPRESS pipeline on the real default model (skipped when it is absent): equivalences
 // between systems at keep ratio 1, the threshold's extremes, the TTFT breakdown, storing and
-// reusing, and the selection helpers against brute-force references.
+// reusing, and the probe heads' KV heads under GQA. The pure selection math has its own tests
+// (selection-test.cpp), as do the fidelity helpers (fidelity-test.cpp).
 #include "pipeline/impress-pipeline.h"
 
 #include <gtest/gtest.h>
@@ -10,11 +11,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <set>
 
 #include "chat/conversation.h"
 #include "chat/document.h"
+#include "pipeline/fidelity.h"
 
 namespace impress {
 namespace {
@@ -25,51 +25,7 @@ std::string DefaultModel() {
   return std::string(home ? home : ".") + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-// ---- selection helpers against brute force ----------------------------------------------
-
-TEST(Selection, TopKMatchesSortingReference) {
-  std::mt19937 rng(7);
-  for (int trial = 0; trial < 200; ++trial) {
-    const int n = 1 + int(rng() % 300);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = float(rng() % 50);  // many ties
-    const int k = int(rng() % (n + 1));
-    std::vector<int> order(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) order[size_t(i)] = i;
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return v[size_t(a)] > v[size_t(b)]; });
-    std::vector<int> want(order.begin(), order.begin() + k);
-    std::sort(want.begin(), want.end());
-    EXPECT_EQ(TopK(v, k), want) << "n=" << n << " k=" << k;
-  }
-}
-
-TEST(Selection, JaccardOfKnownSets) {
-  EXPECT_DOUBLE_EQ(MeanPairwiseJaccard({{0, 1, 2}, {0, 1, 2}}, 5), 1.0);
-  EXPECT_DOUBLE_EQ(MeanPairwiseJaccard({{0, 1}, {2, 3}}, 5), 0.0);
-  // {0,1,2} vs {1,2,3}: 2/4; vs {0,1,2}: 1; {1,2,3} vs {0,1,2}: 2/4 -> mean 2/3.
-  EXPECT_NEAR(MeanPairwiseJaccard({{0, 1, 2}, {1, 2, 3}, {0, 1, 2}}, 5), 2.0 / 3.0, 1e-12);
-}
-
-TEST(Selection, ThresholdIsExpectedRandomJaccardToAlpha) {
-  EXPECT_DOUBLE_EQ(JaccardThreshold(0.25, 0.0), 1.0);
-  EXPECT_NEAR(JaccardThreshold(0.25, 1.0), 0.25 / 1.75, 1e-12);
-  EXPECT_NEAR(JaccardThreshold(0.25, 0.6), std::pow(0.25 / 1.75, 0.6), 1e-12);
-  EXPECT_LT(JaccardThreshold(0.25, 2.0), JaccardThreshold(0.25, 0.6));  // larger alpha, lower t
-  // The expectation itself: random k-of-n sets have mean Jaccard close to p / (2 - p).
-  std::mt19937 rng(3);
-  const int n = 2000, k = 500;
-  double sum = 0;
-  for (int t = 0; t < 200; ++t) {
-    std::vector<int> all(n);
-    for (int i = 0; i < n; ++i) all[size_t(i)] = i;
-    std::shuffle(all.begin(), all.end(), rng);
-    std::vector<int> a(all.begin(), all.begin() + k);
-    std::shuffle(all.begin(), all.end(), rng);
-    std::vector<int> b(all.begin(), all.begin() + k);
-    sum += MeanPairwiseJaccard({a, b}, n);
-  }
-  EXPECT_NEAR(sum / 200, JaccardThreshold(double(k) / n, 1.0), 0.01);
-}
+// ---- probe heads under grouped-query attention -------------------------------------------
 
 TEST(Selection, ProbeKvHeadsFollowGqaGroups) {
   ModelConfig c;

@@ -1,0 +1,264 @@
+// ImpressPipeline's per-layer steps (DESIGN.md section 3): for one layer of the matched prefix,
+// find the important tokens for the new queries and load their K/V into the layer's buffers.
+// SelectLayer dispatches on the system; each step charges its time to the request's breakdown.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "pipeline/impress-pipeline.h"
+#include "pipeline/prefill-run.h"
+
+namespace impress {
+
+namespace {
+
+bool UsesProbe(SystemKind s) {
+  return s == SystemKind::kImpress || s == SystemKind::kImpressItf || s == SystemKind::kImpressItfRo;
+}
+bool UsesH2o(SystemKind s) { return s == SystemKind::kAsH2oLru || s == SystemKind::kAsH2oLfu; }
+
+// True when the store keeps probe keys for every KV head the first `probe_heads` query heads use;
+// otherwise the probe reads all keys (e.g. more probe heads than the store was opened for).
+bool ProbeKeysCover(const ModelConfig& c, int probe_heads, const std::vector<int>& stored) {
+  const std::vector<int> needed = ProbeKvHeads(c, std::clamp(probe_heads, 1, c.n_head));
+  return std::all_of(needed.begin(), needed.end(),
+                     [&](int g) { return std::find(stored.begin(), stored.end(), g) != stored.end(); });
+}
+
+std::vector<uint32_t> AllTokens(int n) {
+  std::vector<uint32_t> all(static_cast<size_t>(n));
+  std::iota(all.begin(), all.end(), 0u);
+  return all;
+}
+
+std::vector<int> FirstN(int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+}  // namespace
+
+Status ImpressPipeline::PrefetchLayer(Run& run, int il) {
+  const ModelConfig& c = ctx_.config();
+  const SystemKind sys = run.s.system;
+  if (!run.reuse || n_matched_ == 0 || il >= c.n_layer || prefetch_[size_t(il)]) return Status::Ok();
+  std::optional<store::ReadTicket>& slot = prefetch_[size_t(il)];
+  double* bucket = &run.report.breakdown.kv_io_ms;
+  if (sys == SystemKind::kAsLike) {
+    IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadKV(handle_, il, AllTokens(n_matched_), true, true));
+  } else if (UsesH2o(sys)) {
+    IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, il));
+  } else if (UsesProbe(sys)) {
+    bucket = &run.report.breakdown.probe_io_ms;
+    if (ProbeKeysCover(c, run.s.probe_heads, store_->options().probe_kv_heads)) {
+      IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitProbeKeys(handle_, il));
+    } else {
+      IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, il));
+    }
+  }
+  run.sw.Lap(bucket);
+  return Status::Ok();
+}
+
+Status ImpressPipeline::SelectLayer(Run& run, int il) {
+  LayerJob job{.run = run, .lr = run.report.layers[size_t(il)], .il = il, .n = n_matched_,
+               .k = KeepCount(n_matched_, run.s.keep), .selected = {}, .score = {}};
+  job.lr.n = job.n;
+  switch (run.s.system) {
+    case SystemKind::kAsLike:
+      IMPRESS_RETURN_IF_ERROR(LoadFullLayer(job));
+      break;
+    case SystemKind::kAsH2oLru:
+    case SystemKind::kAsH2oLfu:
+      IMPRESS_RETURN_IF_ERROR(SelectByAllHeads(job));
+      break;
+    case SystemKind::kImpressItf:
+    case SystemKind::kImpressItfRo:
+    case SystemKind::kImpress:
+      IMPRESS_RETURN_IF_ERROR(SelectByProbe(job));
+      break;
+    case SystemKind::kRecomp:  // reuses nothing, so never selects
+      break;
+  }
+  RecordSelection(job);
+  return Status::Ok();
+}
+
+Status ImpressPipeline::LoadFullLayer(LayerJob& job) {
+  const size_t row_bytes = size_t(ctx_.config().n_head_kv) * ctx_.config().head_dim * sizeof(f16_t);
+  std::optional<store::ReadTicket> t = TakePrefetch(job.il);
+  if (!t) {
+    IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitReadKV(handle_, job.il, AllTokens(job.n), true, true));
+  }
+  IMPRESS_ASSIGN_OR_RETURN(store::ReadResult kv, WaitRead(job, *t, &job.run.report.breakdown.kv_io_ms));
+  job.lr.key_bytes += uint64_t(job.n) * row_bytes;
+  job.lr.value_bytes += uint64_t(job.n) * row_bytes;
+  Upload(k_buf_[size_t(job.il)], kv.k, size_t(job.n));
+  Upload(v_buf_[size_t(job.il)], kv.v, size_t(job.n));
+  ctx_.backend().Synchronize();
+  job.run.sw.Lap(&job.run.report.breakdown.copy_ms);
+  job.lr.k = job.n;
+  n_sel_[size_t(job.il)] = job.n;
+  job.selected = AllTokens(job.n);
+  return Status::Ok();
+}
+
+Status ImpressPipeline::SelectByProbe(LayerJob& job) {
+  IMPRESS_ASSIGN_OR_RETURN(const ProbeVerdict verdict, ProbeLayer(job));
+  // Pass: the probe heads chose (job.selected) and keys come with the values. Fallback ("safe
+  // mode"): all keys, all heads, as AS+H2O does.
+  if (!verdict.passed) return SelectByAllHeads(job);
+  return LoadSelected(job, nullptr);
+}
+
+Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
+  const ModelConfig& c = ctx_.config();
+  Backend& be = ctx_.backend();
+  TtftBreakdown& bd = job.run.report.breakdown;
+  const int n = job.n;
+  job.lr.probed = true;
+  const int n_probe = std::clamp(job.run.s.probe_heads, 1, c.n_head);
+  const std::vector<int>& stored = store_->options().probe_kv_heads;
+  const bool store_covers = ProbeKeysCover(c, n_probe, stored);
+  std::optional<store::ReadTicket> t = TakePrefetch(job.il);
+  if (!t) {
+    // More probe heads than the store keeps probe keys for: the probe reads all keys.
+    IMPRESS_ASSIGN_OR_RETURN(t, store_covers ? store_->SubmitProbeKeys(handle_, job.il)
+                                             : store_->SubmitReadAllKeys(handle_, job.il));
+  }
+  IMPRESS_ASSIGN_OR_RETURN(store::ReadResult keys, WaitRead(job, *t, &bd.probe_io_ms));
+  const std::vector<int> kv_heads = store_covers ? stored : FirstN(c.n_head_kv);
+  job.lr.key_bytes += uint64_t(keys.k.size()) * sizeof(f16_t);
+  IMPRESS_RETURN_IF_ERROR(EnsureKeysScratch(size_t(n)));
+  be.CopyToDevice(DevPtr<void>(keys_scratch_.raw()), keys.k.data(), keys.k.size() * sizeof(f16_t));
+  be.Synchronize();
+  job.run.sw.Lap(&bd.copy_ms);
+
+  // Importance of each prefix token for each probe query head (n_probe x n).
+  std::vector<float> probe_imp(size_t(n_probe) * n, 0.0f);
+  IMPRESS_RETURN_IF_ERROR(fwd_->ScoreKeys(
+      job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = kv_heads},
+      FirstN(n_probe), probe_imp.data()));
+  const ProbeVerdict verdict = JudgeProbe(probe_imp, n_probe, n, job.k, job.run.s.alpha);
+  job.lr.s = verdict.s;
+  job.lr.t = verdict.t;
+  job.lr.passed = verdict.passed;
+  if (verdict.passed) {
+    job.score = SumNormalisedImportance(probe_imp, n_probe, n);
+    job.selected = SelectTokens(job.score, job.k, job.run.s.sinks, job.run.s.recent);
+  }
+  job.run.sw.Lap(&bd.probe_compute_ms);
+  return verdict;
+}
+
+Status ImpressPipeline::SelectByAllHeads(LayerJob& job) {
+  const ModelConfig& c = ctx_.config();
+  TtftBreakdown& bd = job.run.report.breakdown;
+  const int n = job.n;
+  // The AS+H2O baselines prefetched all keys; after a failed probe the slot is already empty.
+  std::optional<store::ReadTicket> t = TakePrefetch(job.il);
+  if (!t) {
+    IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitReadAllKeys(handle_, job.il));
+  }
+  IMPRESS_ASSIGN_OR_RETURN(store::ReadResult keys, WaitRead(job, *t, &bd.kv_io_ms));
+  job.lr.key_bytes += uint64_t(keys.k.size()) * sizeof(f16_t);
+  IMPRESS_RETURN_IF_ERROR(EnsureKeysScratch(size_t(n)));
+  Upload(keys_scratch_, keys.k, size_t(n));
+  ctx_.backend().Synchronize();
+  job.run.sw.Lap(&bd.copy_ms);
+
+  std::vector<float> imp(size_t(c.n_head) * n);  // n_head x n
+  IMPRESS_RETURN_IF_ERROR(fwd_->ScoreKeys(
+      job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = FirstN(c.n_head_kv)},
+      FirstN(c.n_head), imp.data()));
+  job.score = SumNormalisedImportance(imp, c.n_head, n);
+  job.selected = SelectTokens(job.score, job.k, job.run.s.sinks, job.run.s.recent);
+  job.run.sw.Lap(&bd.probe_compute_ms);
+  return LoadSelected(job, &keys.k);
+}
+
+Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* keys) {
+  const size_t row = size_t(ctx_.config().n_head_kv) * ctx_.config().head_dim;
+  const size_t row_bytes = row * sizeof(f16_t);
+  const int n_sel = int(job.selected.size());
+  const bool read_keys = keys == nullptr;
+  IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t,
+                           store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
+  IMPRESS_ASSIGN_OR_RETURN(store::ReadResult kv, WaitRead(job, t, &job.run.report.breakdown.kv_io_ms));
+  job.lr.value_bytes += uint64_t(n_sel) * row_bytes;
+  if (read_keys) {
+    job.lr.key_bytes += uint64_t(n_sel) * row_bytes;
+  } else {
+    // Keys of the selected tokens are already here: gather them.
+    kv.k.resize(size_t(n_sel) * row);
+    for (int j = 0; j < n_sel; ++j) {
+      std::copy_n(keys->data() + size_t(job.selected[size_t(j)]) * row, row, kv.k.data() + size_t(j) * row);
+    }
+  }
+  Upload(k_buf_[size_t(job.il)], kv.k, size_t(n_sel));
+  Upload(v_buf_[size_t(job.il)], kv.v, size_t(n_sel));
+  ctx_.backend().Synchronize();
+  job.run.sw.Lap(&job.run.report.breakdown.copy_ms);
+  job.lr.k = n_sel;
+  n_sel_[size_t(job.il)] = n_sel;
+  return Status::Ok();
+}
+
+void ImpressPipeline::RecordSelection(LayerJob& job) {
+  const size_t il = size_t(job.il);
+  if (job.run.s.record_importance) {
+    // Rows of the GUI heatmap: zero importance where no heads were scored (AS-like).
+    const size_t first = il * size_t(job.n);
+    std::copy(job.score.begin(), job.score.end(), job.run.report.importance.begin() + std::ptrdiff_t(first));
+    for (uint32_t i : job.selected) job.run.report.selected[first + i] = 1;
+  }
+  selected_scores_[il].clear();
+  if (!job.score.empty()) {
+    for (uint32_t i : job.selected) selected_scores_[il].push_back(job.score[i]);
+  }
+  selected_[il] = std::move(job.selected);
+}
+
+Result<store::ReadResult> ImpressPipeline::WaitRead(LayerJob& job, store::ReadTicket ticket, double* bucket) {
+  auto r = store_->Wait(ticket);
+  const double ms = job.run.sw.Lap(bucket);
+  job.lr.io_wait_ms += ms;
+  job.run.report.breakdown.io_wait_ms += ms;
+  if (r.ok()) {
+    const store::ReadStats& st = r->stats;
+    job.lr.ssd_bytes += st.ssd_bytes;
+    job.lr.chunks_device += st.chunks_device;
+    job.lr.chunks_host += st.chunks_host;
+    job.lr.chunks_ssd += st.chunks_ssd;
+    job.run.report.useful_bytes_read += st.useful_bytes;
+  }
+  return r;
+}
+
+std::optional<store::ReadTicket> ImpressPipeline::TakePrefetch(int il) {
+  std::optional<store::ReadTicket> t = prefetch_[size_t(il)];
+  prefetch_[size_t(il)].reset();
+  return t;
+}
+
+Status ImpressPipeline::EnsureKeysScratch(size_t rows) {
+  if (rows <= keys_scratch_rows_) return Status::Ok();
+  Backend& be = ctx_.backend();
+  if (keys_scratch_) be.Free(DevPtr<void>(keys_scratch_.raw()));
+  // Forget the freed buffer first, so a failed allocation cannot leave it to be freed twice.
+  keys_scratch_ = {};
+  keys_scratch_rows_ = 0;
+  const size_t row = size_t(ctx_.config().n_head_kv) * ctx_.config().head_dim;
+  IMPRESS_ASSIGN_OR_RETURN(keys_scratch_, AllocArray<f16_t>(be, rows * row));
+  keys_scratch_rows_ = rows;
+  return Status::Ok();
+}
+
+void ImpressPipeline::Upload(DevPtr<f16_t> dst, const std::vector<f16_t>& src, size_t n_rows) {
+  const size_t row_bytes = size_t(ctx_.config().n_head_kv) * ctx_.config().head_dim * sizeof(f16_t);
+  ctx_.backend().CopyToDevice(DevPtr<void>(dst.raw()), src.data(), n_rows * row_bytes);
+}
+
+}  // namespace impress

@@ -1,0 +1,61 @@
+// The pure math of importance identification (DESIGN.md section 3): keep ratio to k, top-k index
+// sets, mean pairwise Jaccard of the probe heads' sets, the threshold t = (p / (2 - p))^alpha, the
+// pass/fallback verdict, summed normalised importance, and the final token selection with
+// attention sinks and a recent window counted toward k.
+//
+// No store, no backend, no model: plain values in, plain values out, so every rule here can be
+// checked against a brute-force reference. Importance rows are H2O's (column sums of the softmax
+// attention weights over the query rows), one row of n prefix tokens per head, row-major.
+//
+// Thread contract: free functions without shared state; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace impress {
+
+// The keep ratio actually used for n prefix tokens: prefixes shorter than 256 tokens keep at
+// least half (DESIGN.md section 3), so a 100-token prefix is not cut to 25 tokens.
+float EffectiveKeep(int n, float keep);
+
+// k = ceil(EffectiveKeep(n, keep) * n), clamped to [1, n]: at least one token is kept and never
+// more than there are. 0 when n <= 0.
+int KeepCount(int n, float keep);
+
+// t = (p / (2 - p))^alpha: the expected Jaccard index of two random k-of-n sets (p = k/n) raised to
+// alpha. p <= 0 gives 0 and p >= 1 gives 1 (whatever alpha); otherwise alpha = 0 gives 1 and a
+// larger alpha gives a lower t.
+double JaccardThreshold(double p, double alpha);
+
+// Mean over all pairs a < b of |A ∩ B| / |A ∪ B|; two empty sets count as 1. Fewer than two sets
+// give 1 (nothing disagrees). Each set holds distinct indices in [0, n).
+double MeanPairwiseJaccard(const std::vector<std::vector<int>>& sets, int n);
+
+// Indices of the k largest values, in ascending index order. Ties go to the lower index, so the
+// result is the first k of a stable sort by descending value. k is clamped to [0, size].
+std::vector<int> TopK(std::span<const float> values, int k);
+
+// Per-head importance rows (n_heads x n, row-major) -> for each token, the sum over heads of its
+// share of that head's row total (each row normalised to sum 1 first, so no head dominates by
+// scale). A row summing to zero (or less) contributes nothing. Returns n values.
+std::vector<float> SumNormalisedImportance(std::span<const float> per_head, int n_heads, int n);
+
+// What the probe heads say about one layer (DESIGN.md section 3, steps 2-4).
+struct ProbeVerdict {
+  double s = 0;         // mean pairwise Jaccard of the heads' top-k sets
+  double t = 0;         // JaccardThreshold(k / n, alpha)
+  bool passed = false;  // s >= t: select from the probe heads alone; else fall back
+};
+// Takes each head's top-k set of its importance row (per_head: n_heads x n, row-major), compares
+// their mean pairwise Jaccard with the threshold for p = k / n. Requires 0 < k <= n.
+ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int k, double alpha);
+
+// The tokens a layer keeps, ascending: first the `sinks` first tokens, then the `recent` last ones
+// (from the end backwards), then the best of the rest by `score` (ties: lower index first). All of
+// them count toward k: if sinks and recent alone reach k, sinks win first, then the latest tokens.
+// k is clamped to [0, n] (n = score.size()); negative sinks or recent mean none.
+std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sinks, int recent);
+
+}  // namespace impress

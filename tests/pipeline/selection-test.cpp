@@ -1,0 +1,328 @@
+// The pure selection math (pipeline/selection.h) against naive references written here: top-k by
+// a full stable sort, Jaccard over std::set, the threshold formula, normalised importance in
+// double, and token selection by the rule spelled out step by step (sinks, then the recent window
+// from the end, then the best of the rest), all counted toward k.
+#include "pipeline/selection.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+
+namespace impress {
+namespace {
+
+// ---- naive references ----------------------------------------------------------------------
+
+// The first k of a stable sort by descending value (ties: lower index first), ascending.
+std::vector<int> NaiveTopK(const std::vector<float>& v, int k) {
+  std::vector<int> order(v.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return v[size_t(a)] > v[size_t(b)]; });
+  std::vector<int> out(order.begin(), order.begin() + std::clamp(k, 0, int(v.size())));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+double NaiveJaccard(const std::vector<int>& a, const std::vector<int>& b) {
+  const std::set<int> sa(a.begin(), a.end()), sb(b.begin(), b.end());
+  std::set<int> inter, uni;
+  std::set_intersection(sa.begin(), sa.end(), sb.begin(), sb.end(), std::inserter(inter, inter.begin()));
+  std::set_union(sa.begin(), sa.end(), sb.begin(), sb.end(), std::inserter(uni, uni.begin()));
+  return uni.empty() ? 1.0 : double(inter.size()) / double(uni.size());
+}
+
+double NaiveMeanJaccard(const std::vector<std::vector<int>>& sets) {
+  double sum = 0;
+  int pairs = 0;
+  for (size_t a = 0; a < sets.size(); ++a) {
+    for (size_t b = a + 1; b < sets.size(); ++b) {
+      sum += NaiveJaccard(sets[a], sets[b]);
+      ++pairs;
+    }
+  }
+  return pairs ? sum / pairs : 1.0;
+}
+
+// The selection rule, one step at a time: forced tokens in the order sinks (0, 1, ...) then
+// recent (n-1, n-2, ...), each only while fewer than k are taken; then the rest by a stable sort
+// of descending score.
+std::vector<uint32_t> NaiveSelect(const std::vector<float>& score, int k, int sinks, int recent) {
+  const int n = int(score.size());
+  k = std::clamp(k, 0, n);
+  std::set<int> taken;
+  std::vector<int> forced;
+  for (int i = 0; i < sinks && i < n; ++i) forced.push_back(i);
+  for (int j = 0; j < recent && j < n; ++j) forced.push_back(n - 1 - j);
+  for (int i : forced) {
+    if (int(taken.size()) < k) taken.insert(i);
+  }
+  std::vector<int> rest;
+  for (int i = 0; i < n; ++i) {
+    if (!taken.count(i)) rest.push_back(i);
+  }
+  std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) { return score[size_t(a)] > score[size_t(b)]; });
+  for (int i : rest) {
+    if (int(taken.size()) >= k) break;
+    taken.insert(i);
+  }
+  return std::vector<uint32_t>(taken.begin(), taken.end());
+}
+
+std::vector<float> RandomValues(std::mt19937& rng, int n, int n_distinct) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = float(rng() % uint32_t(n_distinct));  // few distinct values: many ties
+  return v;
+}
+
+// ---- keep ratio -----------------------------------------------------------------------------
+
+TEST(KeepRatio, ShortPrefixesKeepAtLeastHalf) {
+  EXPECT_FLOAT_EQ(EffectiveKeep(100, 0.25f), 0.5f);
+  EXPECT_FLOAT_EQ(EffectiveKeep(255, 0.25f), 0.5f);
+  EXPECT_FLOAT_EQ(EffectiveKeep(256, 0.25f), 0.25f);
+  EXPECT_FLOAT_EQ(EffectiveKeep(100, 0.75f), 0.75f);  // already more than half
+}
+
+TEST(KeepRatio, KeepCountIsCeilingClampedToOneAndN) {
+  EXPECT_EQ(KeepCount(1000, 0.25f), 250);
+  EXPECT_EQ(KeepCount(1001, 0.25f), 251);  // ceil
+  EXPECT_EQ(KeepCount(100, 0.25f), 50);    // short prefix
+  EXPECT_EQ(KeepCount(1000, 1.0f), 1000);
+  EXPECT_EQ(KeepCount(1000, 1e-6f), 1);    // never zero tokens
+  EXPECT_EQ(KeepCount(1, 0.25f), 1);
+  EXPECT_EQ(KeepCount(0, 0.25f), 0);
+  EXPECT_EQ(KeepCount(-3, 0.25f), 0);
+  for (int n = 256; n < 2000; n += 37) {
+    EXPECT_EQ(KeepCount(n, 0.3f), int(std::ceil(double(0.3f) * n))) << "n=" << n;
+  }
+}
+
+// ---- top-k ----------------------------------------------------------------------------------
+
+TEST(TopK, MatchesStableSortReferenceWithTies) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + int(rng() % 300);
+    const std::vector<float> v = RandomValues(rng, n, 50);
+    const int k = int(rng() % uint32_t(n + 1));
+    EXPECT_EQ(TopK(v, k), NaiveTopK(v, k)) << "n=" << n << " k=" << k;
+  }
+}
+
+TEST(TopK, TiesGoToTheLowerIndex) {
+  const std::vector<float> v = {1, 3, 3, 2, 3};
+  EXPECT_EQ(TopK(v, 2), (std::vector<int>{1, 2}));
+  EXPECT_EQ(TopK(v, 3), (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(TopK(v, 4), (std::vector<int>{1, 2, 3, 4}));
+}
+
+TEST(TopK, KIsClampedAndEmptyInputsGiveEmptySets) {
+  const std::vector<float> v = {0.5f, 0.1f, 0.9f};
+  EXPECT_EQ(TopK(v, 10), (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(TopK(v, 0).empty());
+  EXPECT_TRUE(TopK(v, -4).empty());
+  EXPECT_TRUE(TopK(std::vector<float>{}, 3).empty());
+  EXPECT_EQ(TopK(std::vector<float>{7.0f}, 1), (std::vector<int>{0}));
+}
+
+// ---- Jaccard and the threshold ----------------------------------------------------------------
+
+TEST(Jaccard, KnownSets) {
+  EXPECT_DOUBLE_EQ(MeanPairwiseJaccard({{0, 1, 2}, {0, 1, 2}}, 5), 1.0);
+  EXPECT_DOUBLE_EQ(MeanPairwiseJaccard({{0, 1}, {2, 3}}, 5), 0.0);
+  // {0,1,2} vs {1,2,3}: 2/4; vs {0,1,2}: 1; {1,2,3} vs {0,1,2}: 2/4 -> mean 2/3.
+  EXPECT_NEAR(MeanPairwiseJaccard({{0, 1, 2}, {1, 2, 3}, {0, 1, 2}}, 5), 2.0 / 3.0, 1e-12);
+}
+
+TEST(Jaccard, MatchesStdSetReferenceOnRandomSets) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + int(rng() % 200);
+    const int n_sets = 2 + int(rng() % 5);
+    std::vector<std::vector<int>> sets;
+    for (int h = 0; h < n_sets; ++h) {
+      // Sets of different sizes, distinct indices, in no particular order.
+      std::vector<int> all(static_cast<size_t>(n));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      all.resize(rng() % uint32_t(n + 1));
+      sets.push_back(all);
+    }
+    EXPECT_NEAR(MeanPairwiseJaccard(sets, n), NaiveMeanJaccard(sets), 1e-12) << "trial " << trial;
+  }
+}
+
+TEST(Jaccard, FewerThanTwoSetsAndEmptySetsAgreeFully) {
+  EXPECT_DOUBLE_EQ(MeanPairwiseJaccard({}, 10), 1.0);
+  EXPECT_DOUBLE_EQ(MeanPairwiseJaccard({{1, 2, 3}}, 10), 1.0);
+  EXPECT_DOUBLE_EQ(MeanPairwiseJaccard({{}, {}}, 10), 1.0);
+  EXPECT_DOUBLE_EQ(MeanPairwiseJaccard({{}, {4}}, 10), 0.0);
+  EXPECT_DOUBLE_EQ(MeanPairwiseJaccard({{}, {}}, 0), 1.0);
+}
+
+TEST(Threshold, IsExpectedRandomJaccardToAlpha) {
+  EXPECT_DOUBLE_EQ(JaccardThreshold(0.25, 0.0), 1.0);
+  EXPECT_NEAR(JaccardThreshold(0.25, 1.0), 0.25 / 1.75, 1e-12);
+  EXPECT_NEAR(JaccardThreshold(0.25, 0.6), std::pow(0.25 / 1.75, 0.6), 1e-12);
+  EXPECT_NEAR(JaccardThreshold(0.5, 2.0), std::pow(0.5 / 1.5, 2.0), 1e-12);
+  EXPECT_LT(JaccardThreshold(0.25, 2.0), JaccardThreshold(0.25, 0.6));  // larger alpha, lower t
+  // The expectation itself: random k-of-n sets have mean Jaccard close to p / (2 - p).
+  std::mt19937 rng(3);
+  const int n = 2000, k = 500;
+  double sum = 0;
+  for (int t = 0; t < 200; ++t) {
+    std::vector<int> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<int> a(all.begin(), all.begin() + k);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<int> b(all.begin(), all.begin() + k);
+    sum += MeanPairwiseJaccard({a, b}, n);
+  }
+  EXPECT_NEAR(sum / 200, JaccardThreshold(double(k) / n, 1.0), 0.01);
+}
+
+TEST(Threshold, EndsOfTheRangeIgnoreAlpha) {
+  for (double alpha : {0.0, 0.6, 2.0}) {
+    EXPECT_DOUBLE_EQ(JaccardThreshold(0.0, alpha), 0.0);
+    EXPECT_DOUBLE_EQ(JaccardThreshold(-0.5, alpha), 0.0);
+    EXPECT_DOUBLE_EQ(JaccardThreshold(1.0, alpha), 1.0);
+    EXPECT_DOUBLE_EQ(JaccardThreshold(1.5, alpha), 1.0);
+  }
+}
+
+// ---- summed normalised importance -------------------------------------------------------------
+
+TEST(SumNormalised, MatchesDoubleReferenceAndIgnoresRowScale) {
+  std::mt19937 rng(5);
+  const int n_heads = 4, n = 37;
+  std::vector<float> imp(size_t(n_heads) * n);
+  for (float& x : imp) x = float(rng() % 1000) / 100.0f;
+  std::vector<double> want(size_t(n), 0.0);
+  for (int h = 0; h < n_heads; ++h) {
+    double total = 0;
+    for (int i = 0; i < n; ++i) total += imp[size_t(h) * n + i];
+    for (int i = 0; i < n; ++i) want[size_t(i)] += imp[size_t(h) * n + i] / total;
+  }
+  const std::vector<float> got = SumNormalisedImportance(imp, n_heads, n);
+  ASSERT_EQ(got.size(), size_t(n));
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_NEAR(got[size_t(i)], want[size_t(i)], 1e-6) << "token " << i;
+    sum += got[size_t(i)];
+  }
+  EXPECT_NEAR(sum, n_heads, 1e-4);  // each head contributes a total of 1
+  // Scaling one head's row (a sharper softmax somewhere) changes nothing.
+  for (int i = 0; i < n; ++i) imp[size_t(2) * n + i] *= 1000.0f;
+  const std::vector<float> scaled = SumNormalisedImportance(imp, n_heads, n);
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(scaled[size_t(i)], got[size_t(i)], 1e-5);
+}
+
+TEST(SumNormalised, ZeroRowsContributeNothing) {
+  const std::vector<float> imp = {0, 0, 0, 1, 3, 0};  // head 0 all zero; head 1 sums to 4
+  EXPECT_EQ(SumNormalisedImportance(imp, 2, 3), (std::vector<float>{0.25f, 0.75f, 0.0f}));
+  EXPECT_TRUE(SumNormalisedImportance({}, 0, 0).empty());
+}
+
+// ---- the probe verdict ------------------------------------------------------------------------
+
+TEST(Probe, VerdictMatchesTopKSetsJaccardAndThreshold) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 100; ++trial) {
+    const int n_heads = 1 + int(rng() % 4), n = 1 + int(rng() % 120);
+    const int k = 1 + int(rng() % uint32_t(n));
+    const double alpha = double(rng() % 200) / 100.0;
+    const std::vector<float> imp = RandomValues(rng, n_heads * n, 8);
+    std::vector<std::vector<int>> sets;
+    for (int h = 0; h < n_heads; ++h) {
+      sets.push_back(NaiveTopK(std::vector<float>(imp.begin() + h * n, imp.begin() + (h + 1) * n), k));
+    }
+    const double s = NaiveMeanJaccard(sets);
+    const double t = k == n ? 1.0 : std::pow((double(k) / n) / (2.0 - double(k) / n), alpha);
+    const ProbeVerdict v = JudgeProbe(imp, n_heads, n, k, alpha);
+    EXPECT_NEAR(v.s, s, 1e-12);
+    EXPECT_NEAR(v.t, t, 1e-12);
+    // Compare the decision away from the knife edge, where rounding could tip it.
+    if (std::fabs(s - t) > 1e-9) {
+      EXPECT_EQ(v.passed, s >= t) << "s=" << s << " t=" << t;
+    }
+  }
+}
+
+TEST(Probe, AgreeingHeadsPassAtAnyAlphaAndAlphaZeroNeedsFullAgreement) {
+  const int n = 8, k = 2;
+  // Two heads with the same top-2 {6, 7} (different values), one that prefers {0, 1}.
+  const std::vector<float> same = {0, 0, 0, 0, 0, 0, 5, 9, 1, 1, 1, 1, 1, 1, 8, 7};
+  const std::vector<float> differ = {0, 0, 0, 0, 0, 0, 5, 9, 9, 8, 0, 0, 0, 0, 0, 0};
+  for (double alpha : {0.0, 0.6, 2.0}) {
+    const ProbeVerdict v = JudgeProbe(same, 2, n, k, alpha);
+    EXPECT_DOUBLE_EQ(v.s, 1.0);
+    EXPECT_TRUE(v.passed) << "alpha " << alpha;
+  }
+  const ProbeVerdict zero = JudgeProbe(differ, 2, n, k, 0.0);
+  EXPECT_DOUBLE_EQ(zero.s, 0.0);
+  EXPECT_DOUBLE_EQ(zero.t, 1.0);
+  EXPECT_FALSE(zero.passed);
+  // Disjoint sets never beat a positive threshold, whatever alpha.
+  EXPECT_FALSE(JudgeProbe(differ, 2, n, k, 2.0).passed);
+  // Keeping everything: every set is the whole prefix, s = t = 1.
+  const ProbeVerdict all = JudgeProbe(differ, 2, n, n, 0.6);
+  EXPECT_DOUBLE_EQ(all.s, 1.0);
+  EXPECT_DOUBLE_EQ(all.t, 1.0);
+  EXPECT_TRUE(all.passed);
+}
+
+// ---- token selection --------------------------------------------------------------------------
+
+TEST(SelectTokens, MatchesStepByStepReference) {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 500; ++trial) {
+    const int n = int(rng() % 150);
+    const std::vector<float> score = RandomValues(rng, n, 10);
+    const int k = int(rng() % uint32_t(n + 3)) - 1;  // includes -1 and k > n
+    const int sinks = int(rng() % 10), recent = int(rng() % 40);
+    EXPECT_EQ(SelectTokens(score, k, sinks, recent), NaiveSelect(score, k, sinks, recent))
+        << "n=" << n << " k=" << k << " sinks=" << sinks << " recent=" << recent;
+  }
+}
+
+TEST(SelectTokens, SinksAndRecentAreKeptAndCountTowardK) {
+  // Scores favour the middle, so sinks and recent get in only because they are forced.
+  std::vector<float> score(100, 0.0f);
+  for (int i = 40; i < 60; ++i) score[size_t(i)] = 1.0f + float(i);
+  const std::vector<uint32_t> sel = SelectTokens(score, 25, 4, 8);
+  ASSERT_EQ(sel.size(), 25u);  // 4 sinks + 8 recent + 13 by score, not 25 by score
+  for (uint32_t i : {0u, 1u, 2u, 3u, 92u, 93u, 99u}) {
+    EXPECT_TRUE(std::binary_search(sel.begin(), sel.end(), i)) << "token " << i;
+  }
+  // The 13 best of the middle: 47..59.
+  for (uint32_t i = 47; i < 60; ++i) EXPECT_TRUE(std::binary_search(sel.begin(), sel.end(), i)) << i;
+  EXPECT_FALSE(std::binary_search(sel.begin(), sel.end(), 46u));
+  EXPECT_TRUE(std::is_sorted(sel.begin(), sel.end()));
+  EXPECT_EQ(std::adjacent_find(sel.begin(), sel.end()), sel.end());
+}
+
+TEST(SelectTokens, WhenForcedTokensExceedKSinksWinThenTheLatest) {
+  const std::vector<float> score(50, 1.0f);
+  EXPECT_EQ(SelectTokens(score, 3, 4, 32), (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_EQ(SelectTokens(score, 6, 4, 32), (std::vector<uint32_t>{0, 1, 2, 3, 48, 49}));
+  // Sinks and the window overlap on a tiny prefix: each token counts once.
+  EXPECT_EQ(SelectTokens(std::vector<float>(5, 0.0f), 5, 4, 32), (std::vector<uint32_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(SelectTokens, KIsClampedAndEmptyInputsGiveEmptySelections) {
+  const std::vector<float> score = {3, 1, 2};
+  EXPECT_EQ(SelectTokens(score, 10, 0, 0), (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_TRUE(SelectTokens(score, 0, 4, 32).empty());
+  EXPECT_TRUE(SelectTokens(score, -2, 4, 32).empty());
+  EXPECT_TRUE(SelectTokens({}, 5, 4, 32).empty());
+  EXPECT_EQ(SelectTokens(score, 1, 0, 0), (std::vector<uint32_t>{0}));     // best score
+  EXPECT_EQ(SelectTokens(score, 2, -1, -1), (std::vector<uint32_t>{0, 2}));  // negative = none forced
+}
+
+}  // namespace
+}  // namespace impress
