@@ -1,5 +1,5 @@
 // ImpressPipeline: one request's prefill and decode over the tiered prefix KV store
-// (DESIGN.md sections 2, 3 and 5). It joins the engine (Forward, layer by layer) and the store
+// (docs/design.md sections 2, 3 and 5). It joins the engine (Forward, layer by layer) and the store
 // (PrefixStore: match, per-layer reads, insert, importance statistics).
 //
 // For a request S = P + Q it matches the longest cached prefix R of P, then for each layer:
@@ -116,7 +116,7 @@ class ImpressPipeline {
   Status PrefillBatch(Run& run, std::span<const int32_t> tokens, int b, int nb);
   void FinishRequest(Run& run);  // totals, importance statistics to the store
 
-  // layer-steps.cpp: identify and load the prefix KV of one layer (DESIGN.md section 3).
+  // layer-steps.cpp: identify and load the prefix KV of one layer (docs/design.md section 3).
   Status PrefetchLayer(Run& run, int il);  // reads that do not depend on the layer's queries
   Status SelectLayer(Run& run, int il);    // dispatch on the system, then RecordSelection
   Status LoadFullLayer(LayerJob& job);     // AS-like: all K/V of the prefix

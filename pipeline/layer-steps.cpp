@@ -1,4 +1,4 @@
-// ImpressPipeline's per-layer steps (DESIGN.md section 3): for one layer of the matched prefix,
+// ImpressPipeline's per-layer steps (docs/design.md section 3): for one layer of the matched prefix,
 // find the important tokens for the new queries and load their K/V into the layer's buffers.
 // SelectLayer dispatches on the system; each step charges its time to the request's breakdown.
 #include <fmt/format.h>

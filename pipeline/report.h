@@ -1,5 +1,5 @@
 // RequestReport: what one request did, for the GUI panels, the benchmark and `--json`
-// (DESIGN.md sections 2-3, 8). Plain values; copied freely between threads.
+// (docs/design.md sections 2-3, 8). Plain values; copied freely between threads.
 #pragma once
 
 #include <cstdint>

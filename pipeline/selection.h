@@ -1,4 +1,4 @@
-// The pure math of importance identification (DESIGN.md section 3): keep ratio to k, top-k index
+// The pure math of importance identification (docs/design.md section 3): keep ratio to k, top-k index
 // sets, mean pairwise Jaccard of the probe heads' sets, the threshold t = (p / (2 - p))^alpha, the
 // pass/fallback verdict, summed normalised importance, and the final token selection with
 // attention sinks and a recent window counted toward k.
@@ -17,7 +17,7 @@
 namespace impress {
 
 // The keep ratio actually used for n prefix tokens: prefixes shorter than 256 tokens keep at
-// least half (DESIGN.md section 3), so a 100-token prefix is not cut to 25 tokens.
+// least half (docs/design.md section 3), so a 100-token prefix is not cut to 25 tokens.
 float EffectiveKeep(int n, float keep);
 
 // k = ceil(EffectiveKeep(n, keep) * n), clamped to [1, n]: at least one token is kept and never
@@ -42,7 +42,7 @@ std::vector<int> TopK(std::span<const float> values, int k);
 // scale). A row summing to zero (or less) contributes nothing. Returns n values.
 std::vector<float> SumNormalisedImportance(std::span<const float> per_head, int n_heads, int n);
 
-// What the probe heads say about one layer (DESIGN.md section 3, steps 2-4).
+// What the probe heads say about one layer (docs/design.md section 3, steps 2-4).
 struct ProbeVerdict {
   double s = 0;         // mean pairwise Jaccard of the heads' top-k sets
   double t = 0;         // JaccardThreshold(k / n, alpha)
