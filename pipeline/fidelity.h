@@ -25,9 +25,9 @@ struct PipelineSettings;
 struct FidelityReport {
   bool first_token_match = false;
   int32_t first_token = -1, first_token_full = -1;
-  double kl_divergence = 0;     // KL(full || this) of the next-token distributions, nats
-  int n_continuation = 0;       // greedy tokens compared
-  int n_continuation_match = 0; // identical leading tokens
+  double kl_divergence = 0;      // KL(full || this) of the next-token distributions, nats
+  int n_continuation = 0;        // greedy tokens compared
+  int n_continuation_match = 0;  // identical leading tokens
   RequestReport report, report_full;
 };
 

@@ -23,8 +23,7 @@ store::PolicyKind PolicyFor(SystemKind s) {
 }
 
 // What Prefill refuses before touching any state but the released match.
-Status CheckRequest(const ModelConfig& c, const PipelineRequest& req, const PipelineSettings& s,
-                    int max_new_tokens) {
+Status CheckRequest(const ModelConfig& c, const PipelineRequest& req, const PipelineSettings& s, int max_new_tokens) {
   const int n_prompt = int(req.tokens.size());
   if (n_prompt == 0) return Status::InvalidArgument("empty prompt");
   if (req.n_prefix < 0 || req.n_prefix > n_prompt) return Status::InvalidArgument("n_prefix out of range");
@@ -247,7 +246,7 @@ Status ImpressPipeline::Decode(int32_t token, std::vector<float>* logits) {
     IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, PrefixKV{.n = n_prev,
                                                       .k = DevPtr<const f16_t>(k_buf_[size_t(il)].raw()),
                                                       .v = DevPtr<const f16_t>(v_buf_[size_t(il)].raw()),
-                            .positions = {}}));
+                                                      .positions = {}}));
     IMPRESS_RETURN_IF_ERROR(
         fwd_->ExportKV(il, k_buf_[size_t(il)] + size_t(n_prev) * row, v_buf_[size_t(il)] + size_t(n_prev) * row));
   }
@@ -277,8 +276,10 @@ void ImpressPipeline::StoreAsync(size_t n_tokens) {
     kh.resize(count * row);
     vh.resize(count * row);
     const size_t first = size_t(n_sel_[size_t(il)]) * row;
-    ctx_.backend().CopyToHost(kh.data(), DevPtr<const void>(k_buf_[size_t(il)].raw() + first), count * row * sizeof(f16_t));
-    ctx_.backend().CopyToHost(vh.data(), DevPtr<const void>(v_buf_[size_t(il)].raw() + first), count * row * sizeof(f16_t));
+    ctx_.backend().CopyToHost(kh.data(), DevPtr<const void>(k_buf_[size_t(il)].raw() + first),
+                              count * row * sizeof(f16_t));
+    ctx_.backend().CopyToHost(vh.data(), DevPtr<const void>(v_buf_[size_t(il)].raw() + first),
+                              count * row * sizeof(f16_t));
   }
   auto tokens = std::make_shared<std::vector<int32_t>>(seq_.begin(), seq_.begin() + std::ptrdiff_t(n_total));
   const uint64_t start = uint64_t(n_matched_);

@@ -46,15 +46,15 @@ namespace impress {
 
 struct PipelineSettings {
   SystemKind system = SystemKind::kImpress;
-  float keep = 0.25f;       // keep ratio r: k = ceil(r * n)
-  float alpha = 0.6f;       // threshold exponent (0..2); larger alpha lowers t
-  int probe_heads = 3;      // P: the first P query heads probe each layer
-  int sinks = 4;            // first tokens always kept
-  int recent = 32;          // last prefix tokens always kept
-  bool overlap = true;      // prefetch the next layer's probe keys (or KV for AS-like)
+  float keep = 0.25f;              // keep ratio r: k = ceil(r * n)
+  float alpha = 0.6f;              // threshold exponent (0..2); larger alpha lowers t
+  int probe_heads = 3;             // P: the first P query heads probe each layer
+  int sinks = 4;                   // first tokens always kept
+  int recent = 32;                 // last prefix tokens always kept
+  bool overlap = true;             // prefetch the next layer's probe keys (or KV for AS-like)
   bool record_importance = false;  // fill RequestReport::importance / selected (GUI heatmap)
   bool report_importance = true;   // feed the store's statistics (reorder, score caching)
-  int ubatch = 512;         // new tokens per forward batch
+  int ubatch = 512;                // new tokens per forward batch
 };
 
 // The KV heads the first `probe_heads` query heads use (GQA: h / (n_head / n_head_kv)).
@@ -66,7 +66,7 @@ store::PrefixStoreOptions StoreOptionsFor(const ModelConfig& config, int probe_h
 
 struct PipelineRequest {
   std::span<const int32_t> tokens;  // the whole prompt
-  int n_prefix = 0;                  // its reusable part (documents, earlier turns)
+  int n_prefix = 0;                 // its reusable part (documents, earlier turns)
 };
 
 class ImpressPipeline {
@@ -80,9 +80,9 @@ class ImpressPipeline {
   // Runs the prompt up to the first token's logits (into *logits, n_vocab floats).
   // `max_new_tokens` reserves room for Decode. OutOfRange if the prompt plus that exceeds the
   // model's context. The report's TTFT covers this call (match to logits).
-  Result<RequestReport> Prefill(const PipelineRequest& request, const PipelineSettings& settings,
-                                int max_new_tokens, std::vector<float>* logits,
-                                const ProgressFn& progress = {}, const std::atomic<bool>* cancel = nullptr);
+  Result<RequestReport> Prefill(const PipelineRequest& request, const PipelineSettings& settings, int max_new_tokens,
+                                std::vector<float>* logits, const ProgressFn& progress = {},
+                                const std::atomic<bool>* cancel = nullptr);
 
   // Appends one token (the one just sampled) and gives the next logits.
   Status Decode(int32_t token, std::vector<float>* logits);
@@ -117,16 +117,16 @@ class ImpressPipeline {
   void FinishRequest(Run& run);  // totals, importance statistics to the store
 
   // layer-steps.cpp: identify and load the prefix KV of one layer (docs/design.md section 3).
-  Status PrefetchLayer(Run& run, int il);  // reads that do not depend on the layer's queries
-  Status SelectLayer(Run& run, int il);    // dispatch on the system, then RecordSelection
-  Status LoadFullLayer(LayerJob& job);     // AS-like: all K/V of the prefix
-  Status SelectByProbe(LayerJob& job);     // IMPRESS: probe, then selective load or fallback
+  Status PrefetchLayer(Run& run, int il);          // reads that do not depend on the layer's queries
+  Status SelectLayer(Run& run, int il);            // dispatch on the system, then RecordSelection
+  Status LoadFullLayer(LayerJob& job);             // AS-like: all K/V of the prefix
+  Status SelectByProbe(LayerJob& job);             // IMPRESS: probe, then selective load or fallback
   Result<ProbeVerdict> ProbeLayer(LayerJob& job);  // probe keys, probe heads scored, verdict
-  Status SelectByAllHeads(LayerJob& job);  // fallback and AS+H2O: all keys, all heads scored
+  Status SelectByAllHeads(LayerJob& job);          // fallback and AS+H2O: all keys, all heads scored
   // Reads K/V of job.selected into the layer's buffers; `keys` (all keys of the layer, token-major)
   // when the fallback already has them, so only values are read.
   Status LoadSelected(LayerJob& job, const std::vector<f16_t>* keys);
-  void RecordSelection(LayerJob& job);     // for the report and the store's statistics
+  void RecordSelection(LayerJob& job);  // for the report and the store's statistics
   Result<store::ReadResult> WaitRead(LayerJob& job, store::ReadTicket ticket, double* bucket);
   std::optional<store::ReadTicket> TakePrefetch(int il);
   Status EnsureKeysScratch(size_t rows);
@@ -139,9 +139,9 @@ class ImpressPipeline {
   // Per layer device KV: rows [0, n_sel[il]) selected prefix tokens, then the new tokens.
   std::vector<DevPtr<f16_t>> k_buf_, v_buf_;
   size_t buf_rows_ = 0;
-  std::vector<int> n_sel_;       // selected prefix rows per layer
-  int n_new_done_ = 0;           // new tokens in the buffers (prompt + decoded)
-  std::vector<int32_t> seq_;     // the sequence so far
+  std::vector<int> n_sel_;    // selected prefix rows per layer
+  int n_new_done_ = 0;        // new tokens in the buffers (prompt + decoded)
+  std::vector<int32_t> seq_;  // the sequence so far
   int n_matched_ = 0;
   store::MatchHandle handle_;
   std::vector<std::vector<uint32_t>> selected_;  // per layer, for ReportImportance

@@ -63,22 +63,21 @@ Status ImpressPipeline::PrefetchLayer(Run& run, int il) {
 }
 
 Status ImpressPipeline::SelectLayer(Run& run, int il) {
-  LayerJob job{.run = run, .lr = run.report.layers[size_t(il)], .il = il, .n = n_matched_,
-               .k = KeepCount(n_matched_, run.s.keep), .selected = {}, .score = {}};
+  LayerJob job{.run = run,
+               .lr = run.report.layers[size_t(il)],
+               .il = il,
+               .n = n_matched_,
+               .k = KeepCount(n_matched_, run.s.keep),
+               .selected = {},
+               .score = {}};
   job.lr.n = job.n;
   switch (run.s.system) {
-    case SystemKind::kAsLike:
-      IMPRESS_RETURN_IF_ERROR(LoadFullLayer(job));
-      break;
+    case SystemKind::kAsLike: IMPRESS_RETURN_IF_ERROR(LoadFullLayer(job)); break;
     case SystemKind::kAsH2oLru:
-    case SystemKind::kAsH2oLfu:
-      IMPRESS_RETURN_IF_ERROR(SelectByAllHeads(job));
-      break;
+    case SystemKind::kAsH2oLfu: IMPRESS_RETURN_IF_ERROR(SelectByAllHeads(job)); break;
     case SystemKind::kImpressItf:
     case SystemKind::kImpressItfRo:
-    case SystemKind::kImpress:
-      IMPRESS_RETURN_IF_ERROR(SelectByProbe(job));
-      break;
+    case SystemKind::kImpress: IMPRESS_RETURN_IF_ERROR(SelectByProbe(job)); break;
     case SystemKind::kRecomp:  // reuses nothing, so never selects
       break;
   }
@@ -125,8 +124,8 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   std::optional<store::ReadTicket> t = TakePrefetch(job.il);
   if (!t) {
     // More probe heads than the store keeps probe keys for: the probe reads all keys.
-    IMPRESS_ASSIGN_OR_RETURN(t, store_covers ? store_->SubmitProbeKeys(handle_, job.il)
-                                             : store_->SubmitReadAllKeys(handle_, job.il));
+    IMPRESS_ASSIGN_OR_RETURN(
+        t, store_covers ? store_->SubmitProbeKeys(handle_, job.il) : store_->SubmitReadAllKeys(handle_, job.il));
   }
   IMPRESS_ASSIGN_OR_RETURN(store::ReadResult keys, WaitRead(job, *t, &bd.probe_io_ms));
   const std::vector<int> kv_heads = store_covers ? stored : FirstN(c.n_head_kv);
@@ -138,9 +137,9 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
 
   // Importance of each prefix token for each probe query head (n_probe x n).
   std::vector<float> probe_imp(size_t(n_probe) * n, 0.0f);
-  IMPRESS_RETURN_IF_ERROR(fwd_->ScoreKeys(
-      job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = kv_heads},
-      FirstN(n_probe), probe_imp.data()));
+  IMPRESS_RETURN_IF_ERROR(
+      fwd_->ScoreKeys(job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = kv_heads},
+                      FirstN(n_probe), probe_imp.data()));
   const ProbeVerdict verdict = JudgeProbe(probe_imp, n_probe, n, job.k, job.run.s.alpha);
   job.lr.s = verdict.s;
   job.lr.t = verdict.t;
@@ -184,8 +183,7 @@ Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* ke
   const size_t row_bytes = row * sizeof(f16_t);
   const int n_sel = int(job.selected.size());
   const bool read_keys = keys == nullptr;
-  IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t,
-                           store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
+  IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t, store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
   IMPRESS_ASSIGN_OR_RETURN(store::ReadResult kv, WaitRead(job, t, &job.run.report.breakdown.kv_io_ms));
   job.lr.value_bytes += uint64_t(n_sel) * row_bytes;
   if (read_keys) {

@@ -9,16 +9,16 @@
 namespace impress {
 
 enum class SystemKind {
-  kRecomp,       // no reuse: the whole prompt is computed
-  kAsLike,       // AttentionStore-like: full prefix KV from the tiers, next layer prefetched
-  kAsH2oLru,     // all keys, all heads scored (H2O), selected values; LRU caching
-  kAsH2oLfu,     // the same with LFU caching
-  kImpressItf,   // ablation: probe-head ITF, LFU caching, no reorder
-  kImpressItfRo, // ablation: ITF + reorder, LFU caching
-  kImpress,      // ITF + reorder + score-based caching
+  kRecomp,        // no reuse: the whole prompt is computed
+  kAsLike,        // AttentionStore-like: full prefix KV from the tiers, next layer prefetched
+  kAsH2oLru,      // all keys, all heads scored (H2O), selected values; LRU caching
+  kAsH2oLfu,      // the same with LFU caching
+  kImpressItf,    // ablation: probe-head ITF, LFU caching, no reorder
+  kImpressItfRo,  // ablation: ITF + reorder, LFU caching
+  kImpress,       // ITF + reorder + score-based caching
 };
 
-const char* SystemName(SystemKind s);                   // "impress", "as-h2o-lfu", ...
+const char* SystemName(SystemKind s);  // "impress", "as-h2o-lfu", ...
 bool ParseSystem(const std::string& name, SystemKind* out);
 
 // TTFT, split so that the parts add up to it: match + probe_io + probe_compute + kv_io + copy +
@@ -29,34 +29,34 @@ struct TtftBreakdown {
   double probe_io_ms = 0;
   double probe_compute_ms = 0;  // probe scores, Jaccard, selection (and fallback scoring)
   double kv_io_ms = 0;
-  double copy_ms = 0;           // host -> device
-  double compute_ms = 0;        // embeddings, projections, attention, FFN, logits
-  double io_wait_ms = 0;        // probe_io + kv_io
-  double other_ms = 0;          // whatever the others do not cover (bookkeeping)
+  double copy_ms = 0;     // host -> device
+  double compute_ms = 0;  // embeddings, projections, attention, FFN, logits
+  double io_wait_ms = 0;  // probe_io + kv_io
+  double other_ms = 0;    // whatever the others do not cover (bookkeeping)
   double Sum() const { return match_ms + probe_io_ms + probe_compute_ms + kv_io_ms + copy_ms + compute_ms + other_ms; }
 };
 
 struct LayerReport {
   int il = 0;
-  double s = 0;          // mean pairwise Jaccard of the probe heads' top-k sets (0 if unused)
-  double t = 0;          // threshold (p / (2 - p))^alpha
-  bool probed = false;   // the probe step ran
-  bool passed = false;   // s >= t: selection from the probe heads alone
-  int k = 0;             // prefix tokens used
-  int n = 0;             // prefix tokens available (matched)
-  uint64_t key_bytes = 0;    // keys read for this layer (probe keys + fallback keys + selected keys)
+  double s = 0;            // mean pairwise Jaccard of the probe heads' top-k sets (0 if unused)
+  double t = 0;            // threshold (p / (2 - p))^alpha
+  bool probed = false;     // the probe step ran
+  bool passed = false;     // s >= t: selection from the probe heads alone
+  int k = 0;               // prefix tokens used
+  int n = 0;               // prefix tokens available (matched)
+  uint64_t key_bytes = 0;  // keys read for this layer (probe keys + fallback keys + selected keys)
   uint64_t value_bytes = 0;
-  uint64_t ssd_bytes = 0;    // bytes the store read from disk for this layer
+  uint64_t ssd_bytes = 0;  // bytes the store read from disk for this layer
   uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
-  double io_wait_ms = 0;     // how long compute waited on this layer's reads
+  double io_wait_ms = 0;  // how long compute waited on this layer's reads
 };
 
 struct RequestReport {
   SystemKind system = SystemKind::kImpress;
-  int n_prompt = 0;        // tokens of the request (prefix + question)
-  int n_prefix = 0;        // of which reusable prefix
-  int n_matched = 0;       // prefix tokens found in the store
-  int n_new = 0;           // tokens computed (n_prompt - n_matched)
+  int n_prompt = 0;   // tokens of the request (prefix + question)
+  int n_prefix = 0;   // of which reusable prefix
+  int n_matched = 0;  // prefix tokens found in the store
+  int n_new = 0;      // tokens computed (n_prompt - n_matched)
   double keep = 0, alpha = 0;
   int probe_heads = 0;
   double ttft_ms = 0;
@@ -69,13 +69,15 @@ struct RequestReport {
   // Decode after the first token.
   int n_generated = 0;
   double decode_ms = 0;
-  double decode_tok_s() const { return decode_ms > 0 ? (n_generated > 1 ? (n_generated - 1) * 1000.0 / decode_ms : 0) : 0; }
+  double decode_tok_s() const {
+    return decode_ms > 0 ? (n_generated > 1 ? (n_generated - 1) * 1000.0 / decode_ms : 0) : 0;
+  }
   // Store write after the answer (background in chat).
   uint64_t tokens_stored = 0;
   // Importance of the prefix tokens per layer, summed over the scored heads and normalised
   // (n_layer x n_matched, row-major); only filled when asked (the GUI's heatmap).
   std::vector<float> importance;
-  std::vector<uint8_t> selected;   // same shape: 1 where the token was used
+  std::vector<uint8_t> selected;  // same shape: 1 where the token was used
   double read_amplification() const {
     return useful_bytes_read ? double(ssd_bytes_read) / double(useful_bytes_read) : 0.0;
   }

@@ -11,9 +11,7 @@ namespace {
 // The order TopK and SelectTokens rank by: larger value first, then the lower index.
 struct RankByValue {
   std::span<const float> v;
-  bool operator()(int a, int b) const {
-    return v[size_t(a)] > v[size_t(b)] || (v[size_t(a)] == v[size_t(b)] && a < b);
-  }
+  bool operator()(int a, int b) const { return v[size_t(a)] > v[size_t(b)] || (v[size_t(a)] == v[size_t(b)] && a < b); }
 };
 
 }  // namespace

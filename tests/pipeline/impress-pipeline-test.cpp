@@ -53,9 +53,8 @@ class PipelineOnModel : public ::testing::Test {
   }
   void SetUp() override {
     if (!ctx_) GTEST_SKIP() << "default model not found: " << DefaultModel();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("impress-pipeline-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = std::filesystem::temp_directory_path() / ("impress-pipeline-test-" + std::to_string(::getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     store::PrefixStoreOptions o = StoreOptionsFor(ctx_->config(), 3);
     o.dir = dir_.string();
@@ -76,9 +75,7 @@ class PipelineOnModel : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  PromptTokens Prompt(const std::string& q) {
-    return conv_.Build(q, ctx_->tokenizer(), ctx_->chat_template());
-  }
+  PromptTokens Prompt(const std::string& q) { return conv_.Build(q, ctx_->tokenizer(), ctx_->chat_template()); }
   // Computes the prompt without reuse and stores its prefix.
   void Ingest(const PromptTokens& p) {
     std::vector<float> logits;

@@ -92,7 +92,7 @@ TEST(KeepRatio, KeepCountIsCeilingClampedToOneAndN) {
   EXPECT_EQ(KeepCount(1001, 0.25f), 251);  // ceil
   EXPECT_EQ(KeepCount(100, 0.25f), 50);    // short prefix
   EXPECT_EQ(KeepCount(1000, 1.0f), 1000);
-  EXPECT_EQ(KeepCount(1000, 1e-6f), 1);    // never zero tokens
+  EXPECT_EQ(KeepCount(1000, 1e-6f), 1);  // never zero tokens
   EXPECT_EQ(KeepCount(1, 0.25f), 1);
   EXPECT_EQ(KeepCount(0, 0.25f), 0);
   EXPECT_EQ(KeepCount(-3, 0.25f), 0);
@@ -320,7 +320,7 @@ TEST(SelectTokens, KIsClampedAndEmptyInputsGiveEmptySelections) {
   EXPECT_TRUE(SelectTokens(score, 0, 4, 32).empty());
   EXPECT_TRUE(SelectTokens(score, -2, 4, 32).empty());
   EXPECT_TRUE(SelectTokens({}, 5, 4, 32).empty());
-  EXPECT_EQ(SelectTokens(score, 1, 0, 0), (std::vector<uint32_t>{0}));     // best score
+  EXPECT_EQ(SelectTokens(score, 1, 0, 0), (std::vector<uint32_t>{0}));       // best score
   EXPECT_EQ(SelectTokens(score, 2, -1, -1), (std::vector<uint32_t>{0, 2}));  // negative = none forced
 }
 
