@@ -289,46 +289,39 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
   return out;
 }
 
-Status ChatDb::RenameConversation(int64_t id, const std::string& title) {
+Status ChatDb::WriteConversation(int64_t id, const std::string& what, const std::function<Status()>& body) {
   std::lock_guard<std::mutex> lk(mu_);
-  const std::string what = "renaming conversation " + std::to_string(id);
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
   IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
-  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE conversations SET title = ? WHERE id = ?"));
-  s.Bind(1, title);
-  s.Bind(2, id);
-  IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
+  IMPRESS_RETURN_IF_ERROR(body());
   IMPRESS_RETURN_IF_ERROR(Touch(id));
   return t.Commit(what);
+}
+
+Status ChatDb::SetConversationColumn(int64_t id, const char* update_sql, std::string_view value,
+                                     const std::string& what) {
+  return WriteConversation(id, what, [&]() -> Status {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep(update_sql));
+    s.Bind(1, value);
+    s.Bind(2, id);
+    return db_->Run(s, what);
+  });
+}
+
+Status ChatDb::RenameConversation(int64_t id, const std::string& title) {
+  return SetConversationColumn(id, "UPDATE conversations SET title = ? WHERE id = ?", title,
+                               "renaming conversation " + std::to_string(id));
 }
 
 Status ChatDb::SetMode(int64_t id, ConversationMode mode) {
-  std::lock_guard<std::mutex> lk(mu_);
-  const std::string what = "setting the mode of conversation " + std::to_string(id);
-  Txn t(*db_);
-  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
-  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
-  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE conversations SET mode = ? WHERE id = ?"));
-  s.Bind(1, std::string_view(ConversationModeName(mode)));
-  s.Bind(2, id);
-  IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
-  IMPRESS_RETURN_IF_ERROR(Touch(id));
-  return t.Commit(what);
+  return SetConversationColumn(id, "UPDATE conversations SET mode = ? WHERE id = ?", ConversationModeName(mode),
+                               "setting the mode of conversation " + std::to_string(id));
 }
 
 Status ChatDb::SetSettings(int64_t id, const std::string& settings_json) {
-  std::lock_guard<std::mutex> lk(mu_);
-  const std::string what = "saving the settings of conversation " + std::to_string(id);
-  Txn t(*db_);
-  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
-  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
-  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE conversations SET settings = ? WHERE id = ?"));
-  s.Bind(1, settings_json);
-  s.Bind(2, id);
-  IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
-  IMPRESS_RETURN_IF_ERROR(Touch(id));
-  return t.Commit(what);
+  return SetConversationColumn(id, "UPDATE conversations SET settings = ? WHERE id = ?", settings_json,
+                               "saving the settings of conversation " + std::to_string(id));
 }
 
 Status ChatDb::DeleteConversation(int64_t id) {
@@ -349,20 +342,16 @@ Status ChatDb::DeleteConversation(int64_t id) {
 
 Result<int> ChatDb::AppendTurn(int64_t id, const std::string& role, const std::string& content, const std::string& meta) {
   IMPRESS_RETURN_IF_ERROR(CheckRole(role));
-  std::lock_guard<std::mutex> lk(mu_);
   const std::string what = "saving a turn of conversation " + std::to_string(id);
-  Txn t(*db_);
-  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
-  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
   int64_t position = 0;
-  {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT coalesce(max(position) + 1, 0) FROM turns WHERE conversation = ?"));
-    s.Bind(1, id);
-    int rc = s.Step();
-    if (rc != SQLITE_ROW) return db_->Error(rc, what);
-    position = s.Int(0);
-  }
-  {
+  IMPRESS_RETURN_IF_ERROR(WriteConversation(id, what, [&]() -> Status {
+    {
+      IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT coalesce(max(position) + 1, 0) FROM turns WHERE conversation = ?"));
+      s.Bind(1, id);
+      int rc = s.Step();
+      if (rc != SQLITE_ROW) return db_->Error(rc, what);
+      position = s.Int(0);
+    }
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO turns(conversation, position, role, content, meta, created) "
                                                "VALUES(?, ?, ?, ?, ?, ?)"));
     s.Bind(1, id);
@@ -371,10 +360,8 @@ Result<int> ChatDb::AppendTurn(int64_t id, const std::string& role, const std::s
     s.BindBlob(4, content);
     s.BindBlob(5, meta);
     s.Bind(6, Now());
-    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
-  }
-  IMPRESS_RETURN_IF_ERROR(Touch(id));
-  IMPRESS_RETURN_IF_ERROR(t.Commit(what));
+    return db_->Run(s, what);
+  }));
   return int(position);
 }
 
@@ -409,57 +396,54 @@ Status ChatDb::PopTurns(int64_t id, int n) {
 }
 
 Status ChatDb::SetDocuments(int64_t id, const std::vector<SavedDocument>& docs) {
-  std::lock_guard<std::mutex> lk(mu_);
   const std::string what = "saving the documents of conversation " + std::to_string(id);
-  Txn t(*db_);
-  IMPRESS_RETURN_IF_ERROR(t.Begin(what));
-  IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
-  {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM documents WHERE conversation = ?"));
-    s.Bind(1, id);
-    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
-  }
-  for (size_t i = 0; i < docs.size(); ++i) {
-    const SavedDocument& d = docs[i];
-    const std::string key = TextKey(d.text);
-    int64_t text_id = 0;
+  return WriteConversation(id, what, [&]() -> Status {
     {
-      // Same key: verify the bytes too, so a hash collision can never swap a document's text.
-      IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT id, text = ? FROM texts WHERE key = ?"));
-      s.BindBlob(1, d.text);
-      s.Bind(2, key);
-      int rc = s.Step();
-      if (rc == SQLITE_ROW) {
-        if (s.Int(1) != 1)
-          return Status::Internal(db_->path() + ": document \"" + d.name + "\": content hash " + key +
-                                  " collides with a different stored text");
-        text_id = s.Int(0);
-      } else if (rc != SQLITE_DONE) {
-        return db_->Error(rc, what);
-      }
+      IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM documents WHERE conversation = ?"));
+      s.Bind(1, id);
+      IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
     }
-    if (text_id == 0) {
-      IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO texts(key, n_bytes, text) VALUES(?, ?, ?)"));
-      s.Bind(1, key);
-      s.Bind(2, int64_t(d.text.size()));
-      s.BindBlob(3, d.text);
-      IMPRESS_RETURN_IF_ERROR(db_->Run(s, what + " (text of \"" + d.name + "\")"));
-      text_id = sqlite3_last_insert_rowid(db_->handle());
+    for (size_t i = 0; i < docs.size(); ++i) IMPRESS_RETURN_IF_ERROR(InsertDocument(id, int64_t(i), docs[i], what));
+    return RemoveOrphanTexts();
+  });
+}
+
+Status ChatDb::InsertDocument(int64_t id, int64_t position, const SavedDocument& d, const std::string& what) {
+  const std::string key = TextKey(d.text);
+  int64_t text_id = 0;
+  {
+    // Same key: verify the bytes too, so a hash collision can never swap a document's text.
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT id, text = ? FROM texts WHERE key = ?"));
+    s.BindBlob(1, d.text);
+    s.Bind(2, key);
+    int rc = s.Step();
+    if (rc == SQLITE_ROW) {
+      if (s.Int(1) != 1)
+        return Status::Internal(db_->path() + ": document \"" + d.name + "\": content hash " + key +
+                                " collides with a different stored text");
+      text_id = s.Int(0);
+    } else if (rc != SQLITE_DONE) {
+      return db_->Error(rc, what);
     }
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO documents(conversation, position, name, path, text_id, "
-                                               "n_tokens, attached) VALUES(?, ?, ?, ?, ?, ?, ?)"));
-    s.Bind(1, id);
-    s.Bind(2, int64_t(i));
-    s.Bind(3, d.name);
-    s.Bind(4, d.path);
-    s.Bind(5, text_id);
-    s.Bind(6, d.n_tokens);
-    s.Bind(7, int64_t(d.attached ? 1 : 0));
-    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what + " (\"" + d.name + "\")"));
   }
-  IMPRESS_RETURN_IF_ERROR(RemoveOrphanTexts());
-  IMPRESS_RETURN_IF_ERROR(Touch(id));
-  return t.Commit(what);
+  if (text_id == 0) {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO texts(key, n_bytes, text) VALUES(?, ?, ?)"));
+    s.Bind(1, key);
+    s.Bind(2, int64_t(d.text.size()));
+    s.BindBlob(3, d.text);
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, what + " (text of \"" + d.name + "\")"));
+    text_id = sqlite3_last_insert_rowid(db_->handle());
+  }
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO documents(conversation, position, name, path, text_id, "
+                                             "n_tokens, attached) VALUES(?, ?, ?, ?, ?, ?, ?)"));
+  s.Bind(1, id);
+  s.Bind(2, position);
+  s.Bind(3, d.name);
+  s.Bind(4, d.path);
+  s.Bind(5, text_id);
+  s.Bind(6, d.n_tokens);
+  s.Bind(7, int64_t(d.attached ? 1 : 0));
+  return db_->Run(s, what + " (\"" + d.name + "\")");
 }
 
 Result<int64_t> ChatDb::CountStoredTexts() {

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -133,6 +134,14 @@ class ChatDb {
   Status CheckConversation(int64_t id);  // NotFound unless it exists
   Status Touch(int64_t id);              // updated = now
   Status RemoveOrphanTexts();
+  // The skeleton of every write to one conversation: under mu_, one transaction that checks the
+  // conversation exists (NotFound), runs `body`, marks it updated and commits; any failure
+  // rolls the whole write back. `what` names the write in errors.
+  Status WriteConversation(int64_t id, const std::string& what, const std::function<Status()>& body);
+  // One column of the conversation's row (`update_sql` binds the value as 1 and the id as 2).
+  Status SetConversationColumn(int64_t id, const char* update_sql, std::string_view value, const std::string& what);
+  // One document row (and its text, stored once per content); inside a write, mu_ held.
+  Status InsertDocument(int64_t id, int64_t position, const SavedDocument& d, const std::string& what);
 
   std::mutex mu_;
   std::unique_ptr<sqlite::SqliteDb> db_;  // guarded by mu_
