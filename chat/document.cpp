@@ -91,4 +91,18 @@ Result<Document> LoadDocument(const std::string& path, const DocumentLimits& lim
   return doc;
 }
 
+std::string OneLine(const std::string& s, size_t max_bytes) {
+  std::string out;
+  for (char c : s) {
+    if (out.size() >= max_bytes) {
+      out += "...";
+      break;
+    }
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += ' ';
+    else if (uint8_t(c) >= 0x20 || c < 0) out += c;
+  }
+  return out;
+}
+
 }  // namespace impress

@@ -30,4 +30,8 @@ size_t FindInvalidUtf8(std::string_view bytes);
 
 Result<Document> LoadDocument(const std::string& path, const DocumentLimits& limits = {});
 
+// Text for a one-line label: newlines shown as "\\n", tabs as spaces, other control characters
+// left out; cut after `max_bytes` bytes with "...".
+std::string OneLine(const std::string& s, size_t max_bytes);
+
 }  // namespace impress
