@@ -91,6 +91,24 @@ Status SqliteDb::Run(Stmt& s, const std::string& what) {
   return Status::Ok();
 }
 
+Result<int64_t> SqliteDb::QueryInt(const char* sql, const std::string& what) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, Prep(sql));
+  const int rc = s.Step();
+  if (rc == SQLITE_DONE) return Status::Internal(path_ + ": " + what + ": no row");
+  if (rc != SQLITE_ROW) return Error(rc, what);
+  return s.Int(0);
+}
+
+Result<std::optional<std::string>> SqliteDb::QueryText(const char* sql, const std::string& what) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, Prep(sql));
+  const int rc = s.Step();
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  if (rc != SQLITE_ROW) return Error(rc, what);
+  return std::optional<std::string>(s.Text(0));
+}
+
+int64_t SqliteDb::Changes() const { return sqlite3_changes64(db_); }
+
 Txn::~Txn() {
   // After some errors (SQLITE_FULL, SQLITE_IOERR) SQLite has already rolled back; then
   // the connection is in autocommit mode again and there is nothing left to undo.

@@ -9,10 +9,14 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "base/status.h"
 
@@ -47,9 +51,18 @@ class Stmt {
   void Bind(int i, std::string_view v) {
     sqlite3_bind_text64(s_, i, v.data() ? v.data() : "", uint64_t(v.size()), SQLITE_STATIC, SQLITE_UTF8);
   }
-  void BindBlob(int i, std::string_view v) {
-    if (v.empty()) sqlite3_bind_zeroblob(s_, i, 0);
-    else sqlite3_bind_blob64(s_, i, v.data(), uint64_t(v.size()), SQLITE_STATIC);
+  void BindBlob(int i, std::string_view v) { BindBlob(i, v.data(), v.size()); }
+  // n bytes at p (not copied: kept alive by the caller until the statement finished stepping);
+  // an empty blob is bound as a zero-length blob, never NULL.
+  void BindBlob(int i, const void* p, size_t n) {
+    if (n == 0) sqlite3_bind_zeroblob(s_, i, 0);
+    else sqlite3_bind_blob64(s_, i, p, uint64_t(n), SQLITE_STATIC);
+  }
+  // The elements' bytes as one blob (host byte order); read back with Blob<T>.
+  template <class T>
+  void BindVector(int i, const std::vector<T>& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    BindBlob(i, v.data(), v.size() * sizeof(T));
   }
   int Step() { return sqlite3_step(s_); }
   int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
@@ -59,6 +72,17 @@ class Stmt {
     const void* p = sqlite3_column_blob(s_, col);
     int n = sqlite3_column_bytes(s_, col);
     return p ? std::string(static_cast<const char*>(p), size_t(n)) : std::string();
+  }
+  // A blob column written by BindVector: as many whole elements as it holds (a trailing partial
+  // element is ignored; NULL or empty gives an empty vector).
+  template <class T>
+  std::vector<T> Blob(int col) const {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const void* p = sqlite3_column_blob(s_, col);
+    const int n = sqlite3_column_bytes(s_, col);
+    std::vector<T> v(size_t(n) / sizeof(T));
+    if (p && !v.empty()) std::memcpy(v.data(), p, v.size() * sizeof(T));
+    return v;
   }
 
  private:
@@ -88,6 +112,21 @@ class SqliteDb {
   Status SetMaxFileBytes(uint64_t max_bytes);
   // Steps a statement expected to finish without rows.
   Status Run(Stmt& s, const std::string& what);
+  // Steps `s` to the end, calling on_row(s) for each row; an error names `what`.
+  template <class OnRow>
+  Status ForEachRow(Stmt& s, const std::string& what, OnRow&& on_row) {
+    int rc;
+    while ((rc = s.Step()) == SQLITE_ROW) on_row(s);
+    if (rc != SQLITE_DONE) return Error(rc, what);
+    return Status::Ok();
+  }
+  // The first column of the only row `sql` returns, as an integer; an error when there is no row.
+  Result<int64_t> QueryInt(const char* sql, const std::string& what);
+  // The first column of the first row `sql` returns, as bytes; nullopt when there is no row
+  // (e.g. a schema_version key absent from a meta table).
+  Result<std::optional<std::string>> QueryText(const char* sql, const std::string& what);
+  // Rows changed by the last INSERT, UPDATE or DELETE on this connection.
+  int64_t Changes() const;
 
  private:
   SqliteDb(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}

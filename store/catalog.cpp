@@ -1,47 +1,21 @@
 #include "store/catalog.h"
 
 #include <spdlog/spdlog.h>
-#include <sqlite3.h>
 #include <sys/stat.h>
 
-#include <cstring>
+#include <cstdlib>
+#include <string_view>
+#include <unordered_map>
+
+#include "base/sqlite.h"
 
 namespace impress::store {
 
+using sqlite::SqliteDb;
+using sqlite::Stmt;
+using sqlite::Txn;
+
 namespace {
-
-template <class T>
-std::vector<T> BlobTo(sqlite3_stmt* s, int col) {
-  const void* p = sqlite3_column_blob(s, col);
-  int n = sqlite3_column_bytes(s, col);
-  std::vector<T> v(size_t(n) / sizeof(T));
-  if (p && !v.empty()) std::memcpy(v.data(), p, v.size() * sizeof(T));
-  return v;
-}
-
-template <class T>
-int BindVec(sqlite3_stmt* s, int col, const std::vector<T>& v) {
-  if (v.empty()) return sqlite3_bind_zeroblob(s, col, 0);
-  return sqlite3_bind_blob(s, col, v.data(), int(v.size() * sizeof(T)), SQLITE_TRANSIENT);
-}
-
-// Rolls back unless Commit() ran.
-class Txn {
- public:
-  explicit Txn(sqlite3* db) : db_(db) { ok_ = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK; }
-  ~Txn() {
-    if (ok_ && !done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  bool began() const { return ok_; }
-  bool Commit() {
-    done_ = true;
-    return sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) == SQLITE_OK;
-  }
-
- private:
-  sqlite3* db_;
-  bool ok_ = false, done_ = false;
-};
 
 const char* kSchema = R"(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -59,314 +33,324 @@ CREATE TABLE IF NOT EXISTS probes(segment INTEGER NOT NULL, layer INTEGER NOT NU
   block_sums BLOB NOT NULL, PRIMARY KEY(segment, layer)) WITHOUT ROWID;
 )";
 
+// The extent columns of the chunks and probes tables from column `col` on: file, offset, length,
+// slot_begin (chunks only), n_slots, checksum, block_sums.
+ChunkExtent ExtentColumns(const Stmt& s, int col, bool with_slot_begin) {
+  ChunkExtent e;
+  e.file = uint32_t(s.Int(col++));
+  e.offset = uint64_t(s.Int(col++));
+  e.length = uint32_t(s.Int(col++));
+  if (with_slot_begin) e.slot_begin = uint32_t(s.Int(col++));
+  e.n_slots = uint32_t(s.Int(col++));
+  e.checksum = uint64_t(s.Int(col++));
+  e.block_sums = s.Blob<uint64_t>(col);
+  return e;
+}
+
+void BindExtent(Stmt& s, int col, const ChunkExtent& e, bool with_slot_begin) {
+  s.Bind(col++, int64_t(e.file));
+  s.Bind(col++, int64_t(e.offset));
+  s.Bind(col++, int64_t(e.length));
+  if (with_slot_begin) s.Bind(col++, int64_t(e.slot_begin));
+  s.Bind(col++, int64_t(e.n_slots));
+  s.Bind(col++, int64_t(e.checksum));
+  s.BindVector(col, e.block_sums);
+}
+
 }  // namespace
 
-Status Catalog::Err(const char* what) {
-  return Status::IOError(path_ + ": " + what + ": " + sqlite3_errmsg(db_));
-}
+Catalog::Catalog(std::unique_ptr<SqliteDb> db, std::string path) : db_(std::move(db)), path_(std::move(path)) {}
 
-Status Catalog::Exec(const char* sql) {
-  char* msg = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
-    std::string m = msg ? msg : "?";
-    sqlite3_free(msg);
-    return Status::IOError(path_ + ": " + m);
-  }
-  return Status::Ok();
-}
-
-Result<sqlite3_stmt*> Catalog::Prep(const char* sql) {
-  auto it = stmts_.find(sql);
-  if (it != stmts_.end()) {
-    sqlite3_reset(it->second);
-    sqlite3_clear_bindings(it->second);
-    return it->second;
-  }
-  sqlite3_stmt* s = nullptr;
-  if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr) != SQLITE_OK) return Err("prepare");
-  stmts_[sql] = s;
-  return s;
-}
-
-Catalog::~Catalog() {
-  for (auto& [k, s] : stmts_) sqlite3_finalize(s);
-  sqlite3_close(db_);
-}
+Catalog::~Catalog() = default;
 
 Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const std::string& fingerprint,
                                                const std::string& geometry, bool* fresh, std::string* why) {
   *fresh = false;
   why->clear();
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
-    std::string m = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return Status::IOError(path + ": cannot open catalog: " + m);
-  }
-  auto c = std::unique_ptr<Catalog>(new Catalog(db, path));
-  sqlite3_busy_timeout(db, 5000);
-  IMPRESS_RETURN_IF_ERROR(c->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=128; PRAGMA journal_size_limit=524288;"));
-  Status st = c->Exec(kSchema);
+  auto opened = SqliteDb::Open(path, /*create=*/true);
+  if (!opened.ok()) return opened.status().WithContext("store catalog");
+  auto c = std::unique_ptr<Catalog>(new Catalog(std::move(opened).value(), path));
+  MutexLock lk(&c->mu_);
+  SqliteDb& db = *c->db_;
+  IMPRESS_RETURN_IF_ERROR(db.Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=128; "
+                                  "PRAGMA journal_size_limit=524288;",
+                                  "setting up the catalog"));
+  Status st = db.Exec(kSchema, "creating the catalog tables");
   if (!st.ok()) return Status::Corruption(path + ": not a usable catalog (" + st.message() + ")");
   {
     Txn t(db);
-    if (!t.began()) return c->Err("begin");
+    IMPRESS_RETURN_IF_ERROR(t.Begin("catalog migration"));
     IMPRESS_RETURN_IF_ERROR(c->MigrateLocked());
-    if (!t.Commit()) return c->Err("commit");
+    IMPRESS_RETURN_IF_ERROR(t.Commit("catalog migration"));
   }
+  IMPRESS_ASSIGN_OR_RETURN(*why, c->ForeignReasonLocked(fingerprint, geometry, fresh));
+  if (*fresh) IMPRESS_RETURN_IF_ERROR(c->ResetLocked(fingerprint, geometry));
+  return c;
+}
+
+// *fresh when the meta table is empty (a new catalog) or names another model, format version or
+// geometry; then returns why (empty for a new catalog).
+Result<std::string> Catalog::ForeignReasonLocked(const std::string& fingerprint, const std::string& geometry, bool* fresh) {
   const std::string version = std::to_string(kFormatVersion);
   std::unordered_map<std::string, std::string> meta;
   {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, c->Prep("SELECT key, value FROM meta"));
-    while (sqlite3_step(s) == SQLITE_ROW)
-      meta[reinterpret_cast<const char*>(sqlite3_column_text(s, 0))] = reinterpret_cast<const char*>(sqlite3_column_text(s, 1));
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT key, value FROM meta"));
+    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "reading the catalog's meta table",
+                                            [&meta](const Stmt& row) { meta[row.Text(0)] = row.Text(1); }));
   }
   if (meta.empty()) {
     *fresh = true;
-  } else if (meta["fingerprint"] != fingerprint || meta["format_version"] != version || meta["geometry"] != geometry) {
-    *fresh = true;
-    if (meta["fingerprint"] != fingerprint)
-      *why = "catalog was made for another model (fingerprint " + meta["fingerprint"].substr(0, 16) + ", now " +
-             fingerprint.substr(0, 16) + ")";
-    else if (meta["format_version"] != version)
-      *why = "catalog has format version " + meta["format_version"] + ", this build writes " + version;
-    else
-      *why = "catalog geometry " + meta["geometry"] + " differs from " + geometry;
+    return std::string();
   }
-  if (*fresh) {
-    Txn t(db);
-    if (!t.began()) return c->Err("begin");
-    IMPRESS_RETURN_IF_ERROR(c->Exec("DELETE FROM chunks; DELETE FROM probes; DELETE FROM nodes; DELETE FROM segments; DELETE FROM meta;"));
-    for (auto [k, v] : {std::pair<const char*, std::string>{"fingerprint", fingerprint},
-                        {"format_version", version}, {"geometry", geometry},
-                        {"schema_version", std::to_string(kCatalogSchemaVersion)}}) {
-      IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, c->Prep("INSERT INTO meta(key, value) VALUES(?, ?)"));
-      sqlite3_bind_text(s, 1, k, -1, SQLITE_STATIC);
-      sqlite3_bind_text(s, 2, v.c_str(), -1, SQLITE_TRANSIENT);
-      if (sqlite3_step(s) != SQLITE_DONE) return c->Err("insert meta");
-    }
-    if (!t.Commit()) return c->Err("commit");
+  if (meta["fingerprint"] == fingerprint && meta["format_version"] == version && meta["geometry"] == geometry)
+    return std::string();
+  *fresh = true;
+  if (meta["fingerprint"] != fingerprint)
+    return "catalog was made for another model (fingerprint " + meta["fingerprint"].substr(0, 16) + ", now " +
+           fingerprint.substr(0, 16) + ")";
+  if (meta["format_version"] != version)
+    return "catalog has format version " + meta["format_version"] + ", this build writes " + version;
+  return "catalog geometry " + meta["geometry"] + " differs from " + geometry;
+}
+
+// Empties every table and writes the meta rows of this model, format and geometry.
+Status Catalog::ResetLocked(const std::string& fingerprint, const std::string& geometry) {
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin("catalog reset"));
+  IMPRESS_RETURN_IF_ERROR(db_->Exec("DELETE FROM chunks; DELETE FROM probes; DELETE FROM nodes; DELETE FROM segments; DELETE FROM meta;",
+                                    "catalog reset"));
+  for (auto [k, v] : {std::pair<const char*, std::string>{"fingerprint", fingerprint},
+                      {"format_version", std::to_string(kFormatVersion)}, {"geometry", geometry},
+                      {"schema_version", std::to_string(kCatalogSchemaVersion)}}) {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO meta(key, value) VALUES(?, ?)"));
+    s.Bind(1, std::string_view(k));
+    s.Bind(2, std::string_view(v));
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "insert meta"));
   }
-  return c;
+  return t.Commit("catalog reset");
 }
 
 Status Catalog::MigrateLocked() {
   // Which columns does `nodes` have? (CREATE TABLE IF NOT EXISTS leaves an old table as it was.)
   bool has_pinned = false, has_hits = false;
   {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("PRAGMA table_info(nodes)"));
-    int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-      const char* name = reinterpret_cast<const char*>(sqlite3_column_text(s, 1));
-      if (name && std::strcmp(name, "pinned") == 0) has_pinned = true;
-      if (name && std::strcmp(name, "hits") == 0) has_hits = true;
-    }
-    if (r != SQLITE_DONE) return Err("read the nodes table layout");
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("PRAGMA table_info(nodes)"));
+    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "read the nodes table layout", [&](const Stmt& row) {
+      const std::string name = row.Text(1);
+      if (name == "pinned") has_pinned = true;
+      if (name == "hits") has_hits = true;
+    }));
   }
-  int from = 0;
-  {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("SELECT value FROM meta WHERE key = 'schema_version'"));
-    if (sqlite3_step(s) == SQLITE_ROW) from = sqlite3_column_int(s, 0);
-    sqlite3_reset(s);  // no statement may be active during ALTER TABLE
-  }
-  if (!has_pinned) IMPRESS_RETURN_IF_ERROR(Exec("ALTER TABLE nodes ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0"));
-  if (!has_hits) IMPRESS_RETURN_IF_ERROR(Exec("ALTER TABLE nodes ADD COLUMN hits INTEGER NOT NULL DEFAULT 0"));
+  // The statement is reset when QueryText returns: none may be active during ALTER TABLE.
+  IMPRESS_ASSIGN_OR_RETURN(auto from_text, db_->QueryText("SELECT value FROM meta WHERE key = 'schema_version'",
+                                                          "read the schema version"));
+  const long from = from_text ? std::strtol(from_text->c_str(), nullptr, 10) : 0;
+  if (!has_pinned)
+    IMPRESS_RETURN_IF_ERROR(db_->Exec("ALTER TABLE nodes ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0", "add nodes.pinned"));
+  if (!has_hits) IMPRESS_RETURN_IF_ERROR(db_->Exec("ALTER TABLE nodes ADD COLUMN hits INTEGER NOT NULL DEFAULT 0", "add nodes.hits"));
   if (!has_pinned || !has_hits)
     spdlog::info("store: catalog {} migrated from schema {} to {} (nodes.pinned, nodes.hits added)", path_,
                  from ? from : 1, kCatalogSchemaVersion);
   // Record the version unless the meta table is empty (a fresh catalog; Open fills it).
-  IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("UPDATE meta SET value = ? WHERE key = 'schema_version'"));
-  sqlite3_bind_text(s, 1, std::to_string(kCatalogSchemaVersion).c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(s) != SQLITE_DONE) return Err("update schema version");
-  if (sqlite3_changes(db_) == 0) {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * c, Prep("SELECT COUNT(*) FROM meta"));
-    const bool has_meta = sqlite3_step(c) == SQLITE_ROW && sqlite3_column_int64(c, 0) > 0;
-    sqlite3_reset(c);
-    if (has_meta) {
-      IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * ins, Prep("INSERT INTO meta(key, value) VALUES('schema_version', ?)"));
-      sqlite3_bind_text(ins, 1, std::to_string(kCatalogSchemaVersion).c_str(), -1, SQLITE_TRANSIENT);
-      if (sqlite3_step(ins) != SQLITE_DONE) return Err("insert schema version");
-    }
+  const std::string version = std::to_string(kCatalogSchemaVersion);
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE meta SET value = ? WHERE key = 'schema_version'"));
+    s.Bind(1, std::string_view(version));
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "update schema version"));
   }
-  return Status::Ok();
+  if (db_->Changes() != 0) return Status::Ok();
+  IMPRESS_ASSIGN_OR_RETURN(int64_t n_meta, db_->QueryInt("SELECT COUNT(*) FROM meta", "count meta rows"));
+  if (n_meta == 0) return Status::Ok();
+  IMPRESS_ASSIGN_OR_RETURN(Stmt ins, db_->Prep("INSERT INTO meta(key, value) VALUES('schema_version', ?)"));
+  ins.Bind(1, std::string_view(version));
+  return db_->Run(ins, "insert schema version");
 }
 
+// ==================================================================== load
+
 Result<CatalogContents> Catalog::Load() {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   CatalogContents out;
-  IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("SELECT id, parent, segment, seg_begin, tokens, last_access, user_data, "
-                                                  "pinned, hits FROM nodes ORDER BY id"));
-  int r;
-  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-    NodeRecord n;
-    n.id = uint64_t(sqlite3_column_int64(s, 0));
-    n.parent = uint64_t(sqlite3_column_int64(s, 1));
-    n.segment = uint64_t(sqlite3_column_int64(s, 2));
-    n.seg_begin = uint64_t(sqlite3_column_int64(s, 3));
-    n.tokens = BlobTo<Token>(s, 4);
-    n.last_access = uint64_t(sqlite3_column_int64(s, 5));
-    n.user_data = uint64_t(sqlite3_column_int64(s, 6));
-    n.pinned = sqlite3_column_int64(s, 7) != 0;
-    n.hits = uint64_t(sqlite3_column_int64(s, 8));
-    out.nodes.push_back(std::move(n));
-  }
-  if (r != SQLITE_DONE) return Err("read nodes");
-  IMPRESS_ASSIGN_OR_RETURN(s, Prep("SELECT id, n_tokens, generation, mapping, imp_sum, imp_count FROM segments ORDER BY id"));
-  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-    SegmentRow g;
-    g.id = uint64_t(sqlite3_column_int64(s, 0));
-    g.n_tokens = uint32_t(sqlite3_column_int64(s, 1));
-    g.generation = uint64_t(sqlite3_column_int64(s, 2));
-    g.mapping = BlobTo<uint32_t>(s, 3);
-    g.imp_sum = BlobTo<float>(s, 4);
-    g.imp_count = BlobTo<uint32_t>(s, 5);
-    out.segments.push_back(std::move(g));
-  }
-  if (r != SQLITE_DONE) return Err("read segments");
-  IMPRESS_ASSIGN_OR_RETURN(s, Prep("SELECT segment, layer, idx, generation, file, offset, length, slot_begin, n_slots, "
-                                   "checksum, block_sums, freq, imp_ratio, n_reports FROM chunks ORDER BY segment, layer, idx"));
-  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-    ChunkRow c;
-    c.segment = uint64_t(sqlite3_column_int64(s, 0));
-    c.layer = uint32_t(sqlite3_column_int64(s, 1));
-    c.index = uint32_t(sqlite3_column_int64(s, 2));
-    c.generation = uint64_t(sqlite3_column_int64(s, 3));
-    c.ext.file = uint32_t(sqlite3_column_int64(s, 4));
-    c.ext.offset = uint64_t(sqlite3_column_int64(s, 5));
-    c.ext.length = uint32_t(sqlite3_column_int64(s, 6));
-    c.ext.slot_begin = uint32_t(sqlite3_column_int64(s, 7));
-    c.ext.n_slots = uint32_t(sqlite3_column_int64(s, 8));
-    c.ext.checksum = uint64_t(sqlite3_column_int64(s, 9));
-    c.ext.block_sums = BlobTo<uint64_t>(s, 10);
-    c.freq = sqlite3_column_double(s, 11);
-    c.imp_ratio = sqlite3_column_double(s, 12);
-    c.n_reports = uint64_t(sqlite3_column_int64(s, 13));
-    out.chunks.push_back(std::move(c));
-  }
-  if (r != SQLITE_DONE) return Err("read chunks");
-  IMPRESS_ASSIGN_OR_RETURN(s, Prep("SELECT segment, layer, file, offset, length, n_slots, checksum, block_sums FROM probes"));
-  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-    ProbeRow p;
-    p.segment = uint64_t(sqlite3_column_int64(s, 0));
-    p.layer = uint32_t(sqlite3_column_int64(s, 1));
-    p.ext.file = uint32_t(sqlite3_column_int64(s, 2));
-    p.ext.offset = uint64_t(sqlite3_column_int64(s, 3));
-    p.ext.length = uint32_t(sqlite3_column_int64(s, 4));
-    p.ext.n_slots = uint32_t(sqlite3_column_int64(s, 5));
-    p.ext.checksum = uint64_t(sqlite3_column_int64(s, 6));
-    p.ext.block_sums = BlobTo<uint64_t>(s, 7);
-    out.probes.push_back(std::move(p));
-  }
-  if (r != SQLITE_DONE) return Err("read probes");
+  IMPRESS_RETURN_IF_ERROR(LoadNodesLocked(&out));
+  IMPRESS_RETURN_IF_ERROR(LoadSegmentsLocked(&out));
+  IMPRESS_RETURN_IF_ERROR(LoadChunksLocked(&out));
+  IMPRESS_RETURN_IF_ERROR(LoadProbesLocked(&out));
   return out;
 }
 
+Status Catalog::LoadNodesLocked(CatalogContents* out) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep("SELECT id, parent, segment, seg_begin, tokens, last_access, user_data, "
+                                             "pinned, hits FROM nodes ORDER BY id"));
+  return db_->ForEachRow(stmt, "read nodes", [out](const Stmt& s) {
+    NodeRecord n;
+    n.id = uint64_t(s.Int(0));
+    n.parent = uint64_t(s.Int(1));
+    n.segment = uint64_t(s.Int(2));
+    n.seg_begin = uint64_t(s.Int(3));
+    n.tokens = s.Blob<Token>(4);
+    n.last_access = uint64_t(s.Int(5));
+    n.user_data = uint64_t(s.Int(6));
+    n.pinned = s.Int(7) != 0;
+    n.hits = uint64_t(s.Int(8));
+    out->nodes.push_back(std::move(n));
+  });
+}
+
+Status Catalog::LoadSegmentsLocked(CatalogContents* out) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep("SELECT id, n_tokens, generation, mapping, imp_sum, imp_count FROM segments ORDER BY id"));
+  return db_->ForEachRow(stmt, "read segments", [out](const Stmt& s) {
+    SegmentRow g;
+    g.id = uint64_t(s.Int(0));
+    g.n_tokens = uint32_t(s.Int(1));
+    g.generation = uint64_t(s.Int(2));
+    g.mapping = s.Blob<uint32_t>(3);
+    g.imp_sum = s.Blob<float>(4);
+    g.imp_count = s.Blob<uint32_t>(5);
+    out->segments.push_back(std::move(g));
+  });
+}
+
+Status Catalog::LoadChunksLocked(CatalogContents* out) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep("SELECT segment, layer, idx, generation, file, offset, length, slot_begin, n_slots, "
+                                             "checksum, block_sums, freq, imp_ratio, n_reports FROM chunks ORDER BY segment, layer, idx"));
+  return db_->ForEachRow(stmt, "read chunks", [out](const Stmt& s) {
+    ChunkRow c;
+    c.segment = uint64_t(s.Int(0));
+    c.layer = uint32_t(s.Int(1));
+    c.index = uint32_t(s.Int(2));
+    c.generation = uint64_t(s.Int(3));
+    c.ext = ExtentColumns(s, 4, /*with_slot_begin=*/true);
+    c.freq = s.Double(11);
+    c.imp_ratio = s.Double(12);
+    c.n_reports = uint64_t(s.Int(13));
+    out->chunks.push_back(std::move(c));
+  });
+}
+
+Status Catalog::LoadProbesLocked(CatalogContents* out) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep("SELECT segment, layer, file, offset, length, n_slots, checksum, block_sums FROM probes"));
+  return db_->ForEachRow(stmt, "read probes", [out](const Stmt& s) {
+    ProbeRow p;
+    p.segment = uint64_t(s.Int(0));
+    p.layer = uint32_t(s.Int(1));
+    p.ext = ExtentColumns(s, 2, /*with_slot_begin=*/false);
+    out->probes.push_back(std::move(p));
+  });
+}
+
+// ==================================================================== apply
+
 Status Catalog::Apply(const CatalogBatch& b) {
   if (b.empty()) return Status::Ok();
-  std::lock_guard<std::mutex> lk(mu_);
-  Txn t(db_);
-  if (!t.began()) return Err("begin");
+  MutexLock lk(&mu_);
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin("catalog batch"));
   IMPRESS_RETURN_IF_ERROR(ApplyLocked(b));
-  if (!t.Commit()) return Err("commit");
-  return Status::Ok();
+  return t.Commit("catalog batch");
 }
 
 Status Catalog::ApplyLocked(const CatalogBatch& b) {
-  auto run1 = [&](const char* sql, int64_t a) -> Status {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep(sql));
-    sqlite3_bind_int64(s, 1, a);
-    if (sqlite3_step(s) != SQLITE_DONE) return Err(sql);
-    return Status::Ok();
+  IMPRESS_RETURN_IF_ERROR(DeleteLocked(b));
+  for (const auto& n : b.upsert_nodes) IMPRESS_RETURN_IF_ERROR(UpsertNodeLocked(n));
+  for (const auto& g : b.upsert_segments) IMPRESS_RETURN_IF_ERROR(UpsertSegmentLocked(g));
+  for (const auto& c : b.upsert_chunks) IMPRESS_RETURN_IF_ERROR(UpsertChunkLocked(c));
+  for (const auto& p : b.upsert_probes) IMPRESS_RETURN_IF_ERROR(UpsertProbeLocked(p));
+  return SaveStatsLocked(b);
+}
+
+Status Catalog::DeleteLocked(const CatalogBatch& b) {
+  auto run1 = [this](const char* sql, uint64_t a) REQUIRES(mu_) -> Status {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep(sql));
+    s.Bind(1, int64_t(a));
+    return db_->Run(s, sql);
   };
-  for (NodeId id : b.delete_nodes) IMPRESS_RETURN_IF_ERROR(run1("DELETE FROM nodes WHERE id = ?", int64_t(id)));
+  for (NodeId id : b.delete_nodes) IMPRESS_RETURN_IF_ERROR(run1("DELETE FROM nodes WHERE id = ?", id));
   for (uint64_t g : b.delete_segments) {
-    IMPRESS_RETURN_IF_ERROR(run1("DELETE FROM segments WHERE id = ?", int64_t(g)));
-    IMPRESS_RETURN_IF_ERROR(run1("DELETE FROM chunks WHERE segment = ?", int64_t(g)));
-    IMPRESS_RETURN_IF_ERROR(run1("DELETE FROM probes WHERE segment = ?", int64_t(g)));
+    IMPRESS_RETURN_IF_ERROR(run1("DELETE FROM segments WHERE id = ?", g));
+    IMPRESS_RETURN_IF_ERROR(run1("DELETE FROM chunks WHERE segment = ?", g));
+    IMPRESS_RETURN_IF_ERROR(run1("DELETE FROM probes WHERE segment = ?", g));
   }
-  for (uint64_t g : b.delete_segment_chunks) IMPRESS_RETURN_IF_ERROR(run1("DELETE FROM chunks WHERE segment = ?", int64_t(g)));
+  for (uint64_t g : b.delete_segment_chunks) IMPRESS_RETURN_IF_ERROR(run1("DELETE FROM chunks WHERE segment = ?", g));
   for (auto [g, l, i] : b.delete_chunks) {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("DELETE FROM chunks WHERE segment = ? AND layer = ? AND idx = ?"));
-    sqlite3_bind_int64(s, 1, int64_t(g));
-    sqlite3_bind_int64(s, 2, l);
-    sqlite3_bind_int64(s, 3, i);
-    if (sqlite3_step(s) != SQLITE_DONE) return Err("delete chunk");
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM chunks WHERE segment = ? AND layer = ? AND idx = ?"));
+    s.Bind(1, int64_t(g));
+    s.Bind(2, int64_t(l));
+    s.Bind(3, int64_t(i));
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "delete chunk"));
   }
-  for (const auto& n : b.upsert_nodes) {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("INSERT OR REPLACE INTO nodes(id, parent, segment, seg_begin, tokens, "
-                                                    "last_access, user_data, pinned, hits) VALUES(?,?,?,?,?,?,?,?,?)"));
-    sqlite3_bind_int64(s, 1, int64_t(n.id));
-    sqlite3_bind_int64(s, 2, int64_t(n.parent));
-    sqlite3_bind_int64(s, 3, int64_t(n.segment));
-    sqlite3_bind_int64(s, 4, int64_t(n.seg_begin));
-    BindVec(s, 5, n.tokens);
-    sqlite3_bind_int64(s, 6, int64_t(n.last_access));
-    sqlite3_bind_int64(s, 7, int64_t(n.user_data));
-    sqlite3_bind_int64(s, 8, n.pinned ? 1 : 0);
-    sqlite3_bind_int64(s, 9, int64_t(n.hits));
-    if (sqlite3_step(s) != SQLITE_DONE) return Err("upsert node");
-  }
-  for (const auto& g : b.upsert_segments) {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("INSERT OR REPLACE INTO segments(id, n_tokens, generation, mapping, "
-                                                    "imp_sum, imp_count) VALUES(?,?,?,?,?,?)"));
-    sqlite3_bind_int64(s, 1, int64_t(g.id));
-    sqlite3_bind_int64(s, 2, g.n_tokens);
-    sqlite3_bind_int64(s, 3, int64_t(g.generation));
-    BindVec(s, 4, g.mapping);
-    BindVec(s, 5, g.imp_sum);
-    BindVec(s, 6, g.imp_count);
-    if (sqlite3_step(s) != SQLITE_DONE) return Err("upsert segment");
-  }
-  for (const auto& c : b.upsert_chunks) {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("INSERT OR REPLACE INTO chunks(segment, layer, idx, generation, file, "
-                                                    "offset, length, slot_begin, n_slots, checksum, block_sums, freq, "
-                                                    "imp_ratio, n_reports) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"));
-    sqlite3_bind_int64(s, 1, int64_t(c.segment));
-    sqlite3_bind_int64(s, 2, c.layer);
-    sqlite3_bind_int64(s, 3, c.index);
-    sqlite3_bind_int64(s, 4, int64_t(c.generation));
-    sqlite3_bind_int64(s, 5, c.ext.file);
-    sqlite3_bind_int64(s, 6, int64_t(c.ext.offset));
-    sqlite3_bind_int64(s, 7, c.ext.length);
-    sqlite3_bind_int64(s, 8, c.ext.slot_begin);
-    sqlite3_bind_int64(s, 9, c.ext.n_slots);
-    sqlite3_bind_int64(s, 10, int64_t(c.ext.checksum));
-    BindVec(s, 11, c.ext.block_sums);
-    sqlite3_bind_double(s, 12, c.freq);
-    sqlite3_bind_double(s, 13, c.imp_ratio);
-    sqlite3_bind_int64(s, 14, int64_t(c.n_reports));
-    if (sqlite3_step(s) != SQLITE_DONE) return Err("upsert chunk");
-  }
-  for (const auto& p : b.upsert_probes) {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("INSERT OR REPLACE INTO probes(segment, layer, file, offset, length, "
-                                                    "n_slots, checksum, block_sums) VALUES(?,?,?,?,?,?,?,?)"));
-    sqlite3_bind_int64(s, 1, int64_t(p.segment));
-    sqlite3_bind_int64(s, 2, p.layer);
-    sqlite3_bind_int64(s, 3, p.ext.file);
-    sqlite3_bind_int64(s, 4, int64_t(p.ext.offset));
-    sqlite3_bind_int64(s, 5, p.ext.length);
-    sqlite3_bind_int64(s, 6, p.ext.n_slots);
-    sqlite3_bind_int64(s, 7, int64_t(p.ext.checksum));
-    BindVec(s, 8, p.ext.block_sums);
-    if (sqlite3_step(s) != SQLITE_DONE) return Err("upsert probe");
-  }
+  return Status::Ok();
+}
+
+Status Catalog::UpsertNodeLocked(const NodeRecord& n) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT OR REPLACE INTO nodes(id, parent, segment, seg_begin, tokens, "
+                                             "last_access, user_data, pinned, hits) VALUES(?,?,?,?,?,?,?,?,?)"));
+  s.Bind(1, int64_t(n.id));
+  s.Bind(2, int64_t(n.parent));
+  s.Bind(3, int64_t(n.segment));
+  s.Bind(4, int64_t(n.seg_begin));
+  s.BindVector(5, n.tokens);
+  s.Bind(6, int64_t(n.last_access));
+  s.Bind(7, int64_t(n.user_data));
+  s.Bind(8, int64_t(n.pinned ? 1 : 0));
+  s.Bind(9, int64_t(n.hits));
+  return db_->Run(s, "upsert node");
+}
+
+Status Catalog::UpsertSegmentLocked(const SegmentRow& g) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT OR REPLACE INTO segments(id, n_tokens, generation, mapping, "
+                                             "imp_sum, imp_count) VALUES(?,?,?,?,?,?)"));
+  s.Bind(1, int64_t(g.id));
+  s.Bind(2, int64_t(g.n_tokens));
+  s.Bind(3, int64_t(g.generation));
+  s.BindVector(4, g.mapping);
+  s.BindVector(5, g.imp_sum);
+  s.BindVector(6, g.imp_count);
+  return db_->Run(s, "upsert segment");
+}
+
+Status Catalog::UpsertChunkLocked(const ChunkRow& c) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT OR REPLACE INTO chunks(segment, layer, idx, generation, file, "
+                                             "offset, length, slot_begin, n_slots, checksum, block_sums, freq, "
+                                             "imp_ratio, n_reports) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"));
+  s.Bind(1, int64_t(c.segment));
+  s.Bind(2, int64_t(c.layer));
+  s.Bind(3, int64_t(c.index));
+  s.Bind(4, int64_t(c.generation));
+  BindExtent(s, 5, c.ext, /*with_slot_begin=*/true);
+  s.Bind(12, c.freq);
+  s.Bind(13, c.imp_ratio);
+  s.Bind(14, int64_t(c.n_reports));
+  return db_->Run(s, "upsert chunk");
+}
+
+Status Catalog::UpsertProbeLocked(const ProbeRow& p) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT OR REPLACE INTO probes(segment, layer, file, offset, length, "
+                                             "n_slots, checksum, block_sums) VALUES(?,?,?,?,?,?,?,?)"));
+  s.Bind(1, int64_t(p.segment));
+  s.Bind(2, int64_t(p.layer));
+  BindExtent(s, 3, p.ext, /*with_slot_begin=*/false);
+  return db_->Run(s, "upsert probe");
+}
+
+// Statistics only: chunk frequency / importance, node last access / hits.
+Status Catalog::SaveStatsLocked(const CatalogBatch& b) {
   for (const auto& c : b.chunk_stats) {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("UPDATE chunks SET freq = ?, imp_ratio = ?, n_reports = ? "
-                                                    "WHERE segment = ? AND layer = ? AND idx = ?"));
-    sqlite3_bind_double(s, 1, c.freq);
-    sqlite3_bind_double(s, 2, c.imp_ratio);
-    sqlite3_bind_int64(s, 3, int64_t(c.n_reports));
-    sqlite3_bind_int64(s, 4, int64_t(c.segment));
-    sqlite3_bind_int64(s, 5, c.layer);
-    sqlite3_bind_int64(s, 6, c.index);
-    if (sqlite3_step(s) != SQLITE_DONE) return Err("save chunk stats");
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE chunks SET freq = ?, imp_ratio = ?, n_reports = ? "
+                                               "WHERE segment = ? AND layer = ? AND idx = ?"));
+    s.Bind(1, c.freq);
+    s.Bind(2, c.imp_ratio);
+    s.Bind(3, int64_t(c.n_reports));
+    s.Bind(4, int64_t(c.segment));
+    s.Bind(5, int64_t(c.layer));
+    s.Bind(6, int64_t(c.index));
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "save chunk stats"));
   }
   for (const auto& n : b.node_stats) {
-    IMPRESS_ASSIGN_OR_RETURN(sqlite3_stmt * s, Prep("UPDATE nodes SET last_access = ?, hits = ? WHERE id = ?"));
-    sqlite3_bind_int64(s, 1, int64_t(n.last_access));
-    sqlite3_bind_int64(s, 2, int64_t(n.hits));
-    sqlite3_bind_int64(s, 3, int64_t(n.id));
-    if (sqlite3_step(s) != SQLITE_DONE) return Err("save node stats");
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE nodes SET last_access = ?, hits = ? WHERE id = ?"));
+    s.Bind(1, int64_t(n.last_access));
+    s.Bind(2, int64_t(n.hits));
+    s.Bind(3, int64_t(n.id));
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "save node stats"));
   }
   return Status::Ok();
 }

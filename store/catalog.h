@@ -11,22 +11,24 @@
 // schema_version, absent = 1): an older layout is migrated in place on open (schema 2 added
 // nodes.pinned and nodes.hits), keeping every row.
 //
+// All SQL goes through the project's SQLite helper (base/sqlite.h).
+//
 // Internally synchronized (a mutex = the one writer); any thread may call.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "store/chunk-format.h"
 #include "store/radix-tree.h"
 
-struct sqlite3;
-struct sqlite3_stmt;
+namespace impress::sqlite {
+class SqliteDb;
+}
 
 namespace impress::store {
 
@@ -99,17 +101,27 @@ class Catalog {
   const std::string& path() const { return path_; }
 
  private:
-  Catalog(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
-  Status Exec(const char* sql);
-  Result<sqlite3_stmt*> Prep(const char* sql);
-  Status Err(const char* what);
-  Status ApplyLocked(const CatalogBatch& b);
-  Status MigrateLocked();  // brings an older table layout up to kCatalogSchemaVersion
+  Catalog(std::unique_ptr<sqlite::SqliteDb> db, std::string path);
+  // Why a catalog's rows cannot be reused (another model, format or geometry); empty if they can.
+  Result<std::string> ForeignReasonLocked(const std::string& fingerprint, const std::string& geometry, bool* fresh)
+      REQUIRES(mu_);
+  Status ResetLocked(const std::string& fingerprint, const std::string& geometry) REQUIRES(mu_);
+  Status MigrateLocked() REQUIRES(mu_);  // brings an older table layout up to kCatalogSchemaVersion
+  Status LoadNodesLocked(CatalogContents* out) REQUIRES(mu_);
+  Status LoadSegmentsLocked(CatalogContents* out) REQUIRES(mu_);
+  Status LoadChunksLocked(CatalogContents* out) REQUIRES(mu_);
+  Status LoadProbesLocked(CatalogContents* out) REQUIRES(mu_);
+  Status ApplyLocked(const CatalogBatch& b) REQUIRES(mu_);
+  Status DeleteLocked(const CatalogBatch& b) REQUIRES(mu_);
+  Status UpsertNodeLocked(const NodeRecord& n) REQUIRES(mu_);
+  Status UpsertSegmentLocked(const SegmentRow& g) REQUIRES(mu_);
+  Status UpsertChunkLocked(const ChunkRow& c) REQUIRES(mu_);
+  Status UpsertProbeLocked(const ProbeRow& p) REQUIRES(mu_);
+  Status SaveStatsLocked(const CatalogBatch& b) REQUIRES(mu_);
 
-  std::mutex mu_;
-  sqlite3* db_;
+  Mutex mu_;
+  const std::unique_ptr<sqlite::SqliteDb> db_ PT_GUARDED_BY(mu_);
   const std::string path_;
-  std::unordered_map<const char*, sqlite3_stmt*> stmts_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace impress::store

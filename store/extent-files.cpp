@@ -19,7 +19,7 @@ Result<std::unique_ptr<ExtentFiles>> ExtentFiles::Open(Env* env, const std::stri
     return Status::InvalidArgument("data file size must be a positive multiple of 4096, got " + std::to_string(file_bytes));
   auto s = std::unique_ptr<ExtentFiles>(new ExtentFiles(env, dir, file_bytes, cap));
   IMPRESS_ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
-  std::lock_guard<std::mutex> lk(s->mu_);
+  MutexLock lk(&s->mu_);
   for (const auto& n : names) {
     unsigned id = 0;
     char tail = 0;
@@ -42,7 +42,7 @@ Result<ExtentFiles::DataFile*> ExtentFiles::GetOrCreateLocked(uint32_t id) {
 }
 
 Status ExtentFiles::MarkUsed(const Extent& e) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   auto it = files_.find(e.file);
   const std::string what = PathOf(e.file) + " extent [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) + ")";
   if (it == files_.end()) return Status::NotFound(what + ": data file missing");
@@ -60,7 +60,7 @@ Status ExtentFiles::MarkUsed(const Extent& e) {
 }
 
 void ExtentFiles::ForgetUsed(const Extent& e) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   auto it = files_.find(e.file);
   if (it != files_.end()) {
     auto u = it->second->used.find(e.offset);
@@ -69,7 +69,7 @@ void ExtentFiles::ForgetUsed(const Extent& e) {
 }
 
 Status ExtentFiles::FinishRecovery() {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   for (auto it = files_.begin(); it != files_.end();) {
     DataFile& s = *it->second;
     uint64_t last_end = 0, cur = 0;
@@ -106,7 +106,7 @@ Result<Extent> ExtentFiles::Allocate(uint64_t length) {
   if (length == 0 || length > file_bytes_)
     return Status::InvalidArgument("extent of " + std::to_string(length) + " bytes does not fit a data file of " +
                                    std::to_string(file_bytes_));
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   for (auto& [id, s] : files_) {  // first fit in the holes
     for (auto f = s->free.begin(); f != s->free.end(); ++f) {
       if (f->second < length) continue;
@@ -163,7 +163,7 @@ void ExtentFiles::FreeLocked(const Extent& e) {
 }
 
 void ExtentFiles::Free(const Extent& e) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   FreeLocked(e);
 }
 
@@ -180,25 +180,25 @@ Status ExtentFiles::Sync(uint32_t file_id) {
 }
 
 File* ExtentFiles::file(uint32_t file_id) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   auto it = files_.find(file_id);
   return it == files_.end() ? nullptr : it->second->file.get();
 }
 
 bool ExtentFiles::all_direct() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   for (auto& [id, s] : files_)
     if (!s->file->direct()) return false;
   return true;
 }
 
 uint64_t ExtentFiles::disk_bytes() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   return TotalLocked();
 }
 
 uint64_t ExtentFiles::free_bytes_inside() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   uint64_t t = 0;
   for (auto& [id, s] : files_)
     for (auto& [o, l] : s->free) t += l;
@@ -206,12 +206,12 @@ uint64_t ExtentFiles::free_bytes_inside() const {
 }
 
 uint64_t ExtentFiles::cap() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   return cap_;
 }
 
 void ExtentFiles::SetCap(uint64_t cap) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   cap_ = cap;
 }
 

@@ -14,10 +14,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "store/env.h"
 
@@ -60,18 +60,18 @@ class ExtentFiles {
   ExtentFiles(Env* env, std::string dir, uint64_t file_bytes, uint64_t cap)
       : env_(env), dir_(std::move(dir)), file_bytes_(file_bytes), cap_(cap) {}
   std::string PathOf(uint32_t id) const;
-  Result<DataFile*> GetOrCreateLocked(uint32_t id);
-  void FreeLocked(const Extent& e);
-  uint64_t TotalLocked() const;
+  Result<DataFile*> GetOrCreateLocked(uint32_t id) REQUIRES(mu_);
+  void FreeLocked(const Extent& e) REQUIRES(mu_);
+  uint64_t TotalLocked() const REQUIRES(mu_);
 
   // Constant after construction.
   Env* const env_;
   const std::string dir_;
   const uint64_t file_bytes_;
 
-  mutable std::mutex mu_;
-  uint64_t cap_;                                       // GUARDED_BY(mu_)
-  std::map<uint32_t, std::unique_ptr<DataFile>> files_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  uint64_t cap_ GUARDED_BY(mu_);
+  std::map<uint32_t, std::unique_ptr<DataFile>> files_ GUARDED_BY(mu_);  // a DataFile's fields too
 };
 
 }  // namespace impress::store
