@@ -1,4 +1,4 @@
-// Backend: the compute interface the forward pass runs on (DESIGN.md section 1, STYLE.md 6).
+// Backend: the compute interface the forward pass runs on (docs/design.md section 1).
 //
 // A Backend owns device memory and runs coarse ops on it: fp32 GEMM, norms, RoPE, activations,
 // embedding gather, fp16 conversion and attention-with-importance. The CPU backend
@@ -18,6 +18,7 @@
 // never aborts on bad input.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -70,11 +71,31 @@ struct RopeArgs {
 // the n_new rows of w, written to importance[x * ld + j] for prefix columns j < n_prefix, and,
 // with importance_include_new, for the new columns too at n_prefix + j (ld = n_prefix or
 // n_prefix + n_new). Row sums of w are 1, so a head's full row of importance sums to n_new.
-struct AttentionArgs {
+//
+// AttentionQuery is the new tokens' side, which Attention and ScoreKeys share.
+struct AttentionQuery {
   int n_new = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
   float scale = 0;                    // usually 1/sqrt(head_dim)
   DevPtr<const float> q;              // (n_new, n_head, head_dim)
-  DevPtr<const f16_t> k_new, v_new;   // (n_new, n_head_kv, head_dim)
+  DevPtr<const f16_t> k_new;          // (n_new, n_head_kv, head_dim): all kv heads
+};
+
+// The query side for n_new tokens of the given heads, at the usual scale 1/sqrt(head_dim).
+inline AttentionQuery MakeAttentionQuery(int n_new, int n_head, int n_head_kv, int head_dim, DevPtr<const float> q,
+                                         DevPtr<const f16_t> k_new) {
+  AttentionQuery a;
+  a.n_new = n_new;
+  a.n_head = n_head;
+  a.n_head_kv = n_head_kv;
+  a.head_dim = head_dim;
+  a.scale = 1.0f / std::sqrt(float(head_dim));
+  a.q = q;
+  a.k_new = k_new;
+  return a;
+}
+
+struct AttentionArgs : AttentionQuery {
+  DevPtr<const f16_t> v_new;          // (n_new, n_head_kv, head_dim)
   int n_prefix = 0;
   DevPtr<const f16_t> k_prefix, v_prefix;  // (n_prefix, n_head_kv, head_dim); unused if 0
   DevPtr<float> out;                  // (n_new, n_head, head_dim)
@@ -83,15 +104,11 @@ struct AttentionArgs {
   DevPtr<float> importance;           // (importance_heads.size(), ld) as described above
 };
 
-// Importance only, from keys alone (the probe step, DESIGN.md section 3). The prefix keys hold
+// Importance only, from keys alone (the probe step, docs/design.md section 3). The prefix keys hold
 // a subset of KV heads: prefix_kv_heads[s] is the kv head stored in slot s. Every query head
 // in query_heads must use one of those kv heads. The softmax denominators include the new
 // tokens' own keys (causal), so the result equals AttentionArgs' importance for the same heads.
-struct ScoreKeysArgs {
-  int n_new = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
-  float scale = 0;
-  DevPtr<const float> q;              // (n_new, n_head, head_dim)
-  DevPtr<const f16_t> k_new;          // (n_new, n_head_kv, head_dim): all kv heads
+struct ScoreKeysArgs : AttentionQuery {
   int n_prefix = 0;
   DevPtr<const f16_t> k_prefix;       // (n_prefix, prefix_kv_heads.size(), head_dim)
   std::span<const int> prefix_kv_heads;

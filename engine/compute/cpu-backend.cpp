@@ -507,13 +507,23 @@ Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
 
 }  // namespace
 
-Status CheckAttentionArgs(const AttentionArgs& a) {
+namespace {
+
+// The shape both argument sets share; `what` names the op in the message.
+Status CheckQueryShape(const AttentionQuery& a, int n_prefix, const char* what) {
   if (a.n_new <= 0 || a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim <= 0 || a.head_dim > 512 ||
-      a.n_head % a.n_head_kv != 0 || a.n_prefix < 0)
-    return Status::InvalidArgument("attention: bad shape (n_new " + std::to_string(a.n_new) + ", n_head " +
+      a.n_head % a.n_head_kv != 0 || n_prefix < 0)
+    return Status::InvalidArgument(std::string(what) + ": bad shape (n_new " + std::to_string(a.n_new) + ", n_head " +
                                    std::to_string(a.n_head) + ", n_head_kv " + std::to_string(a.n_head_kv) +
                                    ", head_dim " + std::to_string(a.head_dim) + ", n_prefix " +
-                                   std::to_string(a.n_prefix) + ")");
+                                   std::to_string(n_prefix) + ")");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckAttentionArgs(const AttentionArgs& a) {
+  IMPRESS_RETURN_IF_ERROR(CheckQueryShape(a, a.n_prefix, "attention"));
   if (!a.q || !a.k_new || !a.v_new || !a.out || (a.n_prefix > 0 && (!a.k_prefix || !a.v_prefix)))
     return Status::InvalidArgument("attention: missing buffer");
   std::vector<bool> seen(a.n_head, false);
@@ -528,9 +538,7 @@ Status CheckAttentionArgs(const AttentionArgs& a) {
 }
 
 Status CheckScoreKeysArgs(const ScoreKeysArgs& a) {
-  if (a.n_new <= 0 || a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim <= 0 || a.head_dim > 512 ||
-      a.n_head % a.n_head_kv != 0 || a.n_prefix < 0)
-    return Status::InvalidArgument("score keys: bad shape");
+  IMPRESS_RETURN_IF_ERROR(CheckQueryShape(a, a.n_prefix, "score keys"));
   if (!a.q || !a.k_new || (a.n_prefix > 0 && !a.k_prefix) || (!a.query_heads.empty() && a.n_prefix > 0 && !a.importance))
     return Status::InvalidArgument("score keys: missing buffer");
   const int group = a.n_head / a.n_head_kv;

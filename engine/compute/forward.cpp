@@ -298,29 +298,15 @@ Status Forward::ComputeQKV(int il) {
 }
 
 Status Forward::ScoreKeys(int il, const PrefixKeys& keys, std::span<const int> query_heads, float* out) {
-  const ModelConfig& c = model_.config;
   if (stage_ != Stage::kQkv || il != il_)
     return Status::InvalidArgument("forward: ScoreKeys(" + std::to_string(il) + ") needs ComputeQKV of that layer first");
   if (keys.n < 0 || (keys.n > 0 && !keys.k)) return Status::InvalidArgument("forward: ScoreKeys: bad prefix keys");
   if (query_heads.empty() || keys.n == 0) return Status::Ok();
   if (!out) return Status::InvalidArgument("forward: ScoreKeys: no output buffer");
   const size_t need = query_heads.size() * size_t(keys.n);
-  if (need > imp_cap_) {
-    if (imp_) be_.Free(DevPtr<void>(imp_.raw()));
-    allocs_.erase(std::remove_if(allocs_.begin(), allocs_.end(), [&](DevPtr<void> p) { return p.raw() == imp_.raw(); }),
-                  allocs_.end());
-    IMPRESS_ASSIGN_OR_RETURN(imp_, AllocArray<float>(be_, need));
-    allocs_.push_back(DevPtr<void>(imp_.raw()));
-    imp_cap_ = need;
-  }
+  IMPRESS_RETURN_IF_ERROR(EnsureImportanceCapacity(need));
   ScoreKeysArgs a;
-  a.n_new = n_new_;
-  a.n_head = c.n_head;
-  a.n_head_kv = c.n_head_kv;
-  a.head_dim = c.head_dim;
-  a.scale = 1.0f / std::sqrt(float(c.head_dim));
-  a.q = q_;
-  a.k_new = k16_;
+  static_cast<AttentionQuery&>(a) = Query();
   a.n_prefix = keys.n;
   a.k_prefix = keys.k;
   a.prefix_kv_heads = keys.kv_heads;
@@ -328,6 +314,26 @@ Status Forward::ScoreKeys(int il, const PrefixKeys& keys, std::span<const int> q
   a.importance = imp_;
   IMPRESS_RETURN_IF_ERROR(be_.ScoreKeys(a));
   be_.CopyToHost(out, DevPtr<const void>(imp_.raw()), need * sizeof(float));
+  return Status::Ok();
+}
+
+AttentionQuery Forward::Query() const {
+  const ModelConfig& c = model_.config;
+  return MakeAttentionQuery(n_new_, c.n_head, c.n_head_kv, c.head_dim, q_, k16_);
+}
+
+Status Forward::EnsureImportanceCapacity(size_t n) {
+  if (n <= imp_cap_) return Status::Ok();
+  if (imp_) {
+    be_.Free(DevPtr<void>(imp_.raw()));
+    allocs_.erase(std::remove_if(allocs_.begin(), allocs_.end(), [&](DevPtr<void> p) { return p.raw() == imp_.raw(); }),
+                  allocs_.end());
+    imp_ = DevPtr<float>();  // nothing dangles if the larger allocation fails
+    imp_cap_ = 0;
+  }
+  IMPRESS_ASSIGN_OR_RETURN(imp_, AllocArray<float>(be_, n));
+  allocs_.push_back(DevPtr<void>(imp_.raw()));
+  imp_cap_ = n;
   return Status::Ok();
 }
 
@@ -366,13 +372,7 @@ Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* 
   }
   const int n = n_new_, e = c.n_embd, nq = c.n_head * c.head_dim;
   AttentionArgs a;
-  a.n_new = n;
-  a.n_head = c.n_head;
-  a.n_head_kv = c.n_head_kv;
-  a.head_dim = c.head_dim;
-  a.scale = 1.0f / std::sqrt(float(c.head_dim));
-  a.q = q_;
-  a.k_new = k16_;
+  static_cast<AttentionQuery&>(a) = Query();
   a.v_new = v16_;
   a.n_prefix = prefix.n;
   a.k_prefix = prefix.k;
@@ -383,14 +383,7 @@ Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* 
     if (!importance->out) return Status::InvalidArgument("forward: Attend: importance requested without a buffer");
     const size_t ld = size_t(prefix.n) + (importance->include_new ? n : 0);
     imp_count = importance->heads.size() * ld;
-    if (imp_count > imp_cap_) {
-      if (imp_) be_.Free(DevPtr<void>(imp_.raw()));
-      allocs_.erase(std::remove_if(allocs_.begin(), allocs_.end(), [&](DevPtr<void> p) { return p.raw() == imp_.raw(); }),
-                    allocs_.end());
-      IMPRESS_ASSIGN_OR_RETURN(imp_, AllocArray<float>(be_, imp_count));
-      allocs_.push_back(DevPtr<void>(imp_.raw()));
-      imp_cap_ = imp_count;
-    }
+    IMPRESS_RETURN_IF_ERROR(EnsureImportanceCapacity(imp_count));
     a.importance_heads = importance->heads;
     a.importance_include_new = importance->include_new;
     a.importance = imp_;

@@ -1,6 +1,6 @@
 // Forward: the transformer forward pass (Llama and OPT), one layer at a time, on a Backend.
 //
-// The IMPRESS pipeline (DESIGN.md sections 2-3) drives it layer by layer for a batch of new
+// The IMPRESS pipeline (docs/design.md sections 2-3) drives it layer by layer for a batch of new
 // tokens at given positions:
 //
 //   fwd.Begin(tokens, positions);                    // embeddings of the new tokens
@@ -113,6 +113,10 @@ class Forward {
   Forward(const Model& model, Backend& backend, int max_batch);
   Status Init();
   Status EnsureLogitsCapacity(int n_rows);
+  // The current batch's queries and new keys (after ComputeQKV), as Attention and ScoreKeys take them.
+  AttentionQuery Query() const;
+  // imp_, grown to hold at least n floats.
+  Status EnsureImportanceCapacity(size_t n);
   enum class Stage { kIdle, kEmbedded, kQkv, kDone };
 
   const Model& model_;

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "engine/model/mapped-file.h"
+#include "engine/model/quote.h"
 
 namespace impress {
 
@@ -80,17 +80,6 @@ int64_t ElemAsInt64(GgufType t, const uint8_t* p, bool* overflow) {
   return int64_t(v.u);
 }
 
-std::string Quote(std::string_view s) {
-  // Keys and names come from the file: keep messages printable and bounded.
-  std::string out = "'";
-  size_t n = 0;
-  for (char c : s) {
-    if (++n > 80) { out += "..."; break; }
-    out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  }
-  return out + "'";
-}
-
 }  // namespace
 
 const char* GgufTypeName(GgufType t) {
@@ -129,7 +118,7 @@ std::string GgufTensorInfo::ShapeString() const {
 
 class GgufFile::Parser {
  public:
-  Parser(GgufFile& f) : f_(f), base_(f.base_), size_(f.size_) {}
+  Parser(GgufFile& f) : f_(f), base_(f.image_.data()), size_(f.image_.size()) {}
 
   Status Parse() {
     uint32_t magic = 0;
@@ -393,13 +382,9 @@ class GgufFile::Parser {
 // ---------------------------------------------------------------------------------------------
 
 Result<GgufFile> GgufFile::Open(const std::string& path) {
-  IMPRESS_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(path, "GGUF model"));
   GgufFile f;
   f.path_ = path;
-  f.base_ = m.data();
-  f.size_ = m.size();
-  f.mapped_ = true;
-  m.Release();  // f owns the mapping now (and unmaps it, also when parsing fails)
+  IMPRESS_ASSIGN_OR_RETURN(f.image_, MappedFile::Open(path, "GGUF model"));
   Parser parser(f);
   IMPRESS_RETURN_IF_ERROR(parser.Parse());
   return f;
@@ -408,56 +393,12 @@ Result<GgufFile> GgufFile::Open(const std::string& path) {
 Result<GgufFile> GgufFile::OpenFromMemory(const void* data, size_t size, std::string name) {
   GgufFile f;
   f.path_ = std::move(name);
-  f.base_ = static_cast<const uint8_t*>(data);
-  f.size_ = size;
-  f.mapped_ = false;
   if (size > uint64_t(std::numeric_limits<int64_t>::max())) return Status::InvalidArgument(f.path_ + ": image too large");
   if (data == nullptr && size != 0) return Status::InvalidArgument(f.path_ + ": null image");
+  f.image_ = MappedFile::Borrow(data, size);
   Parser parser(f);
   IMPRESS_RETURN_IF_ERROR(parser.Parse());
   return f;
-}
-
-GgufFile::GgufFile(GgufFile&& o) noexcept { *this = std::move(o); }
-
-GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
-  if (this == &o) return *this;
-  Reset();
-  path_ = std::move(o.path_);
-  base_ = o.base_;
-  size_ = o.size_;
-  mapped_ = o.mapped_;
-  version_ = o.version_;
-  alignment_ = o.alignment_;
-  data_offset_ = o.data_offset_;
-  // Moving the vectors keeps their elements in place, so the string_view keys of the indexes
-  // (which point into those elements) stay valid.
-  kvs_ = std::move(o.kvs_);
-  kv_index_ = std::move(o.kv_index_);
-  tensors_ = std::move(o.tensors_);
-  tensor_index_ = std::move(o.tensor_index_);
-  o.base_ = nullptr;
-  o.size_ = 0;
-  o.mapped_ = false;
-  o.kvs_.clear();
-  o.kv_index_.clear();
-  o.tensors_.clear();
-  o.tensor_index_.clear();
-  return *this;
-}
-
-GgufFile::~GgufFile() { Reset(); }
-
-void GgufFile::DiscardPages(const uint8_t* p, uint64_t n) const {
-  if (!mapped_ || p < base_ || n > size_ || uint64_t(p - base_) > size_ - n) return;
-  MappedFile::DiscardPages(p, n);
-}
-
-void GgufFile::Reset() {
-  if (mapped_) MappedFile::Unmap(base_, size_);
-  base_ = nullptr;
-  size_ = 0;
-  mapped_ = false;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@
 
 #include "base/status.h"
 #include "engine/model/ggml-type.h"
+#include "engine/model/mapped-file.h"
 
 namespace impress {
 
@@ -94,21 +95,22 @@ class GgufFile {
   // outlive the GgufFile. `name` stands in for the path in error messages.
   static Result<GgufFile> OpenFromMemory(const void* data, size_t size, std::string name = "<memory>");
 
-  GgufFile(GgufFile&& other) noexcept;
-  GgufFile& operator=(GgufFile&& other) noexcept;
+  // Moving the vectors keeps their elements in place, so the string_view keys of the indexes
+  // (which point into those elements) stay valid through the defaulted moves.
+  GgufFile(GgufFile&&) noexcept = default;
+  GgufFile& operator=(GgufFile&&) noexcept = default;
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
-  ~GgufFile();
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
-  uint64_t file_size() const { return size_; }
-  const uint8_t* file_data() const { return base_; }     // the whole file image
+  uint64_t file_size() const { return image_.size(); }
+  const uint8_t* file_data() const { return image_.data(); }  // the whole file image
   // Hint that [p, p + n) (inside the image) will not be read again: a mapped file drops those
   // pages from memory (they are re-read from the file if touched). No-op for in-memory images.
-  void DiscardPages(const uint8_t* p, uint64_t n) const;
+  void DiscardPages(const uint8_t* p, uint64_t n) const { image_.DiscardPages(p, n); }
 
   // --- metadata ---
   const std::vector<GgufKv>& kvs() const { return kvs_; }
@@ -139,12 +141,9 @@ class GgufFile {
  private:
   GgufFile() = default;
   class Parser;
-  void Reset();
 
   std::string path_;
-  const uint8_t* base_ = nullptr;
-  uint64_t size_ = 0;
-  bool mapped_ = false;  // base_ is our mmap (munmap on destruction)
+  MappedFile image_;  // the file's mapping, or the borrowed in-memory image
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

@@ -1,3 +1,4 @@
+// MappedFile: see mapped-file.h.
 #include "engine/model/mapped-file.h"
 
 #include <fcntl.h>
@@ -7,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 namespace impress {
 
@@ -38,14 +40,39 @@ Result<MappedFile> MappedFile::Open(const std::string& path, const char* what) {
   MappedFile f;
   f.data_ = static_cast<const uint8_t*>(p);
   f.size_ = uint64_t(st.st_size);
+  f.mapped_ = true;
   return f;
 }
 
-void MappedFile::Unmap(const uint8_t* data, uint64_t size) {
-  if (data && size) ::munmap(const_cast<uint8_t*>(data), size);
+MappedFile MappedFile::Borrow(const void* data, uint64_t size) {
+  MappedFile f;
+  f.data_ = static_cast<const uint8_t*>(data);
+  f.size_ = size;
+  return f;
 }
 
-void MappedFile::DiscardPages(const uint8_t* p, uint64_t n) {
+MappedFile::MappedFile(MappedFile&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), mapped_(std::exchange(o.mapped_, false)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    mapped_ = std::exchange(o.mapped_, false);
+  }
+  return *this;
+}
+
+void MappedFile::Reset() {
+  if (mapped_ && data_ && size_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+  mapped_ = false;
+}
+
+void MappedFile::DiscardPages(const uint8_t* p, uint64_t n) const {
+  if (!mapped_ || p < data_ || n > size_ || uint64_t(p - data_) > size_ - n) return;
   static const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;

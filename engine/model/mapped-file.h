@@ -1,5 +1,7 @@
-// MappedFile: a whole file mapped read-only (mmap), unmapped on destruction. Internal to
-// engine/model (the GGUF and safetensors readers). Immutable; movable, not copyable.
+// MappedFile: the bytes of a model file, either a whole file mapped read-only (mmap, unmapped on
+// destruction) or a borrowed in-memory image (tests, fuzzers; never freed here). Internal to
+// engine/model: the GGUF and safetensors readers hold one as their image, so their own moves
+// are the defaults. Immutable; movable (a moved-from MappedFile is empty), not copyable.
 #pragma once
 
 #include <cstdint>
@@ -14,35 +16,30 @@ class MappedFile {
   // Maps the regular file at `path`. NotFound when it does not exist; Corruption when it is
   // empty; IOError when the system refuses. `what` ("GGUF model") goes in the messages.
   static Result<MappedFile> Open(const std::string& path, const char* what);
+  // Views `size` bytes at `data`, which must outlive the MappedFile and every copy of its data().
+  static MappedFile Borrow(const void* data, uint64_t size);
 
   MappedFile() = default;
-  MappedFile(MappedFile&& o) noexcept { *this = static_cast<MappedFile&&>(o); }
-  MappedFile& operator=(MappedFile&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      data_ = o.data_;
-      size_ = o.size_;
-      o.data_ = nullptr;
-      o.size_ = 0;
-    }
-    return *this;
-  }
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
   ~MappedFile() { Reset(); }
 
   const uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
-  // Gives up ownership: the caller must Unmap(data, size) later.
-  void Release() { data_ = nullptr; size_ = 0; }
-  static void Unmap(const uint8_t* data, uint64_t size);
-  // madvise(DONTNEED) on the whole pages inside [p, p + n) of a mapping.
-  static void DiscardPages(const uint8_t* p, uint64_t n);
+  bool mapped() const { return mapped_; }  // from Open (not Borrow)
+
+  // Hint that [p, p + n) will not be read again: a mapping drops the whole pages inside it from
+  // memory (they are re-read from the file if touched). No-op for a borrowed image or a range
+  // that is not inside this one.
+  void DiscardPages(const uint8_t* p, uint64_t n) const;
 
  private:
-  void Reset() { Unmap(data_, size_); data_ = nullptr; size_ = 0; }
+  void Reset();
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+  bool mapped_ = false;  // data_ is our mmap (munmap on destruction)
 };
 
 }  // namespace impress

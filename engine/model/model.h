@@ -24,9 +24,11 @@ struct RopeScaling {
   int original_ctx = 8192;        // llama3 only: original_max_position_embeddings
 };
 
+// Every member has a default, so a test or benchmark may name only what it sets:
+// ModelConfig{.n_vocab = 97, .n_embd = 48, ...}.
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  std::string name;         // for humans: general.name or the folder name
+  std::string name{};       // for humans: general.name or the folder name
   int n_vocab = 0;
   int n_ctx_train = 0;      // context length the model was trained for
   int n_embd = 0;           // hidden size
@@ -39,7 +41,7 @@ struct ModelConfig {
 
   // Llama
   float rope_theta = 10000.0f;
-  RopeScaling rope_scaling;
+  RopeScaling rope_scaling{};
   bool tied_embeddings = false;  // output projection is tok_embd
 
   // OPT
@@ -48,7 +50,7 @@ struct ModelConfig {
   bool do_layer_norm_before = true;  // pre-LN (all OPT sizes but 350m)
 
   // A digest of the weights and tokenizer; KV made with one model is never reused by another.
-  std::string fingerprint;
+  std::string fingerprint{};
 };
 
 // A dense fp32 tensor, row-major. shape[0] is the slowest dimension.

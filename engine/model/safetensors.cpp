@@ -12,7 +12,7 @@
 
 #include "base/fp16.h"
 #include "engine/model/dequant.h"
-#include "engine/model/mapped-file.h"
+#include "engine/model/quote.h"
 
 namespace impress {
 
@@ -42,16 +42,6 @@ const DtypeEntry* FindDtype(std::string_view name) {
     if (name == e.name) return &e;
   }
   return nullptr;
-}
-
-std::string Quote(std::string_view s) {
-  std::string out = "'";
-  size_t n = 0;
-  for (char c : s) {
-    if (++n > 80) { out += "..."; break; }
-    out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  }
-  return out + "'";
 }
 
 // Parses JSON text without exceptions; `dup_top_key` receives a top-level key seen twice.
@@ -119,13 +109,9 @@ std::string SafetensorsTensor::ShapeString() const {
 // ---------------------------------------------------------------------------------------------
 
 Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  IMPRESS_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(path, "safetensors file"));
   SafetensorsFile f;
   f.path_ = path;
-  f.base_ = m.data();
-  f.size_ = m.size();
-  f.mapped_ = true;
-  m.Release();
+  IMPRESS_ASSIGN_OR_RETURN(f.image_, MappedFile::Open(path, "safetensors file"));
   IMPRESS_RETURN_IF_ERROR(f.Parse());
   return f;
 }
@@ -133,40 +119,10 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 Result<SafetensorsFile> SafetensorsFile::OpenFromMemory(const void* data, size_t size, std::string name) {
   SafetensorsFile f;
   f.path_ = std::move(name);
-  f.base_ = static_cast<const uint8_t*>(data);
-  f.size_ = size;
   if (data == nullptr && size != 0) return Status::InvalidArgument(f.path_ + ": null image");
+  f.image_ = MappedFile::Borrow(data, size);
   IMPRESS_RETURN_IF_ERROR(f.Parse());
   return f;
-}
-
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept { *this = std::move(o); }
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
-  if (this == &o) return *this;
-  Reset();
-  path_ = std::move(o.path_);
-  base_ = o.base_;
-  size_ = o.size_;
-  mapped_ = o.mapped_;
-  tensors_ = std::move(o.tensors_);  // elements stay in place: index_ keys remain valid
-  index_ = std::move(o.index_);
-  metadata_ = std::move(o.metadata_);
-  o.base_ = nullptr;
-  o.size_ = 0;
-  o.mapped_ = false;
-  o.tensors_.clear();
-  o.index_.clear();
-  return *this;
-}
-
-SafetensorsFile::~SafetensorsFile() { Reset(); }
-
-void SafetensorsFile::Reset() {
-  if (mapped_) MappedFile::Unmap(base_, size_);
-  base_ = nullptr;
-  size_ = 0;
-  mapped_ = false;
 }
 
 const SafetensorsTensor* SafetensorsFile::FindTensor(std::string_view name) const {
@@ -176,19 +132,21 @@ const SafetensorsTensor* SafetensorsFile::FindTensor(std::string_view name) cons
 
 Status SafetensorsFile::Parse() {
   auto bad = [&](const std::string& msg) { return Status::Corruption(path_ + ": " + msg); };
-  if (size_ < 8) return bad("truncated file: " + std::to_string(size_) + " bytes, less than the 8-byte header length");
+  const uint8_t* base = image_.data();
+  const uint64_t size = image_.size();
+  if (size < 8) return bad("truncated file: " + std::to_string(size) + " bytes, less than the 8-byte header length");
   uint64_t header_len = 0;
-  std::memcpy(&header_len, base_, 8);
+  std::memcpy(&header_len, base, 8);
   if (header_len > kMaxHeaderBytes) {
     return bad("header length " + std::to_string(header_len) + " is larger than the " + std::to_string(kMaxHeaderBytes) +
                "-byte limit (not a safetensors file?)");
   }
-  if (header_len > size_ - 8) {
-    return bad("header length " + std::to_string(header_len) + " runs past the end of the file (" + std::to_string(size_) +
+  if (header_len > size - 8) {
+    return bad("header length " + std::to_string(header_len) + " runs past the end of the file (" + std::to_string(size) +
                " bytes)");
   }
   if (header_len < 2) return bad("header length " + std::to_string(header_len) + " is too small for a JSON object");
-  const std::string_view text(reinterpret_cast<const char*>(base_ + 8), header_len);
+  const std::string_view text(reinterpret_cast<const char*>(base + 8), header_len);
   json header;
   std::string dup, error;
   if (!ParseJson(text, &header, &dup, &error)) return bad("the header is not valid JSON (" + error + ")");
@@ -196,7 +154,7 @@ Status SafetensorsFile::Parse() {
   if (!header.is_object()) return bad("the header is not a JSON object");
 
   const uint64_t data_start = 8 + header_len;
-  const uint64_t data_size = size_ - data_start;
+  const uint64_t data_size = size - data_start;
   tensors_.reserve(header.size());
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
@@ -250,7 +208,7 @@ Status SafetensorsFile::Parse() {
                  (want / de->size == n ? std::to_string(want) : std::string("more than 2^64")) + " bytes, but data_offsets span " +
                  std::to_string(t.end - t.begin));
     }
-    t.data = base_ + data_start + t.begin;
+    t.data = base + data_start + t.begin;
     tensors_.push_back(std::move(t));
   }
   // No two tensors share bytes (empty tensors share nothing).

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/model/mapped-file.h"
 
 namespace impress {
 
@@ -49,15 +50,15 @@ class SafetensorsFile {
   // Parses an in-memory image (tests, fuzzers); `data` must outlive the object.
   static Result<SafetensorsFile> OpenFromMemory(const void* data, size_t size, std::string name = "<memory>");
 
-  SafetensorsFile(SafetensorsFile&& o) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&& o) noexcept;
+  // Defaulted moves keep tensors_' elements in place, so index_'s string_view keys stay valid.
+  SafetensorsFile(SafetensorsFile&&) noexcept = default;
+  SafetensorsFile& operator=(SafetensorsFile&&) noexcept = default;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
-  ~SafetensorsFile();
 
   const std::string& path() const { return path_; }
-  uint64_t file_size() const { return size_; }
-  const uint8_t* file_data() const { return base_; }
+  uint64_t file_size() const { return image_.size(); }
+  const uint8_t* file_data() const { return image_.data(); }
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }  // "__metadata__"
   const SafetensorsTensor* FindTensor(std::string_view name) const;
@@ -65,12 +66,9 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   Status Parse();
-  void Reset();
 
   std::string path_;
-  const uint8_t* base_ = nullptr;
-  uint64_t size_ = 0;
-  bool mapped_ = false;
+  MappedFile image_;  // the file's mapping, or the borrowed in-memory image
   std::vector<SafetensorsTensor> tensors_;
   std::unordered_map<std::string_view, size_t> index_;  // name -> tensors_ index
   std::map<std::string, std::string> metadata_;

@@ -94,6 +94,12 @@ struct AttnRun {
   std::vector<float> out, imp;
 };
 
+// The query side of d's attention arguments (CPU backend: host memory is device memory).
+AttentionQuery HostQuery(const Data& d) {
+  return MakeAttentionQuery(d.c.n_new, d.c.n_head, d.c.n_head_kv, d.c.head_dim, DevPtr<const float>(d.q.data()),
+                            DevPtr<const f16_t>(d.k_new.data()));
+}
+
 AttnRun RunAttention(Backend& be, const Data& d, const std::vector<int>& visible, const std::vector<int>& heads,
                  bool include_new) {
   const Case& c = d.c;
@@ -104,13 +110,7 @@ AttnRun RunAttention(Backend& be, const Data& d, const std::vector<int>& visible
   const size_t ld = visible.size() + (include_new ? c.n_new : 0);
   r.imp.assign(heads.size() * ld, -1.0f);
   AttentionArgs a;
-  a.n_new = c.n_new;
-  a.n_head = c.n_head;
-  a.n_head_kv = c.n_head_kv;
-  a.head_dim = c.head_dim;
-  a.scale = 1.0f / std::sqrt(float(c.head_dim));
-  a.q = DevPtr<const float>(d.q.data());  // CPU backend: host memory is device memory
-  a.k_new = DevPtr<const f16_t>(d.k_new.data());
+  static_cast<AttentionQuery&>(a) = HostQuery(d);
   a.v_new = DevPtr<const f16_t>(d.v_new.data());
   a.n_prefix = int(visible.size());
   a.k_prefix = DevPtr<const f16_t>(kp.data());
@@ -209,13 +209,7 @@ TEST_P(AttentionTest, ScoreKeysEqualsAttentionImportance) {
     }
   std::vector<float> imp(q_heads.size() * c.n_ctx, -1.0f);
   ScoreKeysArgs a;
-  a.n_new = c.n_new;
-  a.n_head = c.n_head;
-  a.n_head_kv = c.n_head_kv;
-  a.head_dim = c.head_dim;
-  a.scale = 1.0f / std::sqrt(float(c.head_dim));
-  a.q = DevPtr<const float>(d.q.data());
-  a.k_new = DevPtr<const f16_t>(d.k_new.data());
+  static_cast<AttentionQuery&>(a) = HostQuery(d);
   a.n_prefix = c.n_ctx;
   a.k_prefix = DevPtr<const f16_t>(keys.data());
   a.prefix_kv_heads = kv_heads;

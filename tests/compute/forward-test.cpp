@@ -1,4 +1,4 @@
-// Forward and Generator on small random models built in memory: the layer-wise interface
+// Forward and Generator on small random models (RandomModel): the layer-wise interface
 // (prefix KV, exported KV, importance, probe scores) against one-shot runs of the same model,
 // ubatching, the generator's contracts (context limit, stop tokens, streaming, cancellation).
 #include <gtest/gtest.h>
@@ -14,77 +14,20 @@
 #include "engine/compute/cpu-backend.h"
 #include "engine/compute/forward.h"
 #include "engine/compute/sampler.h"
+#include "engine/model/random-model.h"
 
 namespace impress {
 namespace {
 
-Tensor Rand(std::mt19937& rng, std::vector<int64_t> shape, float scale, float offset = 0.0f) {
-  Tensor t;
-  t.shape = shape;
-  int64_t n = 1;
-  for (auto d : shape) n *= d;
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  t.data.resize(n);
-  for (auto& x : t.data) x = offset + scale * nd(rng);
-  return t;
-}
-
-Model RandomModel(Arch arch, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Model m;
-  ModelConfig& c = m.config;
-  c.arch = arch;
-  c.name = arch == Arch::kLlama ? "random-llama" : "random-opt";
-  c.n_vocab = 97;
-  c.n_ctx_train = 256;
-  c.n_embd = 48;
-  c.n_layer = 3;
-  c.n_head = 6;
-  c.n_head_kv = arch == Arch::kLlama ? 2 : 6;
-  c.head_dim = 8;
-  c.n_ff = 80;
-  c.rope_theta = 10000.0f;
-  if (arch == Arch::kLlama) {
-    c.rope_scaling.type = RopeScalingType::kLlama3;
-    c.rope_scaling.factor = 4.0f;
-    c.rope_scaling.original_ctx = 32;
-  }
-  const int64_t e = c.n_embd, nq = c.n_head * c.head_dim, nkv = c.n_head_kv * c.head_dim;
-  auto lin = [&](int64_t o, int64_t i) { return Rand(rng, {o, i}, 1.5f / std::sqrt(float(i))); };
-  ModelWeights& w = m.weights;
-  w.tok_embd = Rand(rng, {c.n_vocab, e}, 1.0f);
-  w.output_norm = Rand(rng, {e}, 0.1f, 1.0f);
-  if (arch == Arch::kOpt) {
-    w.pos_embd = Rand(rng, {c.n_ctx_train + 2, e}, 0.5f);
-    w.output_norm_b = Rand(rng, {e}, 0.1f);
-  } else {
-    w.output = lin(c.n_vocab, e);
-  }
-  for (int il = 0; il < c.n_layer; ++il) {
-    LayerWeights l;
-    l.attn_norm = Rand(rng, {e}, 0.1f, 1.0f);
-    l.ffn_norm = Rand(rng, {e}, 0.1f, 1.0f);
-    l.wq = lin(nq, e);
-    l.wk = lin(nkv, e);
-    l.wv = lin(nkv, e);
-    l.wo = lin(e, nq);
-    l.w_up = lin(c.n_ff, e);
-    l.w_down = lin(e, c.n_ff);
-    if (arch == Arch::kLlama) {
-      l.w_gate = lin(c.n_ff, e);
-    } else {
-      l.attn_norm_b = Rand(rng, {e}, 0.1f);
-      l.ffn_norm_b = Rand(rng, {e}, 0.1f);
-      l.bq = Rand(rng, {nq}, 0.1f);
-      l.bk = Rand(rng, {nkv}, 0.1f);
-      l.bv = Rand(rng, {nkv}, 0.1f);
-      l.bo = Rand(rng, {e}, 0.1f);
-      l.b_up = Rand(rng, {c.n_ff}, 0.1f);
-      l.b_down = Rand(rng, {e}, 0.1f);
-    }
-    w.layers.push_back(std::move(l));
-  }
-  return m;
+// A random tiny model: GQA 6/2 with Llama-3 RoPE scaling, or OPT with biases and learned positions.
+Model TinyModel(Arch arch, uint32_t seed) {
+  const bool llama = arch == Arch::kLlama;
+  ModelConfig c{.arch = arch, .name = llama ? "random-llama" : "random-opt", .n_vocab = 97, .n_ctx_train = 256,
+                .n_embd = 48, .n_layer = 3, .n_head = 6, .n_head_kv = llama ? 2 : 6, .head_dim = 8, .n_ff = 80};
+  if (llama) c.rope_scaling = {.type = RopeScalingType::kLlama3, .factor = 4.0f, .original_ctx = 32};
+  auto m = RandomModel(c, {.seed = seed, .linear_gain = 1.5f});
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(*m) : Model{};
 }
 
 std::vector<int32_t> Tokens(int n, uint32_t seed, int n_vocab) {
@@ -124,10 +67,29 @@ std::vector<float> OneShot(Forward& f, const std::vector<int32_t>& toks) {
   return logits;
 }
 
+// Every layer's K and V of a prefix, fp16 (n_prefix, kv_row) per layer, in host memory.
+struct HostPrefixKv {
+  std::vector<std::vector<f16_t>> k, v;
+};
+
+// A prefix pass that exports each layer's K/V (host memory is device memory on the CPU backend).
+HostPrefixKv ExportPrefix(Forward& f, std::span<const int32_t> prefix) {
+  const int n_p = int(prefix.size()), n_layer = f.config().n_layer;
+  HostPrefixKv kv{std::vector<std::vector<f16_t>>(n_layer, std::vector<f16_t>(size_t(n_p) * f.kv_row())), {}};
+  kv.v = kv.k;
+  EXPECT_TRUE(f.Begin(prefix, Iota(n_p, 0)).ok());
+  for (int il = 0; il < n_layer; ++il) {
+    EXPECT_TRUE(f.ComputeQKV(il).ok());
+    EXPECT_TRUE(f.ExportKVToHost(il, kv.k[il].data(), kv.v[il].data()).ok());
+    EXPECT_TRUE(f.Attend(il, PrefixKV{}).ok());
+  }
+  return kv;
+}
+
 class ForwardTest : public ::testing::TestWithParam<Arch> {
  protected:
   void SetUp() override {
-    model_ = RandomModel(GetParam(), 42);
+    model_ = TinyModel(GetParam(), 42);
     be_ = MakeCpuBackend({2});
     auto f = Forward::Create(model_, *be_, {64});
     ASSERT_TRUE(f.ok()) << f.status().ToString();
@@ -141,18 +103,12 @@ class ForwardTest : public ::testing::TestWithParam<Arch> {
 TEST_P(ForwardTest, LayerwiseWithExportedPrefixKvEqualsOneShot) {
   Forward& f = *fwd_;
   const ModelConfig& c = f.config();
-  const int n_p = 40, n_q = 11, kv = f.kv_row();
+  const int n_p = 40, n_q = 11;
   const auto toks = Tokens(n_p + n_q, 1, c.n_vocab);
   const std::vector<float> want = OneShot(f, toks);
 
-  // Prefix pass: export each layer's K/V (host memory is device memory on the CPU backend).
-  std::vector<std::vector<f16_t>> k(c.n_layer, std::vector<f16_t>(size_t(n_p) * kv)), v = k;
-  ASSERT_TRUE(f.Begin(std::span(toks).first(n_p), Iota(n_p, 0)).ok());
-  for (int il = 0; il < c.n_layer; ++il) {
-    ASSERT_TRUE(f.ComputeQKV(il).ok());
-    ASSERT_TRUE(f.ExportKVToHost(il, k[il].data(), v[il].data()).ok());
-    ASSERT_TRUE(f.Attend(il, PrefixKV{}).ok());
-  }
+  const auto [k, v] = ExportPrefix(f, std::span(toks).first(n_p));
+  ASSERT_FALSE(HasFailure());
   // Query pass over the exported prefix.
   const auto prefix_pos = Iota(n_p, 0);
   ASSERT_TRUE(f.Begin(std::span(toks).subspan(n_p), Iota(n_q, n_p)).ok());
@@ -174,13 +130,8 @@ TEST_P(ForwardTest, ProbeScoresEqualAttendImportanceAndSumToRows) {
   const ModelConfig& c = f.config();
   const int n_p = 30, n_q = 9, kv = f.kv_row(), hd = c.head_dim;
   const auto toks = Tokens(n_p + n_q, 2, c.n_vocab);
-  std::vector<std::vector<f16_t>> k(c.n_layer, std::vector<f16_t>(size_t(n_p) * kv)), v = k;
-  ASSERT_TRUE(f.Begin(std::span(toks).first(n_p), Iota(n_p, 0)).ok());
-  for (int il = 0; il < c.n_layer; ++il) {
-    ASSERT_TRUE(f.ComputeQKV(il).ok());
-    ASSERT_TRUE(f.ExportKVToHost(il, k[il].data(), v[il].data()).ok());
-    ASSERT_TRUE(f.Attend(il, PrefixKV{}).ok());
-  }
+  const auto [k, v] = ExportPrefix(f, std::span(toks).first(n_p));
+  ASSERT_FALSE(HasFailure());
   ASSERT_TRUE(f.Begin(std::span(toks).subspan(n_p), Iota(n_q, n_p)).ok());
   const std::vector<int> probe_kv = {0};
   std::vector<int> probe_q;  // the query heads of kv head 0

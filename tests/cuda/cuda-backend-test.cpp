@@ -25,9 +25,11 @@
 #include "engine/compute/cuda/cuda-tier-memory.h"
 #include "engine/compute/forward.h"
 #include "engine/model/model-loader.h"
+#include "engine/model/random-model.h"
 #include "chat/conversation.h"
 #include "chat/document.h"
 #include "pipeline/impress-pipeline.h"
+#include "tests/cuda/parity-util.h"
 #include "engine/runtime/model-context.h"
 
 namespace impress {
@@ -56,32 +58,6 @@ bool HaveGpu(std::string* why) {
     std::string why_;                             \
     if (!HaveGpu(&why_)) GTEST_SKIP() << why_;    \
   } while (0)
-
-std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-std::vector<f16_t> RandomHalf(size_t n, uint32_t seed, float scale = 1.0f) {
-  const std::vector<float> f = Random(n, seed, -scale, scale);
-  std::vector<f16_t> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = Fp32ToFp16(f[i]);
-  return h;
-}
-
-double RelMaxErr(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num = std::max(num, double(std::fabs(a[i] - b[i])));
-    den = std::max(den, double(std::fabs(b[i])));
-  }
-  return num / den;
-}
 
 // Device copies of host vectors, freed with the backend's Free at scope exit.
 class DeviceArrays {
@@ -423,69 +399,15 @@ TEST_F(CudaOps, ScoreKeysMatchesCpuOnProbeSubsets) {
 
 // ---- the forward pass ---------------------------------------------------------------------
 
-Tensor Rand(std::mt19937& rng, std::vector<int64_t> shape, float scale, float offset = 0.0f) {
-  Tensor t;
-  t.shape = shape;
-  int64_t n = 1;
-  for (auto dd : shape) n *= dd;
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  t.data.resize(size_t(n));
-  for (auto& x : t.data) x = offset + scale * nd(rng);
-  return t;
-}
-
-// A random tiny model (as tests/compute/forward-test.cpp), head_dim 32 so GEMMs are not trivial.
-Model RandomModel(Arch arch, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Model m;
-  ModelConfig& c = m.config;
-  c.arch = arch;
-  c.name = arch == Arch::kLlama ? "random-llama" : "random-opt";
-  c.n_vocab = 300;
-  c.n_ctx_train = 1024;
-  c.n_embd = 128;
-  c.n_layer = 3;
-  c.n_head = 4;
-  c.n_head_kv = arch == Arch::kLlama ? 2 : 4;
-  c.head_dim = 32;
-  c.n_ff = 256;
-  c.rope_theta = 10000.0f;
-  const int64_t e = c.n_embd, nq = c.n_head * c.head_dim, nkv = c.n_head_kv * c.head_dim;
-  auto lin = [&](int64_t o, int64_t i) { return Rand(rng, {o, i}, 1.0f / std::sqrt(float(i))); };
-  ModelWeights& w = m.weights;
-  w.tok_embd = Rand(rng, {c.n_vocab, e}, 1.0f);
-  w.output_norm = Rand(rng, {e}, 0.1f, 1.0f);
-  if (arch == Arch::kOpt) {
-    w.pos_embd = Rand(rng, {c.n_ctx_train + 2, e}, 0.5f);
-    w.output_norm_b = Rand(rng, {e}, 0.1f);
-  } else {
-    w.output = lin(c.n_vocab, e);
-  }
-  for (int il = 0; il < c.n_layer; ++il) {
-    LayerWeights l;
-    l.attn_norm = Rand(rng, {e}, 0.1f, 1.0f);
-    l.ffn_norm = Rand(rng, {e}, 0.1f, 1.0f);
-    l.wq = lin(nq, e);
-    l.wk = lin(nkv, e);
-    l.wv = lin(nkv, e);
-    l.wo = lin(e, nq);
-    l.w_up = lin(c.n_ff, e);
-    l.w_down = lin(e, c.n_ff);
-    if (arch == Arch::kLlama) {
-      l.w_gate = lin(c.n_ff, e);
-    } else {
-      l.attn_norm_b = Rand(rng, {e}, 0.1f);
-      l.ffn_norm_b = Rand(rng, {e}, 0.1f);
-      l.bq = Rand(rng, {nq}, 0.1f);
-      l.bk = Rand(rng, {nkv}, 0.1f);
-      l.bv = Rand(rng, {nkv}, 0.1f);
-      l.bo = Rand(rng, {e}, 0.1f);
-      l.b_up = Rand(rng, {c.n_ff}, 0.1f);
-      l.b_down = Rand(rng, {e}, 0.1f);
-    }
-    w.layers.push_back(std::move(l));
-  }
-  return m;
+// A random tiny model (RandomModel), head_dim 32 so GEMMs are not trivial.
+Model TinyModel(Arch arch, uint32_t seed) {
+  const bool llama = arch == Arch::kLlama;
+  const ModelConfig c{.arch = arch, .name = llama ? "random-llama" : "random-opt", .n_vocab = 300,
+                      .n_ctx_train = 1024, .n_embd = 128, .n_layer = 3, .n_head = 4, .n_head_kv = llama ? 2 : 4,
+                      .head_dim = 32, .n_ff = 256};
+  auto m = RandomModel(c, {.seed = seed});
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(*m) : Model{};
 }
 
 // Logits of the last `n_rows` prompt tokens after a ubatched prefill (prefix KV from the cache
@@ -511,7 +433,7 @@ class CudaForward : public ::testing::TestWithParam<Arch> {};
 
 TEST_P(CudaForward, TinyModelLogitsMatchCpu) {
   REQUIRE_GPU();
-  const Model m = RandomModel(GetParam(), 11);
+  const Model m = TinyModel(GetParam(), 11);
   std::mt19937 rng(5);
   std::vector<int32_t> toks(300);
   for (auto& t : toks) t = int32_t(rng() % 300);

@@ -14,35 +14,10 @@
 #include "engine/compute/cpu-backend.h"
 #include "engine/compute/cuda/cuda-kernel-bodies.cuh"
 #include "engine/compute/cuda/cuda-plan.h"
+#include "tests/cuda/parity-util.h"
 
 namespace impress::cuda {
 namespace {
-
-std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-std::vector<uint16_t> RandomHalf(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::vector<float> f = Random(n, seed, -scale, scale);
-  std::vector<uint16_t> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = Fp32ToFp16(f[i]);
-  return h;
-}
-
-// Max |a - b| / (max |b| + tiny): one number per tensor, robust to values near zero.
-double RelMaxErr(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    num = std::max(num, double(std::fabs(a[i] - b[i])));
-    den = std::max(den, double(std::fabs(b[i])));
-  }
-  return num / den;
-}
 
 // Runs the plan's bodies through the emulator.
 struct HostRunner {
@@ -196,6 +171,12 @@ std::ostream& operator<<(std::ostream& os, const AttnCase& c) {
             << " head_dim " << c.head_dim << (c.include_new ? " include_new" : "") << " split " << c.forced_split;
 }
 
+// The query side of a case's attention arguments, on host arrays (the CPU backend's "device").
+AttentionQuery HostQuery(const AttnCase& c, const std::vector<float>& q, const std::vector<f16_t>& k_new) {
+  return MakeAttentionQuery(c.n_new, c.n_head, c.n_head_kv, c.head_dim, DevPtr<const float>(q.data()),
+                            DevPtr<const f16_t>(k_new.data()));
+}
+
 class AttentionEmulation : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(AttentionEmulation, MatchesCpuBackend) {
@@ -210,13 +191,7 @@ TEST_P(AttentionEmulation, MatchesCpuBackend) {
   const float scale = 1.0f / std::sqrt(float(hd));
 
   AttentionArgs a;
-  a.n_new = c.n_new;
-  a.n_head = c.n_head;
-  a.n_head_kv = c.n_head_kv;
-  a.head_dim = hd;
-  a.scale = scale;
-  a.q = DevPtr<const float>(q.data());
-  a.k_new = DevPtr<const f16_t>(kn.data());
+  static_cast<AttentionQuery&>(a) = HostQuery(c, q, kn);
   a.v_new = DevPtr<const f16_t>(vn.data());
   a.n_prefix = c.n_prefix;
   a.k_prefix = DevPtr<const f16_t>(kp.data());
@@ -288,13 +263,7 @@ TEST_P(ScoreKeysEmulation, MatchesCpuBackend) {
   const float scale = 1.0f / std::sqrt(float(hd));
 
   ScoreKeysArgs a;
-  a.n_new = c.n_new;
-  a.n_head = c.n_head;
-  a.n_head_kv = c.n_head_kv;
-  a.head_dim = hd;
-  a.scale = scale;
-  a.q = DevPtr<const float>(q.data());
-  a.k_new = DevPtr<const f16_t>(kn.data());
+  static_cast<AttentionQuery&>(a) = HostQuery(c, q, kn);
   a.n_prefix = c.n_prefix;
   a.k_prefix = DevPtr<const f16_t>(kp.data());
   a.prefix_kv_heads = prefix_kv;

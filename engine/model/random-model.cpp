@@ -1,0 +1,176 @@
+// RandomModel and KnownModelShape: see random-model.h.
+#include "engine/model/random-model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace impress {
+
+namespace {
+
+constexpr size_t kBlockValues = size_t(1) << 16;  // values per independently seeded block
+constexpr int64_t kMaxValues = int64_t(1) << 40;
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// One tensor to fill: offset + scale * N(0, 1), element by element.
+struct Fill {
+  Tensor* t;
+  float scale;
+  float offset;
+};
+
+// The tensors of `c`, in a fixed order (the order is part of the values: tensor i's blocks are
+// seeded with i), shaped but not yet filled.
+class Planner {
+ public:
+  Planner(const ModelConfig& c, float linear_gain) : c_(c), gain_(linear_gain) {}
+
+  std::vector<Fill> Plan(ModelWeights& w) {
+    const int64_t e = c_.n_embd, nq = int64_t(c_.n_head) * c_.head_dim, nkv = int64_t(c_.n_head_kv) * c_.head_dim;
+    const int64_t ff = c_.n_ff, vocab = c_.n_vocab;
+    const bool opt = c_.arch == Arch::kOpt;
+    const int64_t e_in = opt && c_.word_embed_proj_dim > 0 ? c_.word_embed_proj_dim : e;
+    Add(w.tok_embd, {vocab, e_in}, 1.0f);
+    if (opt) {
+      Add(w.pos_embd, {int64_t(c_.n_ctx_train) + c_.pos_offset, e}, 0.5f);
+      if (e_in != e) {
+        Linear(w.project_in, e, e_in);
+        Linear(w.project_out, e_in, e);
+      }
+      if (c_.do_layer_norm_before) {
+        Norm(w.output_norm, e);
+        Add(w.output_norm_b, {e}, 0.1f);
+      }
+    } else {
+      Norm(w.output_norm, e);
+      if (!c_.tied_embeddings) Linear(w.output, vocab, e);
+    }
+    w.layers.resize(size_t(c_.n_layer));
+    for (LayerWeights& l : w.layers) {
+      Norm(l.attn_norm, e);
+      Norm(l.ffn_norm, e);
+      Linear(l.wq, nq, e);
+      Linear(l.wk, nkv, e);
+      Linear(l.wv, nkv, e);
+      Linear(l.wo, e, nq);
+      Linear(l.w_up, ff, e);
+      Linear(l.w_down, e, ff);
+      if (!opt) {
+        Linear(l.w_gate, ff, e);
+        continue;
+      }
+      Add(l.attn_norm_b, {e}, 0.1f);
+      Add(l.ffn_norm_b, {e}, 0.1f);
+      Add(l.bq, {nq}, 0.1f);
+      Add(l.bk, {nkv}, 0.1f);
+      Add(l.bv, {nkv}, 0.1f);
+      Add(l.bo, {e}, 0.1f);
+      Add(l.b_up, {ff}, 0.1f);
+      Add(l.b_down, {e}, 0.1f);
+    }
+    return std::move(fills_);
+  }
+
+ private:
+  void Add(Tensor& t, std::vector<int64_t> shape, float scale, float offset = 0.0f) {
+    t.shape = std::move(shape);
+    fills_.push_back({&t, scale, offset});
+  }
+  void Linear(Tensor& t, int64_t n_out, int64_t n_in) { Add(t, {n_out, n_in}, gain_ / std::sqrt(float(n_in))); }
+  void Norm(Tensor& t, int64_t n) { Add(t, {n}, 0.1f, 1.0f); }
+
+  const ModelConfig& c_;
+  const float gain_;
+  std::vector<Fill> fills_;
+};
+
+int64_t Elements(const Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;  // no overflow: each dimension < 2^31, at most two
+  return n;
+}
+
+// Fills every planned tensor, block by block, on n_threads workers.
+void FillAll(const std::vector<Fill>& fills, uint64_t seed, int n_threads) {
+  std::vector<std::pair<uint32_t, uint64_t>> jobs;  // (fill, block)
+  for (uint32_t i = 0; i < fills.size(); ++i) {
+    const size_t n = fills[i].t->data.size();
+    for (uint64_t b = 0; b * kBlockValues < n; ++b) jobs.emplace_back(i, b);
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t j; (j = next.fetch_add(1, std::memory_order_relaxed)) < jobs.size();) {
+      const auto [i, b] = jobs[j];
+      const Fill& f = fills[i];
+      std::mt19937_64 rng(SplitMix64(seed ^ SplitMix64((uint64_t(i) << 40) | b)));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float>& d = f.t->data;
+      const size_t end = std::min(d.size(), size_t(b + 1) * kBlockValues);
+      for (size_t k = size_t(b) * kBlockValues; k < end; ++k) d[k] = f.offset + f.scale * nd(rng);
+    }
+  };
+  n_threads = int(std::min<size_t>(size_t(std::max(1, n_threads)), std::max<size_t>(1, jobs.size())));
+  std::vector<std::thread> workers;
+  for (int w = 1; w < n_threads; ++w) workers.emplace_back(work);
+  work();
+  for (auto& t : workers) t.join();
+}
+
+}  // namespace
+
+Result<Model> RandomModel(const ModelConfig& config, const RandomModelOptions& options) {
+  const ModelConfig& c = config;
+  const bool opt = c.arch == Arch::kOpt;
+  if (c.n_vocab <= 0 || c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.head_dim <= 0 ||
+      c.n_ff <= 0 || c.n_head % c.n_head_kv != 0 || c.word_embed_proj_dim < 0 ||
+      (opt && (c.n_ctx_train <= 0 || c.pos_offset < 0)))
+    return Status::InvalidArgument("random model '" + c.name + "': bad dimensions (n_vocab " +
+                                   std::to_string(c.n_vocab) + ", n_embd " + std::to_string(c.n_embd) + ", n_layer " +
+                                   std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", n_head_kv " +
+                                   std::to_string(c.n_head_kv) + ", head_dim " + std::to_string(c.head_dim) +
+                                   ", n_ff " + std::to_string(c.n_ff) + ")");
+  Model m;
+  m.config = c;
+  const std::vector<Fill> fills = Planner(c, options.linear_gain).Plan(m.weights);
+  int64_t total = 0;
+  for (const Fill& f : fills) {
+    total += Elements(*f.t);
+    if (total > kMaxValues) return Status::InvalidArgument("random model '" + c.name + "': more than 2^40 weights");
+  }
+  for (const Fill& f : fills) f.t->data.resize(size_t(Elements(*f.t)));
+  const int n_threads = options.n_threads > 0 ? options.n_threads : int(std::thread::hardware_concurrency());
+  FillAll(fills, options.seed, n_threads);
+  return m;
+}
+
+Result<ModelConfig> KnownModelShape(std::string_view name) {
+  ModelConfig c;
+  c.arch = Arch::kLlama;
+  c.norm_eps = 1e-5f;
+  if (name == "smollm2") {  // SmolLM2-135M
+    c.name = "random (SmolLM2-135M shapes)";
+    c.n_vocab = 49152, c.n_ctx_train = 8192, c.n_embd = 576, c.n_layer = 30, c.n_head = 9, c.n_head_kv = 3;
+    c.head_dim = 64, c.n_ff = 1536, c.rope_theta = 100000.0f, c.tied_embeddings = true;
+  } else if (name == "llama2-7b") {  // the paper's Llama-2-7B
+    c.name = "random (Llama-2-7B shapes)";
+    c.n_vocab = 32000, c.n_ctx_train = 4096, c.n_embd = 4096, c.n_layer = 32, c.n_head = 32, c.n_head_kv = 32;
+    c.head_dim = 128, c.n_ff = 11008, c.rope_theta = 10000.0f;
+  } else {
+    return Status::InvalidArgument("unknown model shape '" + std::string(name) + "' (smollm2|llama2-7b)");
+  }
+  return c;
+}
+
+}  // namespace impress
