@@ -1,5 +1,5 @@
-// impress bench engine|store [--json]: the benchmarks, each printing a table and, with --json,
-// one JSON object with its numbers. Not tests: the numbers are for people and the README.
+// impress bench engine|store|pipeline [--json]: the benchmarks, each printing a table and, with
+// --json, one JSON object with its numbers. Not tests: the numbers are for people and the README.
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -7,11 +7,13 @@
 
 #include "app/commands.h"
 #include "app/progress-bar.h"
+#include "bench/cuda-bench.h"
 #include "bench/engine-bench.h"
-#include "engine/model/model-loader.h"
-#include "engine/runtime/model-context.h"
 #include "bench/pipeline-bench.h"
 #include "bench/store-bench.h"
+#include "engine/model/model-loader.h"
+#include "engine/model/random-model.h"
+#include "engine/runtime/model-context.h"
 
 namespace impress::app {
 namespace {
@@ -51,28 +53,130 @@ nlohmann::json SummaryJson(const SystemSummary& s) {
             {"other", b.other_ms}}}};
 }
 
-}  // namespace
+// The CPU engine benchmark, printed; the exit status.
+int RunCpuEngineBench(const Model& model, const ForwardTimingOptions& forward, int n_threads, bool json) {
+  ProgressBar bar("benchmark");
+  const EngineBenchOptions opts{.n_threads = n_threads, .forward = forward, .progress = bar.AsFn()};
+  auto r = RunEngineBenchmark(model, opts);
+  bar.Finish();
+  if (!r.ok()) {
+    spdlog::error("{}", r.status().ToString());
+    return 1;
+  }
+  PrintJsonOrTable(json, nlohmann::json{
+                             {"model", model.config.name},
+                             {"threads", r->n_threads},
+                             {"prefill_tokens_short", r->speed.n_prefill_short},
+                             {"prefill_tokens_long", r->speed.n_prefill_long},
+                             {"prefill_tok_s_512", r->speed.prefill_tok_s_short},
+                             {"prefill_tok_s_4096", r->speed.prefill_tok_s_long},
+                             {"decode_tok_s", r->speed.decode_tok_s},
+                             {"prefill_gflops", r->prefill_gflops},
+                             {"sgemm_gflops", r->sgemm_gflops},
+                             {"prefill_vs_sgemm", r->prefill_vs_sgemm},
+                             {"peak_rss_mb", r->peak_rss_mb},
+                             {"weights_mb", r->weights_mb},
+                             {"kv_cache_mb", r->kv_cache_mb},
+                             {"rss_vs_weights_kv", r->peak_rss_mb / std::max(1.0, r->weights_mb + r->kv_cache_mb)},
+                         });
+  return 0;
+}
 
-void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code) {
-  CLI::App* bench = app.add_subcommand("bench", "benchmarks (engine speed, store bandwidth)");
-  bench->require_subcommand(1);
+// The CUDA engine benchmark, printed; the exit status.
+int RunCudaEngineBench(const Model& model, const ForwardTimingOptions& forward, const std::string& gemm, bool json) {
+  CudaBenchOptions opts;
+  opts.forward = forward;
+  if (!gemm.empty()) {
+    auto g = ParseCudaGemmPrecision(gemm);
+    if (!g.ok()) {
+      spdlog::error("{}", g.status().ToString());
+      return 2;
+    }
+    opts.gemm = *g;
+  }
+  ProgressBar bar("benchmark");
+  opts.progress = bar.AsFn();
+  auto r = RunCudaEngineBenchmark(model, opts);
+  bar.Finish();
+  if (!r.ok()) {
+    spdlog::error("{}", r.status().ToString());
+    return 1;
+  }
+  if (!json) {
+    std::cout << fmt::format("{:<28} {}\n", "model", model.config.name) << FormatCudaBench(*r);
+    return 0;
+  }
+  std::cout << nlohmann::json{{"model", model.config.name},
+                              {"device", r->device},
+                              {"backend", r->backend},
+                              {"prefill_tokens_short", r->speed.n_prefill_short},
+                              {"prefill_tokens_long", r->speed.n_prefill_long},
+                              {"decode_tokens", r->speed.n_decode},
+                              {"prefill_tok_s_short", r->speed.prefill_tok_s_short},
+                              {"prefill_tok_s_long", r->speed.prefill_tok_s_long},
+                              {"decode_tok_s", r->speed.decode_tok_s},
+                              {"decode_ms_per_token", r->speed.decode_ms_per_token},
+                              {"prefill_tflops", r->prefill_tflops},
+                              {"model_gemm_tflops", r->model_gemm_tflops},
+                              {"peak_gemm_tflops", r->peak_gemm_tflops},
+                              {"peak_sgemm_tflops", r->peak_sgemm_tflops},
+                              {"gemm_efficiency", r->gemm_efficiency},
+                              {"prefill_vs_peak", r->prefill_vs_peak},
+                              {"weights_mb", r->weights_mb},
+                              {"kv_cache_mb", r->kv_cache_mb}}
+                   .dump(2)
+            << "\n";
+  return 0;
+}
 
+// impress bench engine: the forward pass's speed on the CPU (against OpenBLAS sgemm) or, with
+// --backend cuda, on the GPU (against the card's cuBLAS rate); on a model file or, with --shape,
+// on random weights of a known model's shape (speed does not depend on the values).
+void RegisterEngineBench(CLI::App* bench, CommonOptions* common, int* exit_code) {
   struct EngineArgs {
     bool json = false;
-    EngineBenchOptions opts;
+    std::string shape, gemm;
+    ForwardTimingOptions cpu = EngineBenchOptions{}.forward;
+    ForwardTimingOptions cuda = CudaBenchOptions{}.forward;
   };
   auto ea = std::make_shared<EngineArgs>();
-  CLI::App* engine = bench->add_subcommand("engine", "prefill and decode speed against OpenBLAS sgemm");
+  CLI::App* engine = bench->add_subcommand(
+      "engine", "prefill and decode speed against OpenBLAS sgemm (or, with --backend cuda, the card's cuBLAS rate)");
   AddCommonOptions(engine, common);
   engine->add_flag("--json", ea->json, "print JSON");
-  engine->add_option("--short", ea->opts.n_prefill_short, "short prefill length")->check(CLI::Range(1, 1 << 16));
-  engine->add_option("--long", ea->opts.n_prefill_long, "long prefill length")->check(CLI::Range(1, 1 << 16));
-  engine->add_option("--decode", ea->opts.n_decode, "decode tokens")->check(CLI::Range(1, 1 << 16));
-  engine->add_option("--repeats", ea->opts.repeats, "runs per prefill size (best kept)")->check(CLI::Range(1, 100));
+  engine->add_option("--shape", ea->shape, "random weights of a known model's shape instead of a model file")
+      ->check(CLI::IsMember({"smollm2", "llama2-7b"}))
+      ->excludes(engine->get_option("--model"));
+  engine->add_option("--gemm", ea->gemm, "GEMM precision of the CUDA backend (default f16)")
+      ->check(CLI::IsMember({"fp32", "tf32", "f16", "bf16"}));
+  // The CPU and CUDA benchmarks have their own defaults; a length given here sets both.
+  for (auto [name, cpu, gpu, max, what] :
+       {std::tuple{"--short", &ea->cpu.n_prefill_short, &ea->cuda.n_prefill_short, 1 << 16, "short prefill length"},
+        std::tuple{"--long", &ea->cpu.n_prefill_long, &ea->cuda.n_prefill_long, 1 << 16, "long prefill length"},
+        std::tuple{"--decode", &ea->cpu.n_decode, &ea->cuda.n_decode, 1 << 16, "decode tokens"},
+        std::tuple{"--repeats", &ea->cpu.repeats, &ea->cuda.repeats, 100, "runs per prefill size (best kept)"}}) {
+    engine->add_option_function<int>(name, [cpu, gpu](int v) { *cpu = *gpu = v; }, what)->check(CLI::Range(1, max));
+  }
   engine->callback([=] {
     ConfigureLogging(*common);
+    const bool cuda = common->backend == "cuda";
+    if (!ea->gemm.empty() && !cuda) {
+      spdlog::error("--gemm sets the CUDA backend's GEMM precision: add --backend cuda");
+      *exit_code = 2;
+      return;
+    }
+    if (cuda) {
+      if (auto n = CudaDeviceCount(); !n.ok()) {  // before loading or building gigabytes of weights
+        spdlog::error("{}", n.status().ToString());
+        *exit_code = 1;
+        return;
+      }
+    }
     Result<Model> model = Status::Internal("not loaded");
-    {
+    if (!ea->shape.empty()) {
+      auto shape = KnownModelShape(ea->shape);
+      model = shape.ok() ? RandomModel(*shape) : Result<Model>(shape.status());
+    } else {
       ProgressBar bar("loading model");
       model = LoadModel(ResolveModelPath(*common), bar.AsFn(), LoadOptions{.n_threads = common->threads});
     }
@@ -81,34 +185,17 @@ void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code)
       *exit_code = 1;
       return;
     }
-    EngineBenchOptions opts = ea->opts;
-    opts.n_threads = common->threads;
-    ProgressBar bar("benchmark");
-    opts.progress = bar.AsFn();
-    auto r = RunEngineBenchmark(*model, opts);
-    bar.Finish();
-    if (!r.ok()) {
-      spdlog::error("{}", r.status().ToString());
-      *exit_code = 1;
-      return;
-    }
-    PrintJsonOrTable(ea->json, nlohmann::json{
-                                   {"model", model->config.name},
-                                   {"threads", r->n_threads},
-                                   {"prefill_tokens_short", r->n_prefill_short},
-                                   {"prefill_tokens_long", r->n_prefill_long},
-                                   {"prefill_tok_s_512", r->prefill_tok_s_512},
-                                   {"prefill_tok_s_4096", r->prefill_tok_s_4096},
-                                   {"decode_tok_s", r->decode_tok_s},
-                                   {"prefill_gflops", r->prefill_gflops},
-                                   {"sgemm_gflops", r->sgemm_gflops},
-                                   {"prefill_vs_sgemm", r->prefill_vs_sgemm},
-                                   {"peak_rss_mb", r->peak_rss_mb},
-                                   {"weights_mb", r->weights_mb},
-                                   {"kv_cache_mb", r->kv_cache_mb},
-                                   {"rss_vs_weights_kv", r->peak_rss_mb / std::max(1.0, r->weights_mb + r->kv_cache_mb)},
-                               });
+    *exit_code = cuda ? RunCudaEngineBench(*model, ea->cuda, ea->gemm, ea->json)
+                      : RunCpuEngineBench(*model, ea->cpu, common->threads, ea->json);
   });
+}
+
+}  // namespace
+
+void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code) {
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks (engine speed, store bandwidth, the IMPRESS pipeline)");
+  bench->require_subcommand(1);
+  RegisterEngineBench(bench, common, exit_code);
 
   // impress bench store: a layer's batch of chunk reads vs fio at the same block size and depth.
   struct StoreArgs {

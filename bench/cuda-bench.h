@@ -2,7 +2,8 @@
 // how close its GEMMs come to the card's measured matrix rate.
 //
 // Prefill tokens/s at n_prefill_short and n_prefill_long tokens (ubatches of `ubatch`, logits of
-// the last row), decode tokens/s (one token at a time after the short prefill), the achieved
+// the last row), decode tokens/s (one token at a time after the short prefill), as TimeForward
+// measures them (forward-timing.h), the achieved
 // prefill TFLOP/s (the backend's counted operations, attention included, over the short
 // prefill's time), the model's own layer GEMM shapes (M = ubatch) through the backend in
 // TFLOP/s, and the card's matrix rate measured with cuBLAS on 8192^3 GEMMs in the same
@@ -15,6 +16,7 @@
 
 #include "base/progress.h"
 #include "base/status.h"
+#include "bench/forward-timing.h"
 #include "engine/compute/cuda/cuda-backend.h"
 #include "engine/model/model.h"
 
@@ -23,22 +25,15 @@ namespace impress {
 struct CudaBenchOptions {
   int device = 0;
   CudaGemmPrecision gemm = CudaGemmPrecision::kF16;  // IMPRESS_CUDA_GEMM overrides, as for the backend
-  int n_prefill_short = 512;
-  int n_prefill_long = 4096;
-  int n_decode = 128;
-  int ubatch = 512;
-  int repeats = 3;  // runs per measurement; the best is reported
+  // Warm-up: a whole short prefill (kernel and GEMM selection happen there).
+  ForwardTimingOptions forward{.n_decode = 128, .repeats = 3, .n_warmup = 0};
   ProgressFn progress;
 };
 
 struct CudaBenchResult {
   std::string device;   // CudaDeviceDescription
   std::string backend;  // Backend::Name()
-  int n_prefill_short = 0, n_prefill_long = 0, n_decode = 0;
-  double prefill_tok_s_short = 0;
-  double prefill_tok_s_long = 0;
-  double decode_tok_s = 0;
-  double decode_ms_per_token = 0;
+  ForwardSpeed speed;
   double prefill_tflops = 0;      // achieved at the short prefill
   double model_gemm_tflops = 0;   // the model's layer GEMMs through the backend (M = ubatch)
   double peak_gemm_tflops = 0;    // cuBLAS 8192^3 in the backend's GEMM precision

@@ -1,0 +1,103 @@
+// TimeForward and the shape-derived sizes: see forward-timing.h.
+#include "bench/forward-timing.h"
+
+#include <algorithm>
+#include <random>
+#include <span>
+
+#include "engine/compute/forward.h"
+
+namespace impress {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Status BenchStep(const ProgressFn& progress, uint64_t done, uint64_t total, std::string_view what) {
+  return ReportProgress(progress, done, total, what) ? Status::Ok() : Status::Cancelled("benchmark cancelled");
+}
+
+Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const ForwardTimingOptions& o,
+                                 const ProgressFn& progress, int n_steps,
+                                 const std::function<Status()>& check_backend) {
+  const ModelConfig& c = model.config;
+  ForwardSpeed r;
+  int n_ctx = c.n_ctx_train > 0 ? c.n_ctx_train : 4096;
+  if (c.arch == Arch::kOpt) n_ctx = std::min<int>(n_ctx, int(model.weights.pos_embd.rows()) - c.pos_offset);
+  r.n_prefill_long = std::min(o.n_prefill_long, n_ctx);
+  r.n_prefill_short = std::min(o.n_prefill_short, r.n_prefill_long);
+  r.n_decode = std::max(1, std::min(o.n_decode, n_ctx - r.n_prefill_short));
+  r.n_cache = std::max(r.n_prefill_long, r.n_prefill_short + r.n_decode);
+  IMPRESS_ASSIGN_OR_RETURN(auto gen, Generator::Create(model, backend, {r.n_cache, o.ubatch}));
+
+  std::mt19937 rng(7);
+  std::vector<int32_t> toks(size_t(r.n_cache));
+  for (auto& t : toks) t = int32_t(rng() % uint32_t(c.n_vocab));
+  const std::span<const int32_t> all(toks);
+  std::vector<float> logits;
+  auto step = [&](uint64_t done, std::string_view what) { return BenchStep(progress, done, uint64_t(n_steps), what); };
+  auto check = [&] { return check_backend ? check_backend() : Status::Ok(); };
+  // The fastest of n_runs prefills of n tokens from an empty cache.
+  auto best_prefill = [&](int n, int n_runs, double* flops) -> Result<double> {
+    double best_s = 1e30;
+    for (int rep = 0; rep < std::max(1, n_runs); ++rep) {
+      gen->Reset();
+      backend.ResetFlops();
+      const auto t0 = std::chrono::steady_clock::now();
+      IMPRESS_RETURN_IF_ERROR(gen->Eval(all.first(size_t(n)), &logits));
+      const double s = SecondsSince(t0);
+      if (s < best_s) {
+        best_s = s;
+        if (flops) *flops = backend.Flops();
+      }
+    }
+    return best_s;
+  };
+
+  // Warm-up: first touch of the weights and buffers (and, on a GPU, kernel and GEMM selection).
+  IMPRESS_RETURN_IF_ERROR(step(0, "warm-up"));
+  const int n_warmup = o.n_warmup > 0 ? std::min(o.n_warmup, r.n_prefill_short) : r.n_prefill_short;
+  IMPRESS_RETURN_IF_ERROR(gen->Eval(all.first(size_t(n_warmup)), &logits));
+  IMPRESS_RETURN_IF_ERROR(check());
+
+  IMPRESS_RETURN_IF_ERROR(step(1, "prefill short"));
+  double flops = 0;
+  IMPRESS_ASSIGN_OR_RETURN(const double short_s, best_prefill(r.n_prefill_short, o.repeats, &flops));
+  r.prefill_tok_s_short = r.n_prefill_short / short_s;
+  r.prefill_flop_s = flops / short_s;
+
+  IMPRESS_RETURN_IF_ERROR(step(2, "decode"));  // continues the last short prefill's cache
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < r.n_decode; ++i)
+    IMPRESS_RETURN_IF_ERROR(gen->Eval(all.subspan(size_t(r.n_prefill_short + i), 1), &logits));
+  const double decode_s = SecondsSince(t0);
+  r.decode_tok_s = r.n_decode / decode_s;
+  r.decode_ms_per_token = decode_s * 1e3 / r.n_decode;
+
+  IMPRESS_RETURN_IF_ERROR(step(3, "prefill long"));
+  IMPRESS_ASSIGN_OR_RETURN(const double long_s, best_prefill(r.n_prefill_long, o.repeats - 1, nullptr));
+  r.prefill_tok_s_long = r.n_prefill_long / long_s;
+  IMPRESS_RETURN_IF_ERROR(check());
+  return r;
+}
+
+std::vector<LayerGemm> LayerGemmShapes(const ModelConfig& c) {
+  const int e = c.n_embd, nq = c.n_head * c.head_dim, nkv = c.n_head_kv * c.head_dim, ff = c.n_ff;
+  std::vector<LayerGemm> shapes = {{nq, e}, {nkv, e}, {nkv, e}, {e, nq}, {ff, e}, {e, ff}};
+  if (c.arch == Arch::kLlama) shapes.push_back({ff, e});
+  return shapes;
+}
+
+double WeightsMb(const Model& model) {
+  const ModelWeights& w = model.weights;
+  size_t n = w.tok_embd.data.size() + w.output.data.size() + w.pos_embd.data.size();
+  for (const auto& l : w.layers)
+    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) n += t->data.size();
+  return double(n) * 4.0 / (1 << 20);
+}
+
+double KvCacheMb(const ModelConfig& c, int n_cache) {
+  return 2.0 * c.n_layer * n_cache * c.n_head_kv * c.head_dim * 2.0 / (1 << 20);
+}
+
+}  // namespace impress

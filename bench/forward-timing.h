@@ -1,0 +1,67 @@
+// The measurement both engine benchmarks (CPU: engine-bench.h, CUDA: cuda-bench.h) make of the
+// forward pass, and the sizes they derive alike from a model's shape.
+//
+// TimeForward: a warm-up prefill, then the best of `repeats` prefills of n_prefill_short tokens
+// (with the backend's counted operations of the fastest), decode one token at a time after the
+// short prefill, and the best of repeats - 1 prefills of n_prefill_long tokens. Lengths are
+// shortened to the model's context (OPT: its learned positions). Random token ids; the times do
+// not depend on them.
+//
+// Thread contract: runs on the calling thread (plus the backend's workers); the backend must not
+// be used by anyone else meanwhile.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "base/progress.h"
+#include "base/status.h"
+#include "engine/compute/backend.h"
+#include "engine/model/model.h"
+
+namespace impress {
+
+struct ForwardTimingOptions {
+  int n_prefill_short = 512;
+  int n_prefill_long = 4096;
+  int n_decode = 64;
+  int ubatch = 512;
+  int repeats = 2;    // runs per prefill size (the long one: repeats - 1); the best is reported
+  int n_warmup = 64;  // tokens of the warm-up prefill; 0: n_prefill_short
+};
+
+struct ForwardSpeed {
+  int n_prefill_short = 0, n_prefill_long = 0, n_decode = 0;  // as run, after shortening
+  int n_cache = 0;                                            // the generator's KV cache, in tokens
+  double prefill_tok_s_short = 0;                             // at n_prefill_short tokens
+  double prefill_tok_s_long = 0;                              // at n_prefill_long tokens
+  double decode_tok_s = 0;
+  double decode_ms_per_token = 0;
+  double prefill_flop_s = 0;  // the backend's counted operations over the fastest short prefill
+};
+
+// Progress: reports steps 0..3 of n_steps ("warm-up", "prefill short", "decode", "prefill long");
+// the caller reports the rest; Cancelled when progress returns false. check_backend, when set,
+// runs after the warm-up and at the end: a backend whose errors surface late (CUDA) says there
+// whether the timed runs were real.
+Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const ForwardTimingOptions& options,
+                                 const ProgressFn& progress, int n_steps,
+                                 const std::function<Status()>& check_backend = {});
+
+double SecondsSince(std::chrono::steady_clock::time_point t0);
+
+// Reports step `done` of `total`; Cancelled ("benchmark cancelled") when progress says stop.
+Status BenchStep(const ProgressFn& progress, uint64_t done, uint64_t total, std::string_view what);
+
+// One layer's GEMMs as the forward pass issues them, (n_out, n_in) of each weight: Q, K, V, O,
+// up, down, and gate for Llama.
+struct LayerGemm {
+  int n, k;
+};
+std::vector<LayerGemm> LayerGemmShapes(const ModelConfig& c);
+
+double WeightsMb(const Model& model);                 // fp32 embeddings, output and layer matrices
+double KvCacheMb(const ModelConfig& c, int n_cache);  // fp16 K and V of every layer
+
+}  // namespace impress
