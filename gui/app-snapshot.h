@@ -8,6 +8,7 @@
 // stream copies only the chat text.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,6 +34,9 @@ struct TuningSettings {
   float temperature = 0.0f;           // 0 = greedy
   int fidelity_tokens = 8;            // greedy tokens compared by "ask again" against full KV
 };
+
+// A budget knob (MiB, negative read as 0) in bytes.
+inline uint64_t MibBytes(double mb) { return uint64_t(std::max(0.0, mb) * double(1 << 20)); }
 
 enum class WorkerPhase { kStarting, kLoading, kIdle, kIngesting, kPrefill, kDecoding, kFidelity, kStoring, kFailed };
 const char* PhaseName(WorkerPhase p);

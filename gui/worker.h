@@ -1,6 +1,10 @@
 // Worker: the ONE thread that owns the ChatSession (model, tokenizer, KV store) for the GUI.
 // The UI thread sends commands (a queue) and reads the latest AppSnapshot; it never waits for
 // inference. Stop() is the one direct call: it raises the cancel flag the running request polls.
+// The chat's rules (context budget, saved conversations, retrieval, the documents' cache) are
+// ChatController's; the worker runs them on its thread and turns their outcomes into snapshots.
+// Its methods live in files by topic: worker.cpp (thread, queue, publishing, dispatch),
+// worker-documents.cpp, worker-conversations.cpp, worker-ask.cpp, worker-store.cpp.
 //
 // Thread contract: Send, Stop and Snapshot are internally synchronized and never block on
 // inference (they take a mutex held only for a queue push or a pointer swap). The ChatSession
@@ -16,8 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "chat/chat-db.h"
-#include "chat/passage-index.h"
+#include "chat/chat-controller.h"
 #include "chat/chat-session.h"
 #include "gui/app-snapshot.h"
 
@@ -99,30 +102,41 @@ class Worker {
   uint64_t commands_sent() const;
 
  private:
+  // worker.cpp: the thread, publishing, the dispatch.
   void Run();
   void Execute(const Command& c);
   void OpenSession();
-  void AddDocument(const std::string& path);
-  void SyncConversationDocuments();
-  void Ask(const std::string& question, bool again);
-  void ApplySettings(const TuningSettings& s);
-  void RefreshStoreStats();
-  // The store's view of the documents (residency, pins) and its tree; after requests and cache commands.
-  void RefreshCacheViews();
-  void CacheDocument(int index, Command::Kind kind, bool flag);
-  // Saved conversations.
-  void OpenDb();
-  void LoadConversation(int64_t id);
-  void NewConversation(bool keep_documents);
-  void SaveDocuments();
-  void RefreshConversationList();
-  void SetRetrieval(bool on);
-  void IndexPassages(const Document& doc);  // adds it to the passage index unless already there
-  // Retrieval mode: the conversation's documents become the best passages for `question`.
-  Status UseRetrievedPassages(const std::string& question, RequestRecord* record);
+  ChatEvents MakeChatEvents();
+  void SyncChatState();  // the controller's ids, title, mode and context size into the draft
   void Message(std::string m);
   void CutChat(size_t keep);  // keeps the first `keep` chat entries (see AppSnapshot::chat_epoch)
   void Publish(bool force = true, bool progress_only = false);
+  void Ready();               // phase idle, status "ready"
+  // worker-documents.cpp: documents and modes.
+  void AddDocument(const std::string& path);
+  void RemoveDocument(int index);
+  void SetAttached(int index, bool attached);
+  void SetRetrieval(bool on);
+  // worker-conversations.cpp: saved conversations and the transcript they show.
+  void ShowConversation(const persist::SavedConversation& saved, ConversationChange change);
+  void OpenConversation(int64_t id);
+  void RefreshConversationList();
+  // worker-ask.cpp: questions.
+  void Ask(const std::string& question, bool again);
+  void AskAgain(bool with_fidelity);  // regenerate (false) / ask again with the fidelity check (true)
+  AskOptions MakeAskOptions();
+  // The fidelity check before an "ask again"; false when the user stopped it (the ask ends).
+  bool RunFidelity(const std::string& question, const AskOptions& o, RequestRecord* record);
+  void FinishRequest(ChatAnswer& answer, size_t entry, std::shared_ptr<RequestRecord> record);
+  // worker-store.cpp: the store's knobs, commands and views.
+  void ApplySettings(const TuningSettings& s);
+  void ReorderNow();
+  void DropCache();
+  void CacheDocument(int index, Command::Kind kind, bool flag);
+  void RefreshStoreStats();
+  // The documents' entries with the store's view of them (residency, pins) and its tree; after
+  // requests and commands that change documents or the cache.
+  void RefreshCacheViews();
 
   // Constant after construction.
   const WorkerOptions options_;
@@ -138,12 +152,7 @@ class Worker {
 
   // Worker thread only.
   std::unique_ptr<ChatSession> session_;
-  std::vector<Document> docs_;                // parallel to draft_.documents
-  std::vector<int32_t> context_tokens_;       // the attached documents' prompt prefix (system message)
-  std::vector<Conversation::TokenSpan> spans_;  // parallel to the attached documents
-  std::unique_ptr<persist::ChatDb> db_;
-  std::unique_ptr<persist::PassageIndex> passages_;
-  int64_t conv_id_ = 0;                       // the open saved conversation (0: none)
+  std::unique_ptr<ChatController> chat_;      // the chat's rules over session_ (destroyed first)
   AppSnapshot draft_;                         // the next snapshot, edited in place
   std::chrono::steady_clock::time_point last_publish_;
   int next_request_id_ = 1;
