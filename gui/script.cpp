@@ -170,7 +170,7 @@ bool ScriptRunner::Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, S
       if (!actions.commands.empty()) return true;  // let this frame send them first
       if (!waiting_) {
         waiting_ = true;
-        double secs = 600;
+        double secs = kDefaultWaitSeconds;
         if (!l.arg.empty()) secs = std::stod(l.arg);
         wait_until_ = now + std::chrono::milliseconds(int64_t(secs * 1000));
       }

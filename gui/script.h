@@ -4,7 +4,8 @@
 //
 //   # comment                 doc PATH            ask TEXT          again (ask again + fidelity)
 //   regenerate                new                 reorder           set KEY VALUE
-//   wait [SECONDS]            (until the worker has done everything sent; prints new answers)
+//   wait [SECONDS]            (until the worker has done everything sent; prints new answers.
+//                              SECONDS only guards against a hang: default kDefaultWaitSeconds)
 //   frames N                  sleep MS            tab ttft|tiers|tree
 //   screenshot PATH           expect-answer       quit
 //   pin N / unpin N / drop-doc N   (document N's cache, 1-based)     mode documents|retrieval
@@ -48,6 +49,10 @@ struct ScriptHost {
 
 class ScriptRunner {
  public:
+  // A `wait` without SECONDS fails after this long: a hang guard, far above any answer's time on
+  // a loaded machine (checks wait for the worker's event, never for a time).
+  static constexpr double kDefaultWaitSeconds = 3600;
+
   ScriptRunner(std::vector<ScriptLine> lines, std::FILE* out);
   // One step per frame. Returns false when the script is finished (quit, end, or failure).
   bool Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, ScriptHost& host);
