@@ -1,14 +1,17 @@
-// impress bench engine|store|pipeline [--json]: the benchmarks, each printing a table and, with
-// --json, one JSON object with its numbers. Not tests: the numbers are for people and the README.
-#include <nlohmann/json.hpp>
+// impress bench engine|store|pipeline|kernels [--json]: the benchmarks, each printing a table
+// and, with --json, one JSON object with its numbers, always with the CPU model they were measured
+// on. Not tests: the numbers are for people and the README.
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <iostream>
 
 #include "app/commands.h"
 #include "app/progress-bar.h"
+#include "base/cpu-info.h"
 #include "bench/cuda-bench.h"
 #include "bench/engine-bench.h"
+#include "bench/kernel-bench.h"
 #include "bench/pipeline-bench.h"
 #include "bench/store-bench.h"
 #include "engine/model/model-loader.h"
@@ -64,6 +67,7 @@ int RunCpuEngineBench(const Model& model, const ForwardTimingOptions& forward, i
     return 1;
   }
   PrintJsonOrTable(json, nlohmann::json{
+                             {"cpu", CpuModelName()},
                              {"model", model.config.name},
                              {"threads", r->n_threads},
                              {"prefill_tokens_short", r->speed.n_prefill_short},
@@ -103,10 +107,12 @@ int RunCudaEngineBench(const Model& model, const ForwardTimingOptions& forward, 
     return 1;
   }
   if (!json) {
-    std::cout << fmt::format("{:<28} {}\n", "model", model.config.name) << FormatCudaBench(*r);
+    std::cout << fmt::format("{:<28} {}\n{:<28} {}\n", "host CPU", CpuModelName(), "model", model.config.name)
+              << FormatCudaBench(*r);
     return 0;
   }
-  std::cout << nlohmann::json{{"model", model.config.name},
+  std::cout << nlohmann::json{{"cpu", CpuModelName()},
+                              {"model", model.config.name},
                               {"device", r->device},
                               {"backend", r->backend},
                               {"prefill_tokens_short", r->speed.n_prefill_short},
@@ -155,7 +161,10 @@ void RegisterEngineBench(CLI::App* bench, CommonOptions* common, int* exit_code)
         std::tuple{"--long", &ea->cpu.n_prefill_long, &ea->cuda.n_prefill_long, 1 << 16, "long prefill length"},
         std::tuple{"--decode", &ea->cpu.n_decode, &ea->cuda.n_decode, 1 << 16, "decode tokens"},
         std::tuple{"--repeats", &ea->cpu.repeats, &ea->cuda.repeats, 100, "runs per prefill size (best kept)"}}) {
-    engine->add_option_function<int>(name, [cpu, gpu](int v) { *cpu = *gpu = v; }, what)->check(CLI::Range(1, max));
+    engine
+        ->add_option_function<int>(
+            name, [cpu, gpu](int v) { *cpu = *gpu = v; }, what)
+        ->check(CLI::Range(1, max));
   }
   engine->callback([=] {
     ConfigureLogging(*common);
@@ -190,14 +199,8 @@ void RegisterEngineBench(CLI::App* bench, CommonOptions* common, int* exit_code)
   });
 }
 
-}  // namespace
-
-void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code) {
-  CLI::App* bench = app.add_subcommand("bench", "benchmarks (engine speed, store bandwidth, the IMPRESS pipeline)");
-  bench->require_subcommand(1);
-  RegisterEngineBench(bench, common, exit_code);
-
-  // impress bench store: a layer's batch of chunk reads vs fio at the same block size and depth.
+// impress bench store: a layer's batch of chunk reads vs fio at the same block size and depth.
+void RegisterStoreBench(CLI::App* bench, CommonOptions* common, int* exit_code) {
   struct StoreArgs {
     bool json = false;
     store::StoreBenchOptions opts;
@@ -221,21 +224,29 @@ void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code)
       return;
     }
     if (!sa->json) {
-      std::cout << store::FormatStoreBench(*r);
+      std::cout << "CPU " << CpuModelName() << "\n" << store::FormatStoreBench(*r);
       return;
     }
-    std::cout << nlohmann::json{{"store_mb_s", r->store_mb_s},   {"fio_mb_s", r->fio_mb_s},
-                                {"ratio", r->ratio},             {"block_bytes", r->block_bytes},
-                                {"queue_depth", r->queue_depth}, {"chunks_per_batch", r->chunks_per_batch},
-                                {"batches", r->batches},         {"io_engine", r->io_engine},
-                                {"direct_io", r->direct_io},     {"fio_error", r->fio_error},
+    std::cout << nlohmann::json{{"cpu", CpuModelName()},
+                                {"store_mb_s", r->store_mb_s},
+                                {"fio_mb_s", r->fio_mb_s},
+                                {"ratio", r->ratio},
+                                {"block_bytes", r->block_bytes},
+                                {"queue_depth", r->queue_depth},
+                                {"chunks_per_batch", r->chunks_per_batch},
+                                {"batches", r->batches},
+                                {"io_engine", r->io_engine},
+                                {"direct_io", r->direct_io},
+                                {"fio_error", r->fio_error},
                                 {"cpu_ms_per_batch", r->cpu_ms_per_batch},
                                 {"wall_ms_per_batch", r->wall_ms_per_batch}}
                      .dump(2)
               << "\n";
   });
+}
 
-  // impress bench pipeline: the systems side by side on a document held only on the SSD.
+// impress bench pipeline: the systems side by side on a document held only on the SSD.
+void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_code) {
   struct PipeArgs {
     bool json = false;
     PipelineBenchOptions opts;
@@ -260,9 +271,9 @@ void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code)
     std::unique_ptr<ModelContext> ctx;
     {
       ProgressBar bar("loading model");
-      auto c = ModelContext::Load(ResolveModelPath(*common),
-                                  ModelContextOptions{.n_threads = common->threads, .backend = common->backend},
-                                  bar.AsFn());
+      auto c =
+          ModelContext::Load(ResolveModelPath(*common),
+                             ModelContextOptions{.n_threads = common->threads, .backend = common->backend}, bar.AsFn());
       if (!c.ok()) {
         spdlog::error("{}", c.status().ToString());
         *exit_code = 1;
@@ -281,7 +292,8 @@ void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code)
     }
     nlohmann::json systems = nlohmann::json::array();
     for (const SystemSummary& s : r->systems) systems.push_back(SummaryJson(s));
-    nlohmann::json j{{"document_tokens", r->n_document_tokens},
+    nlohmann::json j{{"cpu", CpuModelName()},
+                     {"document_tokens", r->n_document_tokens},
                      {"questions", r->n_questions},
                      {"keep", opts.keep},
                      {"alpha", opts.alpha},
@@ -298,21 +310,93 @@ void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code)
       std::cout << j.dump(2) << "\n";
       return;
     }
-    std::cout << fmt::format("document {} tokens, {} questions, keep {:.2f}, alpha {:.2f}, I/O {}{}\n",
-                             r->n_document_tokens, r->n_questions, opts.keep, opts.alpha, r->io_engine,
+    std::cout << fmt::format("CPU {}; document {} tokens, {} questions, keep {:.2f}, alpha {:.2f}, I/O {}{}\n",
+                             CpuModelName(), r->n_document_tokens, r->n_questions, opts.keep, opts.alpha, r->io_engine,
                              r->direct_io ? " + O_DIRECT" : "");
-    std::cout << fmt::format("{:<24} {:>10} {:>10} {:>12} {:>12} {:>8} {:>8} {:>8}\n", "system", "TTFT ms",
-                             "p99 ms", "SSD MB/req", "KV MB/req", "agree", "RA", "passed");
+    std::cout << fmt::format("{:<24} {:>10} {:>10} {:>12} {:>12} {:>8} {:>8} {:>8}\n", "system", "TTFT ms", "p99 ms",
+                             "SSD MB/req", "KV MB/req", "agree", "RA", "passed");
     for (const SystemSummary& s : r->systems) {
       std::cout << fmt::format("{:<24} {:>10.0f} {:>10.0f} {:>12.2f} {:>12.2f} {:>7.0f}% {:>8.2f} {:>7.0f}%\n",
                                s.system, s.mean_ttft_ms, s.p99_ttft_ms, s.mean_ssd_bytes / 1e6, s.mean_kv_bytes / 1e6,
                                s.first_token_agreement * 100, s.mean_read_amplification, s.layers_passed * 100);
     }
-    std::cout << fmt::format("ReComp TTFT {:.0f} ms; IMPRESS reads {:.0f}% of AS-like's bytes and {:.0f}% of "
-                             "AS+H2O+LFU's; read amplification {:.2f} -> {:.2f} after reorder\n",
-                             r->recomp_ttft_ms, r->impress_vs_as_bytes * 100, r->impress_vs_h2o_bytes * 100,
-                             r->read_amp_before_reorder, r->read_amp_after_reorder);
+    std::cout << fmt::format(
+        "ReComp TTFT {:.0f} ms; IMPRESS reads {:.0f}% of AS-like's bytes and {:.0f}% of "
+        "AS+H2O+LFU's; read amplification {:.2f} -> {:.2f} after reorder\n",
+        r->recomp_ttft_ms, r->impress_vs_as_bytes * 100, r->impress_vs_h2o_bytes * 100, r->read_amp_before_reorder,
+        r->read_amp_after_reorder);
   });
+}
+
+// impress bench kernels: the quantized GEMV kernels (engine/quant), weight GB/s per type and path.
+void RegisterKernelBench(CLI::App* bench, int* exit_code) {
+  struct KernelArgs {
+    bool json = false;
+    double seconds = 0.3;
+  };
+  auto ka = std::make_shared<KernelArgs>();
+  CLI::App* cmd = bench->add_subcommand("kernels", "quantized GEMV weight bandwidth per type and SIMD path");
+  cmd->add_flag("--json", ka->json, "print JSON");
+  cmd->add_option("--seconds", ka->seconds, "seconds per measurement")->check(CLI::Range(0.01, 60.0));
+  cmd->callback([=] {
+    using namespace quant;
+    auto rows = RunKernelBenchmark(ka->seconds);
+    if (!rows.ok()) {
+      spdlog::error("{}", rows.status().ToString());
+      *exit_code = 1;
+      return;
+    }
+    const std::vector<KernelPath>& paths = KernelBenchPaths();
+    if (ka->json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const KernelBenchRow& row : *rows) {
+        nlohmann::json gbs;
+        for (size_t i = 0; i < paths.size(); ++i) {
+          if (row.gbs[i] > 0) gbs[KernelPathName(paths[i])] = row.gbs[i];
+        }
+        out.push_back({{"rows", row.n_rows},
+                       {"cols", row.n_cols},
+                       {"type", WeightTypeName(row.type)},
+                       {"weight_bytes", row.weight_bytes},
+                       {"gb_s", gbs}});
+      }
+      std::cout << nlohmann::json{{"cpu", CpuModelName()},
+                                  {"default_path", KernelPathName(ActiveKernelPath())},
+                                  {"threads", 1},
+                                  {"results", out}}
+                       .dump(2)
+                << "\n";
+      return;
+    }
+    std::cout << fmt::format(
+        "CPU {}; default path {}; one thread; GB/s of weight bytes per GEMV "
+        "(activation quantization included)\n",
+        CpuModelName(), KernelPathName(ActiveKernelPath()));
+    int64_t shape_rows = -1;
+    for (const KernelBenchRow& row : *rows) {
+      if (row.n_rows != shape_rows) {
+        shape_rows = row.n_rows;
+        std::cout << fmt::format("\n{} x {}\n{:<6}", row.n_rows, row.n_cols, "type");
+        for (KernelPath p : paths) std::cout << fmt::format(" {:>10}", KernelPathName(p));
+        std::cout << "   (MB)\n";
+      }
+      std::cout << fmt::format("{:<6}", WeightTypeName(row.type));
+      for (double g : row.gbs) std::cout << (g > 0 ? fmt::format(" {:>10.2f}", g) : fmt::format(" {:>10}", "n/a"));
+      std::cout << fmt::format("   ({:.2f})\n", double(row.weight_bytes) / 1e6);
+    }
+  });
+}
+
+}  // namespace
+
+void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code) {
+  CLI::App* bench =
+      app.add_subcommand("bench", "benchmarks (engine speed, store bandwidth, the IMPRESS pipeline, kernels)");
+  bench->require_subcommand(1);
+  RegisterEngineBench(bench, common, exit_code);
+  RegisterStoreBench(bench, common, exit_code);
+  RegisterPipelineBench(bench, common, exit_code);
+  RegisterKernelBench(bench, exit_code);
 }
 
 }  // namespace impress::app

@@ -1,4 +1,4 @@
-#include "engine/quant/gemv-bench.h"
+#include "bench/kernel-bench.h"
 
 #include <chrono>
 #include <cstring>
@@ -86,6 +86,36 @@ Result<GemvBenchResult> BenchGemv(WeightType type, KernelPath path, int64_t n_ro
   r.seconds_per_gemv = elapsed / double(r.n_gemv);
   r.weight_gbs = double(r.weight_bytes) / r.seconds_per_gemv / 1e9;
   return r;
+}
+
+const std::vector<KernelPath>& KernelBenchPaths() {
+  static const std::vector<KernelPath> paths = {KernelPath::kScalar, KernelPath::kAvx2, KernelPath::kAvx512};
+  return paths;
+}
+
+Result<std::vector<KernelBenchRow>> RunKernelBenchmark(double min_seconds) {
+  const WeightType types[] = {WeightType::kF16,  WeightType::kBF16, WeightType::kQ8_0, WeightType::kQ4_0,
+                              WeightType::kQ4_1, WeightType::kQ5_0, WeightType::kQ5_1, WeightType::kQ4_K,
+                              WeightType::kQ5_K, WeightType::kQ6_K};
+  const int64_t shapes[][2] = {{576, 1536}, {4096, 4096}};
+  std::vector<KernelBenchRow> rows;
+  for (const auto& shape : shapes) {
+    for (WeightType t : types) {
+      KernelBenchRow row{.n_rows = shape[0], .n_cols = shape[1], .type = t, .weight_bytes = 0, .gbs = {}};
+      for (KernelPath p : KernelBenchPaths()) {
+        if (MissingCpuFeature(p)) {
+          row.gbs.push_back(0);
+          continue;
+        }
+        auto r = BenchGemv(t, p, shape[0], shape[1], min_seconds);
+        if (!r.ok()) return r.status();
+        row.weight_bytes = r->weight_bytes;
+        row.gbs.push_back(r->weight_gbs);
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
 }
 
 }  // namespace impress::quant
