@@ -1,4 +1,4 @@
-// IEEE half <-> float conversion. KV is stored in fp16 (DESIGN.md section 4); weights may be
+// IEEE half <-> float conversion. KV is stored in fp16 (docs/design.md section 4); weights may be
 // fp16 or bf16. Uses F16C when compiled for it (x86-64-v3), exact software conversion otherwise.
 // Pure functions, safe from any thread.
 #pragma once

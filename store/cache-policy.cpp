@@ -47,7 +47,7 @@ Status RecordImportance(ChunkStats& s, double fraction, double ema_weight) {
 
 namespace {
 
-// IMPRESS: keep the chunks that are both hot and important (DESIGN.md section 4).
+// IMPRESS: keep the chunks that are both hot and important (docs/design.md section 4).
 class ImpressPolicy final : public CachePolicy {
  public:
   PolicyKind kind() const override { return PolicyKind::kImpress; }

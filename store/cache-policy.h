@@ -2,7 +2,7 @@
 // one-method strategies that turn statistics into an eviction priority (SGLang style: the policy
 // only ranks, the TierManager decides, the store moves bytes).
 //
-// Policies: IMPRESS score (frequency x important_ratio, DESIGN.md section 4), LRU, LFU.
+// Policies: IMPRESS score (frequency x important_ratio, docs/design.md section 4), LRU, LFU.
 //
 // Thread contract: CachePolicy objects are immutable after construction (safe to share);
 // ChunkStats are plain values owned by whoever holds them (the TierManager).

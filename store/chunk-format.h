@@ -1,4 +1,4 @@
-// The on-disk chunk format (DESIGN.md section 4).
+// The on-disk chunk format (docs/design.md section 4).
 //
 // A chunk is one extent, 4 KiB-aligned, zero-padded to a 4 KiB multiple.
 //   kind kKV:    block 0 holds the 128-byte header alone; the K region (n_slots records of

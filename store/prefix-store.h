@@ -1,4 +1,4 @@
-// PrefixStore: the tiered prefix KV store facade the IMPRESS pipeline calls (DESIGN.md 2 and 4).
+// PrefixStore: the tiered prefix KV store facade the IMPRESS pipeline calls (docs/design.md sections 2 and 4).
 //
 // Owns the radix tree (store/radix-tree.h), the SQLite catalog (store/catalog.h), the chunk data
 // files (store/extent-files.h), the read engine (store/uring-io.h), the device/host memory tiers

@@ -1,4 +1,4 @@
-// TierManager: the placement policy of the device and host memory tiers (DESIGN.md section 4).
+// TierManager: the placement policy of the device and host memory tiers (docs/design.md section 4).
 //
 // Owns: per-chunk statistics, which tier (if any) holds each chunk, byte accounting against the
 // two budgets, two min-heaps (device, host) keyed by the CachePolicy's priority, and counters.
