@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # All tests, as CI runs them: set up, check the layout (no build needed), build (Release, then
 # ASan+UBSan), run every test in both, the store's concurrency tests under ThreadSanitizer, then
-# the fuzzers for a bounded time.
+# the fuzzers for a bounded time. After each ctest run, scripts/check-skips.py fails the run on a
+# skip that tests/allowed-skips.txt does not allow (skips are for absent hardware only); after the
+# Release run, scripts/check-tests-fail.sh shows that a broken model or reference fails tests.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bash "$here/setup.sh"
@@ -15,18 +17,33 @@ if [ -f "$here/thread-safety.sh" ]; then
   bash "$here/thread-safety.sh"
 fi
 
+# ctest with a JUnit report, then the skip check on it: "run_ctest DIR ARGS...".
+run_ctest() {
+  local dir=$1
+  shift
+  local junit="$IMPRESS_ROOT/$dir/ctest-junit.xml"
+  rm -f "$junit"
+  local rc=0
+  ctest --test-dir "$dir" --output-on-failure --output-junit "$junit" "$@" || rc=$?
+  "$IMPRESS_PYTHON" "$here/check-skips.py" "$junit" || rc=1
+  return "$rc"
+}
+
 echo "=== Release build + tests"
 bash "$here/build.sh" build -DIMPRESS_WERROR=ON
-ctest --test-dir build --output-on-failure -j "$IMPRESS_JOBS" --timeout 900
+run_ctest build -j "$IMPRESS_JOBS" --timeout 900
+
+echo "=== The suite can fail: a corrupt model and a killed reference script fail tests"
+bash "$here/check-tests-fail.sh" build
 
 echo "=== ASan/UBSan build + tests"
 bash "$here/build.sh" build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIMPRESS_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$IMPRESS_JOBS" --timeout 1800 -LE no-sanitizer
+  run_ctest build-asan -j "$IMPRESS_JOBS" --timeout 1800 -LE no-sanitizer
 
 echo "=== ThreadSanitizer build + store concurrency tests"
 bash "$here/build.sh" build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIMPRESS_TSAN=ON --target prefix-store-test uring-io-test
-TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -j "$IMPRESS_JOBS" --timeout 900 -R "PrefixStore|UringIo"
+TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan -j "$IMPRESS_JOBS" --timeout 900 -R "PrefixStore|UringIo"
 
 if [ -x "$here/fuzz.sh" ]; then
   echo "=== Fuzzers (bounded time)"

@@ -28,13 +28,17 @@ inline std::string SourceDir() {
 #endif
 }
 
-// Runs `python tests/model/<script> <args>`; returns its exit status (-1 when it could not run).
+// Runs `python tests/model/<script> <args>`; returns its exit status. -1 means only "no reference
+// python" (the caller may skip); a script killed by signal N returns 128 + N and a failed fork
+// 127, so both fail the test like any other non-zero status.
 inline int RunReferenceScript(const std::string& script, const std::string& args) {
   const std::string py = ReferencePython();
   if (py.empty() || !std::filesystem::exists(py)) return -1;
   const std::string cmd = "'" + py + "' '" + SourceDir() + "/tests/model/" + script + "' " + args;
   const int rc = std::system(cmd.c_str());
-  return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  if (rc == -1) return 127;
+  if (WIFSIGNALED(rc)) return 128 + WTERMSIG(rc);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
 }  // namespace impress::test
