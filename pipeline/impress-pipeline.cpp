@@ -100,12 +100,48 @@ Result<RequestReport> ImpressPipeline::Prefill(const PipelineRequest& req, const
   if (store_thread_.joinable()) store_thread_.join();
   if (store_ && handle_.id) IMPRESS_RETURN_IF_ERROR(store_->Release(handle_));
   handle_ = {};
+  IMPRESS_RETURN_IF_ERROR(CheckRequest(ctx_.config(), req, s, max_new_tokens));
+  // A stored chunk that fails its checksum costs recomputation, never the answer: the store
+  // drops it and truncates the prefix there once this request's match is released, so the next
+  // attempt matches less and computes the rest. Should the same prefix fail again (another
+  // request still holds it), the last attempt reuses nothing.
+  constexpr int kAttempts = 3;
+  int first_matched = -1;
+  for (int attempt = 1;; ++attempt) {
+    Result<RequestReport> r =
+        PrefillOnce(req, s, max_new_tokens, logits, progress, cancel, t_start, /*allow_reuse=*/attempt < kAttempts);
+    if (first_matched < 0) first_matched = n_matched_;
+    if (r.ok()) {
+      r->n_recomputed = std::max(0, first_matched - r->n_matched);
+      return r;
+    }
+    DrainPrefetches();
+    if (r.status().code() != Status::Code::kCorruption || n_matched_ == 0 || attempt == kAttempts) return r.status();
+    spdlog::warn("stored KV of the matched prefix failed its checksum ({}); the store dropped it, recomputing",
+                 r.status().ToString());
+    IMPRESS_RETURN_IF_ERROR(ReleaseMatch());
+  }
+}
+
+// Waits for the prefetches an abandoned prefill left in flight (their buffers belong to the store
+// until waited), discarding what they read.
+void ImpressPipeline::DrainPrefetches() {
+  for (auto& t : prefetch_) {
+    if (t && store_) (void)store_->Wait(*t);
+    t.reset();
+  }
+}
+
+Result<RequestReport> ImpressPipeline::PrefillOnce(const PipelineRequest& req, const PipelineSettings& s,
+                                                   int max_new_tokens, std::vector<float>* logits,
+                                                   const ProgressFn& progress, const std::atomic<bool>* cancel,
+                                                   PipelineClock::time_point t_start, bool allow_reuse) {
   const ModelConfig& c = ctx_.config();
-  IMPRESS_RETURN_IF_ERROR(CheckRequest(c, req, s, max_new_tokens));
   const int n_prompt = int(req.tokens.size());
 
   RequestReport report;
-  Run run{.s = s, .report = report, .reuse = store_ != nullptr && s.system != SystemKind::kRecomp, .sw = {}};
+  Run run{
+      .s = s, .report = report, .reuse = allow_reuse && store_ != nullptr && s.system != SystemKind::kRecomp, .sw = {}};
   TtftBreakdown& bd = report.breakdown;
   BeginRequest(req, run);
   run.sw.Lap(&bd.match_ms);

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -79,7 +80,9 @@ class ImpressPipeline {
 
   // Runs the prompt up to the first token's logits (into *logits, n_vocab floats).
   // `max_new_tokens` reserves room for Decode. OutOfRange if the prompt plus that exceeds the
-  // model's context. The report's TTFT covers this call (match to logits).
+  // model's context. The report's TTFT covers this call (match to logits). Stored KV that fails
+  // its checksum is not an error: the store drops it, the tokens are recomputed (warning logged,
+  // report.n_recomputed counts them) and the answer comes as without the store.
   Result<RequestReport> Prefill(const PipelineRequest& request, const PipelineSettings& settings, int max_new_tokens,
                                 std::vector<float>* logits, const ProgressFn& progress = {},
                                 const std::atomic<bool>* cancel = nullptr);
@@ -111,6 +114,12 @@ class ImpressPipeline {
   struct LayerJob;
 
   // impress-pipeline.cpp: the request.
+  // One attempt at Prefill (which retries after a corrupt stored chunk); TTFT counts from t_start.
+  Result<RequestReport> PrefillOnce(const PipelineRequest& request, const PipelineSettings& settings,
+                                    int max_new_tokens, std::vector<float>* logits, const ProgressFn& progress,
+                                    const std::atomic<bool>* cancel, std::chrono::steady_clock::time_point t_start,
+                                    bool allow_reuse);
+  void DrainPrefetches();
   Status EnsureBuffers(size_t rows);
   void BeginRequest(const PipelineRequest& request, Run& run);  // match, reset per-request state
   Status PrefillBatch(Run& run, std::span<const int32_t> tokens, int b, int nb);

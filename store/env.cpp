@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +19,12 @@ Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
   if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(m + " (disk full)");
   if (err == ENOENT) return Status::NotFound(m);
   return Status::IOError(m);
+}
+
+// ELOOP from O_NOFOLLOW means the last path component is a symlink.
+Status OpenError(const std::string& path, int err) {
+  if (err == ELOOP) return Status::InvalidArgument("store file " + path + " is a symbolic link; refusing to follow it");
+  return ErrnoStatus("open", path, err);
 }
 
 class PosixFile final : public File {
@@ -77,21 +84,38 @@ class PosixFile final : public File {
 
 class PosixEnv final : public Env {
  public:
+  // O_NOFOLLOW and the fstat check: a data file swapped for a symlink (or a device, a FIFO, a file
+  // of another user) is refused before the store reads, writes or truncates through it. New files
+  // are 0600: the KV decodes to the user's documents and prompts.
   Result<std::unique_ptr<File>> OpenFile(const std::string& path, const OpenOptions& opt) override {
-    int flags = O_RDWR | O_CLOEXEC | (opt.create ? O_CREAT : 0);
+    const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (opt.create ? O_CREAT : 0);
     bool direct = false;
     int fd = -1;
     if (opt.direct) {
-      fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
+      fd = ::open(path.c_str(), flags | O_DIRECT, 0600);
       if (fd >= 0) direct = true;
-      else if (errno != EINVAL) return ErrnoStatus("open", path, errno);  // EINVAL: no O_DIRECT here
+      else if (errno != EINVAL) return OpenError(path, errno);  // EINVAL: no O_DIRECT here
     }
-    if (fd < 0) fd = ::open(path.c_str(), flags, 0644);
-    if (fd < 0) return ErrnoStatus("open", path, errno);
+    if (fd < 0) fd = ::open(path.c_str(), flags, 0600);
+    if (fd < 0) return OpenError(path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus("stat", path, err);
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+      ::close(fd);
+      return Status::InvalidArgument("store file " + path +
+                                     (S_ISREG(st.st_mode) ? " belongs to another user" : " is not a regular file") +
+                                     "; refusing to use it");
+    }
+    // O_NONBLOCK only kept a FIFO from blocking the open; regular files ignore it, but clear it anyway.
+    (void)::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return std::unique_ptr<File>(new PosixFile(fd, path, direct));
   }
   Status CreateDir(const std::string& path) override {
-    if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", path, errno);
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", path, errno);
     return Status::Ok();
   }
   Status RemoveFile(const std::string& path) override {
@@ -113,6 +137,20 @@ class PosixEnv final : public Env {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path, errno);
     return uint64_t(st.st_size);
+  }
+  Result<uint64_t> FreeSpace(const std::string& dir) override {
+    struct statvfs vfs;
+    if (::statvfs(dir.c_str(), &vfs) != 0) return ErrnoStatus("statvfs", dir, errno);
+    return uint64_t(vfs.f_bavail) * uint64_t(vfs.f_frsize);  // what an unprivileged writer may use
+  }
+  Status SyncDir(const std::string& dir) override {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus("open", dir, errno);
+    const int r = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (r != 0) return ErrnoStatus("fsync", dir, err);
+    return Status::Ok();
   }
 };
 

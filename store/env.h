@@ -1,10 +1,12 @@
 // Env: every file access of the store goes through this interface (LevelDB's Env), so tests can
 // inject faults (ENOSPC, failed fsync, short reads) without touching the code under test.
 //
-// Env::Default() is the POSIX implementation; it is stateless and safe from any thread. A File is
-// safe for concurrent ReadAt/WriteAt at disjoint ranges (pread/pwrite semantics); Sync and
-// Truncate may run concurrently with them. EnvWrapper forwards everything to a target Env, so a
-// test overrides only what it wants to break.
+// Env::Default() is the POSIX implementation. Its OpenFile never follows a symlink and accepts
+// only regular files owned by the calling user (anything else: kInvalidArgument naming the path);
+// files it creates are 0600 and directories 0700 (a stricter umask still applies). It is stateless and safe from any
+// thread. A File is safe for concurrent ReadAt/WriteAt at disjoint ranges (pread/pwrite semantics); Sync and Truncate
+// may run concurrently with them. EnvWrapper forwards everything to a target Env, so a test overrides only what it
+// wants to break.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +38,7 @@ class File {
 
 struct OpenOptions {
   bool create = true;
-  bool direct = true;   // try O_DIRECT; silently buffered when the filesystem refuses (see direct())
+  bool direct = true;  // try O_DIRECT; silently buffered when the filesystem refuses (see direct())
 };
 
 class Env {
@@ -45,10 +47,14 @@ class Env {
   static Env* Default();
 
   virtual Result<std::unique_ptr<File>> OpenFile(const std::string& path, const OpenOptions& opt) = 0;
-  virtual Status CreateDir(const std::string& path) = 0;   // ok if it exists
+  virtual Status CreateDir(const std::string& path) = 0;  // ok if it exists
   virtual Status RemoveFile(const std::string& path) = 0;
   virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;  // names only
-  virtual Result<uint64_t> FileSize(const std::string& path) = 0;  // kNotFound if absent
+  virtual Result<uint64_t> FileSize(const std::string& path) = 0;                 // kNotFound if absent
+  // Bytes an unprivileged writer may still use on the filesystem of `dir` (statvfs f_bavail).
+  virtual Result<uint64_t> FreeSpace(const std::string& dir) = 0;
+  // fsync of a directory: makes the files created in it survive a crash.
+  virtual Status SyncDir(const std::string& dir) = 0;
 };
 
 class EnvWrapper : public Env {
@@ -61,6 +67,8 @@ class EnvWrapper : public Env {
   Status RemoveFile(const std::string& p) override { return target_->RemoveFile(p); }
   Result<std::vector<std::string>> ListDir(const std::string& p) override { return target_->ListDir(p); }
   Result<uint64_t> FileSize(const std::string& p) override { return target_->FileSize(p); }
+  Result<uint64_t> FreeSpace(const std::string& d) override { return target_->FreeSpace(d); }
+  Status SyncDir(const std::string& d) override { return target_->SyncDir(d); }
   Env* target() const { return target_; }
 
  private:
@@ -90,7 +98,10 @@ class AlignedBuffer {
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t n, bool zero = true);
   ~AlignedBuffer();
-  AlignedBuffer(AlignedBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
+  AlignedBuffer(AlignedBuffer&& o) noexcept : p_(o.p_), n_(o.n_) {
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;

@@ -2,10 +2,18 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 namespace impress::store {
+
+namespace {
+constexpr const char* kDiskFullMarker = "disk-full";
+// Room asked beyond the write itself before retrying after a disk-full failure, so the retry does
+// not fail again on the catalog's growth or the filesystem's own metadata.
+constexpr uint64_t kDiskFullSlack = 4ull << 20;
+}  // namespace
 
 std::string ExtentFiles::PathOf(uint32_t id) const {
   char name[32];
@@ -14,17 +22,29 @@ std::string ExtentFiles::PathOf(uint32_t id) const {
 }
 
 Result<std::unique_ptr<ExtentFiles>> ExtentFiles::Open(Env* env, const std::string& dir, uint64_t file_bytes,
-                                                         uint64_t cap) {
+                                                       uint64_t cap) {
   if (file_bytes < kIoAlign || file_bytes % kIoAlign)
-    return Status::InvalidArgument("data file size must be a positive multiple of 4096, got " + std::to_string(file_bytes));
+    return Status::InvalidArgument("data file size must be a positive multiple of 4096, got " +
+                                   std::to_string(file_bytes));
   auto s = std::unique_ptr<ExtentFiles>(new ExtentFiles(env, dir, file_bytes, cap));
   IMPRESS_ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
   MutexLock lk(&s->mu_);
   for (const auto& n : names) {
     unsigned id = 0;
     char tail = 0;
+    if (n == kDiskFullMarker) {
+      s->disk_full_ = true;
+      continue;
+    }
     if (n.size() != 15 || std::sscanf(n.c_str(), "data-%6u.da%c", &id, &tail) != 2 || tail != 't') continue;
-    IMPRESS_ASSIGN_OR_RETURN(DataFile * seg, s->GetOrCreateLocked(id));
+    auto opened = s->GetOrCreateLocked(id);
+    if (!opened.ok() && opened.status().code() == Status::Code::kInvalidArgument) {
+      // Refused (a symlink, not a regular file): never read, written, truncated or removed.
+      spdlog::warn("store: {}; its chunks are dropped", opened.status().message());
+      s->max_refused_id_ = std::max(s->max_refused_id_, id);
+      continue;
+    }
+    IMPRESS_ASSIGN_OR_RETURN(DataFile * seg, std::move(opened));
     IMPRESS_ASSIGN_OR_RETURN(uint64_t size, seg->file->Size());
     seg->end = size;
   }
@@ -44,13 +64,15 @@ Result<ExtentFiles::DataFile*> ExtentFiles::GetOrCreateLocked(uint32_t id) {
 Status ExtentFiles::MarkUsed(const Extent& e) {
   MutexLock lk(&mu_);
   auto it = files_.find(e.file);
-  const std::string what = PathOf(e.file) + " extent [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) + ")";
+  const std::string what =
+      PathOf(e.file) + " extent [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) + ")";
   if (it == files_.end()) return Status::NotFound(what + ": data file missing");
   DataFile& s = *it->second;
   if (e.length == 0 || e.offset % kIoAlign || e.length % kIoAlign || e.offset + e.length > s.end)
     return Status::Corruption(what + ": outside the file (size " + std::to_string(s.end) + ") or misaligned");
   auto nx = s.used.lower_bound(e.offset);
-  if (nx != s.used.end() && nx->first < e.offset + e.length) return Status::Corruption(what + ": overlaps another extent");
+  if (nx != s.used.end() && nx->first < e.offset + e.length)
+    return Status::Corruption(what + ": overlaps another extent");
   if (nx != s.used.begin()) {
     auto pv = std::prev(nx);
     if (pv->first + pv->second > e.offset) return Status::Corruption(what + ": overlaps another extent");
@@ -117,10 +139,12 @@ Result<Extent> ExtentFiles::Allocate(uint64_t length) {
       return e;
     }
   }
+  IMPRESS_RETURN_IF_ERROR(CheckRoomLocked(length));
   const uint64_t total = TotalLocked();
   if (total + length > cap_)
-    return Status::ResourceExhausted("SSD budget: " + std::to_string(total) + " bytes used + " + std::to_string(length) +
-                                     " would pass the cap of " + std::to_string(cap_) + " in " + dir_);
+    return Status::ResourceExhausted("SSD budget: " + std::to_string(total) + " bytes used + " +
+                                     std::to_string(length) + " would pass the cap of " + std::to_string(cap_) +
+                                     " in " + dir_);
   for (auto& [id, s] : files_) {  // grow a file
     if (s->end + length <= file_bytes_) {
       Extent e{id, s->end, length};
@@ -128,8 +152,11 @@ Result<Extent> ExtentFiles::Allocate(uint64_t length) {
       return e;
     }
   }
-  uint32_t id = files_.empty() ? 1 : files_.rbegin()->first + 1;
+  const uint32_t id = std::max(files_.empty() ? 0u : files_.rbegin()->first, max_refused_id_) + 1;
   IMPRESS_ASSIGN_OR_RETURN(DataFile * s, GetOrCreateLocked(id));
+  // The new file's directory entry must survive a crash as surely as the chunks written into it.
+  Status synced = env_->SyncDir(dir_);
+  if (!synced.ok()) spdlog::warn("store: {}", synced.ToString());
   Extent e{id, 0, length};
   s->end = length;
   return e;
@@ -170,13 +197,54 @@ void ExtentFiles::Free(const Extent& e) {
 Status ExtentFiles::Write(const Extent& e, const void* buf) {
   File* f = file(e.file);
   if (!f) return Status::Internal("write to unknown data file " + std::to_string(e.file));
-  return f->WriteAt(e.offset, buf, e.length);
+  Status s = f->WriteAt(e.offset, buf, e.length);
+  NoteWriteFailure(s);
+  return s;
 }
 
 Status ExtentFiles::Sync(uint32_t file_id) {
   File* f = file(file_id);
   if (!f) return Status::Internal("sync of unknown data file " + std::to_string(file_id));
-  return f->Sync();
+  Status s = f->Sync();
+  NoteWriteFailure(s);
+  return s;
+}
+
+// Disk full (the Env maps ENOSPC and EDQUOT to kResourceExhausted): remembered in memory and by
+// the marker file, so neither this run nor the next repeats the write before room returns.
+void ExtentFiles::NoteWriteFailure(const Status& s) {
+  if (s.code() != Status::Code::kResourceExhausted) return;
+  {
+    MutexLock lk(&mu_);
+    if (disk_full_) return;
+    disk_full_ = true;
+  }
+  spdlog::warn("store: {}; no data is written to {} until the filesystem shows free space again", s.ToString(), dir_);
+  auto marker = env_->OpenFile(dir_ + "/" + kDiskFullMarker, OpenOptions{.create = true, .direct = false});
+  if (!marker.ok()) spdlog::warn("store: cannot leave the disk-full marker: {}", marker.status().ToString());
+}
+
+// Growing the files after a disk-full failure: only once the filesystem shows room for `length`
+// (plus slack); then the marker goes and writing resumes.
+Status ExtentFiles::CheckRoomLocked(uint64_t length) {
+  if (!disk_full_) return Status::Ok();
+  auto free = env_->FreeSpace(dir_);
+  const uint64_t want = length + kDiskFullSlack;
+  if (free.ok() && *free >= want) {
+    disk_full_ = false;
+    (void)env_->RemoveFile(dir_ + "/" + kDiskFullMarker);
+    spdlog::info("store: {} bytes free in {} again; writing resumes", *free, dir_);
+    return Status::Ok();
+  }
+  return Status::IOError(
+      "disk full: an earlier write to " + dir_ + " ran out of space and the filesystem shows " +
+      (free.ok() ? std::to_string(*free) + " bytes free" : "no free-space figure (" + free.status().ToString() + ")") +
+      ", less than the " + std::to_string(want) + " this write needs; not retried until space returns");
+}
+
+bool ExtentFiles::disk_full() const {
+  MutexLock lk(&mu_);
+  return disk_full_;
 }
 
 File* ExtentFiles::file(uint32_t file_id) {

@@ -1,11 +1,14 @@
 #include "store/uring-io.h"
 
 #include <liburing.h>
+#include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -73,7 +76,8 @@ class PreadEngine final : public ReadEngine {
   }
   Status Wait(Ticket t) override {
     MutexLock lk(&mu_);
-    if (!table_.KnownLocked(t)) return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
+    if (!table_.KnownLocked(t))
+      return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
     while (!table_.DoneLocked(t)) done_cv_.Wait(&mu_);
     return table_.TakeLocked(t);
   }
@@ -92,8 +96,9 @@ class PreadEngine final : public ReadEngine {
       size_t n_read = 0;
       Status st = op.file->ReadAt(op.offset, op.buf, op.length, &n_read);
       if (st.ok() && n_read != op.length)
-        st = Status::Corruption(op.file->path() + ": short read at offset " + std::to_string(op.offset) + " (" +
-                                std::to_string(n_read) + " of " + std::to_string(op.length) + " bytes): file truncated");
+        st =
+            Status::Corruption(op.file->path() + ": short read at offset " + std::to_string(op.offset) + " (" +
+                               std::to_string(n_read) + " of " + std::to_string(op.length) + " bytes): file truncated");
       mu_.Lock();
       if (table_.CompleteLocked(t, st)) done_cv_.SignalAll();
     }
@@ -145,7 +150,8 @@ class UringEngine final : public ReadEngine {
   // time; the others sleep until their batch is complete.
   Status Wait(Ticket t) override {
     MutexLock lk(&mu_);
-    if (!table_.KnownLocked(t)) return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
+    if (!table_.KnownLocked(t))
+      return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
     while (!table_.DoneLocked(t)) {
       if (reaping_) {
         done_cv_.Wait(&mu_);
@@ -181,8 +187,8 @@ class UringEngine final : public ReadEngine {
       if (!sqe) break;
       Op* o = pending_.front();
       pending_.pop_front();
-      io_uring_prep_read(sqe, o->op.file->fd(), static_cast<uint8_t*>(o->op.buf) + o->done,
-                         o->op.length - o->done, o->op.offset + o->done);
+      io_uring_prep_read(sqe, o->op.file->fd(), static_cast<uint8_t*>(o->op.buf) + o->done, o->op.length - o->done,
+                         o->op.offset + o->done);
       io_uring_sqe_set_data(sqe, o);
       ++in_flight_;
       ++n_prepped;
@@ -212,7 +218,8 @@ class UringEngine final : public ReadEngine {
       n = io_uring_peek_batch_cqe(&ring_, cqes_.data(), unsigned(cqes_.size()));
     }
     done_.clear();
-    for (unsigned i = 0; i < n; ++i) done_.push_back({static_cast<Op*>(io_uring_cqe_get_data(cqes_[i])), cqes_[i]->res});
+    for (unsigned i = 0; i < n; ++i)
+      done_.push_back({static_cast<Op*>(io_uring_cqe_get_data(cqes_[i])), cqes_[i]->res});
     io_uring_cq_advance(&ring_, n);
     for (auto [o, res] : done_) {
       --in_flight_;
@@ -222,11 +229,11 @@ class UringEngine final : public ReadEngine {
         pending_.push_front(o);
         finished = false;
       } else if (res < 0) {
-        st = Status::IOError(o->op.file->path() + ": io_uring read at offset " + std::to_string(o->op.offset) +
-                             ": " + std::strerror(-res));
+        st = Status::IOError(o->op.file->path() + ": io_uring read at offset " + std::to_string(o->op.offset) + ": " +
+                             std::strerror(-res));
       } else if (res == 0) {
-        st = Status::Corruption(o->op.file->path() + ": short read at offset " + std::to_string(o->op.offset) +
-                                " (" + std::to_string(o->done) + " of " + std::to_string(o->op.length) +
+        st = Status::Corruption(o->op.file->path() + ": short read at offset " + std::to_string(o->op.offset) + " (" +
+                                std::to_string(o->done) + " of " + std::to_string(o->op.length) +
                                 " bytes): file truncated");
       } else {
         o->done += uint32_t(res);
@@ -254,7 +261,7 @@ class UringEngine final : public ReadEngine {
   io_uring ring_{};  // SQ filled under mu_; CQ reaped under mu_ or by the one reaping thread
   bool ring_ok_ = false;
   Mutex mu_;
-  CondVar done_cv_;  // waits under mu_
+  CondVar done_cv_;                       // waits under mu_
   bool reaping_ GUARDED_BY(mu_) = false;  // a thread is in the kernel reaping for everyone
   int in_flight_ GUARDED_BY(mu_) = 0;
   std::deque<Op*> pending_ GUARDED_BY(mu_);
@@ -265,20 +272,36 @@ class UringEngine final : public ReadEngine {
 
 }  // namespace
 
+namespace {
+// Which engine reads the chunks matters to every measurement: say it, once per process and kind.
+void AnnounceEngine(const ReadEngine& e, const std::string& note) {
+  static std::atomic<bool> said_uring{false}, said_pread{false};
+  std::atomic<bool>& said = std::string_view(e.name()) == "io_uring" ? said_uring : said_pread;
+  if (said.exchange(true)) return;
+  if (note.empty()) spdlog::info("store: chunk reads through {} (queue depth {})", e.name(), e.queue_depth());
+  else spdlog::info("store: chunk reads through {} (queue depth {}): {}", e.name(), e.queue_depth(), note);
+}
+}  // namespace
+
 std::unique_ptr<ReadEngine> ReadEngine::Create(int queue_depth, bool force_pread, std::string* note) {
   note->clear();
   queue_depth = std::max(1, std::min(queue_depth, 1024));
   const char* env = std::getenv("IMPRESS_STORE_FORCE_PREAD");
   if (env && env[0] && env[0] != '0') force_pread = true;
+  std::unique_ptr<ReadEngine> e;
   if (force_pread) {
     *note = "io_uring disabled by request (option or IMPRESS_STORE_FORCE_PREAD); using pread";
-    return std::make_unique<PreadEngine>(queue_depth);
+    e = std::make_unique<PreadEngine>(queue_depth);
+  } else {
+    std::string err;
+    e = UringEngine::Make(queue_depth, &err);
+    if (!e) {
+      *note = "io_uring refused (" + err + "); falling back to pread";
+      e = std::make_unique<PreadEngine>(queue_depth);
+    }
   }
-  std::string err;
-  auto u = UringEngine::Make(queue_depth, &err);
-  if (u) return u;
-  *note = "io_uring refused (" + err + "); falling back to pread";
-  return std::make_unique<PreadEngine>(queue_depth);
+  AnnounceEngine(*e, *note);
+  return e;
 }
 
 }  // namespace impress::store

@@ -3,8 +3,8 @@
 // Submit() queues a batch and returns a ticket at once; the reads run while the caller computes;
 // Wait(ticket) blocks until every read of the batch finished and returns the first error. Two
 // implementations: io_uring (liburing; up to queue_depth reads in flight, refilled by whichever
-// thread waits or polls, short reads and -EAGAIN/-EINTR resubmitted) and a pread worker pool used when io_uring is refused
-// (seccomp, old kernel), when a file is not opened with O_DIRECT, or when forced (option or env
+// thread waits or polls, short reads and -EAGAIN/-EINTR resubmitted) and a pread worker pool used when io_uring is
+// refused (seccomp, old kernel), when a file is not opened with O_DIRECT, or when forced (option or env
 // IMPRESS_STORE_FORCE_PREAD=1). Internally synchronized: any thread may Submit and Wait; each
 // ticket is waited exactly once. Buffers must stay alive until Wait returns.
 #pragma once
@@ -20,10 +20,10 @@
 namespace impress::store {
 
 struct ReadOp {
-  File* file = nullptr;   // read through file->fd() (io_uring) or file->ReadAt (pread)
-  uint64_t offset = 0;    // 4 KiB-aligned when file->direct()
-  uint32_t length = 0;    // 4 KiB multiple when file->direct()
-  void* buf = nullptr;    // 4 KiB-aligned when file->direct()
+  File* file = nullptr;  // read through file->fd() (io_uring) or file->ReadAt (pread)
+  uint64_t offset = 0;   // 4 KiB-aligned when file->direct()
+  uint32_t length = 0;   // 4 KiB multiple when file->direct()
+  void* buf = nullptr;   // 4 KiB-aligned when file->direct()
 };
 
 class ReadEngine {
@@ -32,14 +32,15 @@ class ReadEngine {
   virtual ~ReadEngine() = default;
 
   // Makes an engine. io_uring unless force_pread or its setup fails; *note receives a one-line
-  // explanation when it fell back (empty otherwise).
+  // explanation when it fell back (empty otherwise). Logs (info, once per process and engine
+  // kind) which engine reads, so every test and benchmark output names it.
   static std::unique_ptr<ReadEngine> Create(int queue_depth, bool force_pread, std::string* note);
 
   virtual Ticket Submit(std::vector<ReadOp> ops) = 0;
   virtual Status Wait(Ticket t) = 0;
   // Lets completed reads be replaced by pending ones without blocking (call while busy).
   virtual void Poll() {}
-  virtual const char* name() const = 0;   // "io_uring" or "pread"
+  virtual const char* name() const = 0;  // "io_uring" or "pread"
   virtual int queue_depth() const = 0;
 };
 
