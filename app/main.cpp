@@ -1,7 +1,9 @@
 // impress: the one executable (docs/design.md section 8). Subcommands live in app/*-command.cpp;
 // this file only builds the parser and dispatches.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include <new>
 
 #include "app/app-options.h"
 #include "app/commands.h"
@@ -27,6 +29,13 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::bad_alloc&) {
+    // The subcommands run inside parse(). Parsers bound what they allocate, but an input can
+    // still ask for more memory than this machine has: say so instead of aborting.
+    spdlog::error(
+        "out of memory: the command needed more memory than is available (a damaged or oversized model "
+        "or document can cause this)");
+    return 1;
   }
   return exit_code;
 }

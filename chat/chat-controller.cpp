@@ -26,8 +26,8 @@ std::string AnswerMeta(const std::string& label, const RequestReport& report) {
   return meta.dump();
 }
 
-ChatController::ChatController(ChatSession& session, ChatEvents events)
-    : session_(session), events_(std::move(events)) {}
+ChatController::ChatController(ChatSession& session, ChatEvents events) :
+    session_(session), events_(std::move(events)) {}
 
 ChatController::~ChatController() = default;
 
@@ -44,7 +44,7 @@ int ChatController::CountTokens(const std::string& text) const {
     if (events_.progress) (void)events_.progress(done, total, what);
     return true;  // tokenizing is not cancelled: the count is needed
   };
-  return int(session_.context().tokenizer().Encode(text, false, false, progress).size());
+  return int(session_.context().tokenizer().EncodeLiteral(text, false, progress).size());
 }
 
 ContextBudget ChatController::budget() const {
@@ -105,14 +105,16 @@ Result<size_t> ChatController::AddDocument(const std::string& path) {
                        e.n_tokens));
   } else if (fit == AttachFit::kLongerThanContext) {
     e.attached = false;
-    Notice(fmt::format("{} has {} tokens: longer than the model's context ({} tokens, {} kept for the answer); "
-                       "it is listed but not attached (retrieval mode can use it)",
-                       doc->name, e.n_tokens, b.n_ctx, b.max_tokens));
+    Notice(
+        fmt::format("{} has {} tokens: longer than the model's context ({} tokens, {} kept for the answer); "
+                    "it is listed but not attached (retrieval mode can use it)",
+                    doc->name, e.n_tokens, b.n_ctx, b.max_tokens));
   } else if (fit == AttachFit::kOverflows) {
     e.attached = false;
-    Notice(fmt::format("{} ({} tokens) would overflow the context with the {} tokens already attached; "
-                       "detach another document to use it",
-                       doc->name, e.n_tokens, attached_tokens));
+    Notice(
+        fmt::format("{} ({} tokens) would overflow the context with the {} tokens already attached; "
+                    "detach another document to use it",
+                    doc->name, e.n_tokens, attached_tokens));
   } else {
     Notice(fmt::format("added {} ({} tokens)", doc->name, e.n_tokens));
   }
@@ -144,10 +146,10 @@ Status ChatController::SetAttached(size_t index, bool attached) {
       if (o.attached && &o != &d) attached_tokens += o.n_tokens;
     const ContextBudget b = budget();
     if (CheckAttach(b, attached_tokens, d.n_tokens) != AttachFit::kFits) {
-      const std::string why =
-          fmt::format("{} ({} tokens) would overflow the context ({} tokens, {} attached, {} kept for the "
-                      "answer); detach another document or use retrieval mode",
-                      d.doc.name, d.n_tokens, b.n_ctx, attached_tokens, b.max_tokens);
+      const std::string why = fmt::format(
+          "{} ({} tokens) would overflow the context ({} tokens, {} attached, {} kept for the "
+          "answer); detach another document or use retrieval mode",
+          d.doc.name, d.n_tokens, b.n_ctx, attached_tokens, b.max_tokens);
       Notice(why);
       return Status::ResourceExhausted(why);
     }
@@ -198,9 +200,8 @@ Result<std::vector<std::string>> ChatController::PrepareQuestion(const std::stri
   for (const ChatDocument& d : docs_)
     if (d.attached) keys.push_back(PassageKey(d.doc));
   const Tokenizer& tok = session_.context().tokenizer();
-  auto picked = passages_->SelectForBudget(question, budget().RetrievalTokens(), [&](std::string_view text) {
-    return int(tok.Encode(text, false, false).size());
-  });
+  auto picked = passages_->SelectForBudget(question, budget().RetrievalTokens(),
+                                           [&](std::string_view text) { return int(tok.EncodeLiteral(text).size()); });
   if (!picked.ok()) return picked.status().WithContext("passage retrieval");
   Conversation& conv = session_.conversation();
   conv.ClearDocuments();
@@ -223,12 +224,13 @@ Result<ChatAnswer> ChatController::Answer(const std::string& question, const Ask
     return answer.status();
   }
   // Saved only when the session remembered the exchange (AskOptions::remember).
-  if (session_.conversation().turns().size() == n_turns_before + 2) SaveExchange(question, AnswerMeta(label, answer->report));
+  if (session_.conversation().turns().size() == n_turns_before + 2)
+    SaveExchange(question, AnswerMeta(label, answer->report));
   return answer;
 }
 
-Result<ChatAnswer> ChatController::Ask(const std::string& question, const AskOptions& options,
-                                       const std::string& label, std::vector<std::string>* passages) {
+Result<ChatAnswer> ChatController::Ask(const std::string& question, const AskOptions& options, const std::string& label,
+                                       std::vector<std::string>* passages) {
   IMPRESS_ASSIGN_OR_RETURN(std::vector<std::string> names, PrepareQuestion(question));
   if (passages) *passages = std::move(names);
   return Answer(question, options, label);
@@ -244,7 +246,8 @@ Result<std::string> ChatController::PopLastExchange() {
   std::string question = turns[turns.size() - 2].content;
   conv.PopTurns(2);
   if (db_ && conv_id_)
-    if (Status st = db_->PopTurns(conv_id_, 2); !st.ok()) Notice("the saved conversation was not updated: " + st.ToString());
+    if (Status st = db_->PopTurns(conv_id_, 2); !st.ok())
+      Notice("the saved conversation was not updated: " + st.ToString());
   return question;
 }
 

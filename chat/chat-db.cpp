@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "base/sqlite.h"
+#include "chat/private-file.h"
 
 namespace impress::persist {
 
@@ -101,7 +102,8 @@ Conversation ToConversation(const SavedConversation& saved) {
   return c;
 }
 
-ChatDb::ChatDb(std::unique_ptr<SqliteDb> db, ChatDbOptions options) : db_(std::move(db)), options_(std::move(options)) {}
+ChatDb::ChatDb(std::unique_ptr<SqliteDb> db, ChatDbOptions options) :
+    db_(std::move(db)), options_(std::move(options)) {}
 ChatDb::~ChatDb() = default;
 
 const std::string& ChatDb::path() const { return db_->path(); }
@@ -109,11 +111,14 @@ const std::string& ChatDb::path() const { return db_->path(); }
 int64_t ChatDb::Now() const { return options_.now ? options_.now() : int64_t(std::time(nullptr)); }
 
 Result<std::unique_ptr<ChatDb>> ChatDb::Open(const std::string& path, ChatDbOptions options) {
+  // The user's documents and conversations: owner-only file and folder (WAL and SHM follow).
+  IMPRESS_RETURN_IF_ERROR(PreparePrivateFile(path));
   IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, /*create=*/true));
   // Identify the file before writing anything: reading the header fails with NOTADB for a file
   // that is not SQLite; a foreign SQLite file has another application_id or tables of its own.
   IMPRESS_ASSIGN_OR_RETURN(int64_t app_id, QueryInt(*db, "PRAGMA application_id", "reading the file header"));
-  IMPRESS_ASSIGN_OR_RETURN(int64_t n_objects, QueryInt(*db, "SELECT count(*) FROM sqlite_master", "reading the schema"));
+  IMPRESS_ASSIGN_OR_RETURN(int64_t n_objects,
+                           QueryInt(*db, "SELECT count(*) FROM sqlite_master", "reading the schema"));
   const bool fresh = app_id == 0 && n_objects == 0;
   if (!fresh && app_id != kAppId) {
     char id[16];
@@ -139,6 +144,7 @@ Result<std::unique_ptr<ChatDb>> ChatDb::Open(const std::string& path, ChatDbOpti
     return Status::Unsupported(path + ": chat database has schema version " + std::to_string(version) +
                                ", written by a newer IMPRESS; this build reads up to version " +
                                std::to_string(kSchemaVersion) + " (the file was left unchanged)");
+  IMPRESS_RETURN_IF_ERROR(RestrictToOwner(path));  // ours: private even if an older build made it 0644
   IMPRESS_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
                                    "setting up the connection"));
   IMPRESS_RETURN_IF_ERROR(db->SetMaxFileBytes(options.max_file_bytes));
@@ -147,7 +153,8 @@ Result<std::unique_ptr<ChatDb>> ChatDb::Open(const std::string& path, ChatDbOpti
     IMPRESS_RETURN_IF_ERROR(t.Begin("creating the chat database"));
     IMPRESS_RETURN_IF_ERROR(db->Exec(kSchemaV1, "creating the chat database"));
     std::string init = "PRAGMA application_id=" + std::to_string(kAppId) +
-                       "; INSERT INTO meta(key, value) VALUES('schema_version', '" + std::to_string(kSchemaVersion) + "');";
+                       "; INSERT INTO meta(key, value) VALUES('schema_version', '" + std::to_string(kSchemaVersion) +
+                       "');";
     IMPRESS_RETURN_IF_ERROR(db->Exec(init.c_str(), "creating the chat database"));
     IMPRESS_RETURN_IF_ERROR(t.Commit("creating the chat database"));
   }
@@ -183,11 +190,10 @@ Status ChatDb::RemoveOrphanTexts() {
 
 Result<std::vector<ConversationSummary>> ChatDb::ListConversations() {
   std::lock_guard<std::mutex> lk(mu_);
-  IMPRESS_ASSIGN_OR_RETURN(
-      Stmt s, db_->Prep("SELECT c.id, c.title, c.created, c.updated, c.mode, "
-                        "(SELECT count(*) FROM turns t WHERE t.conversation = c.id), "
-                        "(SELECT count(*) FROM documents d WHERE d.conversation = c.id) "
-                        "FROM conversations c ORDER BY c.updated DESC, c.id DESC"));
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT c.id, c.title, c.created, c.updated, c.mode, "
+                                             "(SELECT count(*) FROM turns t WHERE t.conversation = c.id), "
+                                             "(SELECT count(*) FROM documents d WHERE d.conversation = c.id) "
+                                             "FROM conversations c ORDER BY c.updated DESC, c.id DESC"));
   std::vector<ConversationSummary> out;
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) {
@@ -234,7 +240,8 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
   } end_read{*db_};
   SavedConversation out;
   {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT title, created, updated, mode, settings FROM conversations WHERE id = ?"));
+    IMPRESS_ASSIGN_OR_RETURN(
+        Stmt s, db_->Prep("SELECT title, created, updated, mode, settings FROM conversations WHERE id = ?"));
     s.Bind(1, id);
     int rc = s.Step();
     if (rc == SQLITE_DONE) return Status::NotFound(db_->path() + ": no conversation with id " + std::to_string(id));
@@ -248,9 +255,10 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
     out.settings = s.Text(4);
   }
   {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT d.name, d.path, t.text, d.n_tokens, d.attached, t.n_bytes, t.key "
-                                               "FROM documents d JOIN texts t ON t.id = d.text_id "
-                                               "WHERE d.conversation = ? ORDER BY d.position"));
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s,
+                             db_->Prep("SELECT d.name, d.path, t.text, d.n_tokens, d.attached, t.n_bytes, t.key "
+                                       "FROM documents d JOIN texts t ON t.id = d.text_id "
+                                       "WHERE d.conversation = ? ORDER BY d.position"));
     s.Bind(1, id);
     int rc;
     while ((rc = s.Step()) == SQLITE_ROW) {
@@ -264,7 +272,8 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
       d.text_key = s.Text(6);
       if (d.n_bytes != d.text.size())
         return Status::Corruption(db_->path() + ": document \"" + d.name + "\" of conversation " + std::to_string(id) +
-                                  " has " + std::to_string(d.text.size()) + " bytes, expected " + std::to_string(d.n_bytes));
+                                  " has " + std::to_string(d.text.size()) + " bytes, expected " +
+                                  std::to_string(d.n_bytes));
       out.documents.push_back(std::move(d));
     }
     if (rc != SQLITE_DONE) return db_->Error(rc, what + " (documents)");
@@ -340,20 +349,23 @@ Status ChatDb::DeleteConversation(int64_t id) {
   return t.Commit(what);
 }
 
-Result<int> ChatDb::AppendTurn(int64_t id, const std::string& role, const std::string& content, const std::string& meta) {
+Result<int> ChatDb::AppendTurn(int64_t id, const std::string& role, const std::string& content,
+                               const std::string& meta) {
   IMPRESS_RETURN_IF_ERROR(CheckRole(role));
   const std::string what = "saving a turn of conversation " + std::to_string(id);
   int64_t position = 0;
   IMPRESS_RETURN_IF_ERROR(WriteConversation(id, what, [&]() -> Status {
     {
-      IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT coalesce(max(position) + 1, 0) FROM turns WHERE conversation = ?"));
+      IMPRESS_ASSIGN_OR_RETURN(Stmt s,
+                               db_->Prep("SELECT coalesce(max(position) + 1, 0) FROM turns WHERE conversation = ?"));
       s.Bind(1, id);
       int rc = s.Step();
       if (rc != SQLITE_ROW) return db_->Error(rc, what);
       position = s.Int(0);
     }
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO turns(conversation, position, role, content, meta, created) "
-                                               "VALUES(?, ?, ?, ?, ?, ?)"));
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s,
+                             db_->Prep("INSERT INTO turns(conversation, position, role, content, meta, created) "
+                                       "VALUES(?, ?, ?, ?, ?, ?)"));
     s.Bind(1, id);
     s.Bind(2, position);
     s.Bind(3, role);

@@ -34,14 +34,17 @@ PromptTokens Conversation::Build(const std::string& question, const Tokenizer& t
     std::string prefix;
     for (const Document& d : documents_) prefix += d.text + "\n\n";
     for (const ChatMessage& t : turns_) prefix += t.content + "\n";
-    out.tokens = tokenizer.Encode(prefix + question, add_bos, /*parse_special=*/false);
-    const auto pre = tokenizer.Encode(prefix, add_bos, false);
+    out.tokens = tokenizer.EncodeLiteral(prefix + question, add_bos);
+    const auto pre = tokenizer.EncodeLiteral(prefix, add_bos);
     out.n_prefix = int(std::mismatch(pre.begin(), pre.end(), out.tokens.begin(), out.tokens.end()).first - pre.begin());
     return out;
   }
   const bool bos = chat.renders_bos() ? false : add_bos;
-  out.tokens = tokenizer.Encode(chat.Render(Messages(question, chat), /*add_generation_prompt=*/true), bos,
-                                /*parse_special=*/true);
+  // Only the template's markup may become special tokens: documents, their names and the
+  // user's text stay literal, whatever they contain.
+  std::vector<ByteRange> markup;
+  const std::string text = chat.Render(Messages(question, chat), /*add_generation_prompt=*/true, &markup);
+  out.tokens = tokenizer.EncodeTemplated(text, bos, markup);
   // The reusable prefix is what this prompt shares with the prompt of an empty question:
   // everything before the question's text. (Rendering the earlier messages alone is not enough:
   // Llama-2's template writes the system message only together with a user turn, so a first
@@ -50,7 +53,8 @@ PromptTokens Conversation::Build(const std::string& question, const Tokenizer& t
     out.n_prefix = std::max(0, int(out.tokens.size()) - 1);
     return out;
   }
-  const auto pre = tokenizer.Encode(chat.Render(Messages("", chat), true), bos, true);
+  const std::string pre_text = chat.Render(Messages("", chat), true, &markup);
+  const auto pre = tokenizer.EncodeTemplated(pre_text, bos, markup);
   const int shared =
       int(std::mismatch(pre.begin(), pre.end(), out.tokens.begin(), out.tokens.end()).first - pre.begin());
   out.n_prefix = std::min(shared, int(out.tokens.size()) - 1);  // at least one token is new
@@ -58,7 +62,7 @@ PromptTokens Conversation::Build(const std::string& question, const Tokenizer& t
 }
 
 std::vector<Conversation::TokenSpan> Conversation::DocumentSpans(const Tokenizer& tokenizer, const ChatTemplate& chat,
-                                                                bool raw, std::vector<int32_t>* tokens) const {
+                                                                 bool raw, std::vector<int32_t>* tokens) const {
   std::vector<TokenSpan> spans;
   if (tokens) tokens->clear();
   if (documents_.empty()) return spans;
@@ -66,17 +70,17 @@ std::vector<Conversation::TokenSpan> Conversation::DocumentSpans(const Tokenizer
   // documents in it (headers included); the layout is SystemText's / Build's.
   std::string text;
   std::vector<std::pair<size_t, size_t>> bytes;  // [header, end of text)
-  bool add_bos = tokenizer.add_bos_default(), special = true;
+  bool add_bos = tokenizer.add_bos_default();
+  std::vector<ByteRange> markup;  // raw: none, all literal
   if (raw) {
     for (const Document& d : documents_) {
       bytes.push_back({text.size(), text.size() + d.text.size()});
       text += d.text + "\n\n";
     }
-    special = false;
   } else {
     // The whole prompt for an empty question: some templates (Llama-2) render the system
     // message only together with a user turn.
-    text = chat.Render(Messages("", chat), /*add_generation_prompt=*/true);
+    text = chat.Render(Messages("", chat), /*add_generation_prompt=*/true, &markup);
     if (chat.renders_bos()) add_bos = false;
     size_t at = 0;
     for (const Document& d : documents_) {
@@ -87,7 +91,7 @@ std::vector<Conversation::TokenSpan> Conversation::DocumentSpans(const Tokenizer
       at = bytes.back().second;
     }
   }
-  std::vector<int32_t> all_tokens = tokenizer.Encode(text, add_bos, special);
+  std::vector<int32_t> all_tokens = tokenizer.EncodeTemplated(text, add_bos, markup);
   const std::vector<int32_t>& all = all_tokens;
   // Byte offset where each token starts, when the tokens spell the text byte for byte (byte-level
   // BPE does; SentencePiece's dummy-prefix spaces do not): then a span is exact.
@@ -113,7 +117,7 @@ std::vector<Conversation::TokenSpan> Conversation::DocumentSpans(const Tokenizer
       const int n = int(it - starts.begin()) - 1;
       return round_up && starts[n] < off ? n + 1 : n;
     }
-    const std::vector<int32_t> pre = tokenizer.Encode(std::string_view(text).substr(0, off), add_bos, special);
+    const std::vector<int32_t> pre = tokenizer.EncodeTemplated(std::string_view(text).substr(0, off), add_bos, markup);
     const int n = int(std::mismatch(pre.begin(), pre.end(), all.begin(), all.end()).first - pre.begin());
     return round_up && n < int(pre.size()) ? std::min<int>(int(all.size()), n + 1) : n;
   };

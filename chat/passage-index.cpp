@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "base/sqlite.h"
+#include "chat/private-file.h"
 
 namespace impress::persist {
 
@@ -37,17 +38,19 @@ CREATE VIRTUAL TABLE pidx_fts USING fts5(body, tokenize = 'unicode61');
 // searchable terms.
 const std::unordered_set<std::string>& StopWords() {
   static const std::unordered_set<std::string> k = {
-      "a", "about", "above", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at", "be",
-      "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did",
-      "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have",
-      "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in",
-      "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not",
-      "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over",
-      "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them",
-      "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under",
-      "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom",
-      "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "s", "t", "tell",
-      "please", "whats"};
+      "a",      "about", "above",      "after",    "again",      "all",     "am",        "an",    "and",    "any",
+      "are",    "as",    "at",         "be",       "because",    "been",    "before",    "being", "below",  "between",
+      "both",   "but",   "by",         "can",      "could",      "did",     "do",        "does",  "doing",  "down",
+      "during", "each",  "few",        "for",      "from",       "further", "had",       "has",   "have",   "having",
+      "he",     "her",   "here",       "hers",     "herself",    "him",     "himself",   "his",   "how",    "i",
+      "if",     "in",    "into",       "is",       "it",         "its",     "itself",    "just",  "me",     "more",
+      "most",   "my",    "myself",     "no",       "nor",        "not",     "now",       "of",    "off",    "on",
+      "once",   "only",  "or",         "other",    "our",        "ours",    "ourselves", "out",   "over",   "own",
+      "same",   "she",   "should",     "so",       "some",       "such",    "than",      "that",  "the",    "their",
+      "theirs", "them",  "themselves", "then",     "there",      "these",   "they",      "this",  "those",  "through",
+      "to",     "too",   "under",      "until",    "up",         "very",    "was",       "we",    "were",   "what",
+      "when",   "where", "which",      "while",    "who",        "whom",    "why",       "will",  "with",   "would",
+      "you",    "your",  "yours",      "yourself", "yourselves", "s",       "t",         "tell",  "please", "whats"};
   return k;
 }
 
@@ -67,8 +70,7 @@ size_t CutPoint(std::string_view text, size_t start, size_t limit) {
   for (size_t p = limit; p > lo; --p)
     if (text[p - 1] == '\n') return p;
   for (size_t p = limit; p > lo + 1; --p)
-    if ((text[p - 1] == ' ' || text[p - 1] == '\t') &&
-        (text[p - 2] == '.' || text[p - 2] == '!' || text[p - 2] == '?'))
+    if ((text[p - 1] == ' ' || text[p - 1] == '\t') && (text[p - 2] == '.' || text[p - 2] == '!' || text[p - 2] == '?'))
       return p;
   for (size_t p = limit; p > lo; --p)
     if (text[p - 1] == ' ' || text[p - 1] == '\t') return p;
@@ -156,11 +158,13 @@ std::string BuildFtsQuery(std::string_view question) {
   return q;
 }
 
-PassageIndex::PassageIndex(std::unique_ptr<SqliteDb> db, PassageIndexOptions options)
-    : db_(std::move(db)), options_(options) {}
+PassageIndex::PassageIndex(std::unique_ptr<SqliteDb> db, PassageIndexOptions options) :
+    db_(std::move(db)), options_(options) {}
 PassageIndex::~PassageIndex() = default;
 
 Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path, PassageIndexOptions options) {
+  // The user's documents and conversations: owner-only file and folder (WAL and SHM follow).
+  IMPRESS_RETURN_IF_ERROR(PreparePrivateFile(path));
   IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, /*create=*/true));
   // FTS5 is compiled into Debian's libsqlite3, but not into every build: check at run time.
   if (sqlite3_exec(db->handle(), "CREATE VIRTUAL TABLE temp.pidx_probe USING fts5(x); DROP TABLE temp.pidx_probe;",
@@ -192,6 +196,7 @@ Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path
       return Status::Unsupported(path + ": passage index has schema version \"" + v + "\", this build reads " +
                                  std::to_string(kSchemaVersion) + " (delete the file to rebuild the index)");
   }
+  IMPRESS_RETURN_IF_ERROR(RestrictToOwner(path));  // ours: private even if an older build made it 0644
   IMPRESS_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
                                    "setting up the connection"));
   IMPRESS_RETURN_IF_ERROR(db->SetMaxFileBytes(options.max_file_bytes));
@@ -284,8 +289,7 @@ Result<std::vector<IndexedDocument>> PassageIndex::Documents() {
                                              "FROM pidx_documents d ORDER BY d.id"));
   std::vector<IndexedDocument> out;
   int rc;
-  while ((rc = s.Step()) == SQLITE_ROW)
-    out.push_back({s.Text(0), s.Text(1), uint64_t(s.Int(2)), int(s.Int(3))});
+  while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), uint64_t(s.Int(2)), int(s.Int(3))});
   if (rc != SQLITE_DONE) return db_->Error(rc, "listing indexed documents");
   return out;
 }

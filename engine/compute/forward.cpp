@@ -26,8 +26,7 @@ Status CheckTensor(const Tensor& t, const std::string& name, std::vector<int64_t
   for (int64_t d : want) n *= d;
   if (t.shape != want || int64_t(t.data.size()) != n)
     return Status::InvalidArgument("model tensor " + name + " has shape " + Shape(t) + " and " +
-                                   std::to_string(t.data.size()) + " values; expected " +
-                                   Shape(Tensor{want, {}}));
+                                   std::to_string(t.data.size()) + " values; expected " + Shape(Tensor{want, {}}));
   return Status::Ok();
 }
 
@@ -70,7 +69,8 @@ Status ValidateModel(const Model& m) {
     return Status::InvalidArgument("model config: bad dimensions (n_vocab " + std::to_string(c.n_vocab) + ", n_embd " +
                                    std::to_string(c.n_embd) + ", n_layer " + std::to_string(c.n_layer) + ", n_head " +
                                    std::to_string(c.n_head) + ", n_head_kv " + std::to_string(c.n_head_kv) +
-                                   ", head_dim " + std::to_string(c.head_dim) + ", n_ff " + std::to_string(c.n_ff) + ")");
+                                   ", head_dim " + std::to_string(c.head_dim) + ", n_ff " + std::to_string(c.n_ff) +
+                                   ")");
   if (int(w.layers.size()) != c.n_layer)
     return Status::InvalidArgument("model has " + std::to_string(w.layers.size()) + " layers of weights, config says " +
                                    std::to_string(c.n_layer));
@@ -124,8 +124,8 @@ Status ValidateModel(const Model& m) {
 
 // ---- Forward ------------------------------------------------------------------------------
 
-Forward::Forward(const Model& model, Backend& backend, int max_batch)
-    : model_(model), be_(backend), max_batch_(max_batch) {}
+Forward::Forward(const Model& model, Backend& backend, int max_batch) :
+    model_(model), be_(backend), max_batch_(max_batch) {}
 
 Forward::~Forward() {
   for (auto p : constants_) be_.ReleaseConstant(p);
@@ -150,11 +150,11 @@ Status Forward::Init() {
     constants_.push_back(p);
     return p;
   };
-#define IMPRESS_MAP(dst, t) \
-  do {                      \
-    auto _r = map(t);       \
+#define IMPRESS_MAP(dst, t)           \
+  do {                                \
+    auto _r = map(t);                 \
     if (!_r.ok()) return _r.status(); \
-    dst = *_r;              \
+    dst = *_r;                        \
   } while (0)
   IMPRESS_MAP(tok_embd_, w.tok_embd);
   IMPRESS_MAP(pos_embd_, w.pos_embd);
@@ -259,7 +259,21 @@ Status Forward::Begin(std::span<const int32_t> tokens, std::span<const int32_t> 
   }
   il_ = -1;
   stage_ = Stage::kEmbedded;
+  first_bad_layer_ = kNoBadLayer;
+  CheckStream(-1);
   return Status::Ok();
+}
+
+void Forward::CheckStream(int il) {
+  if (!check_layers_ || first_bad_layer_ != kNoBadLayer) return;
+  check_buf_.resize(size_t(n_new_) * model_.config.n_embd);
+  be_.CopyToHost(check_buf_.data(), DevPtr<const void>(x_.raw()), check_buf_.size() * sizeof(float));
+  for (float v : check_buf_) {
+    if (!std::isfinite(v)) {
+      first_bad_layer_ = il;
+      return;
+    }
+  }
 }
 
 Status Forward::ComputeQKV(int il) {
@@ -299,7 +313,8 @@ Status Forward::ComputeQKV(int il) {
 
 Status Forward::ScoreKeys(int il, const PrefixKeys& keys, std::span<const int> query_heads, float* out) {
   if (stage_ != Stage::kQkv || il != il_)
-    return Status::InvalidArgument("forward: ScoreKeys(" + std::to_string(il) + ") needs ComputeQKV of that layer first");
+    return Status::InvalidArgument("forward: ScoreKeys(" + std::to_string(il) +
+                                   ") needs ComputeQKV of that layer first");
   if (keys.n < 0 || (keys.n > 0 && !keys.k)) return Status::InvalidArgument("forward: ScoreKeys: bad prefix keys");
   if (query_heads.empty() || keys.n == 0) return Status::Ok();
   if (!out) return Status::InvalidArgument("forward: ScoreKeys: no output buffer");
@@ -339,7 +354,8 @@ Status Forward::EnsureImportanceCapacity(size_t n) {
 
 Status Forward::ExportKV(int il, DevPtr<f16_t> k_out, DevPtr<f16_t> v_out) {
   if (stage_ == Stage::kIdle || il != il_)
-    return Status::InvalidArgument("forward: ExportKV(" + std::to_string(il) + ") needs ComputeQKV of that layer first");
+    return Status::InvalidArgument("forward: ExportKV(" + std::to_string(il) +
+                                   ") needs ComputeQKV of that layer first");
   const size_t bytes = size_t(n_new_) * kv_row() * sizeof(f16_t);
   if (k_out) be_.CopyDevice(DevPtr<void>(k_out.raw()), DevPtr<const void>(k16_.raw()), bytes);
   if (v_out) be_.CopyDevice(DevPtr<void>(v_out.raw()), DevPtr<const void>(v16_.raw()), bytes);
@@ -348,7 +364,8 @@ Status Forward::ExportKV(int il, DevPtr<f16_t> k_out, DevPtr<f16_t> v_out) {
 
 Status Forward::ExportKVToHost(int il, f16_t* k_out, f16_t* v_out) {
   if (stage_ == Stage::kIdle || il != il_)
-    return Status::InvalidArgument("forward: ExportKV(" + std::to_string(il) + ") needs ComputeQKV of that layer first");
+    return Status::InvalidArgument("forward: ExportKV(" + std::to_string(il) +
+                                   ") needs ComputeQKV of that layer first");
   const size_t bytes = size_t(n_new_) * kv_row() * sizeof(f16_t);
   if (k_out) be_.CopyToHost(k_out, DevPtr<const void>(k16_.raw()), bytes);
   if (v_out) be_.CopyToHost(v_out, DevPtr<const void>(v16_.raw()), bytes);
@@ -425,6 +442,7 @@ Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* 
     if (!c.do_layer_norm_before) be_.LayerNorm(x_, x_, l.ffn_norm, l.ffn_norm_b, n, e, c.norm_eps);
   }
   stage_ = (il == c.n_layer - 1) ? Stage::kDone : Stage::kEmbedded;
+  CheckStream(il);
   return Status::Ok();
 }
 
@@ -478,6 +496,22 @@ Status Forward::Logits(std::span<const int> rows, float* out) {
   }
   be_.Gemm(Trans::kNo, Trans::kYes, nr, c.n_vocab, width, 1.0f, h, width, output_, width, 0.0f, logits_, c.n_vocab);
   be_.CopyToHost(out, DevPtr<const void>(logits_.raw()), sizeof(float) * size_t(nr) * c.n_vocab);
+  // A scan of what was copied anyway (n_vocab floats a row): cheap next to the LM head.
+  const size_t n_out = size_t(nr) * c.n_vocab;
+  bad_logits_ = false;
+  for (size_t i = 0; i < n_out && !bad_logits_; ++i) bad_logits_ = !std::isfinite(out[i]);
+  if (bad_logits_) {
+    std::string where = "the first non-finite layer output is unknown (re-run with check_layers to find it)";
+    if (first_bad_layer_ == -1) {
+      where = "the token embeddings are already non-finite";
+    } else if (first_bad_layer_ >= 0) {
+      where = "layer " + std::to_string(first_bad_layer_) + " is the first whose output is non-finite";
+    } else if (check_layers_) {
+      where = "every layer's output was finite: the output norm or LM head made them";
+    }
+    return Status::Internal("model " + (c.name.empty() ? model_.path : c.name) +
+                            ": the forward pass produced NaN or infinite logits; " + where);
+  }
   return Status::Ok();
 }
 
@@ -546,20 +580,45 @@ Status Generator::EvalRows(std::span<const int32_t> tokens, std::span<const int>
       IMPRESS_RETURN_IF_ERROR(fwd_->ComputeQKV(il));
       PrefixKV prefix{n_past_, k_cache_[il], v_cache_[il], {}};
       IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, prefix));
-      IMPRESS_RETURN_IF_ERROR(fwd_->ExportKV(il, k_cache_[il] + size_t(n_past_) * kv, v_cache_[il] + size_t(n_past_) * kv));
+      IMPRESS_RETURN_IF_ERROR(
+          fwd_->ExportKV(il, k_cache_[il] + size_t(n_past_) * kv, v_cache_[il] + size_t(n_past_) * kv));
     }
     // Logits of the wanted rows that fall in this ubatch (only those: the LM head is costly).
     for (size_t x = 0; x < rows.size(); ++x) {
       const int r = rows[x];
       if (size_t(r) < done || size_t(r) >= done + n) continue;
       const int local_row = r - static_cast<int>(done);
-      IMPRESS_RETURN_IF_ERROR(fwd_->Logits(std::span<const int>(&local_row, 1), out + x * size_t(c.n_vocab)));
+      const Status st = fwd_->Logits(std::span<const int>(&local_row, 1), out + x * size_t(c.n_vocab));
+      if (!st.ok() && fwd_->logits_non_finite()) return NameNonFiniteLayer(tokens.subspan(done, n), pos, local_row);
+      IMPRESS_RETURN_IF_ERROR(st);
     }
     n_past_ += n;
     done += n;
   }
   ReportProgress(progress, total, total, "prefill");
   return Status::Ok();
+}
+
+Status Generator::NameNonFiniteLayer(std::span<const int32_t> tokens, std::span<const int32_t> positions, int row) {
+  const ModelConfig& c = fwd_->config();
+  const int kv = fwd_->kv_row();
+  fwd_->set_check_layers(true);
+  auto run = [&]() -> Status {
+    IMPRESS_RETURN_IF_ERROR(fwd_->Begin(tokens, positions));
+    for (int il = 0; il < c.n_layer; ++il) {
+      IMPRESS_RETURN_IF_ERROR(fwd_->ComputeQKV(il));
+      IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, PrefixKV{n_past_, k_cache_[il], v_cache_[il], {}}));
+      IMPRESS_RETURN_IF_ERROR(
+          fwd_->ExportKV(il, k_cache_[il] + size_t(n_past_) * kv, v_cache_[il] + size_t(n_past_) * kv));
+    }
+    std::vector<float> scratch(size_t(c.n_vocab));
+    return fwd_->Logits(std::span<const int>(&row, 1), scratch.data());
+  };
+  Status st = run();
+  fwd_->set_check_layers(false);
+  if (st.ok())
+    st = Status::Internal("model " + c.name + ": NaN or infinite logits that a second run did not reproduce");
+  return st;
 }
 
 Result<GenerateResult> Generator::Generate(std::span<const int32_t> prompt, const GenerateOptions& o) {

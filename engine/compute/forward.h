@@ -107,7 +107,20 @@ class Forward {
   // Attention over prefix + new tokens, then the output projection, residual and FFN.
   Status Attend(int il, const PrefixKV& prefix, const ImportanceRequest* importance = nullptr);
   // After the last layer: logits (rows.size(), n_vocab) of the chosen batch rows, into out (host).
+  // Internal error naming the model when any is NaN or inf (a model that computes garbage
+  // must not answer with an empty string); the layer is named when check_layers found it.
   Status Logits(std::span<const int> rows, float* out);
+
+  // Diagnosis of non-finite output. With check_layers on, Begin and each Attend copy the batch's
+  // residual stream to the host and note the first stage whose output holds NaN or inf: a
+  // device-to-host copy per layer, so it is for re-running a batch whose logits were bad.
+  void set_check_layers(bool on) { check_layers_ = on; }
+  // kNoBadLayer when none was seen since Begin (or not checking); -1: the embeddings; il: the
+  // output of layer il.
+  static constexpr int kNoBadLayer = -2;
+  int first_non_finite_layer() const { return first_bad_layer_; }
+  // Whether the last Logits call found NaN or inf.
+  bool logits_non_finite() const { return bad_logits_; }
 
  private:
   Forward(const Model& model, Backend& backend, int max_batch);
@@ -122,8 +135,8 @@ class Forward {
   const Model& model_;
   Backend& be_;
   const int max_batch_;
-  std::vector<DevPtr<void>> allocs_;           // freed in the destructor
-  std::vector<DevPtr<const float>> constants_; // released in the destructor
+  std::vector<DevPtr<void>> allocs_;            // freed in the destructor
+  std::vector<DevPtr<const float>> constants_;  // released in the destructor
 
   // Device copies (CPU: views) of the weights, by layer.
   struct LayerDev {
@@ -135,22 +148,29 @@ class Forward {
   DevPtr<const float> inv_freq_;
 
   // Activations (max_batch rows).
-  DevPtr<float> x_;       // (B, n_embd) residual stream
-  DevPtr<float> xn_;      // (B, n_embd) normed input of a sublayer
-  DevPtr<float> q_;       // (B, n_head * head_dim)
-  DevPtr<float> k_, v_;   // (B, n_head_kv * head_dim) fp32
-  DevPtr<f16_t> k16_, v16_;  // the same in fp16: what attention reads and ExportKV copies
-  DevPtr<float> attn_;    // (B, n_head * head_dim)
-  DevPtr<float> gate_, up_;  // (B, n_ff)
-  DevPtr<float> emb_;     // (B, max(word_embed_proj_dim, n_embd)) embedding scratch
+  DevPtr<float> x_;            // (B, n_embd) residual stream
+  DevPtr<float> xn_;           // (B, n_embd) normed input of a sublayer
+  DevPtr<float> q_;            // (B, n_head * head_dim)
+  DevPtr<float> k_, v_;        // (B, n_head_kv * head_dim) fp32
+  DevPtr<f16_t> k16_, v16_;    // the same in fp16: what attention reads and ExportKV copies
+  DevPtr<float> attn_;         // (B, n_head * head_dim)
+  DevPtr<float> gate_, up_;    // (B, n_ff)
+  DevPtr<float> emb_;          // (B, max(word_embed_proj_dim, n_embd)) embedding scratch
   DevPtr<int32_t> ids_, pos_;  // (B)
-  DevPtr<float> imp_;     // importance scratch, grown on demand
+  DevPtr<float> imp_;          // importance scratch, grown on demand
   size_t imp_cap_ = 0;
   DevPtr<float> lx_, lx2_, logits_;  // logits rows scratch
   int logits_cap_ = 0;
 
+  // check_layers_: the residual stream x_ (n_new_ rows) is finite? Notes il in first_bad_layer_.
+  void CheckStream(int il);
+
   int n_new_ = 0;
   int32_t min_pos_ = 0;
+  bool check_layers_ = false;
+  int first_bad_layer_ = kNoBadLayer;
+  bool bad_logits_ = false;
+  std::vector<float> check_buf_;  // host copy of x_ while checking
   int il_ = -1;
   Stage stage_ = Stage::kIdle;
 };
@@ -158,17 +178,17 @@ class Forward {
 // ---- the ordinary path ------------------------------------------------------------------
 
 struct GeneratorOptions {
-  int n_ctx = 0;         // KV cache length; 0 = the model's training context
-  int ubatch = 512;      // prefill batch
+  int n_ctx = 0;     // KV cache length; 0 = the model's training context
+  int ubatch = 512;  // prefill batch
 };
 
 struct GenerateOptions {
   int max_tokens = 256;
   SamplerOptions sampling;
-  std::vector<int32_t> stop_tokens;              // generation ends after emitting one
-  std::function<bool(int32_t token)> on_token;   // streaming; return false to stop
-  ProgressFn on_prefill_progress;                // (tokens done, total, "prefill"); false cancels
-  const std::atomic<bool>* cancel = nullptr;     // set to true to stop (checked per token/ubatch)
+  std::vector<int32_t> stop_tokens;             // generation ends after emitting one
+  std::function<bool(int32_t token)> on_token;  // streaming; return false to stop
+  ProgressFn on_prefill_progress;               // (tokens done, total, "prefill"); false cancels
+  const std::atomic<bool>* cancel = nullptr;    // set to true to stop (checked per token/ubatch)
 };
 
 enum class StopReason { kMaxTokens, kStopToken, kCallback, kCancelled };
@@ -196,8 +216,8 @@ class Generator {
   // Appends tokens to the cache (positions n_past..) in ubatches; the last token's logits go to
   // last_logits when given. OutOfRange when the cache would overflow; Cancelled when progress
   // returns false or cancel is set (the cache then keeps what was done).
-  Status Eval(std::span<const int32_t> tokens, std::vector<float>* last_logits,
-              const ProgressFn& progress = nullptr, const std::atomic<bool>* cancel = nullptr);
+  Status Eval(std::span<const int32_t> tokens, std::vector<float>* last_logits, const ProgressFn& progress = nullptr,
+              const std::atomic<bool>* cancel = nullptr);
   // The same, with the logits of chosen rows (indices into tokens, any order) into out (host),
   // rows.size() x n_vocab.
   Status EvalRows(std::span<const int32_t> tokens, std::span<const int> rows, float* out,
@@ -213,6 +233,10 @@ class Generator {
 
  private:
   Generator(Backend& backend) : be_(backend) {}
+  // After bad logits for batch row `row`: runs the batch again (same positions, so the cache
+  // rows it rewrites get the same values) with check_layers on, and returns Logits' error,
+  // which then names the first non-finite layer.
+  Status NameNonFiniteLayer(std::span<const int32_t> tokens, std::span<const int32_t> positions, int row);
   Backend& be_;
   std::unique_ptr<Forward> fwd_;
   int n_ctx_ = 0, ubatch_ = 0, n_past_ = 0;

@@ -15,17 +15,35 @@ static_assert(std::endian::native == std::endian::little, "the GGUF reader assum
 namespace {
 
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-constexpr int kMaxArrayDepth = 8;             // nested arrays deeper than this are rejected
+constexpr int kMaxArrayDepth = 8;            // nested arrays deeper than this are rejected
 constexpr uint64_t kMaxAlignment = uint64_t(1) << 30;
+// What the parsed metadata really costs in memory, beyond the mapping: the file-size limits in Parse()
+// let a key/value of 13 file bytes through, but once parsed and indexed it costs ~150 bytes of
+// record and ~70 of index.
+// Index entries: a hash node (key view, value, next, cached hash) plus malloc overhead and a
+// bucket pointer.
+constexpr uint64_t kIndexEntryBytes = 72;
+constexpr uint64_t kKvBytes = sizeof(GgufKv) + kIndexEntryBytes;
+constexpr uint64_t kTensorBytes = sizeof(GgufTensorInfo) + kIndexEntryBytes + sizeof(void*);  // + by_offset
+// A heap string (longer than the small-string buffer) costs its bytes, a NUL and malloc's header.
+uint64_t HeapStringBytes(std::string_view s) { return s.size() < 16 ? 0 : s.size() + 1 + 16; }
 
 // Byte size of a fixed-size metadata value type; 0 for string/array.
 uint64_t ScalarSize(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    case GgufType::kString: case GgufType::kArray: return 0;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool: return 1;
+    case GgufType::kU16:
+    case GgufType::kI16: return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32: return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64: return 8;
+    case GgufType::kString:
+    case GgufType::kArray: return 0;
   }
   return 0;
 }
@@ -34,8 +52,14 @@ bool IsValidType(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kF64)
 
 bool IsIntegerType(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kU16: case GgufType::kI16:
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kU64: case GgufType::kI64: return true;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kU16:
+    case GgufType::kI16:
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kU64:
+    case GgufType::kI64: return true;
     default: return false;
   }
 }
@@ -65,7 +89,8 @@ void DecodeScalar(GgufValue& v, const uint8_t* p) {
     case GgufType::kF32: v.f = Load<float>(p); break;
     case GgufType::kF64: v.f = Load<double>(p); break;
     case GgufType::kBool: v.u = Load<uint8_t>(p); break;
-    case GgufType::kString: case GgufType::kArray: break;
+    case GgufType::kString:
+    case GgufType::kArray: break;
   }
 }
 
@@ -126,18 +151,23 @@ class GgufFile::Parser {
     if (magic != kGgufMagic) {
       char m[5] = {};
       std::memcpy(m, &magic, 4);
-      for (char& c : m) if (c && (c < 0x20 || c >= 0x7f)) c = '?';
-      return Bad(Status::Code::kCorruption, "not a GGUF file: the magic is '" + std::string(m, 4) + "', expected 'GGUF'");
+      for (char& c : m)
+        if (c && (c < 0x20 || c >= 0x7f)) c = '?';
+      return Bad(Status::Code::kCorruption,
+                 "not a GGUF file: the magic is '" + std::string(m, 4) + "', expected 'GGUF'");
     }
     IMPRESS_RETURN_IF_ERROR(ReadU32(&f_.version_, "the version"));
     if (f_.version_ == 1) {
-      return Bad(Status::Code::kUnsupported, "GGUF version 1 is not supported (only versions 2 and 3); re-convert the model with a current llama.cpp");
+      return Bad(
+          Status::Code::kUnsupported,
+          "GGUF version 1 is not supported (only versions 2 and 3); re-convert the model with a current llama.cpp");
     }
     if (f_.version_ != 2 && f_.version_ != 3) {
       if ((f_.version_ & 0xffff) == 0 && (f_.version_ >> 16) != 0) {
         return Bad(Status::Code::kUnsupported, "big-endian GGUF files are not supported");
       }
-      return Bad(Status::Code::kUnsupported, "GGUF version " + std::to_string(f_.version_) + " is not supported (only versions 2 and 3)");
+      return Bad(Status::Code::kUnsupported,
+                 "GGUF version " + std::to_string(f_.version_) + " is not supported (only versions 2 and 3)");
     }
     uint64_t n_tensors = 0, n_kv = 0;
     IMPRESS_RETURN_IF_ERROR(ReadU64(&n_tensors, "the tensor count"));
@@ -147,20 +177,23 @@ class GgufFile::Parser {
     // file cannot hold are rejected before anything is allocated for them.
     if (n_kv > Remaining() / 13) {
       return Bad(Status::Code::kCorruption, "metadata key count " + std::to_string(n_kv) + " is impossible: only " +
-                 std::to_string(Remaining()) + " bytes follow the header");
+                                                std::to_string(Remaining()) + " bytes follow the header");
     }
     if (n_tensors > Remaining() / 32) {
       return Bad(Status::Code::kCorruption, "tensor count " + std::to_string(n_tensors) + " is impossible: only " +
-                 std::to_string(Remaining()) + " bytes follow the header");
+                                                std::to_string(Remaining()) + " bytes follow the header");
     }
+    IMPRESS_RETURN_IF_ERROR(Charge(n_kv, kKvBytes, "the " + std::to_string(n_kv) + " metadata keys"));
+    IMPRESS_RETURN_IF_ERROR(Charge(n_tensors, kTensorBytes, "the " + std::to_string(n_tensors) + " tensor infos"));
 
     f_.kvs_.reserve(n_kv);
     for (uint64_t ik = 0; ik < n_kv; ++ik) {
       GgufKv kv;
       std::string_view key;
       IMPRESS_RETURN_IF_ERROR(ReadString(&key, "the name of metadata key #" + std::to_string(ik)));
-      kv.key.assign(key);
       const std::string what = "metadata key " + Quote(key);
+      IMPRESS_RETURN_IF_ERROR(Charge(1, HeapStringBytes(key), what));
+      kv.key.assign(key);
       uint32_t type = 0;
       IMPRESS_RETURN_IF_ERROR(ReadU32(&type, "the type of " + what));
       IMPRESS_RETURN_IF_ERROR(ReadValue(type, &kv.value, what, 0));
@@ -175,11 +208,11 @@ class GgufFile::Parser {
     if (const GgufValue* a = f_.Find("general.alignment")) {
       if (!a->is_integer() || IsSignedType(a->type)) {
         return Bad(Status::Code::kCorruption, std::string("metadata key 'general.alignment' has type ") +
-                   GgufTypeName(a->type) + ", expected an unsigned integer");
+                                                  GgufTypeName(a->type) + ", expected an unsigned integer");
       }
       if (a->u == 0 || (a->u & (a->u - 1)) != 0 || a->u > kMaxAlignment) {
-        return Bad(Status::Code::kCorruption, "general.alignment " + std::to_string(a->u) +
-                   " is not a power of two in [1, 2^30]");
+        return Bad(Status::Code::kCorruption,
+                   "general.alignment " + std::to_string(a->u) + " is not a power of two in [1, 2^30]");
       }
       f_.alignment_ = a->u;
     }
@@ -198,8 +231,9 @@ class GgufFile::Parser {
     f_.data_offset_ = data_offset;
     const uint64_t data_size = data_offset <= size_ ? size_ - data_offset : 0;
     if (!f_.tensors_.empty() && data_offset > size_) {
-      return Bad(Status::Code::kCorruption, "the tensor data section would start at offset " + std::to_string(data_offset) +
-                 ", past the end of the file (" + std::to_string(size_) + " bytes)");
+      return Bad(Status::Code::kCorruption, "the tensor data section would start at offset " +
+                                                std::to_string(data_offset) + ", past the end of the file (" +
+                                                std::to_string(size_) + " bytes)");
     }
 
     for (size_t it = 0; it < f_.tensors_.size(); ++it) {
@@ -210,11 +244,12 @@ class GgufFile::Parser {
       }
       if (t.offset % a != 0) {
         return Bad(Status::Code::kCorruption, what + ": data offset " + std::to_string(t.offset) +
-                   " is not a multiple of the alignment " + std::to_string(a));
+                                                  " is not a multiple of the alignment " + std::to_string(a));
       }
       if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
-        return Bad(Status::Code::kCorruption, what + ": data [" + std::to_string(t.offset) + ", +" + std::to_string(t.n_bytes) +
-                   " bytes) runs past the end of the data section (" + std::to_string(data_size) + " bytes)");
+        return Bad(Status::Code::kCorruption,
+                   what + ": data [" + std::to_string(t.offset) + ", +" + std::to_string(t.n_bytes) +
+                       " bytes) runs past the end of the data section (" + std::to_string(data_size) + " bytes)");
       }
       t.data = base_ + data_offset + t.offset;
     }
@@ -228,7 +263,7 @@ class GgufFile::Parser {
       const GgufTensorInfo* prev = by_offset[i - 1];
       if (prev->offset + prev->n_bytes > by_offset[i]->offset) {
         return Bad(Status::Code::kCorruption, "tensors " + Quote(prev->name) + " and " + Quote(by_offset[i]->name) +
-                   " overlap in the data section");
+                                                  " overlap in the data section");
       }
     }
     return Status::Ok();
@@ -237,11 +272,26 @@ class GgufFile::Parser {
  private:
   uint64_t Remaining() const { return size_ - pos_; }
 
+  // Books n items of item_bytes each against the metadata memory budget, before they are
+  // allocated: ResourceExhausted naming `what` when the budget would be exceeded.
+  Status Charge(uint64_t n, uint64_t item_bytes, const std::string& what) {
+    const uint64_t left = kGgufMaxMetadataBytes - mem_;
+    if (item_bytes != 0 && n > left / item_bytes) {
+      return Bad(Status::Code::kResourceExhausted,
+                 what + " would need more than the " + std::to_string(kGgufMaxMetadataBytes >> 20) +
+                     " MiB of memory allowed for GGUF metadata (" + std::to_string(n) + " x " +
+                     std::to_string(item_bytes) + " bytes; " + std::to_string(mem_) + " bytes used so far)");
+    }
+    mem_ += n * item_bytes;
+    return Status::Ok();
+  }
+
   Status Bad(Status::Code code, const std::string& msg) const { return Status(code, f_.path_ + ": " + msg); }
 
   Status Truncated(uint64_t need, const std::string& what) const {
     return Bad(Status::Code::kCorruption, "truncated file: reading " + what + " needs " + std::to_string(need) +
-               " bytes at offset " + std::to_string(pos_) + ", but the file has " + std::to_string(size_) + " bytes");
+                                              " bytes at offset " + std::to_string(pos_) + ", but the file has " +
+                                              std::to_string(size_) + " bytes");
   }
 
   Status Need(uint64_t n, const std::string& what) const {
@@ -267,7 +317,8 @@ class GgufFile::Parser {
     IMPRESS_RETURN_IF_ERROR(ReadU64(&len, "the length of " + what));
     if (len > Remaining()) {
       return Bad(Status::Code::kCorruption, what + ": string length " + std::to_string(len) + " at offset " +
-                 std::to_string(pos_ - 8) + " exceeds the " + std::to_string(Remaining()) + " bytes left in the file");
+                                                std::to_string(pos_ - 8) + " exceeds the " +
+                                                std::to_string(Remaining()) + " bytes left in the file");
     }
     *s = std::string_view(reinterpret_cast<const char*>(base_ + pos_), len);
     pos_ += len;
@@ -292,7 +343,8 @@ class GgufFile::Parser {
     }
     // Array: element type, count, elements.
     if (depth >= kMaxArrayDepth) {
-      return Bad(Status::Code::kCorruption, what + ": arrays nested deeper than " + std::to_string(kMaxArrayDepth) + " levels");
+      return Bad(Status::Code::kCorruption,
+                 what + ": arrays nested deeper than " + std::to_string(kMaxArrayDepth) + " levels");
     }
     uint32_t elem_type = 0;
     IMPRESS_RETURN_IF_ERROR(ReadU32(&elem_type, "the element type of " + what));
@@ -303,17 +355,22 @@ class GgufFile::Parser {
     IMPRESS_RETURN_IF_ERROR(ReadU64(&v->n_elems, "the length of " + what));
     const uint64_t n = v->n_elems;
     // Minimum bytes per element: fixed size, 8 for a string (its length), 12 for an array.
-    const uint64_t min_elem = v->elem_type == GgufType::kString ? 8 : v->elem_type == GgufType::kArray ? 12 : ScalarSize(v->elem_type);
+    const uint64_t min_elem = v->elem_type == GgufType::kString  ? 8
+                              : v->elem_type == GgufType::kArray ? 12
+                                                                 : ScalarSize(v->elem_type);
     if (n > Remaining() / min_elem) {
-      return Bad(Status::Code::kCorruption, what + ": array of " + std::to_string(n) + " " + GgufTypeName(v->elem_type) +
-                 " elements cannot fit in the " + std::to_string(Remaining()) + " bytes left in the file");
+      return Bad(Status::Code::kCorruption, what + ": array of " + std::to_string(n) + " " +
+                                                GgufTypeName(v->elem_type) + " elements cannot fit in the " +
+                                                std::to_string(Remaining()) + " bytes left in the file");
     }
     if (v->elem_type == GgufType::kString) {
+      IMPRESS_RETURN_IF_ERROR(Charge(n, sizeof(std::string_view), what));
       v->strs.resize(n);
       for (uint64_t j = 0; j < n; ++j) {
         IMPRESS_RETURN_IF_ERROR(ReadString(&v->strs[j], what + " element " + std::to_string(j)));
       }
     } else if (v->elem_type == GgufType::kArray) {
+      IMPRESS_RETURN_IF_ERROR(Charge(n, sizeof(GgufValue), what));
       v->items.resize(n);
       for (uint64_t j = 0; j < n; ++j) {
         IMPRESS_RETURN_IF_ERROR(ReadValue(elem_type, &v->items[j], what + " element " + std::to_string(j), depth + 1));
@@ -325,7 +382,7 @@ class GgufFile::Parser {
         for (uint64_t j = 0; j < n; ++j) {
           if (v->raw[j] > 1) {
             return Bad(Status::Code::kCorruption, what + ": bool element " + std::to_string(j) + " is " +
-                       std::to_string(v->raw[j]) + ", neither 0 nor 1");
+                                                      std::to_string(v->raw[j]) + ", neither 0 nor 1");
           }
         }
       }
@@ -336,8 +393,9 @@ class GgufFile::Parser {
   Status ReadTensorInfo(uint64_t it, GgufTensorInfo* t) {
     std::string_view name;
     IMPRESS_RETURN_IF_ERROR(ReadString(&name, "the name of tensor #" + std::to_string(it)));
-    t->name.assign(name);
     const std::string what = "tensor " + Quote(name);
+    IMPRESS_RETURN_IF_ERROR(Charge(1, HeapStringBytes(name), what));
+    t->name.assign(name);
     IMPRESS_RETURN_IF_ERROR(ReadU32(&t->n_dims, "the dimension count of " + what));
     if (t->n_dims < 1 || t->n_dims > 4) {
       return Bad(Status::Code::kCorruption, what + ": " + std::to_string(t->n_dims) + " dimensions (must be 1 to 4)");
@@ -348,10 +406,11 @@ class GgufFile::Parser {
       IMPRESS_RETURN_IF_ERROR(ReadU64(&d, "dimension " + std::to_string(j) + " of " + what));
       if (d == 0 || d > uint64_t(std::numeric_limits<int64_t>::max())) {
         return Bad(Status::Code::kCorruption, what + ": dimension " + std::to_string(j) + " is " +
-                   std::to_string(int64_t(d)) + " (must be positive)");
+                                                  std::to_string(int64_t(d)) + " (must be positive)");
       }
       t->ne[j] = int64_t(d);
-      if (__builtin_mul_overflow(n_elements, d, &n_elements) || n_elements > uint64_t(std::numeric_limits<int64_t>::max())) {
+      if (__builtin_mul_overflow(n_elements, d, &n_elements) ||
+          n_elements > uint64_t(std::numeric_limits<int64_t>::max())) {
         return Bad(Status::Code::kCorruption, what + ": the element count of its dimensions overflows 64 bits");
       }
     }
@@ -363,8 +422,9 @@ class GgufFile::Parser {
     }
     t->type = static_cast<GgmlType>(t->type_id);
     if (t->ne[0] % traits->block_size != 0) {
-      return Bad(Status::Code::kCorruption, what + ": row length " + std::to_string(t->ne[0]) + " is not a multiple of the " +
-                 traits->name + " block size " + std::to_string(traits->block_size));
+      return Bad(Status::Code::kCorruption, what + ": row length " + std::to_string(t->ne[0]) +
+                                                " is not a multiple of the " + traits->name + " block size " +
+                                                std::to_string(traits->block_size));
     }
     if (__builtin_mul_overflow(n_elements / traits->block_size, uint64_t(traits->type_size), &t->n_bytes)) {
       return Bad(Status::Code::kCorruption, what + ": its byte size overflows 64 bits");
@@ -377,6 +437,7 @@ class GgufFile::Parser {
   const uint8_t* base_;
   uint64_t size_;
   uint64_t pos_ = 0;
+  uint64_t mem_ = 0;  // bytes booked by Charge
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -393,7 +454,8 @@ Result<GgufFile> GgufFile::Open(const std::string& path) {
 Result<GgufFile> GgufFile::OpenFromMemory(const void* data, size_t size, std::string name) {
   GgufFile f;
   f.path_ = std::move(name);
-  if (size > uint64_t(std::numeric_limits<int64_t>::max())) return Status::InvalidArgument(f.path_ + ": image too large");
+  if (size > uint64_t(std::numeric_limits<int64_t>::max()))
+    return Status::InvalidArgument(f.path_ + ": image too large");
   if (data == nullptr && size != 0) return Status::InvalidArgument(f.path_ + ": null image");
   f.image_ = MappedFile::Borrow(data, size);
   Parser parser(f);
@@ -418,13 +480,13 @@ std::string TypeDesc(const GgufValue& v) {
 
 }  // namespace
 
-#define IMPRESS_GGUF_FIND(v, key)                                                                  \
-  const GgufValue* v = Find(key);                                                                  \
+#define IMPRESS_GGUF_FIND(v, key) \
+  const GgufValue* v = Find(key); \
   if (!v) return Status::NotFound(path_ + ": metadata key " + Quote(key) + " is missing")
 
-#define IMPRESS_GGUF_WRONG_TYPE(v, key, expected)                                                 \
-  Status::InvalidArgument(path_ + ": metadata key " + Quote(key) + " has type " + TypeDesc(*v) + \
-                          ", expected " + (expected))
+#define IMPRESS_GGUF_WRONG_TYPE(v, key, expected)                                                                \
+  Status::InvalidArgument(path_ + ": metadata key " + Quote(key) + " has type " + TypeDesc(*v) + ", expected " + \
+                          (expected))
 
 Result<std::string> GgufFile::GetString(std::string_view key) const {
   IMPRESS_GGUF_FIND(v, key);
@@ -437,7 +499,8 @@ Result<int64_t> GgufFile::GetInt(std::string_view key) const {
   if (!v->is_integer()) return IMPRESS_GGUF_WRONG_TYPE(v, key, "an integer");
   if (IsSignedType(v->type)) return v->i;
   if (v->u > uint64_t(std::numeric_limits<int64_t>::max())) {
-    return Status::OutOfRange(path_ + ": metadata key " + Quote(key) + " value " + std::to_string(v->u) + " is too large");
+    return Status::OutOfRange(path_ + ": metadata key " + Quote(key) + " value " + std::to_string(v->u) +
+                              " is too large");
   }
   return int64_t(v->u);
 }
@@ -491,7 +554,8 @@ Result<std::vector<int64_t>> GgufFile::GetInt64Array(std::string_view key) const
     bool overflow = false;
     out[j] = ElemAsInt64(v->elem_type, v->raw + j * es, &overflow);
     if (overflow) {
-      return Status::OutOfRange(path_ + ": metadata key " + Quote(key) + " element " + std::to_string(j) + " is too large");
+      return Status::OutOfRange(path_ + ": metadata key " + Quote(key) + " element " + std::to_string(j) +
+                                " is too large");
     }
   }
   return out;
@@ -522,8 +586,8 @@ Result<std::vector<int32_t>> GgufFile::GetIntArray(std::string_view key) const {
 
 Result<std::vector<float>> GgufFile::GetFloatArray(std::string_view key) const {
   IMPRESS_GGUF_FIND(v, key);
-  const bool ok_type = v->type == GgufType::kArray &&
-                       (v->elem_type == GgufType::kF32 || v->elem_type == GgufType::kF64 || IsIntegerType(v->elem_type));
+  const bool ok_type = v->type == GgufType::kArray && (v->elem_type == GgufType::kF32 ||
+                                                       v->elem_type == GgufType::kF64 || IsIntegerType(v->elem_type));
   if (!ok_type) return IMPRESS_GGUF_WRONG_TYPE(v, key, "array of numbers");
   std::vector<float> out(v->n_elems);
   if (v->elem_type == GgufType::kF32) {  // the common case (token scores): one copy

@@ -4,7 +4,10 @@
 // every tensor info; everything is checked before it is used (counts, string lengths, array
 // sizes, dimensions and their products, byte sizes, offsets, alignment, duplicate names), so a
 // GgufFile that opened is internally consistent and every pointer it hands out lies inside the
-// mapping. Errors name the file, the key or tensor, and what was wrong.
+// mapping. Errors name the file, the key or tensor, and what was wrong. The memory the parsed
+// metadata takes (key/value and tensor records, their indexes, string and nested-array
+// element lists) is booked in real bytes before it is allocated and bounded by
+// kGgufMaxMetadataBytes (ResourceExhausted beyond it), whatever counts the file declares.
 //
 // Owns the mapping: string views, array views and tensor data pointers stay valid until the
 // GgufFile is destroyed (or moved from). Immutable after Open; const methods may be called
@@ -27,6 +30,10 @@
 #include "engine/model/mapped-file.h"
 
 namespace impress {
+
+// The most memory the parsed metadata of one file may take. A real model's is a few MiB (a
+// 256k-token vocabulary: ~4 MiB of string views); this leaves a wide margin.
+inline constexpr uint64_t kGgufMaxMetadataBytes = uint64_t(256) << 20;
 
 // GGUF metadata value types (gguf.h: enum gguf_type).
 enum class GgufType : uint32_t {
@@ -52,16 +59,16 @@ const char* GgufTypeName(GgufType t);
 struct GgufValue {
   GgufType type = GgufType::kU8;
   // Scalars (type != kArray): exactly one of these is meaningful, by type.
-  uint64_t u = 0;          // kU8/kU16/kU32/kU64/kBool
-  int64_t i = 0;           // kI8/kI16/kI32/kI64
-  double f = 0;            // kF32/kF64
-  std::string_view str;    // kString (not NUL-terminated; may contain any bytes)
+  uint64_t u = 0;        // kU8/kU16/kU32/kU64/kBool
+  int64_t i = 0;         // kI8/kI16/kI32/kI64
+  double f = 0;          // kF32/kF64
+  std::string_view str;  // kString (not NUL-terminated; may contain any bytes)
   // Arrays (type == kArray).
   GgufType elem_type = GgufType::kU8;
   uint64_t n_elems = 0;
-  const uint8_t* raw = nullptr;               // numeric/bool elements, n_elems * elem size bytes
-  std::vector<std::string_view> strs;         // elem_type == kString
-  std::vector<GgufValue> items;               // elem_type == kArray
+  const uint8_t* raw = nullptr;        // numeric/bool elements, n_elems * elem size bytes
+  std::vector<std::string_view> strs;  // elem_type == kString
+  std::vector<GgufValue> items;        // elem_type == kArray
 
   bool is_integer() const;  // a scalar of an integer type (not bool)
   bool is_float() const;    // kF32 / kF64
@@ -74,17 +81,17 @@ struct GgufKv {
 
 struct GgufTensorInfo {
   std::string name;
-  uint32_t n_dims = 0;                // 1..4
-  int64_t ne[4] = {1, 1, 1, 1};       // ggml order: ne[0] is the row length
-  uint32_t type_id = 0;               // the raw id in the file (== static_cast<uint32_t>(type))
+  uint32_t n_dims = 0;           // 1..4
+  int64_t ne[4] = {1, 1, 1, 1};  // ggml order: ne[0] is the row length
+  uint32_t type_id = 0;          // the raw id in the file (== static_cast<uint32_t>(type))
   GgmlType type = GgmlType::kF32;
-  uint64_t offset = 0;                // relative to the data section, a multiple of alignment
-  uint64_t n_elements = 0;            // product of ne
-  uint64_t n_bytes = 0;               // bytes in the file for n_elements of type
-  const uint8_t* data = nullptr;      // inside the mapping; n_bytes readable bytes
+  uint64_t offset = 0;            // relative to the data section, a multiple of alignment
+  uint64_t n_elements = 0;        // product of ne
+  uint64_t n_bytes = 0;           // bytes in the file for n_elements of type
+  const uint8_t* data = nullptr;  // inside the mapping; n_bytes readable bytes
 
   int64_t n_rows() const { return n_elements / uint64_t(ne[0]); }  // product of ne[1..]
-  std::string ShapeString() const;    // "[576, 49152]" (ggml order)
+  std::string ShapeString() const;                                 // "[576, 49152]" (ggml order)
 };
 
 class GgufFile {
@@ -121,8 +128,8 @@ class GgufFile {
   // expected and the actual type) when it has the wrong type; OutOfRange when an integer does
   // not fit the result.
   Result<std::string> GetString(std::string_view key) const;
-  Result<int64_t> GetInt(std::string_view key) const;    // any integer type (u64 must fit int64)
-  Result<double> GetFloat(std::string_view key) const;   // f32/f64, or any integer type
+  Result<int64_t> GetInt(std::string_view key) const;   // any integer type (u64 must fit int64)
+  Result<double> GetFloat(std::string_view key) const;  // f32/f64, or any integer type
   Result<bool> GetBool(std::string_view key) const;
   Result<uint64_t> GetArrayLength(std::string_view key) const;
   Result<std::vector<std::string>> GetStringArray(std::string_view key) const;
@@ -135,7 +142,7 @@ class GgufFile {
 
   // --- tensors (in file order) ---
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
-  const GgufTensorInfo* FindTensor(std::string_view name) const;  // nullptr when absent
+  const GgufTensorInfo* FindTensor(std::string_view name) const;         // nullptr when absent
   Result<const GgufTensorInfo*> GetTensor(std::string_view name) const;  // NotFound names it
 
  private:
@@ -148,7 +155,7 @@ class GgufFile {
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
   std::vector<GgufKv> kvs_;
-  std::unordered_map<std::string_view, size_t> kv_index_;      // key -> kvs_ index
+  std::unordered_map<std::string_view, size_t> kv_index_;  // key -> kvs_ index
   std::vector<GgufTensorInfo> tensors_;
   std::unordered_map<std::string_view, size_t> tensor_index_;  // name -> tensors_ index
 };

@@ -12,8 +12,20 @@
 
 namespace impress {
 
-Result<MappedFile> MappedFile::Open(const std::string& path, const char* what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char* FileTypeName(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a regular file";
+}
+
+}  // namespace
+
+Result<int> OpenRegularFile(const std::string& path, uint64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound(path + ": no such file");
@@ -27,19 +39,26 @@ Result<MappedFile> MappedFile::Open(const std::string& path, const char* what) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Status::InvalidArgument(path + ": not a regular file");
+    return Status::InvalidArgument(path + ": not a regular file (" + FileTypeName(st.st_mode) + ")");
   }
-  if (st.st_size == 0) {
+  *size = uint64_t(st.st_size);
+  return fd;
+}
+
+Result<MappedFile> MappedFile::Open(const std::string& path, const char* what) {
+  uint64_t file_size = 0;
+  IMPRESS_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &file_size));
+  if (file_size == 0) {
     ::close(fd);
     return Status::Corruption(path + ": empty file, not a " + what);
   }
-  void* p = ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  void* p = ::mmap(nullptr, size_t(file_size), PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_err = errno;
   ::close(fd);
   if (p == MAP_FAILED) return Status::IOError(path + ": mmap failed: " + std::strerror(map_err));
   MappedFile f;
   f.data_ = static_cast<const uint8_t*>(p);
-  f.size_ = uint64_t(st.st_size);
+  f.size_ = file_size;
   f.mapped_ = true;
   return f;
 }
@@ -51,8 +70,10 @@ MappedFile MappedFile::Borrow(const void* data, uint64_t size) {
   return f;
 }
 
-MappedFile::MappedFile(MappedFile&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), mapped_(std::exchange(o.mapped_, false)) {}
+MappedFile::MappedFile(MappedFile&& o) noexcept :
+    data_(std::exchange(o.data_, nullptr)),
+    size_(std::exchange(o.size_, 0)),
+    mapped_(std::exchange(o.mapped_, false)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this != &o) {

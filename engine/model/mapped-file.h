@@ -11,10 +11,16 @@
 
 namespace impress {
 
+// Opens `path` read-only without blocking (O_NONBLOCK: a FIFO or device cannot hang the open;
+// regular files read as usual) and checks that it is a regular file. Returns the descriptor
+// (the caller closes it) and its size in `*size`. NotFound when missing; InvalidArgument for a
+// folder, FIFO, socket or device; IOError for a symlink loop, permission or other refusal.
+Result<int> OpenRegularFile(const std::string& path, uint64_t* size);
+
 class MappedFile {
  public:
-  // Maps the regular file at `path`. NotFound when it does not exist; Corruption when it is
-  // empty; IOError when the system refuses. `what` ("GGUF model") goes in the messages.
+  // Maps the regular file at `path` (opened by OpenRegularFile, with its errors); Corruption
+  // when it is empty. `what` ("GGUF model") goes in the messages.
   static Result<MappedFile> Open(const std::string& path, const char* what);
   // Views `size` bytes at `data`, which must outlive the MappedFile and every copy of its data().
   static MappedFile Borrow(const void* data, uint64_t size);

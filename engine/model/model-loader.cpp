@@ -7,16 +7,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "engine/model/dequant.h"
 #include "engine/model/gguf.h"
+#include "engine/model/json-file.h"
 #include "engine/model/safetensors.h"
 
 namespace impress {
@@ -47,10 +46,10 @@ struct WeightJob {
   std::vector<int64_t> shape;
   uint64_t n_elements = 0;
   const GgufFile* gguf_file = nullptr;
-  const GgufTensorInfo* gguf = nullptr;  // GGUF source, or
-  const SafetensorsTensor* st = nullptr; // safetensors source
+  const GgufTensorInfo* gguf = nullptr;   // GGUF source, or
+  const SafetensorsTensor* st = nullptr;  // safetensors source
   const std::string* st_path = nullptr;
-  int unpermute_heads = 0;               // > 0: undo llama.cpp's RoPE row permutation
+  int unpermute_heads = 0;  // > 0: undo llama.cpp's RoPE row permutation
 };
 
 uint64_t NumElements(const std::vector<int64_t>& shape) {
@@ -144,7 +143,6 @@ Result<std::string> FingerprintFiles(const std::vector<HashInput>& inputs) {
   XXH3_state_t* state = XXH3_createState();
   if (!state) return Status::ResourceExhausted("cannot allocate a hash state");
   XXH3_128bits_reset(state);
-  std::vector<char> buf;
   Status st;
   for (const HashInput& in : inputs) {
     const std::string name = fs::path(in.path).filename().string();
@@ -153,21 +151,13 @@ Result<std::string> FingerprintFiles(const std::vector<HashInput>& inputs) {
       XXH3_128bits_update(state, in.data, size_t(in.size));
       continue;
     }
-    std::ifstream f(in.path, std::ios::binary);
-    if (!f) {
-      st = Status::IOError(in.path + ": cannot read");
+    // Small files (config, tokenizer); read as hostile: a FIFO or link loop is an error.
+    auto text = ReadRegularFile(in.path, kMaxJsonFileBytes);
+    if (!text.ok()) {
+      st = text.status();
       break;
     }
-    buf.resize(1 << 20);
-    while (f) {
-      f.read(buf.data(), std::streamsize(buf.size()));
-      const std::streamsize got = f.gcount();
-      if (got > 0) XXH3_128bits_update(state, buf.data(), size_t(got));
-    }
-    if (f.bad()) {
-      st = Status::IOError(in.path + ": read failed");
-      break;
-    }
+    XXH3_128bits_update(state, text->data(), text->size());
   }
   const std::string hex = HexDigest(XXH3_128bits_digest(state));
   XXH3_freeState(state);
@@ -195,11 +185,23 @@ class GgufLoader {
     return *v;
   }
 
+  // A float hyperparameter: f64 values beyond float's range (1e300 -> inf) and NaN are
+  // refused here, naming the key, rather than reaching the forward pass as inf.
+  Result<double> FloatParam(const char* key) {
+    IMPRESS_ASSIGN_OR_RETURN(const double v, f_.GetFloat(key));
+    if (!std::isfinite(float(v))) {
+      return Status::Corruption(f_.path() + ": metadata key '" + key + "' is " + std::to_string(v) +
+                                ", not a finite 32-bit float");
+    }
+    return v;
+  }
+
   Status ReadConfig() {
     ModelConfig& c = m_.config;
     IMPRESS_ASSIGN_OR_RETURN(std::string arch, f_.GetString("general.architecture"));
     if (arch != "llama") {
-      return Status::Unsupported(f_.path() + ": architecture '" + arch + "' is not supported (GGUF files must be 'llama')");
+      return Status::Unsupported(f_.path() + ": architecture '" + arch +
+                                 "' is not supported (GGUF files must be 'llama')");
     }
     c.arch = Arch::kLlama;
     auto name = f_.GetString("general.name");
@@ -222,7 +224,8 @@ class GgufLoader {
       return Status::Corruption(f_.path() + ": embedding_length " + std::to_string(n_embd) +
                                 " is not a multiple of head_count " + std::to_string(n_head));
     }
-    if (head_dim % 2 != 0) return Status::Corruption(f_.path() + ": head dimension " + std::to_string(head_dim) + " is odd");
+    if (head_dim % 2 != 0)
+      return Status::Corruption(f_.path() + ": head dimension " + std::to_string(head_dim) + " is odd");
     if (f_.Has("llama.rope.dimension_count")) {
       IMPRESS_ASSIGN_OR_RETURN(int64_t rot, PosInt("llama.rope.dimension_count", kMaxEmbd));
       if (rot != head_dim) {
@@ -230,21 +233,23 @@ class GgufLoader {
                                    " differs from the head dimension " + std::to_string(head_dim) + " (partial RoPE)");
       }
     }
-    IMPRESS_ASSIGN_OR_RETURN(double eps, f_.GetFloat("llama.attention.layer_norm_rms_epsilon"));
+    IMPRESS_ASSIGN_OR_RETURN(double eps, FloatParam("llama.attention.layer_norm_rms_epsilon"));
     if (!(eps > 0 && eps < 1)) {
-      return Status::Corruption(f_.path() + ": attention.layer_norm_rms_epsilon " + std::to_string(eps) + " is not in (0, 1)");
+      return Status::Corruption(f_.path() + ": attention.layer_norm_rms_epsilon " + std::to_string(eps) +
+                                " is not in (0, 1)");
     }
     double theta = 10000.0;
     if (f_.Has("llama.rope.freq_base")) {
-      IMPRESS_ASSIGN_OR_RETURN(theta, f_.GetFloat("llama.rope.freq_base"));
+      IMPRESS_ASSIGN_OR_RETURN(theta, FloatParam("llama.rope.freq_base"));
       if (!(theta > 1 && std::isfinite(theta))) {
-        return Status::Corruption(f_.path() + ": rope.freq_base " + std::to_string(theta) + " is not a finite number > 1");
+        return Status::Corruption(f_.path() + ": rope.freq_base " + std::to_string(theta) +
+                                  " is not a finite number > 1");
       }
     }
     if (f_.Has("llama.rope.scaling.type")) {
       IMPRESS_ASSIGN_OR_RETURN(std::string type, f_.GetString("llama.rope.scaling.type"));
       if (type == "linear") {
-        IMPRESS_ASSIGN_OR_RETURN(double factor, f_.GetFloat("llama.rope.scaling.factor"));
+        IMPRESS_ASSIGN_OR_RETURN(double factor, FloatParam("llama.rope.scaling.factor"));
         if (!(factor >= 1 && std::isfinite(factor))) {
           return Status::Corruption(f_.path() + ": rope.scaling.factor " + std::to_string(factor) + " is not >= 1");
         }
@@ -254,7 +259,7 @@ class GgufLoader {
         return Status::Unsupported(f_.path() + ": rope.scaling.type '" + type + "' is not supported (linear or none)");
       }
     } else if (f_.Has("llama.rope.scale_linear")) {  // older converters
-      IMPRESS_ASSIGN_OR_RETURN(double factor, f_.GetFloat("llama.rope.scale_linear"));
+      IMPRESS_ASSIGN_OR_RETURN(double factor, FloatParam("llama.rope.scale_linear"));
       if (!(factor >= 1 && std::isfinite(factor))) {
         return Status::Corruption(f_.path() + ": rope.scale_linear " + std::to_string(factor) + " is not >= 1");
       }
@@ -264,7 +269,8 @@ class GgufLoader {
       }
     }
     if (f_.FindTensor("rope_freqs.weight")) {
-      return Status::Unsupported(f_.path() + ": tensor 'rope_freqs.weight' (per-dimension RoPE factors, Llama 3.1 style) is not supported");
+      return Status::Unsupported(
+          f_.path() + ": tensor 'rope_freqs.weight' (per-dimension RoPE factors, Llama 3.1 style) is not supported");
     }
     const GgufTensorInfo* emb = f_.FindTensor("token_embd.weight");
     if (!emb) return Status::NotFound(f_.path() + ": tensor 'token_embd.weight' is missing");
@@ -373,8 +379,8 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
 
 class HfLoader {
  public:
-  HfLoader(std::string dir, const json& cfg, const SafetensorsSet& set, Model* m)
-      : dir_(std::move(dir)), cfg_path_(dir_ + "/config.json"), cfg_(cfg), set_(set), m_(*m) {}
+  HfLoader(std::string dir, const json& cfg, const SafetensorsSet& set, Model* m) :
+      dir_(std::move(dir)), cfg_path_(dir_ + "/config.json"), cfg_(cfg), set_(set), m_(*m) {}
 
   Result<int64_t> Int(const char* key, int64_t max, const int64_t* def = nullptr) {
     auto it = cfg_.find(key);
@@ -385,7 +391,8 @@ class HfLoader {
     if (!it->is_number_integer()) return Status::Corruption(cfg_path_ + ": key '" + key + "' is not an integer");
     const int64_t v = it->get<int64_t>();
     if (v < 1 || v > max) {
-      return Status::Corruption(cfg_path_ + ": key '" + key + "' is " + std::to_string(v) + ", expected 1.." + std::to_string(max));
+      return Status::Corruption(cfg_path_ + ": key '" + key + "' is " + std::to_string(v) + ", expected 1.." +
+                                std::to_string(max));
     }
     return v;
   }
@@ -398,7 +405,11 @@ class HfLoader {
     }
     if (!it->is_number()) return Status::Corruption(cfg_path_ + ": key '" + key + "' is not a number");
     const double v = it->get<double>();
-    if (!std::isfinite(v)) return Status::Corruption(cfg_path_ + ": key '" + key + "' is not finite");
+    // Finite as the float the model keeps (1e300 is a finite double but an infinite float).
+    if (!std::isfinite(float(v))) {
+      return Status::Corruption(cfg_path_ + ": key '" + key + "' is " + std::to_string(v) +
+                                ", not a finite 32-bit float");
+    }
     return v;
   }
 
@@ -414,7 +425,8 @@ class HfLoader {
     const SafetensorsTensor* t = set_.Find(name, &file);
     if (!t) return Status::NotFound(dir_ + ": tensor '" + name + "' is missing from the safetensors files");
     if (t->shape != shape) {
-      return Status::Corruption(*file + ": tensor '" + name + "' has shape " + t->ShapeString() + ", expected " + ShapeStr(shape));
+      return Status::Corruption(*file + ": tensor '" + name + "' has shape " + t->ShapeString() + ", expected " +
+                                ShapeStr(shape));
     }
     if (t->dtype != StDtype::kF32 && t->dtype != StDtype::kF16 && t->dtype != StDtype::kBF16) {
       return Status::Unsupported(*file + ": tensor '" + name + "' has dtype " + StDtypeName(t->dtype) +
@@ -447,8 +459,8 @@ class HfLoader {
                                 " is not a multiple of num_key_value_heads " + std::to_string(HKV));
     }
     if (!cfg_.contains("head_dim") && E % H != 0) {
-      return Status::Corruption(cfg_path_ + ": hidden_size " + std::to_string(E) + " is not a multiple of num_attention_heads " +
-                                std::to_string(H));
+      return Status::Corruption(cfg_path_ + ": hidden_size " + std::to_string(E) +
+                                " is not a multiple of num_attention_heads " + std::to_string(H));
     }
     const int64_t def_hd = E / H;
     IMPRESS_ASSIGN_OR_RETURN(int64_t HD, Int("head_dim", kMaxEmbd, &def_hd));
@@ -488,7 +500,8 @@ class HfLoader {
       } else if (type == "default" || type.empty()) {
         c.rope_scaling.type = RopeScalingType::kNone;
       } else {
-        return Status::Unsupported(cfg_path_ + ": rope_scaling type '" + type + "' is not supported (linear or llama3)");
+        return Status::Unsupported(cfg_path_ + ": rope_scaling type '" + type +
+                                   "' is not supported (linear or llama3)");
       }
     }
     c.n_embd = int(E);
@@ -538,8 +551,8 @@ class HfLoader {
     IMPRESS_ASSIGN_OR_RETURN(bool bias, Bool("enable_bias", true));
     IMPRESS_ASSIGN_OR_RETURN(bool affine, Bool("layer_norm_elementwise_affine", true));
     if (E % H != 0) {
-      return Status::Corruption(cfg_path_ + ": hidden_size " + std::to_string(E) + " is not a multiple of num_attention_heads " +
-                                std::to_string(H));
+      return Status::Corruption(cfg_path_ + ": hidden_size " + std::to_string(E) +
+                                " is not a multiple of num_attention_heads " + std::to_string(H));
     }
     auto act = cfg_.find("activation_function");
     if (act != cfg_.end() && !(act->is_string() && act->get<std::string>() == "relu")) {
@@ -614,19 +627,21 @@ class HfLoader {
 
 Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, const LoadOptions& opt) {
   const std::string cfg_path = dir + "/config.json";
-  std::ifstream in(cfg_path, std::ios::binary);
-  if (!in) return Status::NotFound(dir + ": no config.json (not a Hugging Face model folder)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  json cfg = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (cfg.is_discarded() || !cfg.is_object()) return Status::Corruption(cfg_path + ": not a JSON object");
+  auto parsed = ReadJsonFile(cfg_path);
+  if (parsed.status().code() == Status::Code::kNotFound) {
+    return Status::NotFound(dir + ": no config.json (not a Hugging Face model folder)");
+  }
+  if (!parsed.ok()) return parsed.status();
+  const json cfg = std::move(*parsed);
+  if (!cfg.is_object()) return Status::Corruption(cfg_path + ": not a JSON object");
 
   std::string arch;
   if (auto a = cfg.find("architectures"); a != cfg.end() && a->is_array() && !a->empty() && (*a)[0].is_string()) {
     arch = (*a)[0].get<std::string>();
   } else if (auto t = cfg.find("model_type"); t != cfg.end() && t->is_string()) {
-    arch = t->get<std::string>() == "llama" ? "LlamaForCausalLM" : t->get<std::string>() == "opt" ? "OPTForCausalLM" : t->get<std::string>();
+    arch = t->get<std::string>() == "llama" ? "LlamaForCausalLM"
+           : t->get<std::string>() == "opt" ? "OPTForCausalLM"
+                                            : t->get<std::string>();
   } else {
     return Status::NotFound(cfg_path + ": neither 'architectures' nor 'model_type' says what the model is");
   }
@@ -640,7 +655,8 @@ Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, c
   } else if (arch == "OPTForCausalLM") {
     IMPRESS_RETURN_IF_ERROR(loader.Opt());
   } else {
-    return Status::Unsupported(cfg_path + ": architecture '" + arch + "' is not supported (LlamaForCausalLM or OPTForCausalLM)");
+    return Status::Unsupported(cfg_path + ": architecture '" + arch +
+                               "' is not supported (LlamaForCausalLM or OPTForCausalLM)");
   }
   auto nm = cfg.find("_name_or_path");
   m.config.name = nm != cfg.end() && nm->is_string() && !nm->get<std::string>().empty()
@@ -670,6 +686,32 @@ Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, c
 
 }  // namespace
 
+Status CheckNormWeights(const Model& model) {
+  // Norm weights are small (n_embd each) and a single NaN in one silences the whole model, so
+  // all are checked; the large matrices are not (a full scan would double the load time).
+  const ModelWeights& w = model.weights;
+  auto check = [&](const Tensor& t, const std::string& what) -> Status {
+    for (size_t i = 0; i < t.data.size(); ++i) {
+      if (!std::isfinite(t.data[i])) {
+        return Status::Corruption(model.path + ": " + what + " has a non-finite value (" + std::to_string(t.data[i]) +
+                                  ") at index " + std::to_string(i));
+      }
+    }
+    return Status::Ok();
+  };
+  IMPRESS_RETURN_IF_ERROR(check(w.output_norm, "the output norm weight"));
+  IMPRESS_RETURN_IF_ERROR(check(w.output_norm_b, "the output norm bias"));
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    const LayerWeights& l = w.layers[il];
+    const std::string layer = "layer " + std::to_string(il) + "'s ";
+    IMPRESS_RETURN_IF_ERROR(check(l.attn_norm, layer + "attention norm weight"));
+    IMPRESS_RETURN_IF_ERROR(check(l.attn_norm_b, layer + "attention norm bias"));
+    IMPRESS_RETURN_IF_ERROR(check(l.ffn_norm, layer + "FFN norm weight"));
+    IMPRESS_RETURN_IF_ERROR(check(l.ffn_norm_b, layer + "FFN norm bias"));
+  }
+  return Status::Ok();
+}
+
 void UnpermuteRopeRows(float* w, int64_t n_rows, int64_t n_cols, int n_head) {
   const int64_t hd = n_rows / n_head, half = hd / 2;
   std::vector<float> tmp(size_t(hd * n_cols));
@@ -694,8 +736,9 @@ Result<Model> LoadModel(const std::string& path, const ProgressFn& progress, con
   if (!fs::exists(path, ec)) return Status::NotFound(path + ": no such file or folder");
   LoadOptions opt = options;
   if (opt.n_threads < 1) opt.n_threads = 1;
-  if (fs::is_directory(path, ec)) return LoadHfFolder(path, progress, opt);
-  return LoadGguf(path, progress, opt);
+  Result<Model> m = fs::is_directory(path, ec) ? LoadHfFolder(path, progress, opt) : LoadGguf(path, progress, opt);
+  if (m.ok()) IMPRESS_RETURN_IF_ERROR(CheckNormWeights(*m));
+  return m;
 }
 
 }  // namespace impress

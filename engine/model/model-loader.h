@@ -8,7 +8,8 @@
 // for LlamaForCausalLM and OPTForCausalLM (F32/F16/BF16 weights).
 //
 // Every tensor is checked against the config (missing or wrong-shaped tensors are named), every
-// config value is range-checked. config.fingerprint is a hex XXH3-128 of the model bytes (GGUF:
+// config value is range-checked (float hyperparameters must be finite as floats), every norm
+// weight and bias must be finite (CheckNormWeights). config.fingerprint is a hex XXH3-128 of the model bytes (GGUF:
 // the file; HF: config.json, the weight files and the tokenizer files present). The file
 // mappings are released before LoadModel returns. Progress is reported once per tensor, from
 // worker threads (serialized); returning false cancels the load (Status kCancelled).
@@ -30,6 +31,10 @@ struct LoadOptions {
 
 Result<Model> LoadModel(const std::string& path, const ProgressFn& progress = {});
 Result<Model> LoadModel(const std::string& path, const ProgressFn& progress, const LoadOptions& options);
+
+// Corruption naming the layer and tensor when a norm weight or bias holds NaN or inf (what
+// LoadModel checks; small tensors, so cheap). For models built in memory too.
+Status CheckNormWeights(const Model& model);
 
 // Undoes llama.cpp's RoPE row permutation of a (n_head * head_dim, n_cols) matrix in place:
 // HF row (h, i, j), i in {0, 1}, j < head_dim / 2, is GGUF row (h, j, i).

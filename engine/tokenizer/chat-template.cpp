@@ -7,15 +7,6 @@
 namespace impress {
 namespace {
 
-// Python's str.strip() for the whitespace that occurs in chat text (ASCII and NBSP-free).
-std::string Strip(std::string_view s) {
-  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
-  size_t b = 0, e = s.size();
-  while (b < e && space(s[b])) ++b;
-  while (e > b && space(s[e - 1])) --e;
-  return std::string(s.substr(b, e - b));
-}
-
 // The literal system prompt a ChatML template inserts when the conversation has none:
 // the text between "<|im_start|>system\n" and "<|im_end|>" inside one Jinja string literal.
 std::string ExtractDefaultSystem(std::string_view src) {
@@ -59,11 +50,11 @@ const char* ChatFormatName(ChatFormat f) {
   return "?";
 }
 
-ChatTemplate::ChatTemplate(ChatFormat format, std::string default_system, std::string bos_text, std::string eos_text)
-    : format_(format),
-      default_system_(std::move(default_system)),
-      bos_text_(std::move(bos_text)),
-      eos_text_(std::move(eos_text)) {
+ChatTemplate::ChatTemplate(ChatFormat format, std::string default_system, std::string bos_text, std::string eos_text) :
+    format_(format),
+    default_system_(std::move(default_system)),
+    bos_text_(std::move(bos_text)),
+    eos_text_(std::move(eos_text)) {
   switch (format_) {
     case ChatFormat::kChatMl: stop_strings_ = {"<|im_end|>", "<|im_start|>"}; break;
     case ChatFormat::kLlama2: stop_strings_ = {eos_text_, "[INST]"}; break;
@@ -91,17 +82,70 @@ ChatTemplate ChatTemplate::ForTokenizer(const Tokenizer& tok) {
   return ChatTemplate(t.format_, t.default_system_, bos, eos);
 }
 
-std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  std::string out;
+namespace {
+
+// The prompt being rendered: template text (markup) and message content, appended in order.
+class PromptWriter {
+ public:
+  explicit PromptWriter(std::vector<ByteRange>* markup) : markup_(markup) {}
+  void Markup(std::string_view s) {
+    if (s.empty()) return;
+    if (markup_) {
+      if (!markup_->empty() && markup_->back().end == out_.size()) {
+        markup_->back().end += s.size();
+      } else {
+        markup_->push_back({out_.size(), out_.size() + s.size()});
+      }
+    }
+    out_.append(s);
+  }
+  void Content(std::string_view s) { out_.append(s); }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::vector<ByteRange>* markup_;
+  std::string out_;
+};
+
+// Pieces of one Llama-2 turn (true: markup), stripped at both ends as Python's str.strip()
+// strips their concatenation (the ASCII whitespace that occurs in chat text).
+using Pieces = std::vector<std::pair<std::string, bool>>;
+void StripPieces(Pieces* pieces) {
+  const std::string ws = " \t\n\r\v\f";
+  for (auto& [text, markup] : *pieces) {
+    const size_t b = text.find_first_not_of(ws);
+    text.erase(0, b == std::string::npos ? text.size() : b);
+    if (!text.empty()) break;
+  }
+  for (auto it = pieces->rbegin(); it != pieces->rend(); ++it) {
+    const size_t e = it->first.find_last_not_of(ws);
+    it->first.erase(e == std::string::npos ? 0 : e + 1);
+    if (!it->first.empty()) break;
+  }
+}
+void Write(const Pieces& pieces, PromptWriter* w) {
+  for (const auto& [text, markup] : pieces) markup ? w->Markup(text) : w->Content(text);
+}
+
+}  // namespace
+
+std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                 std::vector<ByteRange>* markup) const {
+  if (markup) markup->clear();
+  PromptWriter w(markup);
   switch (format_) {
     case ChatFormat::kChatMl: {
       if (!default_system_.empty() && (messages.empty() || messages[0].role != "system") && !messages.empty()) {
-        out.append("<|im_start|>system\n").append(default_system_).append("<|im_end|>\n");
+        w.Markup("<|im_start|>system\n");
+        w.Content(default_system_);
+        w.Markup("<|im_end|>\n");
       }
       for (const auto& m : messages) {
-        out.append("<|im_start|>").append(m.role).append("\n").append(m.content).append("<|im_end|>\n");
+        w.Markup("<|im_start|>" + m.role + "\n");
+        w.Content(m.content);
+        w.Markup("<|im_end|>\n");
       }
-      if (add_generation_prompt) out += "<|im_start|>assistant\n";
+      if (add_generation_prompt) w.Markup("<|im_start|>assistant\n");
       break;
     }
     case ChatFormat::kLlama2: {
@@ -116,15 +160,20 @@ std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages, bool 
         first = 1;
       }
       for (size_t i = first; i < messages.size(); ++i) {
-        std::string content;
+        Pieces content;
         if (i == first && has_system) {
-          content.append("<<SYS>>\n").append(system).append("\n<</SYS>>\n\n");
+          content = {{"<<SYS>>\n", true}, {system, false}, {"\n<</SYS>>\n\n", true}};
         }
-        content.append(messages[i].content);
+        content.push_back({messages[i].content, false});
+        StripPieces(&content);
         if (messages[i].role == "user") {
-          out.append(bos_text_).append("[INST] ").append(Strip(content)).append(" [/INST]");
+          w.Markup(bos_text_ + "[INST] ");
+          Write(content, &w);
+          w.Markup(" [/INST]");
         } else if (messages[i].role == "assistant") {
-          out.append(" ").append(Strip(content)).append(" ").append(eos_text_);
+          w.Markup(" ");
+          Write(content, &w);
+          w.Markup(" " + eos_text_);
         }
       }
       break;  // the prompt already ends with [/INST]: nothing to add for generation
@@ -132,18 +181,23 @@ std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages, bool 
     case ChatFormat::kPlain: {
       for (const auto& m : messages) {
         if (m.role == "system") {
-          out.append(m.content).append("\n\n");
+          w.Content(m.content);
+          w.Markup("\n\n");
         } else if (m.role == "user") {
-          out.append("User: ").append(m.content).append("\n");
+          w.Markup("User: ");
+          w.Content(m.content);
+          w.Markup("\n");
         } else {
-          out.append("Assistant: ").append(m.content).append("\n");
+          w.Markup("Assistant: ");
+          w.Content(m.content);
+          w.Markup("\n");
         }
       }
-      if (add_generation_prompt) out += "Assistant:";
+      if (add_generation_prompt) w.Markup("Assistant:");
       break;
     }
   }
-  return out;
+  return w.Take();
 }
 
 std::vector<int32_t> ChatTemplate::StopTokens(const Tokenizer& tok) const {

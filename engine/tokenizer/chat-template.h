@@ -7,8 +7,9 @@
 //            system prompt, when its template inserts one, is taken from the template text.
 //   kLlama2  <s>[INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] answer </s><s>[INST] ...
 //   kPlain   "System\n\nUser: ...\nAssistant: ...\n" (OPT and base models without a template)
-// Render the text, then Encode it with parse_special = true (and add_bos = renders_bos() ?
-// false : the tokenizer's default).
+// Render the text and its markup ranges, then EncodeTemplated it (add_bos = renders_bos() ?
+// false : the tokenizer's default): the messages' content stays literal text, only the
+// template's own markers become special tokens.
 //
 // Immutable after construction; const methods may be called from any thread.
 #pragma once
@@ -21,9 +22,10 @@
 namespace impress {
 
 class Tokenizer;
+struct ByteRange;
 
 struct ChatMessage {
-  std::string role;     // "system", "user" or "assistant"
+  std::string role;  // "system", "user" or "assistant"
   std::string content;
 };
 
@@ -48,7 +50,10 @@ class ChatTemplate {
   bool renders_bos() const { return format_ == ChatFormat::kLlama2; }
 
   // The prompt text. add_generation_prompt appends the opening of the assistant's turn.
-  std::string Render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // `markup` (optional) receives the byte ranges the template wrote itself (role markers,
+  // bos/eos, separators), in order; everything else is the messages' content.
+  std::string Render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                     std::vector<ByteRange>* markup = nullptr) const;
 
   // Texts that end the assistant's turn: generation stops when one appears in the output.
   const std::vector<std::string>& stop_strings() const { return stop_strings_; }

@@ -3,11 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include <unistd.h>
 
 #include "engine/model/gguf.h"
+#include "engine/model/json-file.h"
+#include "engine/model/mapped-file.h"
 #include "engine/tokenizer/sentencepiece-backend.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -46,20 +48,15 @@ std::string SupportedPreNames() {
   return s;
 }
 
-Result<std::string> ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::IOError(path.string() + ": read failed");
-  return ss.str();
-}
+Result<std::string> ReadFile(const fs::path& path) { return ReadRegularFile(path.string(), kMaxJsonFileBytes); }
 
-Result<json> ReadJson(const fs::path& path) {
-  IMPRESS_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::Corruption(path.string() + ": not valid JSON");
-  return j;
+Result<json> ReadJson(const fs::path& path) { return ReadJsonFile(path.string()); }
+
+// Whether the folder has an entry at `path`, of any type (a dangling link or a link loop too:
+// reading it then says what is wrong, rather than the file being silently skipped).
+bool Present(const fs::path& path) {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(path, ec));
 }
 
 // An optional integer id key of a GGUF file: -1 when absent.
@@ -104,7 +101,7 @@ Status ApplyFolderConfigsImpl(const fs::path& dir, TokenizerVocab* v, bool* add_
   };
   for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
     const fs::path p = dir / name;
-    if (!fs::exists(p)) continue;
+    if (!Present(p)) continue;
     IMPRESS_ASSIGN_OR_RETURN(json j, ReadJson(p));
     if (!j.is_object()) return Status::Corruption(p.string() + ": expected a JSON object");
     // added_tokens_decoder: {"50256": {"content": ..., "special": true}}: mark them.
@@ -131,7 +128,8 @@ Status ApplyFolderConfigsImpl(const fs::path& dir, TokenizerVocab* v, bool* add_
         v->chat_template = ct.get<std::string>();
       } else if (ct.is_array()) {  // [{"name": "default", "template": ...}, ...]
         for (const auto& e : ct) {
-          if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string()) {
+          if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+              e["template"].is_string()) {
             v->chat_template = e["template"].get<std::string>();
           }
         }
@@ -140,7 +138,7 @@ Status ApplyFolderConfigsImpl(const fs::path& dir, TokenizerVocab* v, bool* add_
   }
   for (const char* name : {"config.json", "generation_config.json"}) {
     const fs::path p = dir / name;
-    if (!fs::exists(p)) continue;
+    if (!Present(p)) continue;
     IMPRESS_ASSIGN_OR_RETURN(json j, ReadJson(p));
     if (!j.is_object()) return Status::Corruption(p.string() + ": expected a JSON object");
     if (j.contains("model_type") && j["model_type"].is_string()) v->arch = j["model_type"].get<std::string>();
@@ -241,9 +239,10 @@ Result<Tokenizer> FromTokenizerJson(const fs::path& dir) {
     if (!byte_level) {
       // SentencePiece-style BPE converted to tokenizer.json (Metaspace / byte_fallback): the
       // exact reference is the tokenizer.model next to it.
-      if (fs::exists(dir / "tokenizer.model")) return Tokenizer::FromHfFolder((dir / "tokenizer.model").string());
-      return Status::Unsupported(where + ": a non-byte-level BPE (SentencePiece-style) tokenizer.json without a "
-                                         "tokenizer.model next to it is not supported");
+      if (Present(dir / "tokenizer.model")) return Tokenizer::FromHfFolder((dir / "tokenizer.model").string());
+      return Status::Unsupported(where +
+                                 ": a non-byte-level BPE (SentencePiece-style) tokenizer.json without a "
+                                 "tokenizer.model next to it is not supported");
     }
     if (j.contains("normalizer") && !j["normalizer"].is_null()) {
       return Status::Unsupported(where + ": normalizer " + j["normalizer"].value("type", std::string("?")) +
@@ -354,7 +353,7 @@ Result<Tokenizer> FromVocabJsonAndMerges(const fs::path& dir) {
   }
   // added_tokens.json: {"<|endoftext|>": 50256, ...}
   json added = json::object();
-  if (fs::exists(dir / "added_tokens.json")) {
+  if (Present(dir / "added_tokens.json")) {
     IMPRESS_ASSIGN_OR_RETURN(added, ReadJson(dir / "added_tokens.json"));
     if (!added.is_object()) return Status::Corruption((dir / "added_tokens.json").string() + ": expected an object");
     for (const auto& [text, id] : added.items()) {
@@ -519,7 +518,10 @@ Result<Tokenizer> Tokenizer::FromHfFolder(const std::string& path) {
   fs::path p(path);
   std::error_code ec;
   // A tokenizer.model passed directly (or found in the folder): libsentencepiece.
-  if (p.filename() == "tokenizer.model" && fs::is_regular_file(p, ec)) {
+  if (p.filename() == "tokenizer.model" && !fs::is_directory(p, ec)) {
+    uint64_t size = 0;  // a FIFO or link loop is refused here, before libsentencepiece opens it
+    IMPRESS_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(p.string(), &size));
+    ::close(fd);
     TokenizerVocab v;
     IMPRESS_RETURN_IF_ERROR(SentencePieceBackend::Open(p.string(), &v));
     bool add_bos_set = true;  // libsentencepiece's bos setting unless the folder says otherwise
@@ -527,9 +529,9 @@ Result<Tokenizer> Tokenizer::FromHfFolder(const std::string& path) {
     return FromVocab(std::move(v), p.string());
   }
   if (!fs::is_directory(p, ec)) return Status::NotFound(path + ": not a folder");
-  if (fs::exists(p / "tokenizer.json")) return FromTokenizerJson(p);
-  if (fs::exists(p / "vocab.json") && fs::exists(p / "merges.txt")) return FromVocabJsonAndMerges(p);
-  if (fs::exists(p / "tokenizer.model")) return FromHfFolder((p / "tokenizer.model").string());
+  if (Present(p / "tokenizer.json")) return FromTokenizerJson(p);
+  if (Present(p / "vocab.json") && Present(p / "merges.txt")) return FromVocabJsonAndMerges(p);
+  if (Present(p / "tokenizer.model")) return FromHfFolder((p / "tokenizer.model").string());
   return Status::NotFound(path + ": no tokenizer.json, vocab.json + merges.txt, or tokenizer.model in the folder");
 }
 
@@ -537,7 +539,7 @@ Result<Tokenizer> Tokenizer::Load(const std::string& model_path) {
   std::error_code ec;
   const fs::path p(model_path);
   if (fs::is_directory(p, ec)) return FromHfFolder(model_path);
-  if (!fs::exists(p, ec)) return Status::NotFound(model_path + ": no such file or folder");
+  if (!Present(p)) return Status::NotFound(model_path + ": no such file or folder");
   if (p.filename() == "tokenizer.model") return FromHfFolder(model_path);
   auto g = GgufFile::Open(model_path);
   if (!g.ok()) return g.status();

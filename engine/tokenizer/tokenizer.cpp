@@ -101,8 +101,8 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   if (n > size_t(INT32_MAX)) return Status::Corruption(source + ": too many tokens: " + std::to_string(n));
   if (v.types.empty()) v.types.assign(n, TokenType::kNormal);
   if (v.types.size() != n) {
-    return Status::Corruption(source + ": " + std::to_string(v.types.size()) + " token types for " +
-                              std::to_string(n) + " tokens");
+    return Status::Corruption(source + ": " + std::to_string(v.types.size()) + " token types for " + std::to_string(n) +
+                              " tokens");
   }
   if (v.scores.empty()) v.scores.assign(n, 0.0f);
   if (v.scores.size() != n) {
@@ -111,8 +111,8 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   }
   for (auto* id : {&v.bos, &v.eos, &v.unk, &v.pad, &v.eot, &v.eom}) {
     if (*id < -1 || *id >= int64_t(n)) {
-      return Status::Corruption(source + ": special token id " + std::to_string(*id) +
-                                " is not a token id (n_vocab " + std::to_string(n) + ")");
+      return Status::Corruption(source + ": special token id " + std::to_string(*id) + " is not a token id (n_vocab " +
+                                std::to_string(n) + ")");
     }
   }
   for (int32_t id : v.extra_eog) {
@@ -183,10 +183,9 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
         piece = ReplaceAll(text, kSpmSpace, " ");
       }
     }
-    const bool mergeable = bpe ? (type == TokenType::kNormal || type == TokenType::kUndefined ||
-                                  type == TokenType::kByte)
-                               : (type == TokenType::kNormal || type == TokenType::kUndefined ||
-                                  type == TokenType::kUserDefined);
+    const bool mergeable =
+        bpe ? (type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kByte)
+            : (type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kUserDefined);
     if (mergeable && !text.empty()) tok.piece_to_id_.emplace(bpe ? piece : text, int32_t(i));
   }
   if (n_undecodable) {
@@ -214,8 +213,8 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
       tok.merges_.emplace(key, MergeInfo{int32_t(r), im->second});  // the first rank wins
     }
     if (n_skipped) {
-      spdlog::warn("{}: {} of {} merges name tokens that are not in the vocabulary; ignored", source,
-                   n_skipped, v.merges.size());
+      spdlog::warn("{}: {} of {} merges name tokens that are not in the vocabulary; ignored", source, n_skipped,
+                   v.merges.size());
     }
   } else {
     for (size_t i = 0; i < n; ++i) {
@@ -236,8 +235,7 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
     const std::string& text = tok.texts_[i];
     if (text.empty()) continue;
     if (tok.special_map_.emplace(text, int32_t(i)).second) {
-      tok.specials_.push_back(
-          {text, int32_t(i), type == TokenType::kUserDefined, strip[i].lstrip, strip[i].rstrip});
+      tok.specials_.push_back({text, int32_t(i), type == TokenType::kUserDefined, strip[i].lstrip, strip[i].rstrip});
     }
   }
   std::stable_sort(tok.specials_.begin(), tok.specials_.end(),
@@ -261,9 +259,8 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   add_eog(v.eot);
   add_eog(v.eom);
   for (int32_t id : v.extra_eog) add_eog(id);
-  static const char* const kEndTexts[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>",
-                                          "<|end|>", "<end_of_turn>", "<|end_of_text|>", "</s>",
-                                          "<|EOT|>", "<EOT>"};
+  static const char* const kEndTexts[] = {"<|im_end|>",    "<|eot_id|>",      "<|eom_id|>", "<|endoftext|>", "<|end|>",
+                                          "<end_of_turn>", "<|end_of_text|>", "</s>",       "<|EOT|>",       "<EOT>"};
   for (const char* t : kEndTexts) {
     auto it = tok.text_to_id_.find(std::string_view(t));
     if (it != tok.text_to_id_.end() && tok.types_[it->second] == TokenType::kControl) add_eog(it->second);
@@ -289,10 +286,32 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool parse_special,
                                        const ProgressFn& progress) const {
-  const ProgressFn* report = progress ? &progress : nullptr;
+  return EncodeImpl(text, add_bos, parse_special ? SpecialMatch::kAll : SpecialMatch::kUserDefined, nullptr,
+                    progress ? &progress : nullptr);
+}
+
+std::vector<int32_t> Tokenizer::EncodeLiteral(std::string_view text, bool add_bos, const ProgressFn& progress) const {
+  static const std::vector<ByteRange> kNoMarkup;
+  return EncodeImpl(text, add_bos, SpecialMatch::kMarkupOnly, &kNoMarkup, progress ? &progress : nullptr);
+}
+
+std::vector<int32_t> Tokenizer::EncodeTemplated(std::string_view text, bool add_bos,
+                                                const std::vector<ByteRange>& markup) const {
+  return EncodeImpl(text, add_bos, SpecialMatch::kMarkupOnly, &markup, nullptr);
+}
+
+std::vector<int32_t> Tokenizer::EncodeImpl(std::string_view text, bool add_bos, SpecialMatch match,
+                                           const std::vector<ByteRange>* markup, const ProgressFn* report) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (add_bos && bos_ >= 0) out.push_back(bos_);
+  // kMarkupOnly: the markup range that ends after byte i (ranges are sorted); none left means
+  // the rest of the text is literal.
+  size_t range = 0;
+  auto in_markup = [&](size_t i, size_t n) {
+    while (range < markup->size() && (*markup)[range].end <= i) ++range;
+    return range < markup->size() && (*markup)[range].begin <= i && i + n <= (*markup)[range].end;
+  };
   size_t seg_begin = 0;
   size_t i = 0;
   bool first = true;
@@ -301,7 +320,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool
     const Special* hit = nullptr;
     for (uint16_t k : cands) {
       const Special& s = specials_[k];
-      if (!s.always && !parse_special) continue;
+      if (match == SpecialMatch::kUserDefined && !s.always) continue;
+      if (match == SpecialMatch::kMarkupOnly && !in_markup(i, s.text.size())) continue;
       if (text.size() - i >= s.text.size() && std::memcmp(text.data() + i, s.text.data(), s.text.size()) == 0) {
         hit = &s;
         break;
@@ -315,7 +335,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool
     if (hit->lstrip) {
       while (seg_end > seg_begin && IsAsciiSpace(text[seg_end - 1])) --seg_end;
     }
-    if (seg_end > seg_begin) EncodeText(text.substr(seg_begin, seg_end - seg_begin), first, &out, report, seg_begin, text.size());
+    if (seg_end > seg_begin)
+      EncodeText(text.substr(seg_begin, seg_end - seg_begin), first, &out, report, seg_begin, text.size());
     first = false;
     out.push_back(hit->id);
     i += hit->text.size();
@@ -363,7 +384,8 @@ void Tokenizer::EncodeText(std::string_view text, bool /*first_segment*/, std::v
       }
       const size_t before = out->size();
       EncodeBpePiece(piece, out);
-      if (seen.size() < (1u << 16)) seen.emplace(piece, std::make_pair(uint32_t(before), uint32_t(out->size() - before)));
+      if (seen.size() < (1u << 16))
+        seen.emplace(piece, std::make_pair(uint32_t(before), uint32_t(out->size() - before)));
     } else {
       EncodeBpePiece(piece, out);
     }
@@ -509,13 +531,9 @@ void Tokenizer::EncodeSpm(std::string_view raw, bool prefix_space, std::vector<i
 // ---------------------------------------------------------------------------------------
 // Decoding and lookups
 
-const std::string& Tokenizer::Piece(int32_t id) const {
-  return id >= 0 && id < n_vocab() ? pieces_[id] : kEmpty;
-}
+const std::string& Tokenizer::Piece(int32_t id) const { return id >= 0 && id < n_vocab() ? pieces_[id] : kEmpty; }
 
-const std::string& Tokenizer::TokenText(int32_t id) const {
-  return id >= 0 && id < n_vocab() ? texts_[id] : kEmpty;
-}
+const std::string& Tokenizer::TokenText(int32_t id) const { return id >= 0 && id < n_vocab() ? texts_[id] : kEmpty; }
 
 int32_t Tokenizer::TokenId(std::string_view token_text) const {
   auto it = text_to_id_.find(token_text);
@@ -528,9 +546,7 @@ TokenType Tokenizer::token_type(int32_t id) const {
 
 bool Tokenizer::IsSpecial(int32_t id) const { return token_type(id) == TokenType::kControl; }
 
-bool Tokenizer::IsEndOfGeneration(int32_t id) const {
-  return id >= 0 && id < n_vocab() && is_eog_[id];
-}
+bool Tokenizer::IsEndOfGeneration(int32_t id) const { return id >= 0 && id < n_vocab() && is_eog_[id]; }
 
 uint64_t Tokenizer::bpe_merge_steps() const { return merge_steps_->load(std::memory_order_relaxed); }
 

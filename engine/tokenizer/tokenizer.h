@@ -7,7 +7,10 @@
 //                 <0xXX> byte tokens. From GGUF (tokenizer.ggml.model = "llama") this runs our
 //                 own merge loop; from a tokenizer.model it runs libsentencepiece.
 // Special (added/control) tokens are matched in the text before pre-tokenization when
-// Encode's parse_special is set (user-defined added tokens always are).
+// Encode's parse_special is set (user-defined added tokens always are). Text from users and
+// documents is encoded with EncodeLiteral / EncodeTemplated instead: there no added token is
+// ever matched, so typed or attached text cannot inject control tokens; only a chat
+// template's own markup (the byte ranges it reports) may become special tokens.
 //
 // Loading: Load() takes a .gguf file or a Hugging Face folder (tokenizer.json; vocab.json +
 // merges.txt; or tokenizer.model). Every id and string read from the files is checked; bad
@@ -35,6 +38,11 @@ class GgufFile;
 
 enum class TokenizerKind { kBytePairBpe, kSentencePiece };
 
+// [begin, end) byte offsets into a text (chat templates report their markup as these).
+struct ByteRange {
+  size_t begin = 0, end = 0;
+};
+
 // GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum class TokenType : int32_t {
   kUndefined = 0,
@@ -43,29 +51,29 @@ enum class TokenType : int32_t {
   kControl = 3,      // special tokens: <|im_start|>, <s>, </s>
   kUserDefined = 4,  // added tokens that are always matched in the text
   kUnused = 5,
-  kByte = 6,         // SentencePiece byte fallback <0xXX>
+  kByte = 6,  // SentencePiece byte fallback <0xXX>
 };
 
 // Plain vocabulary data: what FromGguf / FromHfFolder read, and what tests may build directly.
 struct TokenizerVocab {
   TokenizerKind kind = TokenizerKind::kBytePairBpe;
-  PreTokenizerType pre = PreTokenizerType::kGpt2;   // byte-level BPE only
-  std::vector<std::string> tokens;   // as stored: byte-level chars (BPE) or U+2581 pieces (SPM)
-  std::vector<float> scores;         // SPM merge scores (empty: all 0)
-  std::vector<TokenType> types;      // empty: all kNormal
+  PreTokenizerType pre = PreTokenizerType::kGpt2;           // byte-level BPE only
+  std::vector<std::string> tokens;                          // as stored: byte-level chars (BPE) or U+2581 pieces (SPM)
+  std::vector<float> scores;                                // SPM merge scores (empty: all 0)
+  std::vector<TokenType> types;                             // empty: all kNormal
   std::vector<std::pair<std::string, std::string>> merges;  // BPE, in rank order
-  struct AddedToken {                // tokenizer.json added_tokens (strip flags of HF)
+  struct AddedToken {                                       // tokenizer.json added_tokens (strip flags of HF)
     int32_t id = -1;
     bool lstrip = false, rstrip = false;
   };
-  std::vector<AddedToken> added;     // extra properties; their types say control/user-defined
+  std::vector<AddedToken> added;  // extra properties; their types say control/user-defined
   int32_t bos = -1, eos = -1, unk = -1, pad = -1, eot = -1, eom = -1;
-  bool add_bos = false;              // what the model expects by default
-  bool add_space_prefix = true;      // SPM: prepend a space to the text (dummy prefix)
-  bool ignore_merges = false;        // BPE: a piece that is a whole token is not merged (Llama-3)
-  std::string chat_template;         // Jinja source from the metadata, may be empty
-  std::string arch;                  // "llama", "opt", ... when the source says
-  std::vector<int32_t> extra_eog;    // more end-of-generation ids (config eos_token_id lists)
+  bool add_bos = false;            // what the model expects by default
+  bool add_space_prefix = true;    // SPM: prepend a space to the text (dummy prefix)
+  bool ignore_merges = false;      // BPE: a piece that is a whole token is not merged (Llama-3)
+  std::string chat_template;       // Jinja source from the metadata, may be empty
+  std::string arch;                // "llama", "opt", ... when the source says
+  std::vector<int32_t> extra_eog;  // more end-of-generation ids (config eos_token_id lists)
   // Set when loaded from a tokenizer.model: Encode runs libsentencepiece on text segments.
   std::shared_ptr<const class SentencePieceBackend> sp_backend;
 };
@@ -90,7 +98,19 @@ class Tokenizer {
   // The same ids, reporting (bytes done, text.size(), "tokenizing") to `progress` about every
   // 256 KiB of text (for ingesting large documents). Its return value is ignored: encoding
   // always finishes.
-  std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special, const ProgressFn& progress) const;
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special,
+                              const ProgressFn& progress) const;
+
+  // `text` as literal text: no added token (control or user-defined) is matched, so the ids
+  // hold no control token that the vocabulary's merges do not spell. For document text, file
+  // names and anything the user typed. `progress` as for Encode.
+  std::vector<int32_t> EncodeLiteral(std::string_view text, bool add_bos = false,
+                                     const ProgressFn& progress = ProgressFn()) const;
+  // A rendered prompt: added tokens are matched only where they lie wholly inside one of the
+  // `markup` ranges (the template's own text, sorted, not overlapping); every other byte is
+  // literal. Text segments are split exactly where Encode(text, add_bos, true) splits them, so
+  // a prompt whose content holds no special-token text gets the same ids as that call.
+  std::vector<int32_t> EncodeTemplated(std::string_view text, bool add_bos, const std::vector<ByteRange>& markup) const;
 
   // Concatenated pieces (raw bytes, not necessarily valid UTF-8). SPM drops the dummy-prefix
   // space of the first token. Ids out of range are skipped. skip_special drops control tokens.
@@ -148,6 +168,11 @@ class Tokenizer {
     int32_t merged;
   };
 
+  // Which added tokens Encode* may match: all (parse_special), user-defined only, or any
+  // lying inside `markup` ranges only.
+  enum class SpecialMatch { kAll, kUserDefined, kMarkupOnly };
+  std::vector<int32_t> EncodeImpl(std::string_view text, bool add_bos, SpecialMatch match,
+                                  const std::vector<ByteRange>* markup, const ProgressFn* report) const;
   // `progress` (may be null) gets bytes done counted from `base` within the whole text.
   void EncodeText(std::string_view text, bool first_segment, std::vector<int32_t>* out,
                   const ProgressFn* progress = nullptr, size_t base = 0, size_t total = 0) const;
@@ -157,16 +182,16 @@ class Tokenizer {
   TokenizerKind kind_ = TokenizerKind::kBytePairBpe;
   PreTokenizerType pre_ = PreTokenizerType::kGpt2;
   std::string source_;
-  std::vector<std::string> texts_;    // stored token strings
-  std::vector<std::string> pieces_;   // decoded bytes
+  std::vector<std::string> texts_;   // stored token strings
+  std::vector<std::string> pieces_;  // decoded bytes
   std::vector<TokenType> types_;
   std::vector<float> scores_;
-  StringMap text_to_id_;   // stored string -> id
-  StringMap piece_to_id_;  // decoded bytes -> id of normal (and SPM user-defined) tokens
-  std::unordered_map<uint64_t, MergeInfo> merges_;        // (left id << 32 | right id)
-  int32_t byte_to_id_[256];           // BPE: single-byte tokens; SPM: <0xXX> (-1: none)
-  std::vector<Special> specials_;     // longest first
-  std::vector<uint16_t> special_first_[256];  // indexes into specials_ by first byte
+  StringMap text_to_id_;                            // stored string -> id
+  StringMap piece_to_id_;                           // decoded bytes -> id of normal (and SPM user-defined) tokens
+  std::unordered_map<uint64_t, MergeInfo> merges_;  // (left id << 32 | right id)
+  int32_t byte_to_id_[256];                         // BPE: single-byte tokens; SPM: <0xXX> (-1: none)
+  std::vector<Special> specials_;                   // longest first
+  std::vector<uint16_t> special_first_[256];        // indexes into specials_ by first byte
   std::unordered_map<std::string, int32_t> special_map_;
   std::vector<int32_t> eog_;
   std::vector<uint8_t> is_eog_;
@@ -185,8 +210,8 @@ class Tokenizer {
 // UTF-8 come out as U+FFFD. Flush() returns what is left at the end of the stream.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = true)
-      : tok_(&tokenizer), skip_special_(skip_special) {}
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = true) :
+      tok_(&tokenizer), skip_special_(skip_special) {}
   std::string Push(int32_t id);
   std::string Flush();
 

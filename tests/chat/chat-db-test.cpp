@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -209,7 +210,8 @@ TEST_F(ChatDbTest, PopTurnsRemovesFromTheEndOnly) {
   ASSERT_TRUE(db);
   auto id = db->CreateConversation("t");
   ASSERT_TRUE(id.ok());
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(db->AppendTurn(*id, i % 2 ? "assistant" : "user", "turn " + std::to_string(i)).ok());
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(db->AppendTurn(*id, i % 2 ? "assistant" : "user", "turn " + std::to_string(i)).ok());
   ASSERT_TRUE(db->PopTurns(*id, 2).ok());
   auto check = [&](int n) {
     auto c = db->Load(*id);
@@ -291,8 +293,8 @@ TEST_F(ChatDbTest, RejectsANewerSchemaVersionAndLeavesTheFile) {
     ASSERT_TRUE(db);
     ASSERT_TRUE(db->CreateConversation("keep me").ok());
   }
-  RawExec(path_, "UPDATE meta SET value = '" + std::to_string(ChatDb::kSchemaVersion + 1) +
-                     "' WHERE key = 'schema_version'");
+  RawExec(path_,
+          "UPDATE meta SET value = '" + std::to_string(ChatDb::kSchemaVersion + 1) + "' WHERE key = 'schema_version'");
   const std::string before = ReadBytes(path_);
   auto r = ChatDb::Open(path_);
   ASSERT_FALSE(r.ok());
@@ -303,13 +305,46 @@ TEST_F(ChatDbTest, RejectsANewerSchemaVersionAndLeavesTheFile) {
   EXPECT_EQ(RawCount(path_, "SELECT count(*) FROM conversations WHERE title = 'keep me'"), 1);
 }
 
+// The saved conversations hold the user's documents and answers: owner-only file, folder, WAL
+// and SHM, whatever the umask allows (a stricter one still applies).
+TEST_F(ChatDbTest, DatabaseFolderAndWalArePrivate) {
+  auto mode = [](const fs::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 0777;
+  };
+  for (mode_t mask : {mode_t(022), mode_t(077), mode_t(027)}) {
+    SCOPED_TRACE(mask);
+    const mode_t old = ::umask(mask);
+    const fs::path sub = dir_ / ("data-" + std::to_string(mask)) / "impress";
+    {
+      auto db = ChatDb::Open((sub / "conversations.db").string());
+      ::umask(old);
+      ASSERT_TRUE(db.ok()) << db.status().ToString();
+      ASSERT_TRUE((*db)->CreateConversation("private").ok());
+      EXPECT_EQ(mode(sub / "conversations.db"), 0600u);
+      EXPECT_EQ(mode(sub), 0700u);
+      EXPECT_EQ(mode(sub.parent_path()), 0700u) << "every folder it created";
+      ASSERT_TRUE(fs::exists(sub / "conversations.db-wal"));
+      EXPECT_EQ(mode(sub / "conversations.db-wal"), 0600u);
+      if (fs::exists(sub / "conversations.db-shm")) {
+        EXPECT_EQ(mode(sub / "conversations.db-shm"), 0600u);
+      }
+    }
+  }
+  // A database made world-readable by an older build is made private when opened.
+  const fs::path old_db = dir_ / "old.db";
+  ASSERT_TRUE(ChatDb::Open(old_db.string()).ok());
+  fs::permissions(old_db, fs::perms(0644));
+  ASSERT_TRUE(ChatDb::Open(old_db.string()).ok());
+  EXPECT_EQ(mode(old_db), 0600u);
+}
+
 TEST_F(ChatDbTest, RefusesFilesThatAreNotAChatDatabaseWithoutChangingThem) {
   // A text file that happens to carry the name.
   std::string garbage;
   for (int i = 0; i < 200; ++i) garbage += "my precious notes, line " + std::to_string(i) + "\n";
-  {
-    std::ofstream(path_, std::ios::binary) << garbage;
-  }
+  { std::ofstream(path_, std::ios::binary) << garbage; }
   auto r = ChatDb::Open(path_);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kCorruption) << r.status().ToString();
@@ -351,9 +386,7 @@ TEST_F(ChatDbTest, RefusesFilesThatAreNotAChatDatabaseWithoutChangingThem) {
   std::string bytes = ReadBytes(damaged);
   ASSERT_GT(bytes.size(), 8192u);
   for (size_t i = 4096; i < bytes.size(); ++i) bytes[i] = char(0xA5 ^ (i * 131));
-  {
-    std::ofstream(damaged, std::ios::binary | std::ios::trunc) << bytes;
-  }
+  { std::ofstream(damaged, std::ios::binary | std::ios::trunc) << bytes; }
   auto r3 = ChatDb::Open(damaged);
   if (r3.ok()) {
     // SQLite reads pages lazily: the damage shows on the first read of them, as a Status.

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/model/fifo-guard.h"
+
 namespace impress {
 namespace {
 
@@ -32,7 +34,9 @@ TEST(Document, MissingFileIsNotFound) {
 }
 
 TEST(Document, BinaryFileIsRefused) {
-  std::string bytes = "\x7f" "ELF";
+  std::string bytes =
+      "\x7f"
+      "ELF";
   bytes += std::string("\0\0\x01\x02", 4);
   auto doc = LoadDocument(WriteTemp("b.bin", bytes));
   ASSERT_FALSE(doc.ok());
@@ -56,12 +60,33 @@ TEST(Document, DirectoryAndEmptyFileAreRefused) {
   EXPECT_FALSE(LoadDocument(WriteTemp("e.txt", " \n\n")).ok());
 }
 
+TEST(Document, FifoAndLinkLoopAreRefusedWithoutBlocking) {
+  const auto dir = std::filesystem::temp_directory_path() / "impress-document-test";
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "notes.fifo").string(), loop = (dir / "loop.txt").string();
+  std::filesystem::remove(fifo);
+  std::filesystem::remove(loop);
+  ASSERT_TRUE(test::MakeFifo(fifo));
+  bool hung = false;
+  auto d = test::CallGuardingFifo(
+      fifo, [&] { return LoadDocument(fifo); }, &hung);
+  EXPECT_FALSE(hung) << "attaching a FIFO blocked";
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), Status::Code::kInvalidArgument) << d.status().ToString();
+  std::filesystem::create_symlink("loop.txt", loop);
+  d = LoadDocument(loop);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("symbolic links"), std::string::npos) << d.status().ToString();
+  std::filesystem::remove(fifo);
+  std::filesystem::remove(loop);
+}
+
 TEST(Utf8, RejectsOverlongSurrogatesAndTruncation) {
   EXPECT_EQ(FindInvalidUtf8("abc"), std::string_view::npos);
-  EXPECT_EQ(FindInvalidUtf8("\xc0\xaf"), 0u);           // overlong '/'
-  EXPECT_EQ(FindInvalidUtf8("a\xed\xa0\x80"), 1u);      // surrogate U+D800
-  EXPECT_EQ(FindInvalidUtf8("ab\xe2\x82"), 2u);         // truncated
-  EXPECT_EQ(FindInvalidUtf8("\xf4\x90\x80\x80"), 0u);   // > U+10FFFF
+  EXPECT_EQ(FindInvalidUtf8("\xc0\xaf"), 0u);          // overlong '/'
+  EXPECT_EQ(FindInvalidUtf8("a\xed\xa0\x80"), 1u);     // surrogate U+D800
+  EXPECT_EQ(FindInvalidUtf8("ab\xe2\x82"), 2u);        // truncated
+  EXPECT_EQ(FindInvalidUtf8("\xf4\x90\x80\x80"), 0u);  // > U+10FFFF
   EXPECT_EQ(FindInvalidUtf8("\xe2\x82\xac\xf0\x9f\x98\x80"), std::string_view::npos);
 }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,8 +64,8 @@ void ExpectTiles(const std::string& text, const std::vector<PassageSpan>& spans,
 // Text with paragraphs of random sizes, blank lines with spaces/CRs, and runs without any space
 // made of 2-, 3- and 4-byte UTF-8 characters.
 std::string RandomText(std::mt19937& rng, int n_paragraphs) {
-  const std::vector<std::string> words = {"zebra", "river", "é", "naïve", "中文字", "🙂", "a", "longerword", "x.",
-                                          "end!", "line\n"};
+  const std::vector<std::string> words = {"zebra", "river",      "é",  "naïve", "中文字", "🙂",
+                                          "a",     "longerword", "x.", "end!",  "line\n"};
   std::string t;
   for (int p = 0; p < n_paragraphs; ++p) {
     int kind = int(rng() % 4);
@@ -118,7 +119,8 @@ TEST(SplitPassagesTest, BreaksOnlyAtParagraphsWhenParagraphsFit) {
   }
   auto spans = SplitPassages(text, 1200);
   ExpectTiles(text, spans, 1200);
-  for (const PassageSpan& s : spans) EXPECT_TRUE(para_starts.count(s.offset)) << "boundary inside a paragraph at " << s.offset;
+  for (const PassageSpan& s : spans)
+    EXPECT_TRUE(para_starts.count(s.offset)) << "boundary inside a paragraph at " << s.offset;
   // Packing: no passage could have taken the next paragraph too.
   for (size_t i = 0; i + 1 < spans.size(); ++i) {
     size_t next_end = *para_starts.upper_bound(spans[i + 1].offset);
@@ -251,10 +253,32 @@ TEST_F(PassageIndexTest, AdversarialQuestionsNeverError) {
   std::string long_question;
   for (int i = 0; i < 5000; ++i) long_question += "word" + std::to_string(i) + " ";
   const std::vector<std::string> questions = {
-      "", "   ", "\"", "\"\"\"", "AND", "OR NOT", "NEAR(a b, 3)", "zebra*", "*", "body:zebra", "^zebra",
-      "(zebra", "zebra)", "zebra AND", "{body}: zebra", "'; DROP TABLE pidx_fts; --", "über café 中文 🙂", "—",
-      "\xff\xfe\x80 zebra", "zebra\0river", "- + : ^ $ % ! ? .", "the of and is", long_question,
-      "a\"b\"c", "NEAR", "\"zebra\" OR \"",
+      "",
+      "   ",
+      "\"",
+      "\"\"\"",
+      "AND",
+      "OR NOT",
+      "NEAR(a b, 3)",
+      "zebra*",
+      "*",
+      "body:zebra",
+      "^zebra",
+      "(zebra",
+      "zebra)",
+      "zebra AND",
+      "{body}: zebra",
+      "'; DROP TABLE pidx_fts; --",
+      "über café 中文 🙂",
+      "—",
+      "\xff\xfe\x80 zebra",
+      "zebra\0river",
+      "- + : ^ $ % ! ? .",
+      "the of and is",
+      long_question,
+      "a\"b\"c",
+      "NEAR",
+      "\"zebra\" OR \"",
   };
   for (const std::string& q : questions) {
     auto r = idx->Search(q, 5);
@@ -340,8 +364,9 @@ TEST_F(PassageIndexTest, RankingAndScoresMatchAnIndependentBm25) {
   const std::vector<std::pair<std::string, std::string>> corpus = {
       {"savanna", "Zebra herds cross the river each year. The zebra migration follows the rain."},
       {"river", "The river floods in spring; the river banks hold crocodiles waiting by the river."},
-      {"stripes", "Stripes of a zebra are unique. Researchers photograph each zebra to tell them apart, "
-                  "and the river of photographs grows every season."},
+      {"stripes",
+       "Stripes of a zebra are unique. Researchers photograph each zebra to tell them apart, "
+       "and the river of photographs grows every season."},
       {"birds", "Storks and cranes follow the migration south along the river valley."},
       {"cooking", "Simmer the onions slowly; cooking takes patience and a wide pan."},
       {"herds", "Herds of wildebeest and zebra cross rivers together; the herds are enormous, herds upon herds."},
@@ -482,6 +507,35 @@ TEST_F(PassageIndexTest, SelectForBudgetFitsAndReadsInDocumentOrder) {
     }
   }
   EXPECT_EQ(idx->SelectForBudget(q, 10, nullptr).status().code(), Status::Code::kInvalidArgument);
+}
+
+TEST_F(PassageIndexTest, IndexFileAndFolderArePrivate) {
+  auto mode = [](const fs::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 0777;
+  };
+  const mode_t old = ::umask(022);
+  const fs::path sub = dir_ / "new-folder";
+  auto idx = PassageIndex::Open((sub / "conversations.db.passages").string());
+  ::umask(old);
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  ASSERT_TRUE((*idx)->Add("k", "notes.txt", "the private text of a document").ok());
+  EXPECT_EQ(mode(sub), 0700u);
+  EXPECT_EQ(mode(sub / "conversations.db.passages"), 0600u);
+  ASSERT_TRUE(fs::exists(sub / "conversations.db.passages-wal"));
+  EXPECT_EQ(mode(sub / "conversations.db.passages-wal"), 0600u);
+  // A foreign file that Open refuses keeps its mode as well as its bytes.
+  const fs::path other = dir_ / "foreign.db";
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(other.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x);", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  fs::permissions(other, fs::perms(0644));
+  EXPECT_FALSE(PassageIndex::Open(other.string()).ok());
+  EXPECT_EQ(mode(other), 0644u);
 }
 
 TEST_F(PassageIndexTest, RefusesAForeignFileAndReportsFts5) {

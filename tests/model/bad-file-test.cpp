@@ -2,17 +2,22 @@
 // the file and what was wrong) and no crash. Run under ASan in CI; truncated images are copied
 // into exact-size heap buffers so any over-read is caught.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 
 #include "base/fp16.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model-loader.h"
+#include "engine/model/random-model.h"
 #include "engine/model/safetensors.h"
+#include "tests/model/fifo-guard.h"
 #include "tests/model/gguf-builder.h"
 
 namespace impress {
@@ -39,12 +44,12 @@ Status ParseSt(const std::string& bytes) {
 }
 
 // Expects a failure whose message names the file and contains `needle`.
-#define EXPECT_BAD(status_expr, needle)                                                   \
-  do {                                                                                    \
-    const Status _s = (status_expr);                                                      \
-    EXPECT_FALSE(_s.ok());                                                                \
-    EXPECT_NE(_s.message().find(needle), std::string::npos) << _s.ToString();             \
-    EXPECT_TRUE(_s.message().find("bad.") != std::string::npos) << _s.ToString();         \
+#define EXPECT_BAD(status_expr, needle)                                           \
+  do {                                                                            \
+    const Status _s = (status_expr);                                              \
+    EXPECT_FALSE(_s.ok());                                                        \
+    EXPECT_NE(_s.message().find(needle), std::string::npos) << _s.ToString();     \
+    EXPECT_TRUE(_s.message().find("bad.") != std::string::npos) << _s.ToString(); \
   } while (0)
 
 // A valid image with metadata of several types and two tensors; the last tensor ends exactly at
@@ -300,14 +305,20 @@ TEST(BadSafetensors, OverlappingRanges) {
 
 TEST(BadSafetensors, OffsetsAndShapes) {
   EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 64]}})", 16)), "past the end");
-  EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}})", 16)), "needs 16 bytes");
+  EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}})", 16)),
+             "needs 16 bytes");
   EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [16, 0]}})", 16)), "reversed");
-  EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}})", 16)), "non-negative");
-  EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 4294967296], "data_offsets": [0, 16]}})", 16)),
-             "overflows");
-  EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 16]}})", 16)),
-             "more than 2^64");
-  EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 1e30]}})", 16)), "data_offsets");
+  EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}})", 16)),
+             "non-negative");
+  EXPECT_BAD(
+      ParseSt(StImage(
+          R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 4294967296], "data_offsets": [0, 16]}})", 16)),
+      "overflows");
+  EXPECT_BAD(
+      ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 16]}})", 16)),
+      "more than 2^64");
+  EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 1e30]}})", 16)),
+             "data_offsets");
   EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0]}})", 16)), "data_offsets");
   EXPECT_BAD(ParseSt(StImage(R"({"a": {"dtype": "Q4", "shape": [4], "data_offsets": [0, 16]}})", 16)), "unknown dtype");
   EXPECT_BAD(ParseSt(StImage(R"({"a": {"shape": [4], "data_offsets": [0, 16]}})", 16)), "dtype");
@@ -334,9 +345,156 @@ TEST(BadSafetensors, UnsupportedDtypeForWeights) {
   EXPECT_NE(s.message().find("I64"), std::string::npos);
 }
 
-// --- Hugging Face folders --------------------------------------------------------------------
-
 void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// --- metadata that costs more memory than the file holds ---------------------------------------
+
+// Peak resident memory of this process so far, in bytes.
+uint64_t PeakRss() {
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return uint64_t(ru.ru_maxrss) * 1024;
+}
+
+// A sparse file of `size` bytes starting with `head`: the rest reads as zeros, which parse as
+// metadata entries of the smallest size (empty key, u8 value: 13 bytes).
+std::string SparseGguf(const std::string& dir, const std::vector<uint8_t>& head, uint64_t size) {
+  const std::string path = dir + "/huge.gguf";
+  test::WriteFile(path, head);
+  std::error_code ec;
+  fs::resize_file(path, size, ec);
+  EXPECT_FALSE(ec) << ec.message();
+  return path;
+}
+
+// A GGUF header with one metadata key, an array of n elements of elem_type (the elements follow).
+std::vector<uint8_t> OneArrayHeader(const std::string& key, uint32_t elem_type, uint64_t n) {
+  test::ByteWriter w;
+  w.Bytes("GGUF", 4);
+  w.U32(3);
+  w.U64(0);  // tensors
+  w.U64(1);  // metadata keys
+  w.Str(key);
+  w.U32(test::kArray);
+  w.U32(elem_type);
+  w.U64(n);
+  return w.buf;
+}
+
+TEST(BadGguf, HugeCountsOfTinyEntriesAreRefusedByMemoryNotByAllocationFailure) {
+  const std::string dir = test::MakeTempDir("huge-gguf");
+  constexpr uint64_t kSize = uint64_t(4) << 30;  // 4 GiB, sparse: no disk used
+  const uint64_t rss_before = PeakRss();
+  // 330M key/values of 13 bytes each: within what the file can hold, ~50 GB once parsed.
+  test::ByteWriter w;
+  w.Bytes("GGUF", 4);
+  w.U32(3);
+  w.U64(0);                      // tensors
+  w.U64((kSize - 24) / 13 - 1);  // metadata keys
+  auto f = GgufFile::Open(SparseGguf(dir, w.buf, kSize));
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), Status::Code::kResourceExhausted) << f.status().ToString();
+  EXPECT_NE(f.status().message().find("metadata keys"), std::string::npos) << f.status().ToString();
+  EXPECT_NE(f.status().message().find("huge.gguf"), std::string::npos) << f.status().ToString();
+  // One key holding 358M nested (empty) arrays of 12 bytes each.
+  f = GgufFile::Open(SparseGguf(dir, OneArrayHeader("nested", test::kArray, (kSize - 64) / 12), kSize));
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), Status::Code::kResourceExhausted) << f.status().ToString();
+  EXPECT_NE(f.status().message().find("'nested'"), std::string::npos) << f.status().ToString();
+  // One key holding 32M (empty) strings: 8 bytes each in the file (256 MiB, which 2 GiB holds),
+  // 16 bytes each once parsed (512 MiB of views).
+  f = GgufFile::Open(SparseGguf(dir, OneArrayHeader("strings", test::kString, uint64_t(32) << 20), uint64_t(2) << 30));
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), Status::Code::kResourceExhausted) << f.status().ToString();
+  // And memory stayed far below the file size (the budget is 256 MiB).
+  EXPECT_LT(PeakRss(), rss_before + (uint64_t(300) << 20)) << "peak RSS grew by " << (PeakRss() - rss_before);
+  fs::remove_all(dir);
+}
+
+// --- non-finite values -----------------------------------------------------------------------
+
+// A small random llama as an F32 GGUF (Q/K rows left as they are: only the checks matter here),
+// with `freq_base` written as an f64.
+test::GgufBuilder SmallLlamaGguf(const Model& m, double freq_base) {
+  const ModelConfig& c = m.config;
+  test::GgufBuilder b;
+  b.KvString("general.architecture", "llama");
+  b.KvString("general.name", "nan-test");
+  b.KvScalar<uint32_t>("llama.context_length", test::kU32, uint32_t(c.n_ctx_train));
+  b.KvScalar<uint32_t>("llama.embedding_length", test::kU32, uint32_t(c.n_embd));
+  b.KvScalar<uint32_t>("llama.block_count", test::kU32, uint32_t(c.n_layer));
+  b.KvScalar<uint32_t>("llama.feed_forward_length", test::kU32, uint32_t(c.n_ff));
+  b.KvScalar<uint32_t>("llama.attention.head_count", test::kU32, uint32_t(c.n_head));
+  b.KvScalar<uint32_t>("llama.attention.head_count_kv", test::kU32, uint32_t(c.n_head_kv));
+  b.KvScalar<float>("llama.attention.layer_norm_rms_epsilon", test::kF32, 1e-5f);
+  b.KvScalar<double>("llama.rope.freq_base", test::kF64, freq_base);
+  auto add = [&](const std::string& name, const Tensor& t) {
+    std::vector<uint64_t> ne(t.shape.rbegin(), t.shape.rend());  // ggml order
+    b.tensors.push_back({name, ne, 0, test::F32Bytes(t.data)});
+  };
+  add("token_embd.weight", m.weights.tok_embd);
+  add("output_norm.weight", m.weights.output_norm);
+  add("output.weight", m.weights.output);
+  for (int il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& l = m.weights.layers[size_t(il)];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    add(p + "attn_norm.weight", l.attn_norm);
+    add(p + "attn_q.weight", l.wq);
+    add(p + "attn_k.weight", l.wk);
+    add(p + "attn_v.weight", l.wv);
+    add(p + "attn_output.weight", l.wo);
+    add(p + "ffn_norm.weight", l.ffn_norm);
+    add(p + "ffn_gate.weight", l.w_gate);
+    add(p + "ffn_up.weight", l.w_up);
+    add(p + "ffn_down.weight", l.w_down);
+  }
+  return b;
+}
+
+TEST(NonFiniteGguf, HugeFreqBaseAndNaNNormWeightAreNamed) {
+  auto random = RandomModel(ModelConfig{.n_vocab = 16,
+                                        .n_ctx_train = 32,
+                                        .n_embd = 8,
+                                        .n_layer = 2,
+                                        .n_head = 2,
+                                        .n_head_kv = 1,
+                                        .head_dim = 4,
+                                        .n_ff = 16});
+  ASSERT_TRUE(random.ok()) << random.status().ToString();
+  const std::string dir = test::MakeTempDir("nan-gguf"), path = dir + "/m.gguf";
+  test::WriteFile(path, SmallLlamaGguf(*random, 10000.0).Build());
+  ASSERT_TRUE(LoadModel(path).ok()) << LoadModel(path).status().ToString();
+  // 1e300 is a finite double but an infinite float.
+  test::WriteFile(path, SmallLlamaGguf(*random, 1e300).Build());
+  auto m = LoadModel(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("llama.rope.freq_base"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("finite"), std::string::npos) << m.status().ToString();
+  test::WriteFile(path, SmallLlamaGguf(*random, std::nan("")).Build());
+  EXPECT_NE(LoadModel(path).status().message().find("llama.rope.freq_base"), std::string::npos);
+  // A NaN in layer 1's attention norm weight.
+  random->weights.layers[1].attn_norm.data[2] = std::nanf("");
+  test::WriteFile(path, SmallLlamaGguf(*random, 10000.0).Build());
+  m = LoadModel(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(m.status().message().find("layer 1's attention norm weight"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("m.gguf"), std::string::npos) << m.status().ToString();
+  fs::remove_all(dir);
+}
+
+TEST(NonFiniteHf, ConfigFloatBeyondFloatRangeIsNamed) {
+  const std::string dir = test::MakeTempDir("bad-hf");
+  WriteText(dir + "/model.safetensors", StImage(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4));
+  WriteText(dir + "/config.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "num_hidden_layers": 1,
+      "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 8, "rope_theta": 1e300})");
+  auto m = LoadModel(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("rope_theta"), std::string::npos) << m.status().ToString();
+  fs::remove_all(dir);
+}
+
+// --- Hugging Face folders --------------------------------------------------------------------
 
 TEST(BadHfFolder, IndexCannotEscapeTheFolderOrLie) {
   const std::string dir = test::MakeTempDir("bad-hf");
@@ -383,6 +541,65 @@ TEST(BadHfFolder, MissingConfigKeysAreNamed) {
   EXPECT_EQ(LoadModel(dir).status().code(), Status::Code::kUnsupported);
   WriteText(dir + "/config.json", "{");
   EXPECT_EQ(LoadModel(dir).status().code(), Status::Code::kCorruption);
+  fs::remove_all(dir);
+}
+
+TEST(BadHfFolder, ConfigLinkLoopAndFifoAreClearErrors) {
+  const std::string dir = test::MakeTempDir("bad-hf");
+  WriteText(dir + "/model.safetensors", StImage(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4));
+  // config.json -> loop.json -> config.json: an error naming the file, never an exception.
+  fs::create_symlink("loop.json", dir + "/config.json");
+  fs::create_symlink("config.json", dir + "/loop.json");
+  auto m = LoadModel(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("config.json"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("symbolic links"), std::string::npos) << m.status().ToString();
+  // The model path itself a link loop.
+  EXPECT_FALSE(LoadModel(dir + "/loop.json").ok());
+  fs::remove(dir + "/config.json");
+  fs::remove(dir + "/loop.json");
+
+  // config.json a FIFO nobody writes: refused at once, no blocking open.
+  ASSERT_TRUE(test::MakeFifo(dir + "/config.json"));
+  bool hung = false;
+  m = test::CallGuardingFifo(
+      dir + "/config.json", [&] { return LoadModel(dir); }, &hung);
+  EXPECT_FALSE(hung) << "loading blocked on a FIFO config.json";
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Status::Code::kInvalidArgument) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("FIFO"), std::string::npos) << m.status().ToString();
+  fs::remove_all(dir);
+}
+
+TEST(BadGguf, FifoAsModelIsRefusedWithoutBlocking) {
+  const std::string dir = test::MakeTempDir("bad-gguf");
+  const std::string path = dir + "/model.gguf";
+  ASSERT_TRUE(test::MakeFifo(path));
+  bool hung = false;
+  auto m = test::CallGuardingFifo(
+      path, [&] { return LoadModel(path); }, &hung);
+  EXPECT_FALSE(hung) << "loading blocked on a FIFO model file";
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("FIFO"), std::string::npos) << m.status().ToString();
+  fs::remove_all(dir);
+}
+
+TEST(BadHfFolder, DuplicateConfigKeysAreRefusedByName) {
+  const std::string dir = test::MakeTempDir("bad-hf");
+  WriteText(dir + "/model.safetensors", StImage(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4));
+  WriteText(dir + "/config.json",
+            R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "num_hidden_layers": 2, "hidden_size": 16})");
+  auto m = LoadModel(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(m.status().message().find("'hidden_size' appears twice"), std::string::npos) << m.status().ToString();
+  EXPECT_NE(m.status().message().find("config.json"), std::string::npos) << m.status().ToString();
+  // Nested objects too; the same key in two different objects is fine.
+  WriteText(dir + "/config.json",
+            R"({"architectures": ["LlamaForCausalLM"], "rope_scaling": {"factor": 2, "factor": 4}})");
+  EXPECT_NE(LoadModel(dir).status().message().find("'factor' appears twice"), std::string::npos);
+  WriteText(dir + "/config.json", R"({"architectures": ["LlamaForCausalLM"], "a": {"x": 1}, "b": {"x": 1}})");
+  EXPECT_EQ(LoadModel(dir).status().message().find("twice"), std::string::npos) << LoadModel(dir).status().ToString();
   fs::remove_all(dir);
 }
 

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "engine/tokenizer/unicode.h"
+#include "tests/model/fifo-guard.h"
 #include "tests/tokenizer/reference-cache.h"
 
 namespace impress {
@@ -66,8 +67,8 @@ class ReferenceTest : public ::testing::Test {
       if (ids == want) {
         ++n_equal;
       } else if (n_equal + 5 > i) {  // report the first few differences
-        ADD_FAILURE() << "case " << i << " " << json(cases[i]).dump() << "\n got " << json(ids).dump()
-                      << "\nwant " << json(want).dump();
+        ADD_FAILURE() << "case " << i << " " << json(cases[i]).dump() << "\n got " << json(ids).dump() << "\nwant "
+                      << json(want).dump();
       }
       if (round_trip) {
         const std::string back = tok.Decode(ids);
@@ -356,12 +357,43 @@ TEST(TokenizerVocabTest, HandBuiltBpeMergesByRank) {
     for (int32_t id : tok->Encode(s, false, false)) out.push_back(tok->Piece(id));
     return out;
   };
-  EXPECT_EQ(enc("abc"), (std::vector<std::string>{"abc"}));      // b c first, then a bc
+  EXPECT_EQ(enc("abc"), (std::vector<std::string>{"abc"}));        // b c first, then a bc
   EXPECT_EQ(enc("aaaa"), (std::vector<std::string>{"aa", "aa"}));  // leftmost a a, then the next
   EXPECT_EQ(enc("aaa"), (std::vector<std::string>{"aaa"}));
   EXPECT_EQ(enc("ab"), (std::vector<std::string>{"ab"}));
   // Bytes without a token (no unk) are dropped, never a crash.
   EXPECT_EQ(enc("az"), (std::vector<std::string>{"a"}));
+}
+
+TEST(TokenizerVocabTest, LiteralTextNeverBecomesAddedTokens) {
+  // A control token and a user-defined token: Encode(parse_special = false) still matches the
+  // user-defined one; literal text matches neither; templated text only inside its markup.
+  TokenizerVocab v;
+  for (int c = 'a'; c <= 'z'; ++c) v.tokens.push_back(std::string(1, char(c)));
+  for (char c : std::string("<>|_")) v.tokens.push_back(std::string(1, c));
+  v.tokens.insert(v.tokens.end(), {"<|ctl|>", "<|ud|>"});
+  v.types.assign(v.tokens.size(), TokenType::kNormal);
+  v.types[v.tokens.size() - 2] = TokenType::kControl;
+  v.types[v.tokens.size() - 1] = TokenType::kUserDefined;
+  auto tok = Tokenizer::FromVocab(v, "hand-built");
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const int32_t ctl = tok->TokenId("<|ctl|>"), ud = tok->TokenId("<|ud|>");
+  auto count = [](const std::vector<int32_t>& ids, int32_t id) { return std::count(ids.begin(), ids.end(), id); };
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "<|ctl|>x<|ud|>";
+  EXPECT_EQ(count(tok->Encode(text, false, true), ctl), 200);
+  EXPECT_EQ(count(tok->Encode(text, false, false), ud), 200);
+  const std::vector<int32_t> literal = tok->EncodeLiteral(text);
+  EXPECT_EQ(count(literal, ctl), 0);
+  EXPECT_EQ(count(literal, ud), 0);
+  EXPECT_EQ(tok->Decode(literal), text) << "literal text round-trips byte for byte";
+  // Markup [0, 7) holds the first <|ctl|>; [8, 12) cuts the first <|ud|> short: not matched.
+  const std::vector<int32_t> templated = tok->EncodeTemplated(text, false, {{0, 7}, {8, 12}});
+  EXPECT_EQ(count(templated, ctl), 1);
+  EXPECT_EQ(templated.front(), ctl);
+  EXPECT_EQ(count(templated, ud), 0);
+  EXPECT_EQ(tok->EncodeTemplated(text, false, {{0, text.size()}}), tok->Encode(text, false, true))
+      << "markup over the whole text is Encode with parse_special";
 }
 
 TEST(TokenizerVocabTest, RejectsInconsistentVocabularies) {
@@ -392,8 +424,7 @@ TEST(TokenizerLoadTest, BadFoldersGiveErrors) {
   r = Tokenizer::Load(d.string());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("vocab"), std::string::npos) << r.status().ToString();
-  std::ofstream(d / "tokenizer.json", std::ios::trunc)
-      << R"({"model": {"type": "Unigram", "vocab": []}})";
+  std::ofstream(d / "tokenizer.json", std::ios::trunc) << R"({"model": {"type": "Unigram", "vocab": []}})";
   r = Tokenizer::Load(d.string());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kUnsupported);
@@ -404,6 +435,48 @@ TEST(TokenizerLoadTest, BadFoldersGiveErrors) {
   EXPECT_NE(r.status().message().find("merge"), std::string::npos) << r.status().ToString();
   fs::remove_all(d);
   EXPECT_EQ(Tokenizer::Load("/nonexistent/model.gguf").status().code(), Status::Code::kNotFound);
+}
+
+TEST(TokenizerLoadTest, LinkLoopsFifosAndDuplicateKeysAreClearErrors) {
+  const fs::path d = fs::temp_directory_path() / ("impress-tok-hostile-" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  std::ofstream(d / "vocab.json") << R"({"a": 0, "b": 1, "ab": 2})";
+  std::ofstream(d / "merges.txt") << "#version: 0.2\na b\n";
+  ASSERT_TRUE(Tokenizer::Load(d.string()).ok()) << Tokenizer::Load(d.string()).status().ToString();
+  // tokenizer_config.json a symlink loop: an error naming it (not an exception, not skipped).
+  fs::create_symlink("tokenizer_config.json", d / "tokenizer_config.json");
+  auto r = Tokenizer::Load(d.string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tokenizer_config.json"), std::string::npos) << r.status().ToString();
+  fs::remove(d / "tokenizer_config.json");
+  // ... a FIFO: refused without blocking.
+  ASSERT_TRUE(test::MakeFifo((d / "tokenizer_config.json").string()));
+  bool hung = false;
+  r = test::CallGuardingFifo((d / "tokenizer_config.json").string(), [&] { return Tokenizer::Load(d.string()); },
+                             &hung);
+  EXPECT_FALSE(hung) << "loading blocked on a FIFO tokenizer_config.json";
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("FIFO"), std::string::npos) << r.status().ToString();
+  fs::remove(d / "tokenizer_config.json");
+  // ... with a key twice: refused, the key named.
+  std::ofstream(d / "tokenizer_config.json") << R"({"add_bos_token": false, "add_bos_token": true})";
+  r = Tokenizer::Load(d.string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'add_bos_token' appears twice"), std::string::npos) << r.status().ToString();
+  fs::remove(d / "tokenizer_config.json");
+  // A vocabulary with a token twice (last would win) is refused the same way.
+  std::ofstream(d / "vocab.json", std::ios::trunc) << R"({"a": 0, "b": 1, "a": 2})";
+  r = Tokenizer::Load(d.string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'a' appears twice"), std::string::npos) << r.status().ToString();
+  // A GGUF path that is a FIFO.
+  ASSERT_TRUE(test::MakeFifo((d / "model.gguf").string()));
+  r = test::CallGuardingFifo((d / "model.gguf").string(), [&] { return Tokenizer::Load((d / "model.gguf").string()); },
+                             &hung);
+  EXPECT_FALSE(hung);
+  EXPECT_FALSE(r.ok());
+  fs::remove_all(d);
 }
 
 }  // namespace
