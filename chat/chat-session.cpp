@@ -17,8 +17,6 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Open(const ChatSessionOptions&
   std::unique_ptr<ChatSession> s(new ChatSession());
   IMPRESS_ASSIGN_OR_RETURN(s->ctx_, ModelContext::Load(o.model_path, o.model, load_progress));
   if (!o.store_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.store_dir, ec);
     store::PrefixStoreOptions so = StoreOptionsFor(s->ctx_->config(), o.probe_heads_stored);
     so.dir = o.store_dir;
     so.device_bytes = o.device_bytes;

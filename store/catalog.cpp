@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <string_view>
 #include <unordered_map>
 
@@ -19,11 +22,12 @@ namespace {
 
 const char* kSchema = R"(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS models(model TEXT PRIMARY KEY, last_used INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, segment INTEGER NOT NULL,
   seg_begin INTEGER NOT NULL, tokens BLOB NOT NULL, last_access INTEGER NOT NULL, user_data INTEGER NOT NULL,
-  pinned INTEGER NOT NULL DEFAULT 0, hits INTEGER NOT NULL DEFAULT 0);
+  pinned INTEGER NOT NULL DEFAULT 0, hits INTEGER NOT NULL DEFAULT 0, model TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS segments(id INTEGER PRIMARY KEY, n_tokens INTEGER NOT NULL, generation INTEGER NOT NULL,
-  mapping BLOB, imp_sum BLOB, imp_count BLOB);
+  mapping BLOB, imp_sum BLOB, imp_count BLOB, model TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS chunks(segment INTEGER NOT NULL, layer INTEGER NOT NULL, idx INTEGER NOT NULL,
   generation INTEGER NOT NULL, file INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
   slot_begin INTEGER NOT NULL, n_slots INTEGER NOT NULL, checksum INTEGER NOT NULL, block_sums BLOB NOT NULL,
@@ -32,6 +36,48 @@ CREATE TABLE IF NOT EXISTS probes(segment INTEGER NOT NULL, layer INTEGER NOT NU
   offset INTEGER NOT NULL, length INTEGER NOT NULL, n_slots INTEGER NOT NULL, checksum INTEGER NOT NULL,
   block_sums BLOB NOT NULL, PRIMARY KEY(segment, layer)) WITHOUT ROWID;
 )";
+
+// The column lists Load reads. Open prepares every one of them, so a file whose tables have
+// another layout is found unusable at Open (and moved aside) rather than half-loaded.
+const char* kSelectNodes =
+    "SELECT id, parent, segment, seg_begin, tokens, last_access, user_data, pinned, hits, model FROM nodes ORDER BY id";
+const char* kSelectSegments =
+    "SELECT id, n_tokens, generation, mapping, imp_sum, imp_count, model FROM segments ORDER BY id";
+// Chunk and probe rows of this model's segments and of no segment at all (recovery drops those).
+const char* kSelectChunks =
+    "SELECT segment, layer, idx, generation, file, offset, length, slot_begin, n_slots, checksum, block_sums, freq, "
+    "imp_ratio, n_reports FROM chunks WHERE segment NOT IN (SELECT id FROM segments WHERE model <> ?1) "
+    "ORDER BY segment, layer, idx";
+const char* kSelectProbes =
+    "SELECT segment, layer, file, offset, length, n_slots, checksum, block_sums FROM probes "
+    "WHERE segment NOT IN (SELECT id FROM segments WHERE model <> ?1)";
+const char* kSelectForeignChunks =
+    "SELECT segment, layer, idx, file, offset, length FROM chunks WHERE segment IN (SELECT id FROM segments WHERE "
+    "model <> ?1)";
+const char* kSelectForeignProbes =
+    "SELECT segment, layer, file, offset, length FROM probes WHERE segment IN (SELECT id FROM segments WHERE model <> "
+    "?1)";
+
+bool IsInt(const Stmt& s, int col) { return sqlite3_column_type(s.get(), col) == SQLITE_INTEGER; }
+// An INTEGER column with lo <= value < hi (NULL, text, real and out-of-range values fail).
+bool IntIn(const Stmt& s, int col, int64_t lo, uint64_t hi) {
+  return IsInt(s, col) && s.Int(col) >= lo && uint64_t(s.Int(col)) < hi;
+}
+bool IsBlobOrNull(const Stmt& s, int col) {
+  const int t = sqlite3_column_type(s.get(), col);
+  return t == SQLITE_BLOB || t == SQLITE_NULL;
+}
+bool FiniteIn(const Stmt& s, int col, double lo, double hi) {
+  const int t = sqlite3_column_type(s.get(), col);
+  if (t != SQLITE_FLOAT && t != SQLITE_INTEGER) return false;
+  const double v = s.Double(col);
+  return std::isfinite(v) && v >= lo && v <= hi;
+}
+// The extent columns from `col` on (file, offset, length): within the limits, length > 0.
+bool ExtentValid(const Stmt& s, int col) {
+  return IntIn(s, col, 0, kMaxDataFileId) && IntIn(s, col + 1, 0, kMaxExtentOffset) &&
+         IntIn(s, col + 2, 1, kMaxExtentLength);
+}
 
 // The extent columns of the chunks and probes tables from column `col` on: file, offset, length,
 // slot_begin (chunks only), n_slots, checksum, block_sums.
@@ -59,75 +105,70 @@ void BindExtent(Stmt& s, int col, const ChunkExtent& e, bool with_slot_begin) {
 
 }  // namespace
 
-Catalog::Catalog(std::unique_ptr<SqliteDb> db, std::string path) : db_(std::move(db)), path_(std::move(path)) {}
+Catalog::Catalog(std::unique_ptr<SqliteDb> db, std::string path, std::string model) :
+    db_(std::move(db)), path_(std::move(path)), model_(std::move(model)) {}
 
 Catalog::~Catalog() = default;
 
-Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const std::string& fingerprint,
-                                               const std::string& geometry, bool* fresh, std::string* why) {
-  *fresh = false;
-  why->clear();
+Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const std::string& model) {
   auto opened = SqliteDb::Open(path, /*create=*/true);
   if (!opened.ok()) return opened.status().WithContext("store catalog");
-  auto c = std::unique_ptr<Catalog>(new Catalog(std::move(opened).value(), path));
+  auto c = std::unique_ptr<Catalog>(new Catalog(std::move(opened).value(), path, model));
   MutexLock lk(&c->mu_);
   SqliteDb& db = *c->db_;
-  IMPRESS_RETURN_IF_ERROR(db.Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=128; "
-                                  "PRAGMA journal_size_limit=524288;",
-                                  "setting up the catalog"));
-  Status st = db.Exec(kSchema, "creating the catalog tables");
-  if (!st.ok()) return Status::Corruption(path + ": not a usable catalog (" + st.message() + ")");
+  auto unusable = [&path](const Status& st) {
+    return st.code() == Status::Code::kUnsupported
+               ? st
+               : Status::Corruption(path + ": not a usable catalog (" + st.message() + ")");
+  };
+  // The version is checked before the first write (even the WAL pragma): a newer file stays as it was.
+  Status st = c->CheckVersionLocked();
+  if (!st.ok()) return unusable(st);
+  st = db.Exec(
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=128; "
+      "PRAGMA journal_size_limit=524288;",
+      "setting up the catalog");
+  if (!st.ok()) return unusable(st);
+  st = db.Exec(kSchema, "creating the catalog tables");
+  if (!st.ok()) return unusable(st);
   {
     Txn t(db);
     IMPRESS_RETURN_IF_ERROR(t.Begin("catalog migration"));
-    IMPRESS_RETURN_IF_ERROR(c->MigrateLocked());
+    st = c->MigrateLocked();
+    if (!st.ok()) return unusable(st);
+    IMPRESS_ASSIGN_OR_RETURN(Stmt used, db.Prep("INSERT OR REPLACE INTO models(model, last_used) VALUES(?, ?)"));
+    used.Bind(1, std::string_view(c->model_));
+    used.Bind(2, int64_t(std::time(nullptr)));
+    IMPRESS_RETURN_IF_ERROR(db.Run(used, "record the model"));
     IMPRESS_RETURN_IF_ERROR(t.Commit("catalog migration"));
   }
-  IMPRESS_ASSIGN_OR_RETURN(*why, c->ForeignReasonLocked(fingerprint, geometry, fresh));
-  if (*fresh) IMPRESS_RETURN_IF_ERROR(c->ResetLocked(fingerprint, geometry));
+  for (const char* sql :
+       {kSelectNodes, kSelectSegments, kSelectChunks, kSelectProbes, kSelectForeignChunks, kSelectForeignProbes}) {
+    auto p = db.Prep(sql);
+    if (!p.ok()) return unusable(p.status());
+  }
   return c;
 }
 
-// *fresh when the meta table is empty (a new catalog) or names another model, format version or
-// geometry; then returns why (empty for a new catalog).
-Result<std::string> Catalog::ForeignReasonLocked(const std::string& fingerprint, const std::string& geometry, bool* fresh) {
-  const std::string version = std::to_string(kFormatVersion);
-  std::unordered_map<std::string, std::string> meta;
-  {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT key, value FROM meta"));
-    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "reading the catalog's meta table",
-                                            [&meta](const Stmt& row) { meta[row.Text(0)] = row.Text(1); }));
-  }
-  if (meta.empty()) {
-    *fresh = true;
-    return std::string();
-  }
-  if (meta["fingerprint"] == fingerprint && meta["format_version"] == version && meta["geometry"] == geometry)
-    return std::string();
-  *fresh = true;
-  if (meta["fingerprint"] != fingerprint)
-    return "catalog was made for another model (fingerprint " + meta["fingerprint"].substr(0, 16) + ", now " +
-           fingerprint.substr(0, 16) + ")";
-  if (meta["format_version"] != version)
-    return "catalog has format version " + meta["format_version"] + ", this build writes " + version;
-  return "catalog geometry " + meta["geometry"] + " differs from " + geometry;
-}
-
-// Empties every table and writes the meta rows of this model, format and geometry.
-Status Catalog::ResetLocked(const std::string& fingerprint, const std::string& geometry) {
-  Txn t(*db_);
-  IMPRESS_RETURN_IF_ERROR(t.Begin("catalog reset"));
-  IMPRESS_RETURN_IF_ERROR(db_->Exec("DELETE FROM chunks; DELETE FROM probes; DELETE FROM nodes; DELETE FROM segments; DELETE FROM meta;",
-                                    "catalog reset"));
-  for (auto [k, v] : {std::pair<const char*, std::string>{"fingerprint", fingerprint},
-                      {"format_version", std::to_string(kFormatVersion)}, {"geometry", geometry},
-                      {"schema_version", std::to_string(kCatalogSchemaVersion)}}) {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO meta(key, value) VALUES(?, ?)"));
-    s.Bind(1, std::string_view(k));
-    s.Bind(2, std::string_view(v));
-    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "insert meta"));
-  }
-  return t.Commit("catalog reset");
+Status Catalog::CheckVersionLocked() {
+  IMPRESS_ASSIGN_OR_RETURN(int64_t has_meta, db_->QueryInt("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
+                                                           "AND name = 'meta'",
+                                                           "read the catalog's tables"));
+  if (has_meta == 0) return Status::Ok();
+  IMPRESS_ASSIGN_OR_RETURN(auto text,
+                           db_->QueryText("SELECT value FROM meta WHERE key = 'schema_version' AND value IS NOT NULL",
+                                          "read the schema version"));
+  if (!text) return Status::Ok();  // schema 1, a fresh catalog, or a NULL value (migrated as schema 1)
+  char* end = nullptr;
+  const long long v = std::strtoll(text->c_str(), &end, 10);
+  if (text->empty() || *end != '\0' || v < 1)
+    return Status::Corruption(path_ + ": catalog has an invalid schema_version \"" + text->substr(0, 32) + "\"");
+  if (v > kCatalogSchemaVersion)
+    return Status::Unsupported(path_ + ": catalog has schema version " + std::to_string(v) +
+                               ", written by a newer IMPRESS; this build reads up to version " +
+                               std::to_string(kCatalogSchemaVersion) +
+                               " (the file was left unchanged; use a newer build or another --store directory)");
+  return Status::Ok();
 }
 
 Status Catalog::MigrateLocked() {
@@ -142,28 +183,72 @@ Status Catalog::MigrateLocked() {
     }));
   }
   // The statement is reset when QueryText returns: none may be active during ALTER TABLE.
-  IMPRESS_ASSIGN_OR_RETURN(auto from_text, db_->QueryText("SELECT value FROM meta WHERE key = 'schema_version'",
-                                                          "read the schema version"));
+  IMPRESS_ASSIGN_OR_RETURN(
+      auto from_text, db_->QueryText("SELECT value FROM meta WHERE key = 'schema_version'", "read the schema version"));
   const long from = from_text ? std::strtol(from_text->c_str(), nullptr, 10) : 0;
   if (!has_pinned)
-    IMPRESS_RETURN_IF_ERROR(db_->Exec("ALTER TABLE nodes ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0", "add nodes.pinned"));
-  if (!has_hits) IMPRESS_RETURN_IF_ERROR(db_->Exec("ALTER TABLE nodes ADD COLUMN hits INTEGER NOT NULL DEFAULT 0", "add nodes.hits"));
+    IMPRESS_RETURN_IF_ERROR(
+        db_->Exec("ALTER TABLE nodes ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0", "add nodes.pinned"));
+  if (!has_hits)
+    IMPRESS_RETURN_IF_ERROR(
+        db_->Exec("ALTER TABLE nodes ADD COLUMN hits INTEGER NOT NULL DEFAULT 0", "add nodes.hits"));
   if (!has_pinned || !has_hits)
-    spdlog::info("store: catalog {} migrated from schema {} to {} (nodes.pinned, nodes.hits added)", path_,
-                 from ? from : 1, kCatalogSchemaVersion);
-  // Record the version unless the meta table is empty (a fresh catalog; Open fills it).
+    spdlog::info("store: catalog {} migrated from schema {} (nodes.pinned, nodes.hits added)", path_, from ? from : 1);
+  IMPRESS_RETURN_IF_ERROR(MigrateModelColumnsLocked());
   const std::string version = std::to_string(kCatalogSchemaVersion);
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', ?)"));
+  s.Bind(1, std::string_view(version));
+  return db_->Run(s, "update schema version");
+}
+
+// Schema 3: nodes and segments name their model. The rows of an older catalog belong to the
+// model its meta rows named (the key composed as the store composes it); when those rows are
+// missing or NULL the model is unknown ('?'): the rows are kept as another model's, evicted
+// first under the budget.
+Status Catalog::MigrateModelColumnsLocked() {
+  bool nodes_have = false, segments_have = false;
   {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("UPDATE meta SET value = ? WHERE key = 'schema_version'"));
-    s.Bind(1, std::string_view(version));
-    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "update schema version"));
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT name FROM pragma_table_info('nodes') WHERE name = 'model' UNION "
+                                               "ALL SELECT 'segments' FROM pragma_table_info('segments') WHERE name = "
+                                               "'model'"));
+    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "read the table layout", [&](const Stmt& row) {
+      (row.Text(0) == "model" ? nodes_have : segments_have) = true;
+    }));
   }
-  if (db_->Changes() != 0) return Status::Ok();
-  IMPRESS_ASSIGN_OR_RETURN(int64_t n_meta, db_->QueryInt("SELECT COUNT(*) FROM meta", "count meta rows"));
-  if (n_meta == 0) return Status::Ok();
-  IMPRESS_ASSIGN_OR_RETURN(Stmt ins, db_->Prep("INSERT INTO meta(key, value) VALUES('schema_version', ?)"));
-  ins.Bind(1, std::string_view(version));
-  return db_->Run(ins, "insert schema version");
+  if (nodes_have && segments_have) return Status::Ok();
+  std::string legacy = "?";
+  {
+    std::unordered_map<std::string, std::string> meta;
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT key, value FROM meta"));
+    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "read the catalog's meta table", [&meta](const Stmt& row) {
+      if (IsInt(row, 1) || sqlite3_column_type(row.get(), 1) == SQLITE_TEXT) meta[row.Text(0)] = row.Text(1);
+    }));
+    if (!meta["fingerprint"].empty() && !meta["geometry"].empty() && !meta["format_version"].empty())
+      legacy = meta["fingerprint"] + "|" + meta["geometry"] + "|f" + meta["format_version"];
+  }
+  if (!nodes_have)
+    IMPRESS_RETURN_IF_ERROR(
+        db_->Exec("ALTER TABLE nodes ADD COLUMN model TEXT NOT NULL DEFAULT ''", "add nodes.model"));
+  if (!segments_have)
+    IMPRESS_RETURN_IF_ERROR(
+        db_->Exec("ALTER TABLE segments ADD COLUMN model TEXT NOT NULL DEFAULT ''", "add segments.model"));
+  // A node belongs to the model of its segment where that is known already.
+  IMPRESS_RETURN_IF_ERROR(
+      db_->Exec("UPDATE nodes SET model = (SELECT g.model FROM segments g WHERE g.id = nodes.segment) "
+                "WHERE model = '' AND EXISTS (SELECT 1 FROM segments g WHERE g.id = nodes.segment "
+                "AND g.model <> '')",
+                "assign nodes to their segments' model"));
+  for (const char* sql :
+       {"UPDATE segments SET model = ? WHERE model = ''", "UPDATE nodes SET model = ? WHERE model = ''"}) {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep(sql));
+    s.Bind(1, std::string_view(legacy));
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "assign rows to their model"));
+  }
+  IMPRESS_RETURN_IF_ERROR(
+      db_->Exec("DELETE FROM meta WHERE key IN ('fingerprint', 'geometry', 'format_version')", "drop old meta rows"));
+  spdlog::info("store: catalog {} migrated to schema {}: its rows belong to model {}", path_, kCatalogSchemaVersion,
+               legacy.substr(0, 40));
+  return Status::Ok();
 }
 
 // ==================================================================== load
@@ -171,17 +256,53 @@ Status Catalog::MigrateLocked() {
 Result<CatalogContents> Catalog::Load() {
   MutexLock lk(&mu_);
   CatalogContents out;
+  bad_nodes_.clear();
+  bad_segments_.clear();
+  bad_chunks_.clear();
+  bad_probes_.clear();
   IMPRESS_RETURN_IF_ERROR(LoadNodesLocked(&out));
   IMPRESS_RETURN_IF_ERROR(LoadSegmentsLocked(&out));
   IMPRESS_RETURN_IF_ERROR(LoadChunksLocked(&out));
   IMPRESS_RETURN_IF_ERROR(LoadProbesLocked(&out));
+  IMPRESS_RETURN_IF_ERROR(LoadForeignLocked(&out));
+  out.n_invalid_rows = bad_nodes_.size() + bad_segments_.size() + bad_chunks_.size() + bad_probes_.size();
+  if (out.n_invalid_rows == 0) return out;
+  spdlog::warn("store: catalog {}: {} row(s) with invalid values dropped ({} node, {} segment, {} chunk, {} probe)",
+               path_, out.n_invalid_rows, bad_nodes_.size(), bad_segments_.size(), bad_chunks_.size(),
+               bad_probes_.size());
+  IMPRESS_RETURN_IF_ERROR(DeleteInvalidLocked());
   return out;
 }
 
+// A node row: ids within the limits, a non-empty token span of whole tokens, no negative counter.
 Status Catalog::LoadNodesLocked(CatalogContents* out) {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep("SELECT id, parent, segment, seg_begin, tokens, last_access, user_data, "
-                                             "pinned, hits FROM nodes ORDER BY id"));
-  return db_->ForEachRow(stmt, "read nodes", [out](const Stmt& s) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectNodes));
+  std::vector<int64_t> bad;  // filled by the row callback, kept once it returns
+  Status st = db_->ForEachRow(stmt, "read nodes", [this, out, &bad](const Stmt& s) {
+    const int tokens_type = sqlite3_column_type(s.get(), 4);
+    const int token_bytes = sqlite3_column_bytes(s.get(), 4);
+    const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 0, kMaxCatalogId) && IntIn(s, 2, 1, kMaxCatalogId) &&
+                    IntIn(s, 3, 0, kMaxSegmentTokens) && tokens_type == SQLITE_BLOB && token_bytes > 0 &&
+                    size_t(token_bytes) % sizeof(Token) == 0 &&
+                    size_t(token_bytes) / sizeof(Token) <= kMaxSegmentTokens && IntIn(s, 5, 0, UINT64_MAX >> 1) &&
+                    IsInt(s, 6) && IntIn(s, 7, 0, 2) && IntIn(s, 8, 0, UINT64_MAX >> 1);
+    const std::string model = s.Text(9);
+    if (!ok) {
+      if (IsInt(s, 0)) bad.push_back(s.Int(0));
+      return;
+    }
+    if (model != model_) {
+      ForeignNode f;
+      f.id = uint64_t(s.Int(0));
+      f.parent = uint64_t(s.Int(1));
+      f.segment = uint64_t(s.Int(2));
+      f.last_access = uint64_t(s.Int(5));
+      f.pinned = s.Int(7) != 0;
+      f.model = model;
+      out->foreign.max_id = std::max({out->foreign.max_id, f.id, f.segment});
+      out->foreign.nodes.push_back(std::move(f));
+      return;
+    }
     NodeRecord n;
     n.id = uint64_t(s.Int(0));
     n.parent = uint64_t(s.Int(1));
@@ -194,11 +315,27 @@ Status Catalog::LoadNodesLocked(CatalogContents* out) {
     n.hits = uint64_t(s.Int(8));
     out->nodes.push_back(std::move(n));
   });
+  bad_nodes_.insert(bad_nodes_.end(), bad.begin(), bad.end());
+  return st;
 }
 
+// A segment row: 1 <= n_tokens <= kMaxSegmentTokens (the caller checks the blobs' sizes against
+// its layer count: n_tokens alone never sizes an allocation beyond this limit).
 Status Catalog::LoadSegmentsLocked(CatalogContents* out) {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep("SELECT id, n_tokens, generation, mapping, imp_sum, imp_count FROM segments ORDER BY id"));
-  return db_->ForEachRow(stmt, "read segments", [out](const Stmt& s) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectSegments));
+  std::vector<int64_t> bad;  // filled by the row callback, kept once it returns
+  Status st = db_->ForEachRow(stmt, "read segments", [this, out, &bad](const Stmt& s) {
+    const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 1, kMaxSegmentTokens + 1) &&
+                    IntIn(s, 2, 0, UINT64_MAX >> 1) && IsBlobOrNull(s, 3) && IsBlobOrNull(s, 4) && IsBlobOrNull(s, 5);
+    if (!ok) {
+      if (IsInt(s, 0)) bad.push_back(s.Int(0));
+      return;
+    }
+    if (s.Text(6) != model_) {
+      out->foreign.segments.push_back(uint64_t(s.Int(0)));
+      out->foreign.max_id = std::max(out->foreign.max_id, uint64_t(s.Int(0)));
+      return;
+    }
     SegmentRow g;
     g.id = uint64_t(s.Int(0));
     g.n_tokens = uint32_t(s.Int(1));
@@ -208,12 +345,25 @@ Status Catalog::LoadSegmentsLocked(CatalogContents* out) {
     g.imp_count = s.Blob<uint32_t>(5);
     out->segments.push_back(std::move(g));
   });
+  bad_segments_.insert(bad_segments_.end(), bad.begin(), bad.end());
+  return st;
 }
 
 Status Catalog::LoadChunksLocked(CatalogContents* out) {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep("SELECT segment, layer, idx, generation, file, offset, length, slot_begin, n_slots, "
-                                             "checksum, block_sums, freq, imp_ratio, n_reports FROM chunks ORDER BY segment, layer, idx"));
-  return db_->ForEachRow(stmt, "read chunks", [out](const Stmt& s) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectChunks));
+  stmt.Bind(1, std::string_view(model_));
+  std::vector<std::array<int64_t, 3>> bad;  // filled by the row callback, kept once it returns
+  Status st = db_->ForEachRow(stmt, "read chunks", [out, &bad](const Stmt& s) {
+    const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 0, kMaxCatalogLayers) &&
+                    IntIn(s, 2, 0, kMaxSegmentTokens) && IntIn(s, 3, 0, UINT64_MAX >> 1) && ExtentValid(s, 4) &&
+                    IntIn(s, 7, 0, kMaxSegmentTokens) && IntIn(s, 8, 1, kMaxSegmentTokens + 1) && IsInt(s, 9) &&
+                    sqlite3_column_type(s.get(), 10) == SQLITE_BLOB &&
+                    sqlite3_column_bytes(s.get(), 10) % int(sizeof(uint64_t)) == 0 && FiniteIn(s, 11, 0, 1e300) &&
+                    FiniteIn(s, 12, 0, 1) && IntIn(s, 13, 0, UINT64_MAX >> 1);
+    if (!ok) {
+      bad.push_back({s.Int(0), s.Int(1), s.Int(2)});
+      return;
+    }
     ChunkRow c;
     c.segment = uint64_t(s.Int(0));
     c.layer = uint32_t(s.Int(1));
@@ -225,17 +375,95 @@ Status Catalog::LoadChunksLocked(CatalogContents* out) {
     c.n_reports = uint64_t(s.Int(13));
     out->chunks.push_back(std::move(c));
   });
+  bad_chunks_.insert(bad_chunks_.end(), bad.begin(), bad.end());
+  return st;
 }
 
 Status Catalog::LoadProbesLocked(CatalogContents* out) {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep("SELECT segment, layer, file, offset, length, n_slots, checksum, block_sums FROM probes"));
-  return db_->ForEachRow(stmt, "read probes", [out](const Stmt& s) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectProbes));
+  stmt.Bind(1, std::string_view(model_));
+  std::vector<std::array<int64_t, 2>> bad;  // filled by the row callback, kept once it returns
+  Status st = db_->ForEachRow(stmt, "read probes", [out, &bad](const Stmt& s) {
+    const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 0, kMaxCatalogLayers) && ExtentValid(s, 2) &&
+                    IntIn(s, 5, 1, kMaxSegmentTokens + 1) && IsInt(s, 6) &&
+                    sqlite3_column_type(s.get(), 7) == SQLITE_BLOB &&
+                    sqlite3_column_bytes(s.get(), 7) % int(sizeof(uint64_t)) == 0;
+    if (!ok) {
+      bad.push_back({s.Int(0), s.Int(1)});
+      return;
+    }
     ProbeRow p;
     p.segment = uint64_t(s.Int(0));
     p.layer = uint32_t(s.Int(1));
     p.ext = ExtentColumns(s, 2, /*with_slot_begin=*/false);
     out->probes.push_back(std::move(p));
   });
+  bad_probes_.insert(bad_probes_.end(), bad.begin(), bad.end());
+  return st;
+}
+
+// The other models' extents (their space stays in use) and the models' last use.
+Status Catalog::LoadForeignLocked(CatalogContents* out) {
+  std::vector<std::array<int64_t, 3>> bad_chunks;  // filled by the row callbacks, kept once they return
+  std::vector<std::array<int64_t, 2>> bad_probes;
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectForeignChunks));
+    stmt.Bind(1, std::string_view(model_));
+    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(stmt, "read other models' chunks", [out, &bad_chunks](const Stmt& s) {
+      if (!IntIn(s, 0, 1, kMaxCatalogId) || !IntIn(s, 1, 0, kMaxCatalogLayers) || !IntIn(s, 2, 0, kMaxSegmentTokens) ||
+          !ExtentValid(s, 3)) {
+        bad_chunks.push_back({s.Int(0), s.Int(1), s.Int(2)});
+        return;
+      }
+      out->foreign.extents.push_back(ForeignExtent{uint64_t(s.Int(0)), uint32_t(s.Int(1)), uint32_t(s.Int(2)),
+                                                   uint32_t(s.Int(3)), uint64_t(s.Int(4)), uint64_t(s.Int(5))});
+    }));
+  }
+  {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectForeignProbes));
+    stmt.Bind(1, std::string_view(model_));
+    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(stmt, "read other models' probes", [out, &bad_probes](const Stmt& s) {
+      if (!IntIn(s, 0, 1, kMaxCatalogId) || !IntIn(s, 1, 0, kMaxCatalogLayers) || !ExtentValid(s, 2)) {
+        bad_probes.push_back({s.Int(0), s.Int(1)});
+        return;
+      }
+      out->foreign.extents.push_back(ForeignExtent{uint64_t(s.Int(0)), uint32_t(s.Int(1)), UINT32_MAX,
+                                                   uint32_t(s.Int(2)), uint64_t(s.Int(3)), uint64_t(s.Int(4))});
+    }));
+  }
+  bad_chunks_.insert(bad_chunks_.end(), bad_chunks.begin(), bad_chunks.end());
+  bad_probes_.insert(bad_probes_.end(), bad_probes.begin(), bad_probes.end());
+  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep("SELECT model, last_used FROM models"));
+  return db_->ForEachRow(stmt, "read models", [out](const Stmt& s) {
+    out->foreign.models.emplace_back(s.Text(0), IsInt(s, 1) ? s.Int(1) : 0);
+  });
+}
+
+// Deletes the rows Load found invalid, by the keys as stored (one transaction).
+Status Catalog::DeleteInvalidLocked() {
+  Txn t(*db_);
+  IMPRESS_RETURN_IF_ERROR(t.Begin("dropping invalid catalog rows"));
+  for (int64_t id : bad_nodes_) {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM nodes WHERE id = ?"));
+    s.Bind(1, id);
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "drop an invalid node row"));
+  }
+  for (int64_t id : bad_segments_) {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM segments WHERE id = ?"));
+    s.Bind(1, id);
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "drop an invalid segment row"));
+  }
+  for (const auto& k : bad_chunks_) {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM chunks WHERE segment = ? AND layer = ? AND idx = ?"));
+    for (int i = 0; i < 3; ++i) s.Bind(i + 1, k[size_t(i)]);
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "drop an invalid chunk row"));
+  }
+  for (const auto& k : bad_probes_) {
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM probes WHERE segment = ? AND layer = ?"));
+    for (int i = 0; i < 2; ++i) s.Bind(i + 1, k[size_t(i)]);
+    IMPRESS_RETURN_IF_ERROR(db_->Run(s, "drop an invalid probe row"));
+  }
+  return t.Commit("dropping invalid catalog rows");
 }
 
 // ==================================================================== apply
@@ -282,8 +510,9 @@ Status Catalog::DeleteLocked(const CatalogBatch& b) {
 }
 
 Status Catalog::UpsertNodeLocked(const NodeRecord& n) {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT OR REPLACE INTO nodes(id, parent, segment, seg_begin, tokens, "
-                                             "last_access, user_data, pinned, hits) VALUES(?,?,?,?,?,?,?,?,?)"));
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s,
+                           db_->Prep("INSERT OR REPLACE INTO nodes(id, parent, segment, seg_begin, tokens, "
+                                     "last_access, user_data, pinned, hits, model) VALUES(?,?,?,?,?,?,?,?,?,?)"));
   s.Bind(1, int64_t(n.id));
   s.Bind(2, int64_t(n.parent));
   s.Bind(3, int64_t(n.segment));
@@ -293,18 +522,20 @@ Status Catalog::UpsertNodeLocked(const NodeRecord& n) {
   s.Bind(7, int64_t(n.user_data));
   s.Bind(8, int64_t(n.pinned ? 1 : 0));
   s.Bind(9, int64_t(n.hits));
+  s.Bind(10, std::string_view(model_));
   return db_->Run(s, "upsert node");
 }
 
 Status Catalog::UpsertSegmentLocked(const SegmentRow& g) {
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT OR REPLACE INTO segments(id, n_tokens, generation, mapping, "
-                                             "imp_sum, imp_count) VALUES(?,?,?,?,?,?)"));
+                                             "imp_sum, imp_count, model) VALUES(?,?,?,?,?,?,?)"));
   s.Bind(1, int64_t(g.id));
   s.Bind(2, int64_t(g.n_tokens));
   s.Bind(3, int64_t(g.generation));
   s.BindVector(4, g.mapping);
   s.BindVector(5, g.imp_sum);
   s.BindVector(6, g.imp_count);
+  s.Bind(7, std::string_view(model_));
   return db_->Run(s, "upsert segment");
 }
 

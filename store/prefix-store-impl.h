@@ -40,6 +40,7 @@
 #include "store/chunk-format.h"
 #include "store/extent-files.h"
 #include "store/prefix-store.h"
+#include "store/store-dir.h"
 #include "store/uring-io.h"
 
 namespace impress::store {
@@ -116,11 +117,11 @@ struct ReadSource {
   uint64_t segment = 0;
   uint32_t layer = 0, index = 0;
   uint64_t generation = 0;
-  ExtentPtr ext;                 // disk source
-  BlockPtr block;                // memory source
-  AlignedBuffer img;             // the chunk image (only the read blocks are valid)
+  ExtentPtr ext;                                    // disk source
+  BlockPtr block;                                   // memory source
+  AlignedBuffer img;                                // the chunk image (only the read blocks are valid)
   std::vector<std::pair<uint32_t, uint32_t>> runs;  // (first block, n blocks) read from disk
-  bool whole = false;            // whole chunk read (to install in a tier)
+  bool whole = false;                               // whole chunk read (to install in a tier)
   Tier install = Tier::kSsd;
   std::vector<std::pair<uint32_t, uint32_t>> rows;  // (output row, record index inside the chunk)
 };
@@ -160,8 +161,35 @@ using RecordAt = std::function<const uint8_t*(uint32_t)>;
 
 inline constexpr uint64_t kMiB = 1ull << 20;
 
+// Other models' data in the same directory: kept on disk and in the catalog, never read, and
+// evicted (leaves first, the least recently opened model first) when this model needs the space.
+struct ForeignIndex {
+  struct Node {
+    NodeId parent = kNoNode;
+    uint64_t segment = 0;
+    uint64_t last_access = 0;
+    uint32_t n_children = 0;
+    bool pinned = false;
+    int64_t model_used = 0;  // when its model last opened the store (unix seconds)
+  };
+  std::map<NodeId, Node> nodes;
+  std::map<uint64_t, std::vector<Extent>> segments;  // segment -> its extents (chunks, probe keys)
+  std::map<uint64_t, uint32_t> seg_nodes;            // segment -> nodes naming it
+  uint64_t bytes = 0;                                // sum of the extents' lengths
+};
+
 struct PrefixStore::Impl {
   explicit Impl(PrefixStoreOptions o);  // geometry only; Open does the rest
+
+  // ---- Store directory, recovery report, other models (prefix-store-open.cpp,
+  //      prefix-store-foreign.cpp). First, so that the LOCK is released after everything else.
+  std::unique_ptr<StoreLock> lock;  // held from Open until destruction
+  RecoveryStats recovery_stats;     // constant after Open
+  ForeignIndex foreign GUARDED_BY(mu);
+  std::string ModelKey() const;  // fingerprint | geometry | chunk format: the catalog's model key
+  Status OpenCatalog();
+  void AdoptForeign(ForeignContents& fc) REQUIRES(mu);
+  uint64_t EvictForeignLocked(uint64_t bytes) REQUIRES(mu);
 
   // ---- Constant after Open.
   const PrefixStoreOptions opt;
@@ -192,7 +220,7 @@ struct PrefixStore::Impl {
   std::set<std::pair<uint64_t, uint64_t>> pending_truncations GUARDED_BY(mu);  // (segment, first bad original offset)
   uint64_t next_handle GUARDED_BY(mu) = 1;
   uint64_t next_ticket GUARDED_BY(mu) = 1;
-  StoreStats st GUARDED_BY(mu);                          // counters only
+  StoreStats st GUARDED_BY(mu);                            // counters only
   std::unordered_set<uint64_t> dirty_segs GUARDED_BY(mu);  // importance statistics to persist
   std::unordered_set<NodeId> dirty_nodes GUARDED_BY(mu);   // hits / last access to persist
   std::vector<ExtentPtr> pending_retire GUARDED_BY(mu);    // freed after the next commit

@@ -16,10 +16,12 @@ Status ValidateOptions(const PrefixStoreOptions& o) {
   if (o.n_layer <= 0 || o.n_layer > 1023 || o.n_head_kv <= 0 || o.head_dim <= 0 || o.n_head_kv * o.head_dim > 65536)
     return Status::InvalidArgument("store: bad KV geometry n_layer=" + std::to_string(o.n_layer) + " n_head_kv=" +
                                    std::to_string(o.n_head_kv) + " head_dim=" + std::to_string(o.head_dim));
-  if (o.chunk_tokens <= 0 || o.chunk_tokens > 4096) return Status::InvalidArgument("store: chunk_tokens must be in [1, 4096]");
+  if (o.chunk_tokens <= 0 || o.chunk_tokens > 4096)
+    return Status::InvalidArgument("store: chunk_tokens must be in [1, 4096]");
   if (o.probe_kv_heads.empty()) return Status::InvalidArgument("store: at least one probe KV head is needed");
   for (int h : o.probe_kv_heads)
-    if (h < 0 || h >= o.n_head_kv) return Status::InvalidArgument("store: probe KV head " + std::to_string(h) + " out of range");
+    if (h < 0 || h >= o.n_head_kv)
+      return Status::InvalidArgument("store: probe KV head " + std::to_string(h) + " out of range");
   return Status::Ok();
 }
 
@@ -51,21 +53,22 @@ struct PrefixStore::Impl::Recovery {
   std::map<uint64_t, std::shared_ptr<SegLayout>> layouts;  // valid segments' layouts by id
   std::map<uint64_t, uint64_t> bad_from;                   // first bad original offset per segment
   std::vector<std::pair<bool, ReadSource>> verify;         // (probe keys?, extent) read back on open
+  std::set<uint64_t> orphan_probes;                        // segments of probe rows without a valid segment
 };
 
-PrefixStore::Impl::Impl(PrefixStoreOptions o)
-    : opt(std::move(o)),
-      env(opt.env ? opt.env : Env::Default()),
-      ns(opt.model_fingerprint),
-      fp_hash(FingerprintHash(opt.model_fingerprint)),
-      C(uint32_t(opt.chunk_tokens)),
-      k_bytes(uint32_t(opt.n_head_kv * opt.head_dim * 2)),
-      rec_bytes(2 * k_bytes),
-      probe_rec_bytes(uint32_t(opt.probe_kv_heads.size() * size_t(opt.head_dim) * 2)),
-      device_mem(opt.device_memory ? opt.device_memory : std::make_shared<HostMemorySpace>("device (host stand-in)")),
-      host_mem(opt.host_memory ? opt.host_memory : std::make_shared<HostMemorySpace>("host")),
-      tiers(MakeCachePolicy(opt.policy), opt.device_bytes, opt.host_bytes),
-      ssd_budget(opt.ssd_bytes) {}
+PrefixStore::Impl::Impl(PrefixStoreOptions o) :
+    opt(std::move(o)),
+    env(opt.env ? opt.env : Env::Default()),
+    ns(opt.model_fingerprint),
+    fp_hash(FingerprintHash(opt.model_fingerprint)),
+    C(uint32_t(opt.chunk_tokens)),
+    k_bytes(uint32_t(opt.n_head_kv * opt.head_dim * 2)),
+    rec_bytes(2 * k_bytes),
+    probe_rec_bytes(uint32_t(opt.probe_kv_heads.size() * size_t(opt.head_dim) * 2)),
+    device_mem(opt.device_memory ? opt.device_memory : std::make_shared<HostMemorySpace>("device (host stand-in)")),
+    host_mem(opt.host_memory ? opt.host_memory : std::make_shared<HostMemorySpace>("host")),
+    tiers(MakeCachePolicy(opt.policy), opt.device_bytes, opt.host_bytes),
+    ssd_budget(opt.ssd_bytes) {}
 
 std::string PrefixStore::Impl::Geometry() const {
   std::string g = "L" + std::to_string(opt.n_layer) + ".H" + std::to_string(opt.n_head_kv) + ".D" +
@@ -118,13 +121,35 @@ Result<std::unique_ptr<PrefixStore::Impl>> PrefixStore::Impl::Open(PrefixStoreOp
   return im;
 }
 
-// The catalog, the data files and the read engine.
+std::string PrefixStore::Impl::ModelKey() const {
+  return opt.model_fingerprint + "|" + Geometry() + "|f" + std::to_string(kFormatVersion);
+}
+
+// The catalog, created private. One that is not a usable SQLite catalog (garbage, truncated,
+// foreign tables) is renamed aside, kept for inspection, and the store starts empty; one of a
+// newer schema is refused, unchanged.
+Status PrefixStore::Impl::OpenCatalog() {
+  const std::string path = opt.dir + "/catalog.db";
+  IMPRESS_RETURN_IF_ERROR(MakePrivateFile(path));
+  auto opened = Catalog::Open(path, ModelKey());
+  if (!opened.ok() && opened.status().code() == Status::Code::kCorruption) {
+    IMPRESS_ASSIGN_OR_RETURN(recovery_stats.catalog_moved_to, MoveAside(path));
+    spdlog::warn("store: {}; moved aside to {}, starting with an empty store", opened.status().ToString(),
+                 recovery_stats.catalog_moved_to);
+    IMPRESS_RETURN_IF_ERROR(MakePrivateFile(path));
+    opened = Catalog::Open(path, ModelKey());
+  }
+  if (!opened.ok()) return opened.status();
+  catalog = std::move(opened).value();
+  return Status::Ok();
+}
+
+// The directory and its lock, the catalog, the data files and the read engine.
 Status PrefixStore::Impl::OpenFiles() {
+  IMPRESS_RETURN_IF_ERROR(MakePrivateDir(opt.dir));
+  IMPRESS_ASSIGN_OR_RETURN(lock, StoreLock::Acquire(opt.dir));
   IMPRESS_RETURN_IF_ERROR(env->CreateDir(opt.dir));
-  bool fresh = false;
-  std::string why;
-  IMPRESS_ASSIGN_OR_RETURN(catalog, Catalog::Open(opt.dir + "/catalog.db", opt.model_fingerprint, Geometry(), &fresh, &why));
-  if (!why.empty()) spdlog::warn("store {}: {}; starting a fresh namespace", opt.dir, why);
+  IMPRESS_RETURN_IF_ERROR(OpenCatalog());
   IMPRESS_ASSIGN_OR_RETURN(auto opened, ExtentFiles::Open(env, opt.dir, AlignUp(opt.data_file_bytes), opt.ssd_bytes));
   files = std::move(opened);
   // Does this filesystem take O_DIRECT? (tmpfs on older kernels, some FUSE: no)
@@ -171,28 +196,46 @@ void PrefixStore::Impl::Close() {
 Status PrefixStore::Impl::Recover() {
   Recovery r;
   IMPRESS_ASSIGN_OR_RETURN(r.cc, catalog->Load());
+  recovery_stats.catalog_rows_invalid = r.cc.n_invalid_rows;
   MutexLock lk(&mu);
+  AdoptForeign(r.cc.foreign);  // first: this model's rows may not claim another model's space
   RecoverLayouts(r);
   RecoverExtents(r);
   IMPRESS_RETURN_IF_ERROR(RecoverTree(r));
+  tree.ReserveIds(r.cc.foreign.max_id + 1);
   FindMissing(r);
   VerifyOnOpen(r);
   IMPRESS_RETURN_IF_ERROR(CutAtDamage(r));
   ForgetUnnamed(r);
   pending_retire.clear();  // recovery forgets these instead (FinishRecovery frees all unmarked space)
   RefreshPinsLocked({});
+  recovery_stats.segments_dropped = r.fix.delete_segments.size();
+  recovery_stats.chunk_rows_dropped = r.fix.delete_chunks.size();
+  for (uint64_t seg : r.orphan_probes)
+    if (std::find(r.fix.delete_segments.begin(), r.fix.delete_segments.end(), seg) == r.fix.delete_segments.end())
+      r.fix.delete_segments.push_back(seg);
   IMPRESS_RETURN_IF_ERROR(catalog->Apply(r.fix));
   IMPRESS_RETURN_IF_ERROR(files->FinishRecovery());
   if (!r.fix.empty())
-    spdlog::info("store: recovery dropped {} node(s), {} segment(s), {} chunk row(s)", r.fix.delete_nodes.size(),
-                 r.fix.delete_segments.size(), r.fix.delete_chunks.size());
+    spdlog::warn("store: recovery dropped {} node(s), {} segment(s), {} chunk row(s), {} probe row(s)",
+                 r.fix.delete_nodes.size(), recovery_stats.segments_dropped, r.fix.delete_chunks.size(),
+                 recovery_stats.probe_rows_dropped);
   return Status::Ok();
 }
 
 // Segment rows -> empty layouts (mapping lists checked); invalid segments are dropped.
 void PrefixStore::Impl::RecoverLayouts(Recovery& r) const {
+  // A segment's KV was written whole, so it fit the SSD then: its token count, the only value
+  // that sizes the allocations below, is bounded by the larger of the budget and the data files.
+  const uint64_t per_token = uint64_t(rec_bytes) * uint64_t(opt.n_layer);
+  const uint64_t max_tokens = std::max(opt.ssd_bytes, files->disk_bytes()) / per_token + C;
   for (auto& g : r.cc.segments) r.rows[g.id] = std::move(g);
   for (auto& [id, g] : r.rows) {
+    if (g.n_tokens > max_tokens) {
+      spdlog::warn("store: segment {} claims {} tokens, more than the store can hold; dropped", id, g.n_tokens);
+      r.fix.delete_segments.push_back(id);
+      continue;
+    }
     auto l = std::make_shared<SegLayout>();
     l->generation = g.generation;
     const size_t n_layer = size_t(opt.n_layer), n_flat = n_layer * g.n_tokens;
@@ -200,7 +243,8 @@ void PrefixStore::Impl::RecoverLayouts(Recovery& r) const {
     l->slot_of.assign(n_layer, {});
     const bool ok = g.n_tokens > 0 && (g.mapping.empty() || g.mapping.size() == n_flat) &&
                     (g.imp_sum.empty() || g.imp_sum.size() == n_flat) &&
-                    (g.imp_count.empty() || g.imp_count.size() == n_flat) && UnpackMapping(g.mapping, g.n_tokens, l.get());
+                    (g.imp_count.empty() || g.imp_count.size() == n_flat) &&
+                    UnpackMapping(g.mapping, g.n_tokens, l.get());
     if (!ok) {
       spdlog::warn("store: segment {} has an invalid token count, mapping list or importance statistics; dropped", id);
       r.fix.delete_segments.push_back(id);
@@ -243,10 +287,17 @@ void PrefixStore::Impl::RecoverExtents(Recovery& r) {
   }
   for (auto& p : r.cc.probes) {
     auto it = r.layouts.find(p.segment);
+    if (it == r.layouts.end()) {
+      ++recovery_stats.probe_rows_dropped;
+      r.orphan_probes.insert(p.segment);  // deleted with their segment id (no segment row left)
+      continue;
+    }
     if (it == r.layouts.end() || p.layer >= it->second->probes.size() || p.ext.n_slots != r.rows[p.segment].n_tokens ||
         p.ext.length != ProbeChunkLayout(p.ext.n_slots, probe_rec_bytes).length ||
-        !files->MarkUsed(Extent{p.ext.file, p.ext.offset, p.ext.length}).ok())
+        !files->MarkUsed(Extent{p.ext.file, p.ext.offset, p.ext.length}).ok()) {
+      ++recovery_stats.probe_rows_dropped;  // the row stays; the missing probe keys cut the prefix
       continue;
+    }
     it->second->probes[p.layer] = Own(p.ext);
   }
 }
@@ -257,6 +308,7 @@ Status PrefixStore::Impl::RecoverTree(Recovery& r) {
   for (auto& [id, why] : rep.dropped) {
     spdlog::warn("store: catalog node {} dropped: {}", id, why);
     r.fix.delete_nodes.push_back(id);
+    ++recovery_stats.nodes_dropped;
   }
   for (auto& [id, l] : r.layouts) {
     SegState s;
@@ -283,8 +335,11 @@ void PrefixStore::Impl::NoteDamage(Recovery& r, uint64_t seg, uint64_t off, cons
 // verify_on_open, every extent is queued to be read back and checked.
 void PrefixStore::Impl::FindMissing(Recovery& r) {
   for (const auto& n : tree.Export(ns))
-    if (!segs.count(n.segment))
-      NoteDamage(r, n.segment, 0, "segment " + std::to_string(n.segment) + " named by node " + std::to_string(n.id) + " is missing");
+    if (!segs.count(n.segment)) {
+      ++recovery_stats.chunks_missing;
+      NoteDamage(r, n.segment, 0,
+                 "segment " + std::to_string(n.segment) + " named by node " + std::to_string(n.id) + " is missing");
+    }
   for (auto& [id, s] : segs) {
     auto range = tree.SegmentLiveRange(id);
     if (!range) continue;
@@ -293,8 +348,10 @@ void PrefixStore::Impl::FindMissing(Recovery& r) {
       for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il) {
         const uint32_t slot = l.Slot(il, o);
         if (!l.chunks[il][slot / C]) {
-          NoteDamage(r, id, o, "chunk " + std::to_string(slot / C) + " of segment " + std::to_string(id) + " layer " +
-                                   std::to_string(il) + " is missing");
+          ++recovery_stats.chunks_missing;
+          NoteDamage(r, id, o,
+                     "chunk " + std::to_string(slot / C) + " of segment " + std::to_string(id) + " layer " +
+                         std::to_string(il) + " is missing");
           break;
         }
       }
@@ -302,10 +359,15 @@ void PrefixStore::Impl::FindMissing(Recovery& r) {
     }
     for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il)
       if (!l.probes[il]) {
-        NoteDamage(r, id, 0, "probe keys of segment " + std::to_string(id) + " layer " + std::to_string(il) + " are missing");
+        ++recovery_stats.chunks_missing;
+        NoteDamage(r, id, 0,
+                   "probe keys of segment " + std::to_string(id) + " layer " + std::to_string(il) + " are missing");
         break;
       }
-    if (range->second > s.n_tokens) NoteDamage(r, id, s.n_tokens, "segment " + std::to_string(id) + " is shorter than its nodes");
+    if (range->second > s.n_tokens) {
+      ++recovery_stats.chunks_missing;
+      NoteDamage(r, id, s.n_tokens, "segment " + std::to_string(id) + " is shorter than its nodes");
+    }
     if (!opt.verify_on_open) continue;
     for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il) {
       for (uint32_t i = 0; i < l.chunks[il].size(); ++i)
@@ -334,7 +396,9 @@ void PrefixStore::Impl::VerifyOnOpen(Recovery& r) {
       uint64_t first = UINT64_MAX;
       if (probe) first = 0;
       else
-        for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k) first = std::min<uint64_t>(first, l.Orig(s.layer, s.ext->ext.slot_begin + k));
+        for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k)
+          first = std::min<uint64_t>(first, l.Orig(s.layer, s.ext->ext.slot_begin + k));
+      ++recovery_stats.chunks_corrupt;
       NoteDamage(r, s.segment, first, v.ToString());
     }
   }
@@ -349,6 +413,7 @@ Status PrefixStore::Impl::CutAtDamage(Recovery& r) {
     if (!at) continue;
     auto evs = tree.Truncate(at->first, at->second);
     if (!evs.ok()) return evs.status().WithContext("store recovery");
+    recovery_stats.nodes_cut += evs->size();
     for (const auto& e : *evs) {
       if (tree.Get(e.node.id)) r.fix.upsert_nodes.push_back(RecordOf(e.node.id));
       else r.fix.delete_nodes.push_back(e.node.id);
@@ -387,5 +452,7 @@ void PrefixStore::Impl::ForgetUnnamed(Recovery& r) {
     }
   }
 }
+
+const RecoveryStats& PrefixStore::recovery() const { return impl_->recovery_stats; }
 
 }  // namespace impress::store

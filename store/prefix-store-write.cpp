@@ -305,7 +305,7 @@ uint64_t PrefixStore::Impl::EvictLocked(uint64_t bytes, uint64_t max_nodes) {
     eo.units = [per_token](const NodeInfo& n) { return n.length * per_token; };
   }
   auto evs = tree.EvictLeaves(eo);
-  if (evs.empty()) return 0;
+  if (evs.empty()) return max_nodes ? 0 : EvictForeignLocked(bytes);  // then other models' space
   CatalogBatch b;
   ApplyEvictionsLocked(evs, b);
   Status s = CommitLocked(b);

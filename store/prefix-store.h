@@ -29,33 +29,33 @@
 #include <vector>
 
 #include "base/fp16.h"
+#include "base/memory-space.h"
 #include "base/status.h"
 #include "store/cache-policy.h"
 #include "store/env.h"
 #include "store/radix-tree.h"
 #include "store/tier-manager.h"
-#include "base/memory-space.h"
 
 namespace impress::store {
 
 struct PrefixStoreOptions {
-  std::string dir;                  // created if missing; holds catalog.db and data-*.dat
-  std::string model_fingerprint;    // KV of another model is never reused
+  std::string dir;                // created (0700) if missing; holds LOCK, catalog.db and data-*.dat
+  std::string model_fingerprint;  // KV of another model is never reused
   int n_layer = 0;
   int n_head_kv = 0;
   int head_dim = 0;
   std::vector<int> probe_kv_heads = {0};  // KV heads whose keys are stored separately
-  int chunk_tokens = 64;            // C
+  int chunk_tokens = 64;                  // C
   uint64_t device_bytes = 256ull << 20;
   uint64_t host_bytes = 1ull << 30;
   uint64_t ssd_bytes = 16ull << 30;  // data files + catalog never grow past this
   int queue_depth = 32;
   PolicyKind policy = PolicyKind::kImpress;
   std::chrono::milliseconds reorder_interval = std::chrono::minutes(10);  // 0: on demand only
-  bool force_pread = false;         // also IMPRESS_STORE_FORCE_PREAD=1
-  bool verify_on_open = false;      // read and check every chunk on open (else: on every read)
+  bool force_pread = false;                                               // also IMPRESS_STORE_FORCE_PREAD=1
+  bool verify_on_open = false;  // read and check every chunk on open (else: on every read)
   uint64_t data_file_bytes = 1ull << 30;
-  Env* env = nullptr;                       // nullptr: Env::Default()
+  Env* env = nullptr;                          // nullptr: Env::Default()
   std::shared_ptr<MemorySpace> device_memory;  // nullptr: host memory stand-in
   std::shared_ptr<MemorySpace> host_memory;    // nullptr: host memory
 };
@@ -67,19 +67,19 @@ struct LayerKV {
 };
 
 struct MatchHandle {
-  uint64_t id = 0;          // 0: nothing to release
-  uint64_t n_matched = 0;   // tokens of the query whose KV the store holds
+  uint64_t id = 0;         // 0: nothing to release
+  uint64_t n_matched = 0;  // tokens of the query whose KV the store holds
 };
 
 using ReadTicket = uint64_t;
 
 struct ReadStats {
-  uint64_t ssd_bytes = 0;       // bytes read from the data files
-  uint64_t useful_bytes = 0;    // bytes of K/V (or probe keys) actually returned
-  uint32_t chunks_device = 0;   // chunks served from each tier
+  uint64_t ssd_bytes = 0;      // bytes read from the data files
+  uint64_t useful_bytes = 0;   // bytes of K/V (or probe keys) actually returned
+  uint32_t chunks_device = 0;  // chunks served from each tier
   uint32_t chunks_host = 0;
   uint32_t chunks_ssd = 0;
-  uint32_t n_ios = 0;           // read requests submitted
+  uint32_t n_ios = 0;  // read requests submitted
   uint32_t chunks() const { return chunks_device + chunks_host + chunks_ssd; }
   double read_amplification() const { return useful_bytes ? double(ssd_bytes) / double(useful_bytes) : 0.0; }
 };
@@ -107,41 +107,63 @@ struct StoreStats {
   uint64_t n_nodes = 0;
   uint64_t n_tokens = 0;
   uint64_t n_segments = 0;
-  uint64_t ssd_disk_bytes = 0;   // data files
+  uint64_t ssd_disk_bytes = 0;         // data files
   uint64_t ssd_free_inside_bytes = 0;  // holes inside the data files (freed, reused before growing)
   uint64_t catalog_bytes = 0;
   uint64_t ssd_cap_bytes = 0;
   uint64_t ssd_bytes_read = 0;
-  uint64_t chunk_reads = 0;      // chunks fetched from SSD
-  uint64_t n_reads = 0;          // Submit* calls
+  uint64_t chunk_reads = 0;  // chunks fetched from SSD
+  uint64_t n_reads = 0;      // Submit* calls
   uint64_t reorder_passes = 0;
   uint64_t segments_reordered = 0;
   uint64_t nodes_evicted = 0;
   uint64_t chunks_dropped_corrupt = 0;  // failed a checksum, or missing on open
   uint64_t inserts = 0;
   uint64_t insert_failures = 0;
-  std::string io_engine;         // "io_uring" or "pread"
+  std::string io_engine;  // "io_uring" or "pread"
   bool direct_io = false;
+};
+
+// What Open repaired, by kind (each kind also logs a warning). A clean shutdown or a crash at
+// any moment (every change is one catalog transaction) leaves all of them 0: space written but
+// never committed is named by no row and is reclaimed without a repair.
+struct RecoveryStats {
+  uint64_t catalog_rows_invalid = 0;  // rows with impossible values (NULL, out of range), deleted
+  uint64_t nodes_dropped = 0;         // node rows the tree could not restore (orphan, cycle, clash)
+  uint64_t nodes_cut = 0;             // nodes removed or shortened because their KV was missing or bad
+  uint64_t segments_dropped = 0;      // segment rows dropped: inconsistent, or named by no node
+  uint64_t chunk_rows_dropped = 0;    // chunk rows not fitting their segment or the data files, or dead
+  uint64_t probe_rows_dropped = 0;    // probe rows not fitting their segment or the data files
+  uint64_t chunks_missing = 0;        // live KV (chunk, probe keys or a whole segment) the catalog lacks
+  uint64_t chunks_corrupt = 0;        // failed their checksum on open (verify_on_open)
+  uint64_t foreign_rows_dropped = 0;  // other models' rows whose extents do not fit the data files
+  std::string catalog_moved_to;       // non-empty: the catalog was unreadable and renamed to this path
+  uint64_t total() const {
+    return catalog_rows_invalid + nodes_dropped + nodes_cut + segments_dropped + chunk_rows_dropped +
+           probe_rows_dropped + chunks_missing + chunks_corrupt + foreign_rows_dropped +
+           (catalog_moved_to.empty() ? 0 : 1);
+  }
 };
 
 // One radix node of this model's namespace, for display.
 struct TreeNodeInfo {
-  uint64_t id = 0;            // node id (stable while the node exists; a split keeps it on the lower part)
-  int parent = -1;            // index in TreeSnapshot::nodes; -1 for children of the root
-  uint64_t start = 0;         // sequence position of the node's first token
+  uint64_t id = 0;     // node id (stable while the node exists; a split keeps it on the lower part)
+  int parent = -1;     // index in TreeSnapshot::nodes; -1 for children of the root
+  uint64_t start = 0;  // sequence position of the node's first token
   uint64_t n_tokens = 0;
-  uint64_t kv_bytes = 0;      // this node's share of the SSD extents (K/V chunks + probe keys, all layers)
-  uint64_t hits = 0;          // Match() calls whose match used this node (persisted)
-  uint64_t last_access = 0;   // logical clock of the last match/insert that walked it
-  double score = 0;           // mean policy priority (IMPRESS: frequency x important ratio) of its chunks with statistics; 0 if none
-  double importance = -1;     // mean reported importance of its tokens over all layers; -1 if never reported
-  uint32_t chunks_device = 0;    // distinct chunks (all layers) holding its tokens, by the tier a read
-  uint32_t chunks_host = 0;      // would be served from now
+  uint64_t kv_bytes = 0;     // this node's share of the SSD extents (K/V chunks + probe keys, all layers)
+  uint64_t hits = 0;         // Match() calls whose match used this node (persisted)
+  uint64_t last_access = 0;  // logical clock of the last match/insert that walked it
+  double score =
+      0;  // mean policy priority (IMPRESS: frequency x important ratio) of its chunks with statistics; 0 if none
+  double importance = -1;      // mean reported importance of its tokens over all layers; -1 if never reported
+  uint32_t chunks_device = 0;  // distinct chunks (all layers) holding its tokens, by the tier a read
+  uint32_t chunks_host = 0;    // would be served from now
   uint32_t chunks_ssd_only = 0;
   uint32_t n_children = 0;
   bool pinned = false;
-  bool locked = false;        // a request in flight holds it (or a node below it)
-  std::vector<Token> head;    // the node's first <= kHeadTokens tokens, for labels
+  bool locked = false;      // a request in flight holds it (or a node below it)
+  std::vector<Token> head;  // the node's first <= kHeadTokens tokens, for labels
   static constexpr size_t kHeadTokens = 24;
 };
 
@@ -163,11 +185,17 @@ struct PrefixResidency {
   uint32_t chunks_device = 0;  // distinct chunks (all layers) of the matched prefix, by tier
   uint32_t chunks_host = 0;
   uint32_t chunks_ssd_only = 0;
-  bool pinned = false;         // every node on the matched path is pinned (false when nothing matched)
+  bool pinned = false;  // every node on the matched path is pinned (false when nothing matched)
 };
 
 class PrefixStore {
  public:
+  // Creates the directory (0700) if missing and takes its LOCK: while one PrefixStore holds a
+  // directory, another Open of it (this or any process) fails with kIOError naming the holder's
+  // pid and program; the lock goes with the store or its process. A catalog of a newer schema
+  // fails with kUnsupported (left unchanged); an unreadable one is renamed aside and the store
+  // starts empty (RecoveryStats::catalog_moved_to). The catalog is created 0600. Several models
+  // share one directory: each sees only its own prefixes, the others' are kept.
   static Result<std::unique_ptr<PrefixStore>> Open(PrefixStoreOptions options);
   ~PrefixStore();  // stops the reorder worker, saves statistics
   PrefixStore(const PrefixStore&) = delete;
@@ -180,8 +208,8 @@ class PrefixStore {
   // Probe keys of layer il for the whole matched prefix: (n_matched, n_probe, head_dim) in k.
   Result<ReadTicket> SubmitProbeKeys(const MatchHandle& h, int il);
   // K and/or V of layer il at `positions` (ascending, each < n_matched), in that order.
-  Result<ReadTicket> SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
-                                  bool want_k, bool want_v);
+  Result<ReadTicket> SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions, bool want_k,
+                                  bool want_v);
   // All keys of layer il (the fallback path): positions 0..n_matched-1, K only.
   Result<ReadTicket> SubmitReadAllKeys(const MatchHandle& h, int il);
   Result<ReadResult> Wait(ReadTicket t);
@@ -239,6 +267,8 @@ class PrefixStore {
 
   // The options as opened (SetSsdBudget changes the budget Stats().ssd_cap_bytes reports, not these).
   const PrefixStoreOptions& options() const;
+  // What Open repaired (constant after Open).
+  const RecoveryStats& recovery() const;
   // For tests: checks tree, tier and catalog agree; every chunk is readable and verified.
   Status CheckConsistency();
 

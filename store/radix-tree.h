@@ -156,6 +156,8 @@ class RadixTree {
 
   // A fresh segment id for the KV the store is about to write.
   SegmentId NewSegmentId() { return next_id_++; }
+  // Ids below `next` are taken (by rows this tree does not hold): never handed out.
+  void ReserveIds(uint64_t next) { next_id_ = next > next_id_ ? next : next_id_; }
 
   // Longest cached prefix of `tokens` in namespace `ns` (an unknown namespace matches nothing).
   // Token-exact: the last span may end inside a node (no split happens on match). With `touch`

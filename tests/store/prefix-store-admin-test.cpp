@@ -22,6 +22,7 @@
 namespace impress::store {
 namespace {
 
+using testing::ReadsExact;  // every layer of the first n tokens, bit for bit
 using testing::SyntheticKV;
 using testing::TempDir;
 
@@ -62,25 +63,6 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 }
 
 std::vector<int32_t> Prefix(const std::vector<int32_t>& a, size_t n) { return {a.begin(), a.begin() + long(n)}; }
-
-// Reads every position of every layer of the first `n` tokens and checks them bit for bit.
-::testing::AssertionResult ReadsExact(PrefixStore& s, const SyntheticKV& kv, const std::vector<int32_t>& tokens, uint64_t n) {
-  MatchHandle h = s.Match(tokens);
-  if (h.n_matched != n) return ::testing::AssertionFailure() << "matched " << h.n_matched << ", expected " << n;
-  std::vector<uint32_t> pos(n);
-  std::iota(pos.begin(), pos.end(), 0u);
-  for (int il = 0; il < kLayers && n > 0; ++il) {
-    auto t = s.SubmitReadKV(h, il, pos, true, true);
-    if (!t.ok()) return ::testing::AssertionFailure() << t.status().ToString();
-    auto r = s.Wait(*t);
-    if (!r.ok()) return ::testing::AssertionFailure() << r.status().ToString();
-    auto c = kv.Check(tokens, il, pos, *r, true, true);
-    if (!c) return c;
-  }
-  Status rs = s.Release(h);
-  if (!rs.ok()) return ::testing::AssertionFailure() << rs.ToString();
-  return ::testing::AssertionSuccess();
-}
 
 // Reads all positions of `layers` (K and V) of the matched prefix; returns the summed stats.
 ReadStats ReadLayers(PrefixStore& s, const std::vector<int32_t>& tokens, const std::vector<int>& layers) {

@@ -503,7 +503,7 @@ TEST(PrefixStore, CatalogOfAnotherModelIsNotReused) {
   ASSERT_TRUE(st.ok());
   MatchHandle h = (*st)->Match(t);
   EXPECT_EQ(h.n_matched, 0u);
-  EXPECT_EQ((*st)->Stats().ssd_disk_bytes, 0u);  // the old model's data was reclaimed
+  EXPECT_GT((*st)->Stats().ssd_disk_bytes, 0u);  // the old model's data is kept beside (never read)
   st->reset();
   // Another geometry is another namespace too.
   o.model_fingerprint = "model-A";

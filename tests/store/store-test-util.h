@@ -23,24 +23,43 @@ inline std::string TempDir(const std::string& tag) {
   return d;
 }
 
+inline std::unique_ptr<PrefixStore> OpenOrDie(const PrefixStoreOptions& o) {
+  auto st = PrefixStore::Open(o);
+  EXPECT_TRUE(st.ok()) << st.status().ToString();
+  return st.ok() ? std::move(*st) : nullptr;
+}
+
+inline std::vector<int32_t> RandomTokens(std::mt19937& rng, size_t n) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(rng() % 50000);
+  return t;
+}
+
 // The KV the tests write: a pure function of (model, token prefix hash, position, layer, head,
 // dim), so the expected bytes for any position of any sequence can be recomputed independently.
 struct SyntheticKV {
   int n_layer, n_head_kv, head_dim;
   // Value of K (is_v = 0) or V (1) for the token at `pos` of `tokens`; depends on the tokens up to pos.
   static f16_t Value(uint64_t prefix_hash, uint64_t pos, int il, int ih, int d, int is_v) {
-    uint64_t x = prefix_hash * 0x9E3779B97F4A7C15ull ^ (pos << 20) ^ (uint64_t(il) << 12) ^ (uint64_t(ih) << 8) ^ (uint64_t(d) << 1) ^ uint64_t(is_v);
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33;
+    uint64_t x = prefix_hash * 0x9E3779B97F4A7C15ull ^ (pos << 20) ^ (uint64_t(il) << 12) ^ (uint64_t(ih) << 8) ^
+                 (uint64_t(d) << 1) ^ uint64_t(is_v);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
     return f16_t(x & 0x7bff);  // finite halves only
   }
   static std::vector<uint64_t> PrefixHashes(const std::vector<int32_t>& tokens) {
     std::vector<uint64_t> h(tokens.size());
     uint64_t a = 1469598103934665603ull;
-    for (size_t i = 0; i < tokens.size(); ++i) { a = (a ^ uint64_t(uint32_t(tokens[i]))) * 1099511628211ull; h[i] = a; }
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      a = (a ^ uint64_t(uint32_t(tokens[i]))) * 1099511628211ull;
+      h[i] = a;
+    }
     return h;
   }
   // K/V for tokens [start, end) of `tokens`: per layer (n, n_head_kv, head_dim).
-  void Make(const std::vector<int32_t>& tokens, size_t start, std::vector<std::vector<f16_t>>* k, std::vector<std::vector<f16_t>>* v) const {
+  void Make(const std::vector<int32_t>& tokens, size_t start, std::vector<std::vector<f16_t>>* k,
+            std::vector<std::vector<f16_t>>* v) const {
     auto ph = PrefixHashes(tokens);
     const size_t n = tokens.size() - start, row = size_t(n_head_kv) * head_dim;
     k->assign(size_t(n_layer), std::vector<f16_t>(n * row));
@@ -49,8 +68,10 @@ struct SyntheticKV {
       for (size_t t = 0; t < n; ++t)
         for (int ih = 0; ih < n_head_kv; ++ih)
           for (int d = 0; d < head_dim; ++d) {
-            (*k)[size_t(il)][t * row + size_t(ih) * head_dim + size_t(d)] = Value(ph[start + t], start + t, il, ih, d, 0);
-            (*v)[size_t(il)][t * row + size_t(ih) * head_dim + size_t(d)] = Value(ph[start + t], start + t, il, ih, d, 1);
+            (*k)[size_t(il)][t * row + size_t(ih) * head_dim + size_t(d)] =
+                Value(ph[start + t], start + t, il, ih, d, 0);
+            (*v)[size_t(il)][t * row + size_t(ih) * head_dim + size_t(d)] =
+                Value(ph[start + t], start + t, il, ih, d, 1);
           }
   }
   Result<InsertSummary> Insert(PrefixStore& s, const std::vector<int32_t>& tokens, size_t start) const {
@@ -73,9 +94,11 @@ struct SyntheticKV {
           const size_t at = i * row + size_t(ih) * head_dim + size_t(d);
           const uint32_t p = positions[i];
           if (want_k && r.k[at] != Value(ph[p], p, il, ih, d, 0))
-            return ::testing::AssertionFailure() << "K differs at position " << p << " layer " << il << " head " << ih << " dim " << d;
+            return ::testing::AssertionFailure()
+                   << "K differs at position " << p << " layer " << il << " head " << ih << " dim " << d;
           if (want_v && r.v[at] != Value(ph[p], p, il, ih, d, 1))
-            return ::testing::AssertionFailure() << "V differs at position " << p << " layer " << il << " head " << ih << " dim " << d;
+            return ::testing::AssertionFailure()
+                   << "V differs at position " << p << " layer " << il << " head " << ih << " dim " << d;
         }
     return ::testing::AssertionSuccess();
   }
@@ -92,5 +115,26 @@ struct SyntheticKV {
     return ::testing::AssertionSuccess();
   }
 };
+
+// Reads K and V of every layer at the first `n` tokens of `tokens` (which must match exactly n)
+// and checks them bit for bit against the formula.
+inline ::testing::AssertionResult ReadsExact(PrefixStore& s, const SyntheticKV& kv, const std::vector<int32_t>& tokens,
+                                             uint64_t n) {
+  MatchHandle h = s.Match(tokens);
+  if (h.n_matched != n) return ::testing::AssertionFailure() << "matched " << h.n_matched << ", expected " << n;
+  std::vector<uint32_t> pos(n);
+  for (uint32_t p = 0; p < n; ++p) pos[p] = p;
+  for (int il = 0; il < kv.n_layer && n > 0; ++il) {
+    auto t = s.SubmitReadKV(h, il, pos, true, true);
+    if (!t.ok()) return ::testing::AssertionFailure() << t.status().ToString();
+    auto r = s.Wait(*t);
+    if (!r.ok()) return ::testing::AssertionFailure() << r.status().ToString();
+    auto c = kv.Check(tokens, il, pos, *r, true, true);
+    if (!c) return c;
+  }
+  Status rs = s.Release(h);
+  if (!rs.ok()) return ::testing::AssertionFailure() << rs.ToString();
+  return ::testing::AssertionSuccess();
+}
 
 }  // namespace impress::store::testing
