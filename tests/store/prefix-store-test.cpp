@@ -143,13 +143,26 @@ TEST(PrefixStore, BadArgumentsAreClearErrors) {
   auto t = RandomTokens(rng, 40);
   ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
   MatchHandle h = (*st)->Match(t);
-  EXPECT_FALSE((*st)->SubmitReadKV(h, 0, std::vector<uint32_t>{5, 3}, true, true).ok());   // not ascending
-  EXPECT_FALSE((*st)->SubmitReadKV(h, 0, std::vector<uint32_t>{40}, true, true).ok());     // past the match
-  EXPECT_FALSE((*st)->SubmitReadKV(h, kLayers, std::vector<uint32_t>{1}, true, true).ok()); // bad layer
+  EXPECT_FALSE((*st)->SubmitReadKV(h, 0, std::vector<uint32_t>{5, 3}, true, true).ok());     // not ascending
+  EXPECT_FALSE((*st)->SubmitReadKV(h, 0, std::vector<uint32_t>{40}, true, true).ok());       // past the match
+  EXPECT_FALSE((*st)->SubmitReadKV(h, kLayers, std::vector<uint32_t>{1}, true, true).ok());  // bad layer
   auto other = RandomTokens(rng, 30);
-  EXPECT_EQ(kv.Insert(**st, other, 10).status().code(), Status::Code::kNotFound);          // gap not cached
+  EXPECT_EQ(kv.Insert(**st, other, 10).status().code(), Status::Code::kNotFound);  // gap not cached
+  // Release clears the handle (releasing it again is harmless); a stale copy of a released handle
+  // is refused everywhere, and the released node is no longer locked: it can be evicted.
+  const MatchHandle stale = h;
+  ASSERT_NE(stale.id, 0u);
   ASSERT_TRUE((*st)->Release(h).ok());
-  EXPECT_FALSE((*st)->Release(h).ok() && h.id != 0);
+  EXPECT_EQ(h.id, 0u);
+  EXPECT_TRUE((*st)->Release(h).ok());
+  MatchHandle again = stale;
+  EXPECT_EQ((*st)->Release(again).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ((*st)->SubmitReadKV(stale, 0, std::vector<uint32_t>{1}, true, true).status().code(),
+            Status::Code::kInvalidArgument);
+  auto evicted = (*st)->EvictNodes(1);
+  ASSERT_TRUE(evicted.ok()) << evicted.status().ToString();
+  EXPECT_EQ(*evicted, 1u);
+  EXPECT_EQ((*st)->Match(t).n_matched, 0u);
   std::filesystem::remove_all(dir);
 }
 
@@ -261,7 +274,10 @@ TEST(PrefixStore, ReorderIsPerLayerSoEveryLayerPacksItsOwnImportantTokens) {
     if (i % 4 == 3) important[1].push_back(i);
     if (i >= 200 && i < 328) important[2].push_back(i);
   }
-  struct Cost { uint32_t chunks = 0; uint64_t ssd_bytes = 0, useful = 0; };
+  struct Cost {
+    uint32_t chunks = 0;
+    uint64_t ssd_bytes = 0, useful = 0;
+  };
   auto cost = [&](PrefixStore& ps, int il) {
     MatchHandle h = ps.Match(t);
     auto tk = ps.SubmitReadKV(h, il, important[size_t(il)], true, true);
@@ -299,10 +315,12 @@ TEST(PrefixStore, ReorderIsPerLayerSoEveryLayerPacksItsOwnImportantTokens) {
     for (uint32_t p : important[size_t(il)]) shared_chunks.insert(shared_slot[p] / C);
     const auto& b = before[size_t(il)];
     const auto& a = after[size_t(il)];
-    std::printf("[reorder per layer] layer %d: %zu important tokens: chunks before %u, after %u (one shared list: %zu); "
-                "SSD bytes before %llu (amp %.2f), after %llu (amp %.2f)\n",
-                il, important[size_t(il)].size(), b.chunks, a.chunks, shared_chunks.size(), (unsigned long long)b.ssd_bytes,
-                double(b.ssd_bytes) / double(b.useful), (unsigned long long)a.ssd_bytes, double(a.ssd_bytes) / double(a.useful));
+    std::printf(
+        "[reorder per layer] layer %d: %zu important tokens: chunks before %u, after %u (one shared list: %zu); "
+        "SSD bytes before %llu (amp %.2f), after %llu (amp %.2f)\n",
+        il, important[size_t(il)].size(), b.chunks, a.chunks, shared_chunks.size(), (unsigned long long)b.ssd_bytes,
+        double(b.ssd_bytes) / double(b.useful), (unsigned long long)a.ssd_bytes,
+        double(a.ssd_bytes) / double(a.useful));
     const uint32_t ideal = (uint32_t(important[size_t(il)].size()) + C - 1) / C;
     EXPECT_LE(a.chunks, ideal) << "layer " << il;  // one node: the important tokens fill whole chunks
     EXPECT_LE(a.chunks, b.chunks) << "layer " << il;
@@ -526,6 +544,7 @@ class DiskFullEnv : public EnvWrapper {
       if (env_->full) return Status::ResourceExhausted("write " + path() + ": No space left on device (disk full)");
       return f_->WriteAt(off, buf, n);
     }
+
    private:
     DiskFullEnv* env_;
   };
@@ -587,7 +606,8 @@ TEST(PrefixStore, RealFullFilesystemFailsWritesWhileReadsGoOn) {
     }
     ASSERT_FALSE(last.ok());
     std::printf("[disk full] %s\n", last.ToString().c_str());
-    EXPECT_TRUE(last.message().find("disk full") != std::string::npos || last.message().find("No space") != std::string::npos)
+    EXPECT_TRUE(last.message().find("disk full") != std::string::npos ||
+                last.message().find("No space") != std::string::npos)
         << last.ToString();
     CheckSequence(**st, kv, a, rng, a.size());
   }
@@ -677,7 +697,9 @@ TEST(PrefixStore, ReadersDuringReorderAndEvictionAlwaysGetCorrectData) {
     auto tail = RandomTokens(rng, 100 + rng() % 100);
     t.insert(t.end(), tail.begin(), tail.end());
     seqs.push_back(t);
-    ASSERT_TRUE(kv.Insert(s, t, s.Match(t).n_matched).ok());
+    MatchHandle h = s.Match(t);
+    ASSERT_TRUE(kv.Insert(s, t, h.n_matched).ok());
+    ASSERT_TRUE(s.Release(h).ok());
   }
   std::atomic<bool> stop{false};
   std::atomic<int> failures{0}, reads{0};
@@ -690,7 +712,10 @@ TEST(PrefixStore, ReadersDuringReorderAndEvictionAlwaysGetCorrectData) {
       for (int il = 0; il < kLayers; ++il) {
         auto pos = RandomPositions(r, h.n_matched, 0.25);
         auto tk = s.SubmitReadKV(h, il, pos, true, true);
-        if (!tk.ok()) { ++failures; continue; }
+        if (!tk.ok()) {
+          ++failures;
+          continue;
+        }
         auto res = s.Wait(*tk);
         if (!res.ok() || !kv.Check(t, il, pos, *res, true, true)) ++failures;
         ++reads;
@@ -710,11 +735,14 @@ TEST(PrefixStore, ReadersDuringReorderAndEvictionAlwaysGetCorrectData) {
     auto t = base;
     auto tail = RandomTokens(w, 150);
     t.insert(t.end(), tail.begin(), tail.end());
-    auto ins = kv.Insert(s, t, s.Match(t).n_matched);
+    MatchHandle h = s.Match(t);  // released below: a locked node could never be evicted
+    auto ins = kv.Insert(s, t, h.n_matched);
+    EXPECT_TRUE(s.Release(h).ok());  // EXPECT: the readers must be joined before returning
     // NotFound: the shared prefix was evicted meanwhile; ResourceExhausted: everything left is
     // locked by the readers. Both are clean refusals.
     EXPECT_TRUE(ins.ok() || ins.status().code() == Status::Code::kNotFound ||
-                ins.status().code() == Status::Code::kResourceExhausted) << ins.status().ToString();
+                ins.status().code() == Status::Code::kResourceExhausted)
+        << ins.status().ToString();
     (void)s.EvictNodes(1);
   }
   stop = true;
@@ -723,6 +751,7 @@ TEST(PrefixStore, ReadersDuringReorderAndEvictionAlwaysGetCorrectData) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(reads.load(), 0);
   EXPECT_GT(s.Stats().segments_reordered, 0u);
+  EXPECT_GT(s.Stats().nodes_evicted, 0u) << "inserts past the budget and EvictNodes evicted nothing";
   EXPECT_TRUE(s.CheckConsistency().ok());
   std::filesystem::remove_all(dir);
 }
