@@ -24,6 +24,7 @@ namespace impress::gui {
 namespace {
 
 namespace fs = std::filesystem;
+using check::AnswerReport;
 using check::DefaultModel;
 using check::OnPath;
 using check::RunCommand;
@@ -74,22 +75,26 @@ TEST(GuiScript, SessionAnswersMeasuresFramesAndScreenshotsAreNotBlank) {
   // The missing document gave a clear message naming it, and the session went on.
   EXPECT_NE(out.find("message: cannot add document"), std::string::npos) << out;
   EXPECT_NE(out.find("missing.md"), std::string::npos) << out;
-  // The second question reused the document's cached prefix: its own report (the line after
-  // "answer 2:") says so; answer 3's report always does, so the search stops before it.
-  const size_t a2 = out.find("answer 2:");
-  ASSERT_NE(a2, std::string::npos);
-  const size_t a2_report = out.find('\n', a2);
-  ASSERT_NE(a2_report, std::string::npos);
-  const std::string report2 = out.substr(a2_report + 1, out.find('\n', a2_report + 1) - a2_report - 1);
-  ASSERT_NE(report2.find("TTFT"), std::string::npos) << "no report line after answer 2:\n" << out;
+  // Each answer's checks read that answer's own report (check::AnswerReport), never a later one.
+  const std::string report1 = AnswerReport(out, 1), report2 = AnswerReport(out, 2), report3 = AnswerReport(out, 3);
+  for (const std::string* r : {&report1, &report2, &report3})
+    ASSERT_NE(r->find("TTFT"), std::string::npos) << "an answer without its report:\n" << out;
+  // The first question found an empty store; the second reused the document's cached prefix
+  // (answer 3's report always does).
+  EXPECT_NE(report1.find("nothing reused"), std::string::npos) << report1;
   EXPECT_NE(report2.find("prefix tokens reused"), std::string::npos) << report2;
-  // The third ran with the new alpha and the fidelity check.
-  EXPECT_NE(out.find("a=1.20"), std::string::npos) << out;
-  EXPECT_NE(out.find("fidelity:"), std::string::npos) << out;
+  // Only the third ran with the new alpha and the fidelity check.
+  EXPECT_NE(report3.find("a=1.20"), std::string::npos) << report3;
+  EXPECT_NE(report3.find("fidelity:"), std::string::npos) << report3;
+  for (const std::string* r : {&report1, &report2}) {
+    EXPECT_EQ(r->find("a=1.20"), std::string::npos) << *r;
+    EXPECT_EQ(r->find("fidelity:"), std::string::npos) << *r;
+  }
 
   // Frame times were measured while a prefill ran.
   std::smatch fm;
-  ASSERT_TRUE(std::regex_search(out, fm, std::regex("frame time during prefill: (\\d+) frames, max ([0-9.]+) ms, p99 ([0-9.]+) ms")))
+  ASSERT_TRUE(std::regex_search(
+      out, fm, std::regex("frame time during prefill: (\\d+) frames, max ([0-9.]+) ms, p99 ([0-9.]+) ms")))
       << out;
   EXPECT_GT(std::stoi(fm[1]), 0);
   // Printed only: frame times depend on the machine's load (bench/gui-prefill-bench.sh measures them).
