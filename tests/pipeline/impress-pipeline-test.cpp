@@ -284,8 +284,11 @@ TEST_F(PipelineOnModel, InjectedReadDelayIsBookedAsIoNotCompute) {
   spdlog::info(
       "breakdown without / with {} ms on each of {} reads: I/O {:.0f} / {:.0f} ms, the rest {:.0f} / {:.0f} ms",
       kDelayMs, env.n_delayed.load(), a.probe_io_ms + a.kv_io_ms, b.probe_io_ms + b.kv_io_ms, not_io(a), not_io(b));
-  EXPECT_LT(not_io(b), not_io(a) + injected_ms / 2);
-  EXPECT_LT(b.compute_ms, a.compute_ms + injected_ms / 2);
+  // No wall-clock bound on the rest (a loaded machine stretches compute arbitrarily): the buckets
+  // add up to TTFT with nothing negative, so the injected time the I/O buckets hold above is time
+  // that no other bucket can also have claimed.
+  for (double ms : {b.match_ms, b.probe_compute_ms, b.copy_ms, b.compute_ms, b.other_ms}) EXPECT_GE(ms, 0.0);
+  EXPECT_NEAR(not_io(b) + b.probe_io_ms + b.kv_io_ms, slow.ttft_ms, 1e-3 * slow.ttft_ms);
 }
 
 // The bytes the store reports reading from its files (no memory tiers), per system. AS+H2O reads

@@ -183,10 +183,11 @@ TEST(PrefixStore, ReorderIntervalChangesWhileOpen) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_GE(passes(), 3u) << "a 20 ms interval runs passes";
   s.SetReorderInterval(std::chrono::milliseconds(0));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a pass in flight finishes
+  // A pass already in flight may still finish (however long a loaded machine makes it take); no
+  // new one may start.
   const uint64_t stopped = passes();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(passes(), stopped) << "back to 0: no more passes";
+  EXPECT_LE(passes(), stopped + 1) << "back to 0: no more passes";
   std::filesystem::remove_all(dir);
 }
 
