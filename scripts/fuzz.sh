@@ -5,12 +5,12 @@
 # reader (catalogs opened through PrefixStore::Open). Prints each target's exec count. Fails if a
 # fuzzer finds a crash, a leak, undefined behaviour, a hang or an absurd allocation (the
 # reproducer is left in build-fuzz/artifacts/). CI runs this; scripts/fuzz-long.sh runs longer.
-#   scripts/fuzz.sh                 # FUZZ_SECONDS (default 45) per target
+#   scripts/fuzz.sh                 # FUZZ_SECONDS (default 30) per target
 #   scripts/fuzz.sh catalog-fuzz    # only the named targets
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../tests/fuzz/fuzz-common.sh"
-seconds=${FUZZ_SECONDS:-45}
+seconds=${FUZZ_SECONDS:-30}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${FUZZ_TARGETS[@]}")
 
