@@ -9,8 +9,8 @@
 namespace impress::app {
 
 struct CommonOptions {
-  std::string model;         // GGUF file or Hugging Face folder; empty = the default model
-  std::string store_dir;     // KV store directory; empty = $XDG_DATA_HOME/impress/store
+  std::string model;      // GGUF file or Hugging Face folder; empty = the default model
+  std::string store_dir;  // KV store directory; empty = $XDG_DATA_HOME/impress/store
   int threads = 2;
   std::string system = "impress";  // recomp|as|as-h2o-lru|as-h2o-lfu|impress
   float alpha = 0.6f;
@@ -18,7 +18,7 @@ struct CommonOptions {
   int probe_heads = 3;
   int sinks = 4;
   int recent = 32;
-  bool no_store = false;     // recompute everything, store nothing
+  bool no_store = false;  // recompute everything, store nothing
   std::string backend = "cpu";
   double device_budget_mb = 256;
   double host_budget_mb = 1024;
@@ -28,7 +28,7 @@ struct CommonOptions {
   float top_p = 0.95f;
   float repeat_penalty = 1.0f;
   uint64_t seed = 42;
-  bool raw = false;          // no chat template
+  bool raw = false;  // no chat template
   std::string log_level = "warn";
 };
 

@@ -11,7 +11,6 @@ namespace impress::app {
 void RegisterTokenizeCommand(CLI::App& app, CommonOptions* common, int* exit_code);
 void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_code);  // generate, chat
 void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code);     // bench engine|store
-void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code);       // gui (also the default)
-
+void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code);        // gui (also the default)
 
 }  // namespace impress::app

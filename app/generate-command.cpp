@@ -1,8 +1,8 @@
 // impress generate / impress chat: one answer, or a terminal conversation, over attached
 // documents, through the IMPRESS pipeline and the tiered KV store (docs/design.md section 8).
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <csignal>
 #include <iostream>
@@ -121,7 +121,8 @@ void PrintStats(const ChatAnswer& a) {
   const RequestReport& r = a.report;
   const TtftBreakdown& b = r.breakdown;
   std::cerr << fmt::format(
-      "\n[{} | TTFT {:.0f} ms (match {:.0f}, probe I/O {:.0f}, probe {:.0f}, KV I/O {:.0f}, copy {:.0f}, compute {:.0f}) "
+      "\n[{} | TTFT {:.0f} ms (match {:.0f}, probe I/O {:.0f}, probe {:.0f}, KV I/O {:.0f}, copy {:.0f}, compute "
+      "{:.0f}) "
       "| reused {} of {} prompt tokens (chunks: device {}, host {}, SSD {}; {:.1f} MB read) | probe passed in {}/{} "
       "layers | decode {:.1f} tok/s]\n",
       SystemName(r.system), r.ttft_ms, b.match_ms, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms,
@@ -130,12 +131,9 @@ void PrintStats(const ChatAnswer& a) {
 }
 
 nlohmann::json FidelityJson(const FidelityReport& f) {
-  return {{"first_token_match", f.first_token_match},
-          {"first_token", f.first_token},
-          {"first_token_full", f.first_token_full},
-          {"kl_divergence", f.kl_divergence},
-          {"continuation_tokens", f.n_continuation},
-          {"continuation_match", f.n_continuation_match}};
+  return {{"first_token_match", f.first_token_match}, {"first_token", f.first_token},
+          {"first_token_full", f.first_token_full},   {"kl_divergence", f.kl_divergence},
+          {"continuation_tokens", f.n_continuation},  {"continuation_match", f.n_continuation_match}};
 }
 
 }  // namespace
@@ -186,7 +184,8 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
     }
     auto a = (*s)->Ask(prompt, ao);
     if (!a.ok()) return fail(a.status());
-    if (auto w = (*s)->pipeline().WaitForStore(); !w.ok()) spdlog::warn("the answer's KV was not stored: {}", w.status().ToString());
+    if (auto w = (*s)->pipeline().WaitForStore(); !w.ok())
+      spdlog::warn("the answer's KV was not stored: {}", w.status().ToString());
     if (gargs->json) {
       nlohmann::json j = ReportJson(a->report);
       j["text"] = a->text;

@@ -7,8 +7,8 @@
 
 namespace impress::app {
 
-ProgressBar::ProgressBar(std::string label)
-    : label_(std::move(label)), tty_(isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {}
+ProgressBar::ProgressBar(std::string label) :
+    label_(std::move(label)), tty_(isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {}
 
 ProgressBar::~ProgressBar() { Finish(); }
 

@@ -1,7 +1,7 @@
 // impress tokenize (--text TEXT | --file FILE) [--json]: the ids (and pieces) the model's
 // tokenizer gives, so a prompt can be checked against another implementation.
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <iostream>
 

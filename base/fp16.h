@@ -25,7 +25,10 @@ inline float Fp16ToFp32Soft(f16_t h) {
       bits = sign;
     } else {  // subnormal: normalise
       exp = 127 - 15 + 1;
-      while ((mant & 0x400) == 0) { mant <<= 1; --exp; }
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
       mant &= 0x3ff;
       bits = sign | (exp << 23) | (mant << 13);
     }
@@ -46,7 +49,7 @@ inline f16_t Fp32ToFp16Soft(float f) {  // round to nearest even
   const uint32_t absx = x & 0x7fffffff;
   if (absx >= 0x7f800000u) return uint16_t(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
   if (absx >= 0x477ff000u) return uint16_t(sign | 0x7c00);  // overflow -> inf
-  if (absx < 0x38800000u) {  // subnormal or zero in half
+  if (absx < 0x38800000u) {                                 // subnormal or zero in half
     if (absx < 0x33000000u) return uint16_t(sign);
     const uint32_t e = absx >> 23;
     const uint32_t m = (absx & 0x7fffff) | 0x800000;

@@ -16,15 +16,15 @@ class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk = 0,
-    kInvalidArgument,   // the caller passed something unusable
-    kNotFound,          // a file, key or tensor does not exist
-    kCorruption,        // a file's contents are inconsistent (bad magic, checksum, bounds)
-    kUnsupported,       // valid, but this build cannot handle it (tensor type, architecture)
-    kIOError,           // the operating system refused (read, write, fsync, disk full)
-    kOutOfRange,        // e.g. prompt longer than the context
-    kResourceExhausted, // a budget or memory limit
-    kCancelled,         // the user stopped it
-    kInternal,          // a bug: an invariant did not hold
+    kInvalidArgument,    // the caller passed something unusable
+    kNotFound,           // a file, key or tensor does not exist
+    kCorruption,         // a file's contents are inconsistent (bad magic, checksum, bounds)
+    kUnsupported,        // valid, but this build cannot handle it (tensor type, architecture)
+    kIOError,            // the operating system refused (read, write, fsync, disk full)
+    kOutOfRange,         // e.g. prompt longer than the context
+    kResourceExhausted,  // a budget or memory limit
+    kCancelled,          // the user stopped it
+    kInternal,           // a bug: an invariant did not hold
   };
 
   Status() = default;
@@ -63,9 +63,7 @@ class [[nodiscard]] Status {
   std::string ToString() const { return ok() ? "OK" : std::string(CodeName(code_)) + ": " + message_; }
 
   // Prefixes context to a failed status: st.WithContext("model.gguf") -> "model.gguf: ...".
-  Status WithContext(const std::string& ctx) const {
-    return ok() ? *this : Status(code_, ctx + ": " + message_);
-  }
+  Status WithContext(const std::string& ctx) const { return ok() ? *this : Status(code_, ctx + ": " + message_); }
 
  private:
   Code code_ = Code::kOk;
@@ -75,7 +73,7 @@ class [[nodiscard]] Status {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}                                              // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) { assert(!std::get<Status>(v_).ok()); }  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -98,17 +96,16 @@ class [[nodiscard]] Result {
 }  // namespace impress
 
 // Returns early from the enclosing function when `expr` (a Status) is not OK.
-#define IMPRESS_RETURN_IF_ERROR(expr)            \
-  do {                                           \
-    ::impress::Status _st = (expr);              \
-    if (!_st.ok()) return _st;                   \
+#define IMPRESS_RETURN_IF_ERROR(expr) \
+  do {                                \
+    ::impress::Status _st = (expr);   \
+    if (!_st.ok()) return _st;        \
   } while (0)
 
 #define IMPRESS_CONCAT_INNER(a, b) a##b
 #define IMPRESS_CONCAT(a, b) IMPRESS_CONCAT_INNER(a, b)
 // IMPRESS_ASSIGN_OR_RETURN(auto x, MakeX()); declares x from a Result or returns its Status.
-#define IMPRESS_ASSIGN_OR_RETURN(lhs, expr)                       \
-  auto IMPRESS_CONCAT(_res_, __LINE__) = (expr);                  \
-  if (!IMPRESS_CONCAT(_res_, __LINE__).ok())                      \
-    return IMPRESS_CONCAT(_res_, __LINE__).status();              \
+#define IMPRESS_ASSIGN_OR_RETURN(lhs, expr)                                                   \
+  auto IMPRESS_CONCAT(_res_, __LINE__) = (expr);                                              \
+  if (!IMPRESS_CONCAT(_res_, __LINE__).ok()) return IMPRESS_CONCAT(_res_, __LINE__).status(); \
   lhs = std::move(IMPRESS_CONCAT(_res_, __LINE__)).value()

@@ -90,8 +90,9 @@ Result<CudaBenchResult> RunCudaEngineBenchmark(const Model& model, const CudaBen
   auto step = [&](uint64_t done, std::string_view what) { return BenchStep(o.progress, done, n_steps, what); };
 
   IMPRESS_RETURN_IF_ERROR(step(4, "model GEMMs"));
-  IMPRESS_ASSIGN_OR_RETURN(r.model_gemm_tflops, ModelGemmTflops(*backend, c, std::min(o.forward.ubatch, r.speed.n_prefill_short),
-                                                                   o.forward.repeats));
+  IMPRESS_ASSIGN_OR_RETURN(
+      r.model_gemm_tflops,
+      ModelGemmTflops(*backend, c, std::min(o.forward.ubatch, r.speed.n_prefill_short), o.forward.repeats));
   backend.reset();  // give its memory back before the big GEMMs
 
   IMPRESS_RETURN_IF_ERROR(step(5, "cuBLAS peak"));
@@ -103,11 +104,11 @@ Result<CudaBenchResult> RunCudaEngineBenchmark(const Model& model, const CudaBen
   r.weights_mb = WeightsMb(model);
   r.kv_cache_mb = KvCacheMb(c, r.speed.n_cache);
   IMPRESS_RETURN_IF_ERROR(step(6, "done"));
-  spdlog::info("cuda bench: prefill {:.0f} tok/s @{}, {:.0f} tok/s @{}, decode {:.1f} tok/s, model GEMMs {:.1f} of "
-               "{:.1f} TFLOP/s",
-               r.speed.prefill_tok_s_short, r.speed.n_prefill_short, r.speed.prefill_tok_s_long,
-               r.speed.n_prefill_long, r.speed.decode_tok_s,
-               r.model_gemm_tflops, r.peak_gemm_tflops);
+  spdlog::info(
+      "cuda bench: prefill {:.0f} tok/s @{}, {:.0f} tok/s @{}, decode {:.1f} tok/s, model GEMMs {:.1f} of "
+      "{:.1f} TFLOP/s",
+      r.speed.prefill_tok_s_short, r.speed.n_prefill_short, r.speed.prefill_tok_s_long, r.speed.n_prefill_long,
+      r.speed.decode_tok_s, r.model_gemm_tflops, r.peak_gemm_tflops);
   return r;
 }
 
@@ -115,8 +116,10 @@ std::string FormatCudaBench(const CudaBenchResult& r) {
   std::string s;
   s += fmt::format("{:<28} {}\n", "device", r.device);
   s += fmt::format("{:<28} {}\n", "backend", r.backend);
-  s += fmt::format("{:<28} {:.0f} tok/s ({} tokens)\n", "prefill short", r.speed.prefill_tok_s_short, r.speed.n_prefill_short);
-  s += fmt::format("{:<28} {:.0f} tok/s ({} tokens)\n", "prefill long", r.speed.prefill_tok_s_long, r.speed.n_prefill_long);
+  s += fmt::format("{:<28} {:.0f} tok/s ({} tokens)\n", "prefill short", r.speed.prefill_tok_s_short,
+                   r.speed.n_prefill_short);
+  s += fmt::format("{:<28} {:.0f} tok/s ({} tokens)\n", "prefill long", r.speed.prefill_tok_s_long,
+                   r.speed.n_prefill_long);
   s += fmt::format("{:<28} {:.1f} tok/s ({:.2f} ms/token, {} tokens)\n", "decode", r.speed.decode_tok_s,
                    r.speed.decode_ms_per_token, r.speed.n_decode);
   s += fmt::format("{:<28} {:.2f} TFLOP/s ({:.1f}% of the matrix rate)\n", "prefill achieved", r.prefill_tflops,

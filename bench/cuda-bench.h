@@ -34,13 +34,13 @@ struct CudaBenchResult {
   std::string device;   // CudaDeviceDescription
   std::string backend;  // Backend::Name()
   ForwardSpeed speed;
-  double prefill_tflops = 0;      // achieved at the short prefill
-  double model_gemm_tflops = 0;   // the model's layer GEMMs through the backend (M = ubatch)
-  double peak_gemm_tflops = 0;    // cuBLAS 8192^3 in the backend's GEMM precision
-  double peak_sgemm_tflops = 0;   // cuBLAS 8192^3 fp32 (no TF32)
-  double gemm_efficiency = 0;     // model_gemm_tflops / peak_gemm_tflops
-  double prefill_vs_peak = 0;     // prefill_tflops / peak_gemm_tflops
-  double weights_mb = 0;          // fp32 weights on the device
+  double prefill_tflops = 0;     // achieved at the short prefill
+  double model_gemm_tflops = 0;  // the model's layer GEMMs through the backend (M = ubatch)
+  double peak_gemm_tflops = 0;   // cuBLAS 8192^3 in the backend's GEMM precision
+  double peak_sgemm_tflops = 0;  // cuBLAS 8192^3 fp32 (no TF32)
+  double gemm_efficiency = 0;    // model_gemm_tflops / peak_gemm_tflops
+  double prefill_vs_peak = 0;    // prefill_tflops / peak_gemm_tflops
+  double weights_mb = 0;         // fp32 weights on the device
   double kv_cache_mb = 0;
 };
 

@@ -68,11 +68,11 @@ Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBen
   r.weights_mb = WeightsMb(model);
   r.kv_cache_mb = KvCacheMb(c, r.speed.n_cache);
   IMPRESS_RETURN_IF_ERROR(BenchStep(o.progress, n_steps, n_steps, "done"));
-  spdlog::info("engine bench: prefill {:.0f} tok/s @{} , {:.0f} tok/s @{}, decode {:.1f} tok/s, prefill {:.1f} GFLOP/s "
-               "vs sgemm {:.1f} GFLOP/s, peak RSS {:.0f} MB",
-               r.speed.prefill_tok_s_short, r.speed.n_prefill_short, r.speed.prefill_tok_s_long, r.speed.n_prefill_long,
-               r.speed.decode_tok_s,
-               r.prefill_gflops, r.sgemm_gflops, r.peak_rss_mb);
+  spdlog::info(
+      "engine bench: prefill {:.0f} tok/s @{} , {:.0f} tok/s @{}, decode {:.1f} tok/s, prefill {:.1f} GFLOP/s "
+      "vs sgemm {:.1f} GFLOP/s, peak RSS {:.0f} MB",
+      r.speed.prefill_tok_s_short, r.speed.n_prefill_short, r.speed.prefill_tok_s_long, r.speed.n_prefill_long,
+      r.speed.decode_tok_s, r.prefill_gflops, r.sgemm_gflops, r.peak_rss_mb);
   return r;
 }
 

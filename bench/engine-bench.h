@@ -27,12 +27,12 @@ struct EngineBenchOptions {
 struct EngineBenchResult {
   int n_threads = 0;
   ForwardSpeed speed;
-  double prefill_gflops = 0;      // achieved, at speed.n_prefill_short
-  double sgemm_gflops = 0;        // OpenBLAS on the model's layer GEMM shapes (M = ubatch)
-  double prefill_vs_sgemm = 0;    // prefill_gflops / sgemm_gflops
+  double prefill_gflops = 0;    // achieved, at speed.n_prefill_short
+  double sgemm_gflops = 0;      // OpenBLAS on the model's layer GEMM shapes (M = ubatch)
+  double prefill_vs_sgemm = 0;  // prefill_gflops / sgemm_gflops
   double peak_rss_mb = 0;
-  double weights_mb = 0;          // fp32 weights
-  double kv_cache_mb = 0;         // the generator's fp16 KV cache
+  double weights_mb = 0;   // fp32 weights
+  double kv_cache_mb = 0;  // the generator's fp16 KV cache
 };
 
 Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBenchOptions& options = {});

@@ -97,8 +97,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   IMPRESS_ASSIGN_OR_RETURN(std::vector<std::string> questions, ReadQuestions(o.questions, o.n_questions));
   result.n_questions = int(questions.size());
 
-  const std::filesystem::path dir =
-      std::filesystem::path(o.store_dir) / fmt::format("pipeline-bench-{}", ::getpid());
+  const std::filesystem::path dir = std::filesystem::path(o.store_dir) / fmt::format("pipeline-bench-{}", ::getpid());
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   std::filesystem::create_directories(dir, ec);
@@ -128,7 +127,9 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
 
   const int total_steps = 1 + result.n_questions * 5;
   int step = 0;
-  auto tick = [&](const char* what) { return ReportProgress(o.progress, uint64_t(++step), uint64_t(total_steps), what); };
+  auto tick = [&](const char* what) {
+    return ReportProgress(o.progress, uint64_t(++step), uint64_t(total_steps), what);
+  };
 
   // Ingest: one full prefill of the document, stored.
   std::vector<float> logits;
@@ -167,8 +168,8 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
       s.report_importance = systems[i] == SystemKind::kImpress;  // reorder follows IMPRESS's verdicts
       IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[q].tokens, prompts[q].n_prefix}, s, 0, &logits));
       if (r.n_matched != prompts[q].n_prefix) {
-        return Status::Internal(fmt::format("question {}: matched {} of {} prefix tokens", q, r.n_matched,
-                                            prompts[q].n_prefix));
+        return Status::Internal(
+            fmt::format("question {}: matched {} of {} prefix tokens", q, r.n_matched, prompts[q].n_prefix));
       }
       if (systems[i] == SystemKind::kAsLike) full_first[q] = Argmax(logits);
       acc[i].Add(r, Argmax(logits) == full_first[q]);

@@ -16,9 +16,9 @@
 namespace impress {
 
 struct PipelineBenchOptions {
-  std::string store_dir;        // a fresh directory is made inside it and removed afterwards
-  std::string document;         // text file (4,000+ tokens for the numbers)
-  std::string questions;        // one question per line; '#' lines are comments
+  std::string store_dir;  // a fresh directory is made inside it and removed afterwards
+  std::string document;   // text file (4,000+ tokens for the numbers)
+  std::string questions;  // one question per line; '#' lines are comments
   int n_questions = 20;
   float keep = 0.25f;
   float alpha = 0.6f;
@@ -31,25 +31,25 @@ struct SystemSummary {
   int n_requests = 0;
   double mean_ttft_ms = 0;
   double p99_ttft_ms = 0;
-  double mean_ssd_bytes = 0;          // read from the data files per request
-  double mean_kv_bytes = 0;           // keys + values the request asked for (probe keys included)
-  double mean_breakdown_error = 0;    // |sum of parts - TTFT| / TTFT
+  double mean_ssd_bytes = 0;        // read from the data files per request
+  double mean_kv_bytes = 0;         // keys + values the request asked for (probe keys included)
+  double mean_breakdown_error = 0;  // |sum of parts - TTFT| / TTFT
   double max_breakdown_error = 0;
-  double first_token_agreement = 0;   // vs the full-KV (AS-like) first token
-  double mean_read_amplification = 0; // SSD bytes read / bytes of the K/V used
+  double first_token_agreement = 0;    // vs the full-KV (AS-like) first token
+  double mean_read_amplification = 0;  // SSD bytes read / bytes of the K/V used
   double mean_chunks_ssd = 0;
-  double layers_passed = 0;           // mean fraction of layers where the probe passed
+  double layers_passed = 0;  // mean fraction of layers where the probe passed
   TtftBreakdown mean_breakdown;
 };
 
 struct PipelineBenchResult {
   int n_document_tokens = 0;
   int n_questions = 0;
-  double ingest_ms = 0;               // the first, full prefill of the document
+  double ingest_ms = 0;  // the first, full prefill of the document
   double recomp_ttft_ms = 0;
-  std::vector<SystemSummary> systems; // as, as-h2o-lru, as-h2o-lfu, impress, impress after reorder
-  double impress_vs_as_bytes = 0;     // IMPRESS SSD bytes / AS-like SSD bytes
-  double impress_vs_h2o_bytes = 0;    // IMPRESS SSD bytes / AS+H2O+LFU SSD bytes
+  std::vector<SystemSummary> systems;  // as, as-h2o-lru, as-h2o-lfu, impress, impress after reorder
+  double impress_vs_as_bytes = 0;      // IMPRESS SSD bytes / AS-like SSD bytes
+  double impress_vs_h2o_bytes = 0;     // IMPRESS SSD bytes / AS+H2O+LFU SSD bytes
   double read_amp_before_reorder = 0;
   double read_amp_after_reorder = 0;
   uint64_t segments_reordered = 0;

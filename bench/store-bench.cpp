@@ -74,8 +74,14 @@ Result<StoreBenchResult> RunStoreBenchmark(const StoreBenchOptions& bo) {
     const size_t row = size_t(bo.n_head_kv) * size_t(bo.head_dim);
     std::vector<std::vector<Token>> prefixes(size_t(bo.n_prefixes));
     std::vector<std::vector<f16_t>> k(size_t(bo.n_layer)), v(size_t(bo.n_layer));
-    for (auto& x : k) { x.resize(size_t(bo.chunk_tokens) * row); for (auto& e : x) e = f16_t(rng() & 0x7bff); }
-    for (auto& x : v) { x.resize(size_t(bo.chunk_tokens) * row); for (auto& e : x) e = f16_t(rng() & 0x7bff); }
+    for (auto& x : k) {
+      x.resize(size_t(bo.chunk_tokens) * row);
+      for (auto& e : x) e = f16_t(rng() & 0x7bff);
+    }
+    for (auto& x : v) {
+      x.resize(size_t(bo.chunk_tokens) * row);
+      for (auto& e : x) e = f16_t(rng() & 0x7bff);
+    }
     std::vector<LayerKV> layers(size_t(bo.n_layer));
     for (int il = 0; il < bo.n_layer; ++il) layers[size_t(il)] = {k[size_t(il)].data(), v[size_t(il)].data()};
     for (int turn = 0; turn < bo.prefix_tokens / bo.chunk_tokens; ++turn)
@@ -93,7 +99,9 @@ Result<StoreBenchResult> RunStoreBenchmark(const StoreBenchOptions& bo) {
     std::vector<uint32_t> all(size_t(bo.prefix_tokens));
     std::iota(all.begin(), all.end(), 0u);
     std::vector<f16_t> k_out(all.size() * row), v_out(all.size() * row);  // the caller's arena
-    auto submit = [&]() { return store->SubmitReadKV(hs[rng() % hs.size()], int(rng() % uint32_t(bo.n_layer)), all, true, true); };
+    auto submit = [&]() {
+      return store->SubmitReadKV(hs[rng() % hs.size()], int(rng() % uint32_t(bo.n_layer)), all, true, true);
+    };
     // One chunk's K and V regions (a whole-prefix K+V read skips the header block).
     res.block_bytes = KVChunkLayout(uint32_t(bo.chunk_tokens), uint32_t(2 * row)).length - kBlockBytes;
     const uint64_t file_bytes = uint64_t(bo.n_prefixes) * uint64_t(bo.prefix_tokens) * uint64_t(bo.n_layer) *
@@ -129,11 +137,12 @@ Result<StoreBenchResult> RunStoreBenchmark(const StoreBenchOptions& bo) {
         res.wall_ms_per_batch = elapsed * 1e3 / double(batches);
       }
       // fio over a file of the same size as the store's data, same block size and depth.
-      const std::string cmd = bo.fio + " --name=impress-store-bench --filename=" + dir + "/fio.dat --size=" +
-                              std::to_string(file_bytes / (1 << 20) + 1) + "M --rw=randread --bs=" +
-                              std::to_string(res.block_bytes) + " --iodepth=" + std::to_string(bo.queue_depth) +
-                              " --ioengine=io_uring --direct=1 --runtime=" + std::to_string(std::max(1, int(per_round + 0.5))) +
-                              " --time_based --output-format=json 2>/dev/null";
+      const std::string cmd =
+          bo.fio + " --name=impress-store-bench --filename=" + dir +
+          "/fio.dat --size=" + std::to_string(file_bytes / (1 << 20) + 1) +
+          "M --rw=randread --bs=" + std::to_string(res.block_bytes) + " --iodepth=" + std::to_string(bo.queue_depth) +
+          " --ioengine=io_uring --direct=1 --runtime=" + std::to_string(std::max(1, int(per_round + 0.5))) +
+          " --time_based --output-format=json 2>/dev/null";
       auto out = RunCommand(cmd);
       if (out.ok()) {
         auto bw = ParseFioReadBw(*out);
@@ -155,13 +164,14 @@ Result<StoreBenchResult> RunStoreBenchmark(const StoreBenchOptions& bo) {
 
 std::string FormatStoreBench(const StoreBenchResult& r) {
   char buf[1024];
-  std::snprintf(buf, sizeof(buf),
-                "store read benchmark (block %llu bytes, queue depth %d, %llu chunks per layer batch, %s%s)\n"
-                "  %-8s %10s\n  %-8s %10.1f\n  %-8s %10.1f%s\n  %-8s %10.2f\n  store CPU %.2f ms per batch, wall %.2f ms\n",
-                (unsigned long long)r.block_bytes, r.queue_depth, (unsigned long long)r.chunks_per_batch,
-                r.io_engine.c_str(), r.direct_io ? ", O_DIRECT" : ", buffered", "", "MB/s", "store", r.store_mb_s, "fio",
-                r.fio_mb_s, r.fio_error.empty() ? "" : ("  (" + r.fio_error + ")").c_str(), "ratio", r.ratio,
-                r.cpu_ms_per_batch, r.wall_ms_per_batch);
+  std::snprintf(
+      buf, sizeof(buf),
+      "store read benchmark (block %llu bytes, queue depth %d, %llu chunks per layer batch, %s%s)\n"
+      "  %-8s %10s\n  %-8s %10.1f\n  %-8s %10.1f%s\n  %-8s %10.2f\n  store CPU %.2f ms per batch, wall %.2f ms\n",
+      (unsigned long long)r.block_bytes, r.queue_depth, (unsigned long long)r.chunks_per_batch, r.io_engine.c_str(),
+      r.direct_io ? ", O_DIRECT" : ", buffered", "", "MB/s", "store", r.store_mb_s, "fio", r.fio_mb_s,
+      r.fio_error.empty() ? "" : ("  (" + r.fio_error + ")").c_str(), "ratio", r.ratio, r.cpu_ms_per_batch,
+      r.wall_ms_per_batch);
   return buf;
 }
 

@@ -12,30 +12,30 @@
 namespace impress::store {
 
 struct StoreBenchOptions {
-  std::string dir;            // scratch directory on the disk to measure (created, then removed)
+  std::string dir;  // scratch directory on the disk to measure (created, then removed)
   int queue_depth = 32;
-  int chunk_tokens = 64;      // with the geometry below: the block size of one chunk read
+  int chunk_tokens = 64;  // with the geometry below: the block size of one chunk read
   int n_layer = 8;
-  int n_head_kv = 3;          // SmolLM2-135M's KV shape
+  int n_head_kv = 3;  // SmolLM2-135M's KV shape
   int head_dim = 64;
   int n_prefixes = 4;
-  int prefix_tokens = 4096;   // built in turns of chunk_tokens, so a layer's chunks are scattered
-  double seconds = 3.0;       // per measurement
-  std::string fio = "fio";    // the fio executable
+  int prefix_tokens = 4096;  // built in turns of chunk_tokens, so a layer's chunks are scattered
+  double seconds = 3.0;      // per measurement
+  std::string fio = "fio";   // the fio executable
 };
 
 struct StoreBenchResult {
-  double store_mb_s = 0;      // MB/s (1e6 bytes) read from the data files by the store
-  double fio_mb_s = 0;        // fio randread bandwidth, same block size and depth (0 if fio failed)
-  double ratio = 0;           // store / fio
-  uint64_t block_bytes = 0;   // bytes of one chunk read (fio's bs)
+  double store_mb_s = 0;     // MB/s (1e6 bytes) read from the data files by the store
+  double fio_mb_s = 0;       // fio randread bandwidth, same block size and depth (0 if fio failed)
+  double ratio = 0;          // store / fio
+  uint64_t block_bytes = 0;  // bytes of one chunk read (fio's bs)
   int queue_depth = 0;
   uint64_t chunks_per_batch = 0;
   uint64_t batches = 0;
   std::string io_engine;
   bool direct_io = false;
-  std::string fio_error;      // why fio_mb_s is 0, if it is
-  double cpu_ms_per_batch = 0;   // process CPU time per layer batch while reading
+  std::string fio_error;        // why fio_mb_s is 0, if it is
+  double cpu_ms_per_batch = 0;  // process CPU time per layer batch while reading
   double wall_ms_per_batch = 0;
 };
 

@@ -61,8 +61,8 @@ Result<DocumentCacheState> ChatController::CacheTarget(size_t index) const {
     return Status::OutOfRange(fmt::format("no document {} (there are {})", index, docs_.size()));
   DocumentCacheState d = DocumentCaches()[index];
   if (d.span_begin < 0) {  // detached, retrieval mode, or its place in the prompt is unknown
-    const std::string why = fmt::format("{}: only an attached document's cache can be pinned or dropped",
-                                        docs_[index].doc.name);
+    const std::string why =
+        fmt::format("{}: only an attached document's cache can be pinned or dropped", docs_[index].doc.name);
     Notice(why);
     return Status::InvalidArgument(why);
   }

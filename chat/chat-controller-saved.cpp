@@ -66,8 +66,8 @@ void ChatController::NewConversation(bool keep_documents) {
   if (!keep_documents) docs_.clear();
   title_ = kUntitled;
   if (db_) {
-    auto id = db_->CreateConversation(kUntitled, retrieval_ ? persist::ConversationMode::kRetrieval
-                                                            : persist::ConversationMode::kDocuments);
+    auto id = db_->CreateConversation(
+        kUntitled, retrieval_ ? persist::ConversationMode::kRetrieval : persist::ConversationMode::kDocuments);
     if (!id.ok()) {
       Notice("the new conversation is not saved: " + id.status().ToString());
       conv_id_ = 0;
@@ -82,8 +82,8 @@ void ChatController::NewConversation(bool keep_documents) {
     fresh.summary.id = conv_id_;
     fresh.summary.title = title_;
     fresh.summary.mode = retrieval_ ? persist::ConversationMode::kRetrieval : persist::ConversationMode::kDocuments;
-    events_.conversation_changed(fresh, keep_documents ? ConversationChange::kNewKeepingDocuments
-                                                       : ConversationChange::kNew);
+    events_.conversation_changed(fresh,
+                                 keep_documents ? ConversationChange::kNewKeepingDocuments : ConversationChange::kNew);
   }
 }
 

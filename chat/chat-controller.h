@@ -49,14 +49,14 @@ struct DocumentCacheState {
   int span_begin = -1, span_end = -1;  // -1: not attached, retrieval mode, no store, or unknown
   uint64_t tokens_cached = 0, tokens_device = 0, tokens_host = 0;
   bool pinned = false;
-  std::string residency;               // one line: "not cached", "120 of 300 tokens cached: ...", ...
+  std::string residency;  // one line: "not cached", "120 of 300 tokens cached: ...", ...
 };
 
 // How the open conversation changed (ChatEvents::conversation_changed).
 enum class ConversationChange {
-  kOpened,                // a saved conversation was opened: its turns are the conversation's
-  kNew,                   // a new, empty conversation without documents
-  kNewKeepingDocuments,   // a new, empty conversation; the documents stayed
+  kOpened,               // a saved conversation was opened: its turns are the conversation's
+  kNew,                  // a new, empty conversation without documents
+  kNewKeepingDocuments,  // a new, empty conversation; the documents stayed
 };
 
 struct ChatEvents {
@@ -177,8 +177,8 @@ class ChatController {
   std::vector<ChatDocument> docs_;
   bool retrieval_ = false;
   int n_context_tokens_ = 0;
-  std::vector<int32_t> context_prefix_;          // the attached documents' prompt prefix
-  std::vector<Conversation::TokenSpan> spans_;   // parallel to the attached documents
+  std::vector<int32_t> context_prefix_;         // the attached documents' prompt prefix
+  std::vector<Conversation::TokenSpan> spans_;  // parallel to the attached documents
   std::unique_ptr<persist::ChatDb> db_;
   std::unique_ptr<persist::PassageIndex> passages_;
   int64_t conv_id_ = 0;

@@ -48,18 +48,18 @@ struct ConversationSummary {
 };
 
 struct SavedDocument {
-  std::string name;           // for prompts and the UI
-  std::string path;           // where it was loaded from (may no longer exist)
-  std::string text;           // the exact text (what the prompt was built from)
-  int64_t n_tokens = -1;      // token count under the model it was measured with; -1 = unknown
-  bool attached = true;       // part of the conversation's context (documents mode)
+  std::string name;       // for prompts and the UI
+  std::string path;       // where it was loaded from (may no longer exist)
+  std::string text;       // the exact text (what the prompt was built from)
+  int64_t n_tokens = -1;  // token count under the model it was measured with; -1 = unknown
+  bool attached = true;   // part of the conversation's context (documents mode)
   // Filled by Load(): byte size of `text` and its content key (hex XXH3-128 + ":" + size).
   uint64_t n_bytes = 0;
   std::string text_key;
 };
 
 struct SavedTurn {
-  std::string role;     // "system", "user" or "assistant"
+  std::string role;  // "system", "user" or "assistant"
   std::string content;
   std::string meta;     // opaque (JSON by convention), may be empty
   int64_t created = 0;  // unix seconds; filled by Load()
@@ -67,7 +67,7 @@ struct SavedTurn {
 
 struct SavedConversation {
   ConversationSummary summary;
-  std::string settings;                 // opaque JSON text from the GUI ("" when never set)
+  std::string settings;                  // opaque JSON text from the GUI ("" when never set)
   std::vector<SavedDocument> documents;  // in order
   std::vector<SavedTurn> turns;          // in order
 };
@@ -101,8 +101,7 @@ class ChatDb {
   // All conversations, most recently updated first (ties: newest id first).
   Result<std::vector<ConversationSummary>> ListConversations();
   // A new, empty conversation; returns its id.
-  Result<int64_t> CreateConversation(const std::string& title,
-                                     ConversationMode mode = ConversationMode::kDocuments);
+  Result<int64_t> CreateConversation(const std::string& title, ConversationMode mode = ConversationMode::kDocuments);
   // Everything about one conversation; NotFound for an unknown id.
   Result<SavedConversation> Load(int64_t id);
 
@@ -115,8 +114,7 @@ class ChatDb {
   Status DeleteConversation(int64_t id);
 
   // Appends a turn; returns its position (0-based). Role must be system, user or assistant.
-  Result<int> AppendTurn(int64_t id, const std::string& role, const std::string& content,
-                         const std::string& meta = "");
+  Result<int> AppendTurn(int64_t id, const std::string& role, const std::string& content, const std::string& meta = "");
   // Removes the last `n` turns (regenerate). OutOfRange, and nothing changes, when the
   // conversation has fewer than `n` turns.
   Status PopTurns(int64_t id, int n);

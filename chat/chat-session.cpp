@@ -35,8 +35,8 @@ Result<ChatAnswer> ChatSession::Ask(const std::string& question, const AskOption
   const PromptTokens prompt = conversation_.Build(question, ctx_->tokenizer(), ctx_->chat_template(), o.raw);
   std::vector<float> logits;
   ChatAnswer answer;
-  IMPRESS_ASSIGN_OR_RETURN(answer.report, pipeline_->Prefill({prompt.tokens, prompt.n_prefix}, o.pipeline,
-                                                             o.max_tokens, &logits, o.on_prefill_progress, o.cancel));
+  IMPRESS_ASSIGN_OR_RETURN(answer.report, pipeline_->Prefill({prompt.tokens, prompt.n_prefix}, o.pipeline, o.max_tokens,
+                                                             &logits, o.on_prefill_progress, o.cancel));
   Sampler sampler(o.sampling);
   std::vector<int32_t> history = prompt.tokens;
   StreamDecoder decoder(ctx_->tokenizer());
@@ -46,8 +46,8 @@ Result<ChatAnswer> ChatSession::Ask(const std::string& question, const AskOption
     const int32_t tok = sampler.Sample(logits, history);
     answer.tokens.push_back(tok);
     history.push_back(tok);
-    const bool stop = std::find(stops.begin(), stops.end(), tok) != stops.end() ||
-                      ctx_->tokenizer().IsEndOfGeneration(tok);
+    const bool stop =
+        std::find(stops.begin(), stops.end(), tok) != stops.end() || ctx_->tokenizer().IsEndOfGeneration(tok);
     if (!stop) {
       std::string piece = decoder.Push(tok);
       answer.text += piece;
@@ -66,8 +66,7 @@ Result<ChatAnswer> ChatSession::Ask(const std::string& question, const AskOption
   answer.text += rest;
   if (o.on_text && !rest.empty()) o.on_text(rest);
   answer.report.n_generated = int(answer.tokens.size());
-  answer.report.decode_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  answer.report.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (o.store && store_) pipeline_->StoreAsync();
   if (o.remember) {
     conversation_.AddTurn("user", question);

@@ -12,11 +12,11 @@
 #include <memory>
 #include <string>
 
-#include "engine/compute/sampler.h"
 #include "chat/conversation.h"
+#include "engine/compute/sampler.h"
+#include "engine/runtime/model-context.h"
 #include "pipeline/fidelity.h"
 #include "pipeline/impress-pipeline.h"
-#include "engine/runtime/model-context.h"
 #include "store/prefix-store.h"
 
 namespace impress {
@@ -24,11 +24,11 @@ namespace impress {
 struct ChatSessionOptions {
   std::string model_path;
   ModelContextOptions model;
-  std::string store_dir;         // empty: no store (every request recomputes)
+  std::string store_dir;  // empty: no store (every request recomputes)
   uint64_t device_bytes = 256ull << 20;
   uint64_t host_bytes = 1ull << 30;
   uint64_t ssd_bytes = 16ull << 30;
-  int probe_heads_stored = 3;    // probe keys are kept for the KV heads these query heads use
+  int probe_heads_stored = 3;  // probe keys are kept for the KV heads these query heads use
   std::chrono::milliseconds reorder_interval = std::chrono::minutes(10);
 };
 
@@ -36,9 +36,9 @@ struct AskOptions {
   PipelineSettings pipeline;
   SamplerOptions sampling;
   int max_tokens = 256;
-  bool raw = false;              // no chat template
-  bool remember = true;          // add the question and answer to the conversation
-  bool store = true;             // write the new KV to the store afterwards
+  bool raw = false;                                       // no chat template
+  bool remember = true;                                   // add the question and answer to the conversation
+  bool store = true;                                      // write the new KV to the store afterwards
   std::function<bool(const std::string& piece)> on_text;  // streamed text; false stops
   ProgressFn on_prefill_progress;
   const std::atomic<bool>* cancel = nullptr;
@@ -46,14 +46,15 @@ struct AskOptions {
 
 struct ChatAnswer {
   std::string text;
-  std::vector<int32_t> tokens;   // generated, a stop token included when hit
+  std::vector<int32_t> tokens;  // generated, a stop token included when hit
   bool stopped_by_user = false;
-  RequestReport report;          // prefill report plus decode numbers
+  RequestReport report;  // prefill report plus decode numbers
 };
 
 class ChatSession {
  public:
-  static Result<std::unique_ptr<ChatSession>> Open(const ChatSessionOptions& options, const ProgressFn& load_progress = {});
+  static Result<std::unique_ptr<ChatSession>> Open(const ChatSessionOptions& options,
+                                                   const ProgressFn& load_progress = {});
   ~ChatSession();
 
   Result<ChatAnswer> Ask(const std::string& question, const AskOptions& options);

@@ -14,8 +14,8 @@ struct ContextBudget {
   int n_ctx = 0;       // the model's context (tokens)
   int max_tokens = 0;  // kept for the answer
 
-  static constexpr int kQuestionReserve = 64;     // the question and the template's tokens
-  static constexpr int kRetrievalReserve = 256;   // a retrieval prompt also carries passage headers
+  static constexpr int kQuestionReserve = 64;       // the question and the template's tokens
+  static constexpr int kRetrievalReserve = 256;     // a retrieval prompt also carries passage headers
   static constexpr int kMaxRetrievalTokens = 2048;  // most passage tokens one question carries
 
   // Tokens the attached documents may use together (negative when the answer alone fills the context).

@@ -12,9 +12,9 @@
 namespace impress {
 
 struct Document {
-  std::string path;   // as given
-  std::string name;   // file name, for prompts and the UI
-  std::string text;   // valid UTF-8, without a BOM; CRLF normalised to LF
+  std::string path;  // as given
+  std::string name;  // file name, for prompts and the UI
+  std::string text;  // valid UTF-8, without a BOM; CRLF normalised to LF
 };
 
 struct DocumentLimits {

@@ -1,11 +1,11 @@
 #include "gui/app-window.h"
 
 #define GLFW_INCLUDE_NONE
-#include <GLFW/glfw3.h>
 #include <GL/gl.h>
-#include <imgui.h>
+#include <GLFW/glfw3.h>
 #include <backends/imgui_impl_glfw.h>
 #include <backends/imgui_impl_opengl3.h>
+#include <imgui.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -107,12 +107,16 @@ struct FrameTimes {
     PrintFrameProfile(samples, out);
     const FrameStats a = ComputeFrameStats(all_ms), p = ComputeFrameStats(prefill_ms), b = ComputeFrameStats(busy_ms);
     const FrameStats w = ComputeFrameStats(work_ms), pw = ComputeFrameStats(prefill_work_ms);
-    std::fprintf(out, "frame work (poll to swap): max %.1f ms, p99 %.1f ms, mean %.1f ms; during prefill: max %.1f ms, p99 %.1f ms\n",
-                 w.max_ms, w.p99_ms, w.mean_ms, pw.max_ms, pw.p99_ms);
-    std::fprintf(out, "frame time: %zu frames, max %.1f ms, p99 %.1f ms, mean %.1f ms\n", a.n, a.max_ms, a.p99_ms, a.mean_ms);
+    std::fprintf(
+        out,
+        "frame work (poll to swap): max %.1f ms, p99 %.1f ms, mean %.1f ms; during prefill: max %.1f ms, p99 %.1f ms\n",
+        w.max_ms, w.p99_ms, w.mean_ms, pw.max_ms, pw.p99_ms);
+    std::fprintf(out, "frame time: %zu frames, max %.1f ms, p99 %.1f ms, mean %.1f ms\n", a.n, a.max_ms, a.p99_ms,
+                 a.mean_ms);
     std::fprintf(out, "frame time during prefill: %zu frames, max %.1f ms, p99 %.1f ms, mean %.1f ms\n", p.n, p.max_ms,
                  p.p99_ms, p.mean_ms);
-    std::fprintf(out, "frame time while the worker was busy: %zu frames, max %.1f ms, p99 %.1f ms\n", b.n, b.max_ms, b.p99_ms);
+    std::fprintf(out, "frame time while the worker was busy: %zu frames, max %.1f ms, p99 %.1f ms\n", b.n, b.max_ms,
+                 b.p99_ms);
     std::fflush(out);
   }
 };
@@ -148,17 +152,20 @@ Result<int> RunGui(const GuiOptions& o) {
   const char* x = std::getenv("DISPLAY");
   const char* wl = std::getenv("WAYLAND_DISPLAY");
   if ((!x || !*x) && (!wl || !*wl))
-    return Status::Unsupported("no display: neither DISPLAY nor WAYLAND_DISPLAY is set; use `impress chat` for the terminal chat");
+    return Status::Unsupported(
+        "no display: neither DISPLAY nor WAYLAND_DISPLAY is set; use `impress chat` for the terminal chat");
   // One glfwInit only: an X server with no clients may reset between a probe and a second init.
   glfwSetErrorCallback(OnGlfwError);
   if (!glfwInit())
-    return Status::Unsupported("no display: GLFW could not initialise (is the X server reachable?); use `impress chat`");
+    return Status::Unsupported(
+        "no display: GLFW could not initialise (is the X server reachable?); use `impress chat`");
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
   GLFWwindow* window = glfwCreateWindow(o.width, o.height, "IMPRESS desktop", nullptr, nullptr);
   if (!window) {
     glfwTerminate();
-    return Status::Unsupported("cannot open an OpenGL 3.0 window (is an OpenGL driver installed? e.g. libgl1-mesa-dri)");
+    return Status::Unsupported(
+        "cannot open an OpenGL 3.0 window (is an OpenGL driver installed? e.g. libgl1-mesa-dri)");
   }
   glfwMakeContextCurrent(window);
   glfwSwapInterval(1);
@@ -171,7 +178,7 @@ Result<int> RunGui(const GuiOptions& o) {
   ImGuiIO& io = ImGui::GetIO();
   std::error_code ec;
   std::filesystem::create_directories(o.config_dir, ec);
-  const std::string ini_path = o.config_dir + "/imgui.ini";  // outlives the context
+  const std::string ini_path = o.config_dir + "/imgui.ini";             // outlives the context
   io.IniFilename = o.script_path.empty() ? ini_path.c_str() : nullptr;  // scripts get the default layout
   ImGui::StyleColorsDark();
   ImGui::GetStyle().WindowRounding = 3;
@@ -237,7 +244,8 @@ Result<int> RunGui(const GuiOptions& o) {
       mark(FrameStage::kPoll);
       drawn_version = snap->version;
       UiActions actions;
-      for (std::string& path : events.dropped) actions.commands.push_back(MakeCommand(Command::Kind::kAddDocument, path));
+      for (std::string& path : events.dropped)
+        actions.commands.push_back(MakeCommand(Command::Kind::kAddDocument, path));
       events.dropped.clear();
 
       // New frame, panels.

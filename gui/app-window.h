@@ -15,8 +15,8 @@ namespace impress::gui {
 
 struct GuiOptions {
   WorkerOptions worker;
-  std::string config_dir;     // imgui.ini lives here (gui.json: worker.settings_path)
-  std::string script_path;    // empty: interactive
+  std::string config_dir;   // imgui.ini lives here (gui.json: worker.settings_path)
+  std::string script_path;  // empty: interactive
   int width = 1600, height = 900;
   bool print_frame_stats = false;  // also without a script
 };

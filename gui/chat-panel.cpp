@@ -70,8 +70,8 @@ void DrawConversationBar(const AppSnapshot& s, ChatPanelState& st, UiActions& ou
 }
 
 bool Busy(const AppSnapshot& s) {
-  return s.phase == WorkerPhase::kPrefill || s.phase == WorkerPhase::kDecoding ||
-         s.phase == WorkerPhase::kFidelity || s.phase == WorkerPhase::kStoring;
+  return s.phase == WorkerPhase::kPrefill || s.phase == WorkerPhase::kDecoding || s.phase == WorkerPhase::kFidelity ||
+         s.phase == WorkerPhase::kStoring;
 }
 
 void DrawAnswerStats(const ChatEntry& e) {
@@ -79,10 +79,10 @@ void DrawAnswerStats(const ChatEntry& e) {
   const RequestRecord& r = *e.request;
   const RequestReport& rep = r.report;
   ImGui::PushStyleColor(ImGuiCol_Text, IM_COL32(150, 160, 175, 255));
-  ImGui::TextWrapped("%s", fmt::format("{} | TTFT {:.0f} ms | {:.1f} tok/s | {} | probe passed {}/{} layers",
-                                       r.label, rep.ttft_ms, r.tokens_per_s, ReuseSummary(rep),
-                                       CountPassed(rep.layers), rep.layers.size())
-                               .c_str());
+  ImGui::TextWrapped(
+      "%s", fmt::format("{} | TTFT {:.0f} ms | {:.1f} tok/s | {} | probe passed {}/{} layers", r.label, rep.ttft_ms,
+                        r.tokens_per_s, ReuseSummary(rep), CountPassed(rep.layers), rep.layers.size())
+                .c_str());
   if (r.has_fidelity) {
     const FidelityReport& f = r.fidelity;
     ImGui::TextWrapped("%s", fmt::format("fidelity vs full KV: first token {}, KL {:.4f}, {}/{} greedy tokens equal",
@@ -99,8 +99,7 @@ void DrawChatPanel(const AppSnapshot& s, ChatPanelState& st, UiActions& out) {
   DrawConversationBar(s, st, out);
   const float footer = ImGui::GetFrameHeightWithSpacing() * 2 + ImGui::GetStyle().ItemSpacing.y;
   ImGui::BeginChild("##transcript", ImVec2(0, -footer), true);
-  if (s.chat.empty())
-    ImGui::TextDisabled("Attach a document (left), then ask a question below. Answers stream here.");
+  if (s.chat.empty()) ImGui::TextDisabled("Attach a document (left), then ask a question below. Answers stream here.");
   for (size_t i = 0; i < s.chat.size(); ++i) {
     const ChatEntry& e = s.chat[i];
     ImGui::PushID(int(i));

@@ -39,8 +39,8 @@ void ResidencyBar(const DocumentEntry& d) {
   }
   ImGui::Dummy(ImVec2(w, h));
   if (ImGui::IsItemHovered() && r.known)
-    ImGui::SetTooltip("device %.0f%%, host %.0f%%, SSD only %.0f%%, not cached %.0f%% of tokens %d-%d",
-                      100 * r.device, 100 * r.host, 100 * r.ssd, 100 * r.uncached, d.span_begin, d.span_end);
+    ImGui::SetTooltip("device %.0f%%, host %.0f%%, SSD only %.0f%%, not cached %.0f%% of tokens %d-%d", 100 * r.device,
+                      100 * r.host, 100 * r.ssd, 100 * r.uncached, d.span_begin, d.span_end);
 }
 
 }  // namespace
@@ -57,15 +57,18 @@ void DrawDocumentsPanel(const AppSnapshot& s, DocumentsPanelState& st, UiActions
   int mode = s.retrieval ? 1 : 0;
   if (ImGui::RadioButton("whole documents", &mode, 0) && s.retrieval)
     out.commands.push_back(MakeCommand(Command::Kind::kSetRetrieval, {}, -1, false));
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("attached documents are the context of every question (long-document chat)");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("attached documents are the context of every question (long-document chat)");
   ImGui::SameLine();
   if (ImGui::RadioButton("retrieve passages", &mode, 1) && !s.retrieval)
     out.commands.push_back(MakeCommand(Command::Kind::kSetRetrieval, {}, -1, true));
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("each question carries the best passages of the checked documents (SQLite FTS5, bm25): "
-                      "for collections larger than the context");
+    ImGui::SetTooltip(
+        "each question carries the best passages of the checked documents (SQLite FTS5, bm25): "
+        "for collections larger than the context");
   if (s.documents.empty()) ImGui::TextDisabled("no documents yet");
-  if (ImGui::BeginTable("##docs", 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerH | ImGuiTableFlags_SizingStretchProp)) {
+  if (ImGui::BeginTable("##docs", 3,
+                        ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerH | ImGuiTableFlags_SizingStretchProp)) {
     ImGui::TableSetupColumn("use", ImGuiTableColumnFlags_WidthFixed);
     ImGui::TableSetupColumn("document");
     ImGui::TableSetupColumn("tokens", ImGuiTableColumnFlags_WidthFixed);
@@ -99,7 +102,8 @@ void DrawDocumentsPanel(const AppSnapshot& s, DocumentsPanelState& st, UiActions
         if (ImGui::SmallButton("drop cache"))
           out.commands.push_back(MakeCommand(Command::Kind::kDropDocumentCache, {}, int(i)));
         if (ImGui::IsItemHovered())
-          ImGui::SetTooltip("drop this document's cached KV (and what follows it in the prompt); the next question recomputes it");
+          ImGui::SetTooltip(
+              "drop this document's cached KV (and what follows it in the prompt); the next question recomputes it");
         ImGui::SameLine();
       }
       if (ImGui::SmallButton("remove")) out.commands.push_back(MakeCommand(Command::Kind::kRemoveDocument, {}, int(i)));
@@ -111,11 +115,11 @@ void DrawDocumentsPanel(const AppSnapshot& s, DocumentsPanelState& st, UiActions
   }
   if (s.retrieval)
     ImGui::Text("retrieval over %zu document(s); passages per question fit the context", s.documents.size());
-  else
-    ImGui::Text("context: %d document tokens attached (model context %d)", s.context_tokens, s.n_ctx);
+  else ImGui::Text("context: %d document tokens attached (model context %d)", s.context_tokens, s.n_ctx);
   if (!s.store_dir.empty()) {
     if (ImGui::SmallButton("Drop all cached KV")) out.commands.push_back(MakeCommand(Command::Kind::kDropCache));
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("evict every cached prefix in %s (pinned ones stay)", s.store_dir.c_str());
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("evict every cached prefix in %s (pinned ones stay)", s.store_dir.c_str());
   }
 }
 

@@ -63,7 +63,8 @@ void PrintFrameProfile(const std::vector<FrameSample>& frames, std::FILE* out) {
     std::fprintf(out, "frame profile, %s (%zu frames): stage mean / p99 / max ms\n", g.name, sel.size());
     for (int i = 0; i < kFrameStages; ++i) {
       const FrameStats s = stats([i](const FrameSample& f) { return f.stage_ms[size_t(i)]; });
-      std::fprintf(out, "  %-24s %6.2f / %6.2f / %6.2f\n", FrameStageName(FrameStage(i)), s.mean_ms, s.p99_ms, s.max_ms);
+      std::fprintf(out, "  %-24s %6.2f / %6.2f / %6.2f\n", FrameStageName(FrameStage(i)), s.mean_ms, s.p99_ms,
+                   s.max_ms);
     }
     const FrameStats w = stats([](const FrameSample& f) { return f.work_ms; });
     const FrameStats c = stats([](const FrameSample& f) { return f.cpu_ms; });
@@ -71,7 +72,8 @@ void PrintFrameProfile(const std::vector<FrameSample>& frames, std::FILE* out) {
     const FrameStats vtx = stats([](const FrameSample& f) { return double(f.n_vertices); });
     std::fprintf(out, "  %-24s %6.2f / %6.2f / %6.2f\n", "work (poll to swap)", w.mean_ms, w.p99_ms, w.max_ms);
     std::fprintf(out, "  %-24s %6.2f / %6.2f / %6.2f\n", "UI thread CPU", c.mean_ms, c.p99_ms, c.max_ms);
-    std::fprintf(out, "  %-24s %6.2f / %6.2f / %6.2f\n", "waiting (work - CPU)", wait.mean_ms, wait.p99_ms, wait.max_ms);
+    std::fprintf(out, "  %-24s %6.2f / %6.2f / %6.2f\n", "waiting (work - CPU)", wait.mean_ms, wait.p99_ms,
+                 wait.max_ms);
     std::fprintf(out, "  %-24s %6.0f / %6.0f / %6.0f\n", "ImGui vertices", vtx.mean_ms, vtx.p99_ms, vtx.max_ms);
   }
   std::fflush(out);

@@ -44,12 +44,12 @@ double ThreadCpuMs();
 
 struct FrameSample {
   std::array<double, kFrameStages> stage_ms{};
-  double work_ms = 0;   // poll to swap, wall clock
-  double cpu_ms = 0;    // the UI thread's CPU time over the same span
-  int n_vertices = 0;   // ImGui draw data
+  double work_ms = 0;  // poll to swap, wall clock
+  double cpu_ms = 0;   // the UI thread's CPU time over the same span
+  int n_vertices = 0;  // ImGui draw data
   int n_draw_lists = 0;
   bool prefill = false;
-  bool busy = false;    // the worker was doing anything
+  bool busy = false;  // the worker was doing anything
 };
 
 // Per-stage mean / p99 / max over the frames that match `filter` (all, prefill, idle), one line

@@ -22,7 +22,7 @@ namespace impress::gui {
 
 namespace {
 
-constexpr float kGamma = 0.4f;  // lifts the long tail: a few sink tokens hold most of a layer's attention
+constexpr float kGamma = 0.4f;       // lifts the long tail: a few sink tokens hold most of a layer's attention
 constexpr int kMaxRectCells = 3000;  // cells per map when drawn as rectangles (8 vertices each at most)
 
 std::string Printable(const std::string& piece) {
@@ -33,8 +33,7 @@ std::string Printable(const std::string& piece) {
 
 bool HasImportance(const RequestRecord& r) {
   const RequestReport& rep = r.report;
-  return rep.n_matched > 0 && !rep.layers.empty() &&
-         rep.importance.size() >= rep.layers.size() * size_t(rep.n_matched);
+  return rep.n_matched > 0 && !rep.layers.empty() && rep.importance.size() >= rep.layers.size() * size_t(rep.n_matched);
 }
 
 // The request drawn below the main one: requests[compare] when valid, else the newest request
@@ -80,9 +79,10 @@ void Caption(const RequestRecord& r, int tokens_per_col) {
                         n_layer, tokens_per_col);
     return;
   }
-  ImGui::TextDisabled("%s: %d tokens x %d layers (%d/column); selection touches %d chunks (%.1f of %d per layer), read %u",
-                      r.label.c_str(), rep.n_matched, n_layer, tokens_per_col, t.total,
-                      double(t.total) / double(std::max(1, n_layer)), t.chunks_per_layer, read);
+  ImGui::TextDisabled(
+      "%s: %d tokens x %d layers (%d/column); selection touches %d chunks (%.1f of %d per layer), read %u",
+      r.label.c_str(), rep.n_matched, n_layer, tokens_per_col, t.total, double(t.total) / double(std::max(1, n_layer)),
+      t.chunks_per_layer, read);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
         "Chunks touched: for each layer, the number of distinct %d-token chunks of the prefix, in token order\n"
@@ -92,8 +92,8 @@ void Caption(const RequestRecord& r, int tokens_per_col) {
         "store's layout after a reorder, so a reorder does not change this count.\n"
         "Read: the chunks the request's reads were served from (device %u / host %u / SSD %u), as the store laid\n"
         "them out at the time, including the probe-key reads; a reorder that groups important tokens lowers it.",
-        r.chunk_tokens, r.chunk_tokens, r.chunk_tokens, n_layer, t.selected_tokens, t.total, t.chunks_per_layer * n_layer,
-        rep.chunks_device, rep.chunks_host, rep.chunks_ssd);
+        r.chunk_tokens, r.chunk_tokens, r.chunk_tokens, n_layer, t.selected_tokens, t.total,
+        t.chunks_per_layer * n_layer, rep.chunks_device, rep.chunks_host, rep.chunks_ssd);
 }
 
 // Draws r's heatmap in a width x height box at the cursor (plus a caption line below).
@@ -114,8 +114,8 @@ void DrawHeatmap(const RequestRecord& r, const ImportancePanelState& st, float w
   void* tex = nullptr;
   if (TextureProvider* tp = CurrentTextures()) {
     // A request record never changes once published, so its id, the shape and the options name the picture.
-    const std::string key = fmt::format("importance:{}:{}:{}x{}:{}:{}", r.id, static_cast<const void*>(&r),
-                                        max_cols, n_layer, n_tok, int(io.mark_selected));
+    const std::string key = fmt::format("importance:{}:{}:{}x{}:{}:{}", r.id, static_cast<const void*>(&r), max_cols,
+                                        n_layer, n_tok, int(io.mark_selected));
     tex = tp->Texture(key, [&] {
       return RenderHeatmapImage(BuildHeatmap(rep.importance, rep.selected, n_layer, n_tok, max_cols), io);
     });
@@ -165,11 +165,12 @@ void DrawHeatmap(const RequestRecord& r, const ImportancePanelState& st, float w
       if (std::isfinite(row[t])) best = std::max(best, row[t]);
       if (size_t(l) * n_tok + t < rep.selected.size()) n_sel += rep.selected[size_t(l) * n_tok + t];
     }
-    ImGui::SetTooltip("%s\nlayer %d, token%s %d%s: \"%s\"\nimportance %.4g (%.0f%% of the layer's max)\n%d of %d selected\nchunk %d",
-                      r.label.c_str(), l, last - first > 1 ? "s" : "", first,
-                      last - first > 1 ? fmt::format("-{}", last - 1).c_str() : "", Printable(text.substr(0, 200)).c_str(),
-                      best, row_max > 0 ? 100.0 * best / row_max : 0.0, n_sel, last - first,
-                      r.chunk_tokens > 0 ? first / r.chunk_tokens : 0);
+    ImGui::SetTooltip(
+        "%s\nlayer %d, token%s %d%s: \"%s\"\nimportance %.4g (%.0f%% of the layer's max)\n%d of %d selected\nchunk %d",
+        r.label.c_str(), l, last - first > 1 ? "s" : "", first,
+        last - first > 1 ? fmt::format("-{}", last - 1).c_str() : "", Printable(text.substr(0, 200)).c_str(), best,
+        row_max > 0 ? 100.0 * best / row_max : 0.0, n_sel, last - first,
+        r.chunk_tokens > 0 ? first / r.chunk_tokens : 0);
   }
   Caption(r, shape.tokens_per_col);
 }
@@ -194,9 +195,10 @@ void DrawImportancePanel(const AppSnapshot& s, ImportancePanelState& st) {
   }
   const RequestReport& rep = r->report;
   if (rep.n_matched <= 0 || rep.importance.empty()) {
-    ImGui::TextWrapped("%s reused no cached prefix (%d tokens computed), so there is no importance to show. "
-                       "Ask a second question over the same documents.",
-                       r->label.c_str(), rep.n_new);
+    ImGui::TextWrapped(
+        "%s reused no cached prefix (%d tokens computed), so there is no importance to show. "
+        "Ask a second question over the same documents.",
+        r->label.c_str(), rep.n_new);
     return;
   }
   if (!HasImportance(*r)) {

@@ -25,7 +25,7 @@ struct ChatPanelState {
   size_t last_chat_size = 0;
   size_t last_text_size = 0;
   bool focus_input = true;
-  std::string rename;             // the rename popup's text
+  std::string rename;  // the rename popup's text
 };
 
 struct DocumentsPanelState {
@@ -33,16 +33,16 @@ struct DocumentsPanelState {
 };
 
 struct ImportancePanelState {
-  int request = -1;               // index into snapshot.requests; -1 = the latest
+  int request = -1;  // index into snapshot.requests; -1 = the latest
   bool outline_selected = true;
   bool show_chunks = true;
-  bool compare = false;           // draw a second request's heatmap below (before/after a reorder)
-  int compare_request = -1;       // index into snapshot.requests; -1 = the one before `request`
+  bool compare = false;      // draw a second request's heatmap below (before/after a reorder)
+  int compare_request = -1;  // index into snapshot.requests; -1 = the one before `request`
 };
 
 struct SimilarityPanelState {
-  int request = -1;               // -1 = the latest
-  int history = 8;                // recent requests drawn as faint lines
+  int request = -1;  // -1 = the latest
+  int history = 8;   // recent requests drawn as faint lines
 };
 
 struct TiersPanelState {};
@@ -52,8 +52,8 @@ struct TtftPanelState {
 struct TreePanelState {};
 
 struct SettingsPanelState {
-  TuningSettings edit;            // what the widgets show
-  uint64_t synced_version = 0;    // snapshot version edit was taken from (0: take it now)
+  TuningSettings edit;          // what the widgets show
+  uint64_t synced_version = 0;  // snapshot version edit was taken from (0: take it now)
 };
 
 // All panel state of the window, owned by the frame loop (never static).
@@ -66,7 +66,7 @@ struct UiState {
   TtftPanelState ttft;
   TreePanelState tree;
   SettingsPanelState settings;
-  int inspector_tab = 0;          // which inspector tab to select next frame (-1: leave as is)
+  int inspector_tab = 0;  // which inspector tab to select next frame (-1: leave as is)
 };
 
 void DrawChatPanel(const AppSnapshot& s, ChatPanelState& st, UiActions& out);

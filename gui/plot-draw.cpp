@@ -22,8 +22,9 @@ unsigned HeatColour(float v) {
 }
 
 unsigned PartColour(int part) {
-  static const ImU32 colours[] = {IM_COL32(160, 160, 160, 255), IM_COL32(240, 140, 40, 255), IM_COL32(200, 90, 200, 255),
-                                  IM_COL32(230, 70, 60, 255),   IM_COL32(240, 210, 60, 255), IM_COL32(70, 140, 230, 255),
+  static const ImU32 colours[] = {IM_COL32(160, 160, 160, 255), IM_COL32(240, 140, 40, 255),
+                                  IM_COL32(200, 90, 200, 255),  IM_COL32(230, 70, 60, 255),
+                                  IM_COL32(240, 210, 60, 255),  IM_COL32(70, 140, 230, 255),
                                   IM_COL32(110, 110, 130, 255)};
   return colours[std::clamp(part, 0, int(std::size(colours)) - 1)];
 }

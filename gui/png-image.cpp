@@ -23,7 +23,9 @@ Status WritePng(const std::string& path, const RgbaImage& im) {
 Result<RgbaImage> ReadPng(const std::string& path) {
   int w = 0, h = 0, n = 0;
   unsigned char* data = stbi_load(path.c_str(), &w, &h, &n, 4);
-  if (!data) return Status::InvalidArgument("cannot decode image " + path + ": " + (stbi_failure_reason() ? stbi_failure_reason() : "?"));
+  if (!data)
+    return Status::InvalidArgument("cannot decode image " + path + ": " +
+                                   (stbi_failure_reason() ? stbi_failure_reason() : "?"));
   RgbaImage im;
   im.width = w;
   im.height = h;

@@ -26,10 +26,10 @@ bool ParseDouble(const std::string& v, double* out) {
   return r.ec == std::errc() && r.ptr == e;
 }
 
-const std::set<std::string> kNoArg = {"again", "regenerate", "new", "reorder", "expect-answer", "quit", "docs", "tree",
-                                      "conversations"};
-const std::set<std::string> kWithArg = {"doc", "ask", "set", "frames", "sleep", "tab", "screenshot", "pin", "unpin",
-                                        "drop-doc", "mode", "open"};
+const std::set<std::string> kNoArg = {"again", "regenerate", "new",  "reorder",      "expect-answer",
+                                      "quit",  "docs",       "tree", "conversations"};
+const std::set<std::string> kWithArg = {"doc",        "ask", "set",   "frames",   "sleep", "tab",
+                                        "screenshot", "pin", "unpin", "drop-doc", "mode",  "open"};
 
 }  // namespace
 
@@ -37,7 +37,8 @@ Status ApplySetting(TuningSettings& s, const std::string& key, const std::string
   PipelineSettings& p = s.pipeline;
   if (key == "system") {
     if (!ParseSystem(value, &p.system))
-      return Status::InvalidArgument("set system: '" + value + "' is not one of recomp, as, as-h2o-lru, as-h2o-lfu, impress");
+      return Status::InvalidArgument("set system: '" + value +
+                                     "' is not one of recomp, as, as-h2o-lru, as-h2o-lfu, impress");
     return Status::Ok();
   }
   if (key == "policy") {
@@ -52,18 +53,40 @@ Status ApplySetting(TuningSettings& s, const std::string& key, const std::string
     return v >= lo && v <= hi ? Status::Ok()
                               : Status::InvalidArgument(fmt::format("set {}: {} is outside [{}, {}]", key, v, lo, hi));
   };
-  if (key == "alpha") { IMPRESS_RETURN_IF_ERROR(in(0, 2)); p.alpha = float(v); }
-  else if (key == "keep") { IMPRESS_RETURN_IF_ERROR(in(0.01, 1)); p.keep = float(v); }
-  else if (key == "probe_heads") { IMPRESS_RETURN_IF_ERROR(in(1, 64)); p.probe_heads = int(v); }
-  else if (key == "sinks") { IMPRESS_RETURN_IF_ERROR(in(0, 1024)); p.sinks = int(v); }
-  else if (key == "recent") { IMPRESS_RETURN_IF_ERROR(in(0, 8192)); p.recent = int(v); }
-  else if (key == "device_mb") { IMPRESS_RETURN_IF_ERROR(in(0, 1 << 20)); s.device_budget_mb = v; }
-  else if (key == "host_mb") { IMPRESS_RETURN_IF_ERROR(in(0, 1 << 22)); s.host_budget_mb = v; }
-  else if (key == "ssd_mb") { IMPRESS_RETURN_IF_ERROR(in(1, 1 << 24)); s.ssd_budget_mb = v; }
-  else if (key == "max_tokens") { IMPRESS_RETURN_IF_ERROR(in(1, 8192)); s.max_tokens = int(v); }
-  else if (key == "temperature") { IMPRESS_RETURN_IF_ERROR(in(0, 5)); s.temperature = float(v); }
-  else if (key == "fidelity_tokens") { IMPRESS_RETURN_IF_ERROR(in(0, 256)); s.fidelity_tokens = int(v); }
-  else return Status::InvalidArgument("set: unknown key '" + key + "'");
+  if (key == "alpha") {
+    IMPRESS_RETURN_IF_ERROR(in(0, 2));
+    p.alpha = float(v);
+  } else if (key == "keep") {
+    IMPRESS_RETURN_IF_ERROR(in(0.01, 1));
+    p.keep = float(v);
+  } else if (key == "probe_heads") {
+    IMPRESS_RETURN_IF_ERROR(in(1, 64));
+    p.probe_heads = int(v);
+  } else if (key == "sinks") {
+    IMPRESS_RETURN_IF_ERROR(in(0, 1024));
+    p.sinks = int(v);
+  } else if (key == "recent") {
+    IMPRESS_RETURN_IF_ERROR(in(0, 8192));
+    p.recent = int(v);
+  } else if (key == "device_mb") {
+    IMPRESS_RETURN_IF_ERROR(in(0, 1 << 20));
+    s.device_budget_mb = v;
+  } else if (key == "host_mb") {
+    IMPRESS_RETURN_IF_ERROR(in(0, 1 << 22));
+    s.host_budget_mb = v;
+  } else if (key == "ssd_mb") {
+    IMPRESS_RETURN_IF_ERROR(in(1, 1 << 24));
+    s.ssd_budget_mb = v;
+  } else if (key == "max_tokens") {
+    IMPRESS_RETURN_IF_ERROR(in(1, 8192));
+    s.max_tokens = int(v);
+  } else if (key == "temperature") {
+    IMPRESS_RETURN_IF_ERROR(in(0, 5));
+    s.temperature = float(v);
+  } else if (key == "fidelity_tokens") {
+    IMPRESS_RETURN_IF_ERROR(in(0, 256));
+    s.fidelity_tokens = int(v);
+  } else return Status::InvalidArgument("set: unknown key '" + key + "'");
   return Status::Ok();
 }
 
@@ -97,7 +120,8 @@ Result<std::vector<ScriptLine>> ParseScript(const std::string& text, const std::
         const size_t k = l.arg.find_first_of(" \t");
         if (k == std::string::npos) return bad("set needs KEY VALUE");
         TuningSettings probe;
-        if (Status st = ApplySetting(probe, l.arg.substr(0, k), Trim(l.arg.substr(k))); !st.ok()) return bad(st.message());
+        if (Status st = ApplySetting(probe, l.arg.substr(0, k), Trim(l.arg.substr(k))); !st.ok())
+          return bad(st.message());
       }
     } else {
       return bad("unknown command '" + l.verb + "'");
@@ -116,8 +140,10 @@ bool ScriptRunner::Fail(const ScriptLine& l, const std::string& why) {
 }
 
 void ScriptRunner::PrintNewAnswers(const AppSnapshot& s) {
-  const uint64_t n_new = std::min<uint64_t>(s.messages_total - std::min(s.messages_total, n_messages_seen_), s.messages.size());
-  for (size_t i = s.messages.size() - n_new; i < s.messages.size(); ++i) std::fprintf(out_, "message: %s\n", s.messages[i].c_str());
+  const uint64_t n_new =
+      std::min<uint64_t>(s.messages_total - std::min(s.messages_total, n_messages_seen_), s.messages.size());
+  for (size_t i = s.messages.size() - n_new; i < s.messages.size(); ++i)
+    std::fprintf(out_, "message: %s\n", s.messages[i].c_str());
   n_messages_seen_ = s.messages_total;
   if (s.chat_epoch != chat_epoch_seen_) {  // the chat was cut: entries after chat_kept are new
     n_chat_seen_ = std::min(n_chat_seen_, s.chat_kept);
@@ -175,8 +201,7 @@ bool ScriptRunner::Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, S
         wait_until_ = now + std::chrono::milliseconds(int64_t(secs * 1000));
       }
       if (s.phase == WorkerPhase::kFailed) return Fail(l, "the worker failed: " + s.status);
-      const bool done = s.commands_done >= host.commands_sent() &&
-                        (s.phase == WorkerPhase::kIdle);
+      const bool done = s.commands_done >= host.commands_sent() && (s.phase == WorkerPhase::kIdle);
       if (!done) {
         if (now > wait_until_) return Fail(l, "timed out waiting for the worker (" + s.status + ")");
         return true;  // next frame
@@ -202,14 +227,15 @@ bool ScriptRunner::Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, S
       actions.commands.push_back(MakeCommand(Command::Kind::kSetRetrieval, {}, -1, l.arg == "retrieval"));
     else if (l.verb == "open") {
       const size_t k = size_t(std::stoi(l.arg) - 1);
-      if (k >= s.conversations.size()) return Fail(l, fmt::format("there are {} saved conversations", s.conversations.size()));
+      if (k >= s.conversations.size())
+        return Fail(l, fmt::format("there are {} saved conversations", s.conversations.size()));
       actions.commands.push_back(ConversationCommand(Command::Kind::kOpenConversation, s.conversations[k].id));
     } else if (l.verb == "docs") {
       PrintNewAnswers(s);
       for (size_t i = 0; i < s.documents.size(); ++i) {
         const DocumentEntry& d = s.documents[i];
-        std::fprintf(out_, "document %zu: %s | %d tokens | span %d-%d | cached %llu device %llu host %llu | %s%s\n", i + 1,
-                     d.name.c_str(), d.n_tokens, d.span_begin, d.span_end, (unsigned long long)d.tokens_cached,
+        std::fprintf(out_, "document %zu: %s | %d tokens | span %d-%d | cached %llu device %llu host %llu | %s%s\n",
+                     i + 1, d.name.c_str(), d.n_tokens, d.span_begin, d.span_end, (unsigned long long)d.tokens_cached,
                      (unsigned long long)d.tokens_device, (unsigned long long)d.tokens_host,
                      d.pinned ? "pinned | " : "", d.residency.c_str());
       }
@@ -233,8 +259,7 @@ bool ScriptRunner::Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, S
         std::fprintf(out_, "conversation %lld: %s | %d turns | %d documents%s\n", (long long)c.id, c.title.c_str(),
                      c.n_turns, c.n_documents, c.id == s.conversation_id ? " | open" : "");
       std::fflush(out_);
-    }
-    else if (l.verb == "set") {
+    } else if (l.verb == "set") {
       if (ui.settings.synced_version == 0) {
         ui.settings.edit = s.settings;
         ui.settings.synced_version = 1;
@@ -260,9 +285,8 @@ bool ScriptRunner::Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, S
       return true;
     } else if (l.verb == "expect-answer") {
       PrintNewAnswers(s);
-      const auto it = std::find_if(s.chat.rbegin(), s.chat.rend(), [](const ChatEntry& e) {
-        return e.role == "assistant" || e.role == "error";
-      });
+      const auto it = std::find_if(s.chat.rbegin(), s.chat.rend(),
+                                   [](const ChatEntry& e) { return e.role == "assistant" || e.role == "error"; });
       if (it == s.chat.rend() || it->role != "assistant" || it->text.empty())
         return Fail(l, "the last answer is missing or empty");
     } else if (l.verb == "quit") {

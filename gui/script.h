@@ -28,9 +28,9 @@
 namespace impress::gui {
 
 struct ScriptLine {
-  int line = 0;       // 1-based, for messages
+  int line = 0;  // 1-based, for messages
   std::string verb;
-  std::string arg;    // the rest of the line, trimmed
+  std::string arg;  // the rest of the line, trimmed
 };
 
 // Checks every verb and argument up front, so a typo fails before the model loads.
@@ -66,9 +66,9 @@ class ScriptRunner {
 
   std::vector<ScriptLine> lines_;
   std::FILE* out_;
-  size_t pc_ = 0;                 // next line
-  int frames_left_ = 0;           // frames to wait before the next line
-  bool waiting_ = false;          // inside `wait`
+  size_t pc_ = 0;         // next line
+  int frames_left_ = 0;   // frames to wait before the next line
+  bool waiting_ = false;  // inside `wait`
   std::chrono::steady_clock::time_point wait_until_;
   std::chrono::steady_clock::time_point sleep_until_;
   size_t n_chat_seen_ = 0;        // chat entries already scanned for answers

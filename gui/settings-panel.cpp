@@ -10,8 +10,9 @@ namespace impress::gui {
 
 namespace {
 
-const SystemKind kSystems[] = {SystemKind::kImpress, SystemKind::kImpressItfRo, SystemKind::kImpressItf,
-                               SystemKind::kAsH2oLfu, SystemKind::kAsH2oLru, SystemKind::kAsLike, SystemKind::kRecomp};
+const SystemKind kSystems[] = {SystemKind::kImpress,  SystemKind::kImpressItfRo, SystemKind::kImpressItf,
+                               SystemKind::kAsH2oLfu, SystemKind::kAsH2oLru,     SystemKind::kAsLike,
+                               SystemKind::kRecomp};
 const store::PolicyKind kPolicies[] = {store::PolicyKind::kImpress, store::PolicyKind::kLru, store::PolicyKind::kLfu};
 
 }  // namespace
@@ -37,7 +38,8 @@ void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& 
   }
   ImGui::SliderFloat("alpha", &p.alpha, 0.0f, 2.0f, "%.2f");
   done();
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("threshold t = (p/(2-p))^alpha; a larger alpha lowers t (more layers pass)");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("threshold t = (p/(2-p))^alpha; a larger alpha lowers t (more layers pass)");
   ImGui::SliderFloat("keep ratio", &p.keep, 0.05f, 1.0f, "%.2f");
   done();
   ImGui::SliderInt("probe heads", &p.probe_heads, 1, 9);

@@ -25,7 +25,8 @@ void DrawSimilarityPanel(const AppSnapshot& s, SimilarityPanelState& st) {
   const int n = int(layers.size());
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float axis_w = 30;
-  const float w = std::max(60.0f, avail.x - axis_w), h = std::max(60.0f, avail.y - ImGui::GetTextLineHeightWithSpacing() * 1.5f);
+  const float w = std::max(60.0f, avail.x - axis_w),
+              h = std::max(60.0f, avail.y - ImGui::GetTextLineHeightWithSpacing() * 1.5f);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 p0 = ImGui::GetCursorScreenPos();
   const ImVec2 o(p0.x + axis_w, p0.y);
@@ -60,10 +61,12 @@ void DrawSimilarityPanel(const AppSnapshot& s, SimilarityPanelState& st) {
   if (ImGui::IsItemHovered()) {
     const int l = std::clamp(int((ImGui::GetIO().MousePos.x - o.x) / bw), 0, n - 1);
     const LayerReport& L = layers[l];
-    ImGui::SetTooltip("layer %d: s = %.3f, t = %.3f -> %s\nk = %d of n = %d\nkeys %s, values %s read; chunks device %u / host %u / SSD %u",
-                      l, L.s, L.t, L.probed ? (L.passed ? "passed" : "fallback") : "not probed", L.k, L.n,
-                      FormatBytes(L.key_bytes).c_str(), FormatBytes(L.value_bytes).c_str(), L.chunks_device, L.chunks_host,
-                      L.chunks_ssd);
+    ImGui::SetTooltip(
+        "layer %d: s = %.3f, t = %.3f -> %s\nk = %d of n = %d\nkeys %s, values %s read; chunks device %u / host %u / "
+        "SSD %u",
+        l, L.s, L.t, L.probed ? (L.passed ? "passed" : "fallback") : "not probed", L.k, L.n,
+        FormatBytes(L.key_bytes).c_str(), FormatBytes(L.value_bytes).c_str(), L.chunks_device, L.chunks_host,
+        L.chunks_ssd);
   }
   ImGui::TextDisabled("%s: passed in %d of %d layers (green passed, red fallback; white tick = threshold t)",
                       r->label.c_str(), CountPassed(layers), n);

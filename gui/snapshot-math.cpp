@@ -43,7 +43,8 @@ HitRates RequestHitRates(const RequestReport& r) { return FromCounts(r.chunks_de
 HitRates StoreHitRates(const store::TierStats& t) { return FromCounts(t.device.hits, t.host.hits, t.ssd_reads); }
 
 HitRates HitRatesBetween(const store::TierStats& a, const store::TierStats& b) {
-  return FromCounts(Delta(a.device.hits, b.device.hits), Delta(a.host.hits, b.host.hits), Delta(a.ssd_reads, b.ssd_reads));
+  return FromCounts(Delta(a.device.hits, b.device.hits), Delta(a.host.hits, b.host.hits),
+                    Delta(a.ssd_reads, b.ssd_reads));
 }
 
 const std::vector<std::string>& TtftPartNames() {
@@ -53,7 +54,8 @@ const std::vector<std::string>& TtftPartNames() {
 }
 
 std::vector<BarSegment> StackTtft(const TtftBreakdown& b) {
-  const double parts[] = {b.match_ms, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms, b.compute_ms, b.other_ms};
+  const double parts[] = {b.match_ms, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms,
+                          b.copy_ms,  b.compute_ms,  b.other_ms};
   std::vector<BarSegment> out;
   double at = 0;
   for (int i = 0; i < int(std::size(parts)); ++i) {
@@ -111,14 +113,14 @@ HeatmapShape ShapeHeatmap(int n_tokens, int max_cols) {
 }
 
 Rgb HeatRgb(float v) {
-  static const float stops[4][3] = {{0.07f, 0.04f, 0.25f}, {0.13f, 0.45f, 0.55f}, {0.30f, 0.72f, 0.40f}, {0.99f, 0.91f, 0.15f}};
+  static const float stops[4][3] = {
+      {0.07f, 0.04f, 0.25f}, {0.13f, 0.45f, 0.55f}, {0.30f, 0.72f, 0.40f}, {0.99f, 0.91f, 0.15f}};
   v = std::isfinite(v) ? std::clamp(v, 0.0f, 1.0f) : 0.0f;
   const float x = v * 3.0f;
   const int i = std::min(2, int(x));
   const float f = x - float(i);
   uint8_t c[3];
-  for (int k = 0; k < 3; ++k)
-    c[k] = uint8_t(std::lround(255.0f * (stops[i][k] + (stops[i + 1][k] - stops[i][k]) * f)));
+  for (int k = 0; k < 3; ++k) c[k] = uint8_t(std::lround(255.0f * (stops[i][k] + (stops[i + 1][k] - stops[i][k]) * f)));
   return {c[0], c[1], c[2]};
 }
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/report.h"
 #include "gui/png-image.h"
+#include "pipeline/report.h"
 #include "store/prefix-store.h"
 
 namespace impress::gui {
@@ -29,7 +29,7 @@ HitRates HitRatesBetween(const store::TierStats& before, const store::TierStats&
 
 // One segment of a request's stacked TTFT bar, in milliseconds from the bar's start.
 struct BarSegment {
-  int part = 0;          // index into TtftPartNames()
+  int part = 0;  // index into TtftPartNames()
   double start_ms = 0;
   double length_ms = 0;
 };
@@ -45,9 +45,9 @@ std::vector<BarSegment> StackTtft(const TtftBreakdown& b);
 // was selected in that layer.
 struct Heatmap {
   int n_rows = 0, n_cols = 0;
-  int tokens_per_col = 1;             // bin width (the last bin may be narrower)
-  std::vector<float> value;           // n_rows * n_cols, row-major, in [0, 1]
-  std::vector<uint8_t> selected;      // same shape
+  int tokens_per_col = 1;         // bin width (the last bin may be narrower)
+  std::vector<float> value;       // n_rows * n_cols, row-major, in [0, 1]
+  std::vector<uint8_t> selected;  // same shape
 };
 Heatmap BuildHeatmap(const std::vector<float>& importance, const std::vector<uint8_t>& selected, int n_layer,
                      int n_tokens, int max_cols);

@@ -47,7 +47,8 @@ void DrawTiersPanel(const AppSnapshot& s, TiersPanelState&, UiActions& out) {
     return;
   }
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const float w = std::max(60.0f, avail.x - 10), h = std::max(60.0f, avail.y - ImGui::GetTextLineHeightWithSpacing() * 1.2f);
+  const float w = std::max(60.0f, avail.x - 10),
+              h = std::max(60.0f, avail.y - ImGui::GetTextLineHeightWithSpacing() * 1.2f);
   const float h_lines = h * 0.6f, h_bars = h * 0.4f - 6;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 o = ImGui::GetCursorScreenPos();
@@ -88,10 +89,10 @@ void DrawTiersPanel(const AppSnapshot& s, TiersPanelState&, UiActions& out) {
     const int i = std::clamp(n > 1 ? int(mx / step + 0.5f) : 0, 0, n - 1);
     const RequestRecord& r = *s.requests[i];
     const HitRates a = RequestHitRates(r.report);
-    ImGui::SetTooltip("%s\nchunks: device %u (%.0f%%), host %u (%.0f%%), SSD %u (%.0f%%)\nSSD read %s, read amplification %.2fx",
-                      r.label.c_str(), r.report.chunks_device, 100 * a.device, r.report.chunks_host, 100 * a.host,
-                      r.report.chunks_ssd, 100 * a.ssd, FormatBytes(r.report.ssd_bytes_read).c_str(),
-                      r.report.read_amplification());
+    ImGui::SetTooltip(
+        "%s\nchunks: device %u (%.0f%%), host %u (%.0f%%), SSD %u (%.0f%%)\nSSD read %s, read amplification %.2fx",
+        r.label.c_str(), r.report.chunks_device, 100 * a.device, r.report.chunks_host, 100 * a.host,
+        r.report.chunks_ssd, 100 * a.ssd, FormatBytes(r.report.ssd_bytes_read).c_str(), r.report.read_amplification());
   }
 }
 

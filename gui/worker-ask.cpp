@@ -56,8 +56,8 @@ void Worker::Ask(const std::string& question, bool again) {
   auto record = std::make_shared<RequestRecord>();
   record->id = next_request_id_++;
   record->question = question;
-  record->label = fmt::format("#{} {} a={:.2f} r={:.2f}", record->id, SystemName(t.pipeline.system),
-                              t.pipeline.alpha, t.pipeline.keep);
+  record->label = fmt::format("#{} {} a={:.2f} r={:.2f}", record->id, SystemName(t.pipeline.system), t.pipeline.alpha,
+                              t.pipeline.keep);
   if (again) draft_.chat.push_back({"info", "asked again with " + record->label, nullptr});
   else draft_.chat.push_back({"user", question, nullptr});
   // Retrieval mode: the context of this question is the best passages of the collection.
@@ -72,7 +72,8 @@ void Worker::Ask(const std::string& question, bool again) {
   if (!record->passages.empty()) {
     std::string names;
     for (const std::string& n : record->passages) names += (names.empty() ? "" : ", ") + n;
-    draft_.chat.push_back({"info", fmt::format("retrieved {} passage(s): {}", record->passages.size(), names), nullptr});
+    draft_.chat.push_back(
+        {"info", fmt::format("retrieved {} passage(s): {}", record->passages.size(), names), nullptr});
   }
   if (again && t.fidelity_tokens > 0 && !RunFidelity(question, o, record.get())) return;
 

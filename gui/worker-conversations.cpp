@@ -57,8 +57,8 @@ void Worker::RefreshConversationList() {
   if (!list.ok()) return;  // noticed
   draft_.conversations.clear();
   for (const persist::ConversationSummary& c : *list)
-    draft_.conversations.push_back({c.id, c.title, c.updated, c.n_turns, c.n_documents,
-                                    c.mode == persist::ConversationMode::kRetrieval});
+    draft_.conversations.push_back(
+        {c.id, c.title, c.updated, c.n_turns, c.n_documents, c.mode == persist::ConversationMode::kRetrieval});
 }
 
 }  // namespace impress::gui

@@ -17,7 +17,8 @@ void Worker::ApplySettings(const TuningSettings& s) {
   draft_.settings = s;
   chat_->set_max_tokens(s.max_tokens);
   if (store::PrefixStore* st = session_->store()) {
-    if (s.device_budget_mb != old.device_budget_mb) st->SetTierBudget(store::Tier::kDevice, MibBytes(s.device_budget_mb));
+    if (s.device_budget_mb != old.device_budget_mb)
+      st->SetTierBudget(store::Tier::kDevice, MibBytes(s.device_budget_mb));
     if (s.host_budget_mb != old.host_budget_mb) st->SetTierBudget(store::Tier::kHost, MibBytes(s.host_budget_mb));
     if (s.ssd_budget_mb != old.ssd_budget_mb)
       if (Status r = st->SetSsdBudget(MibBytes(s.ssd_budget_mb)); !r.ok()) Message("SSD budget: " + r.ToString());

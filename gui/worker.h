@@ -47,13 +47,13 @@ struct Command {
     kNewConversation,  // forget the turns (documents stay)
     kSettings,         // settings (budgets and policy applied to the store at once)
     kReorderNow,
-    kDropCache,        // evict every unlocked cached prefix from the store
-    kPinDocument,      // index, flag: keep (or stop keeping) the document's cached prefix
-    kDropDocumentCache,  // index: drop the cached KV from the document on (and what extends it)
-    kOpenConversation,   // id
-    kDeleteConversation, // id
-    kRenameConversation, // id, text
-    kSetRetrieval,       // flag: retrieve passages per question instead of attaching documents
+    kDropCache,           // evict every unlocked cached prefix from the store
+    kPinDocument,         // index, flag: keep (or stop keeping) the document's cached prefix
+    kDropDocumentCache,   // index: drop the cached KV from the document on (and what extends it)
+    kOpenConversation,    // id
+    kDeleteConversation,  // id
+    kRenameConversation,  // id, text
+    kSetRetrieval,        // flag: retrieve passages per question instead of attaching documents
   };
   Kind kind = Kind::kAsk;
   std::string text;
@@ -111,7 +111,7 @@ class Worker {
   void Message(std::string m);
   void CutChat(size_t keep);  // keeps the first `keep` chat entries (see AppSnapshot::chat_epoch)
   void Publish(bool force = true, bool progress_only = false);
-  void Ready();               // phase idle, status "ready"
+  void Ready();  // phase idle, status "ready"
   // worker-documents.cpp: documents and modes.
   void AddDocument(const std::string& path);
   void RemoveDocument(int index);
@@ -144,16 +144,16 @@ class Worker {
   // Shared with the UI thread.
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Command> queue_;                 // GUARDED_BY(mu_)
-  uint64_t n_sent_ = 0;                       // GUARDED_BY(mu_)
-  bool quit_ = false;                         // GUARDED_BY(mu_)
+  std::deque<Command> queue_;                     // GUARDED_BY(mu_)
+  uint64_t n_sent_ = 0;                           // GUARDED_BY(mu_)
+  bool quit_ = false;                             // GUARDED_BY(mu_)
   std::shared_ptr<const AppSnapshot> published_;  // GUARDED_BY(mu_)
   std::atomic<bool> cancel_{false};
 
   // Worker thread only.
   std::unique_ptr<ChatSession> session_;
-  std::unique_ptr<ChatController> chat_;      // the chat's rules over session_ (destroyed first)
-  AppSnapshot draft_;                         // the next snapshot, edited in place
+  std::unique_ptr<ChatController> chat_;  // the chat's rules over session_ (destroyed first)
+  AppSnapshot draft_;                     // the next snapshot, edited in place
   std::chrono::steady_clock::time_point last_publish_;
   int next_request_id_ = 1;
 

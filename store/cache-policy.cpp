@@ -11,13 +11,11 @@ Result<ChunkId> ChunkKey::Make(uint64_t segment, uint32_t layer, uint32_t index)
   if (key.Packable()) return key.Pack();
   std::string what;
   if (segment >= (uint64_t(1) << kSegmentBits)) {
-    what = "segment id " + std::to_string(segment) + " needs more than " +
-           std::to_string(kSegmentBits) + " bits";
+    what = "segment id " + std::to_string(segment) + " needs more than " + std::to_string(kSegmentBits) + " bits";
   } else if (layer >= (1u << kLayerBits)) {
     what = "layer " + std::to_string(layer) + " is not below " + std::to_string(1u << kLayerBits);
   } else {
-    what = "chunk index " + std::to_string(index) + " is not below " +
-           std::to_string(1u << kIndexBits);
+    what = "chunk index " + std::to_string(index) + " is not below " + std::to_string(1u << kIndexBits);
   }
   return Status::OutOfRange("chunk key: " + what);
 }
@@ -29,12 +27,11 @@ void RecordAccess(ChunkStats& s, uint64_t tick) {
 
 Status RecordImportance(ChunkStats& s, double fraction, double ema_weight) {
   if (!(fraction >= 0.0 && fraction <= 1.0)) {  // also rejects NaN
-    return Status::InvalidArgument("importance report: fraction selected " +
-                                   std::to_string(fraction) + " is not in [0, 1]");
+    return Status::InvalidArgument("importance report: fraction selected " + std::to_string(fraction) +
+                                   " is not in [0, 1]");
   }
   if (!(ema_weight > 0.0 && ema_weight <= 1.0)) {
-    return Status::InvalidArgument("importance report: EMA weight " + std::to_string(ema_weight) +
-                                   " is not in (0, 1]");
+    return Status::InvalidArgument("importance report: EMA weight " + std::to_string(ema_weight) + " is not in (0, 1]");
   }
   if (s.n_importance_reports == 0) {
     s.important_ratio = fraction;  // the first observation replaces the prior
@@ -68,9 +65,7 @@ class LfuPolicy final : public CachePolicy {
  public:
   PolicyKind kind() const override { return PolicyKind::kLfu; }
   std::string_view name() const override { return "lfu"; }
-  Priority Rank(const ChunkStats& s) const override {
-    return {double(s.frequency), double(s.last_access)};
-  }
+  Priority Rank(const ChunkStats& s) const override { return {double(s.frequency), double(s.last_access)}; }
 };
 
 }  // namespace
@@ -88,8 +83,7 @@ Result<PolicyKind> ParsePolicyKind(std::string_view name) {
   if (name == "impress" || name == "score") return PolicyKind::kImpress;
   if (name == "lru") return PolicyKind::kLru;
   if (name == "lfu") return PolicyKind::kLfu;
-  return Status::InvalidArgument("cache policy '" + std::string(name) +
-                                 "' is not one of impress, score, lru, lfu");
+  return Status::InvalidArgument("cache policy '" + std::string(name) + "' is not one of impress, score, lru, lfu");
 }
 
 std::string_view PolicyKindName(PolicyKind kind) {

@@ -33,13 +33,10 @@ struct ChunkKey {
   static constexpr int kIndexBits = 18;
 
   bool Packable() const {
-    return segment < (uint64_t(1) << kSegmentBits) && layer < (1u << kLayerBits) &&
-           index < (1u << kIndexBits);
+    return segment < (uint64_t(1) << kSegmentBits) && layer < (1u << kLayerBits) && index < (1u << kIndexBits);
   }
   // Requires Packable() (checked by Make()).
-  ChunkId Pack() const {
-    return (segment << (kLayerBits + kIndexBits)) | (uint64_t(layer) << kIndexBits) | index;
-  }
+  ChunkId Pack() const { return (segment << (kLayerBits + kIndexBits)) | (uint64_t(layer) << kIndexBits) | index; }
   static ChunkKey Unpack(ChunkId id) {
     return {id >> (kLayerBits + kIndexBits), uint32_t((id >> kIndexBits) & ((1u << kLayerBits) - 1)),
             uint32_t(id & ((1u << kIndexBits) - 1))};
@@ -52,11 +49,11 @@ struct ChunkKey {
 
 // What every policy may look at; the TierManager keeps one per chunk it has seen.
 struct ChunkStats {
-  uint64_t frequency = 0;         // accesses so far
+  uint64_t frequency = 0;                           // accesses so far
   double important_ratio = kInitialImportantRatio;  // EMA of the fraction of tokens selected
   uint64_t n_importance_reports = 0;
-  uint64_t last_access = 0;       // logical clock of the last access (0 = never)
-  uint64_t bytes = 0;             // size of the chunk in a memory tier
+  uint64_t last_access = 0;  // logical clock of the last access (0 = never)
+  uint64_t bytes = 0;        // size of the chunk in a memory tier
 
   // Before any report a chunk counts as fully important (optimistic, so fresh KV is not thrown
   // out before the pipeline had a chance to say what it selected).
@@ -72,8 +69,7 @@ inline constexpr double kImportantRatioEmaWeight = 0.25;
 void RecordAccess(ChunkStats& s, uint64_t tick);
 // Folds one observation (fraction of the chunk's tokens selected, in [0, 1]) into the EMA.
 // InvalidArgument (and no change) for NaN or values outside [0, 1].
-Status RecordImportance(ChunkStats& s, double fraction_selected,
-                        double ema_weight = kImportantRatioEmaWeight);
+Status RecordImportance(ChunkStats& s, double fraction_selected, double ema_weight = kImportantRatioEmaWeight);
 
 // Eviction priority: the smaller one is evicted first; compared lexicographically.
 struct Priority {

@@ -33,7 +33,8 @@ void EncodeChunk(const ChunkHeader& h_in, const uint8_t* k_records, const uint8_
   ext->slot_begin = h.slot_begin;
   ext->n_slots = h.n_slots;
   ext->block_sums.resize(len / kBlockBytes);
-  for (uint32_t b = 0; b < len / kBlockBytes; ++b) ext->block_sums[b] = XXH3_64bits(buf + size_t(b) * kBlockBytes, kBlockBytes);
+  for (uint32_t b = 0; b < len / kBlockBytes; ++b)
+    ext->block_sums[b] = XXH3_64bits(buf + size_t(b) * kBlockBytes, kBlockBytes);
   ext->checksum = CombineBlockSums(ext->block_sums);
 }
 

@@ -39,15 +39,15 @@ struct ChunkHeader {
   uint64_t node_id;
   uint64_t generation;
   uint32_t layer;
-  uint32_t index;          // chunk index inside the node's layer (0 for probe sets)
-  uint32_t slot_begin;     // first slot (token index inside the node, after any reorder)
+  uint32_t index;       // chunk index inside the node's layer (0 for probe sets)
+  uint32_t slot_begin;  // first slot (token index inside the node, after any reorder)
   uint32_t n_slots;
-  uint32_t n_heads;        // KV heads (kKV) or probe KV heads (kProbe)
+  uint32_t n_heads;  // KV heads (kKV) or probe KV heads (kProbe)
   uint32_t head_dim;
-  uint32_t record_bytes;   // bytes per token of one region (K or V for kKV; probe keys for kProbe)
-  uint32_t reordered;      // 1 when slots are not original positions (see the layer's mapping list)
-  uint32_t k_offset;       // chunk-relative start of the K region (kKV) or of the probe records
-  uint32_t v_offset;       // chunk-relative start of the V region (kKV); 0 for kProbe
+  uint32_t record_bytes;  // bytes per token of one region (K or V for kKV; probe keys for kProbe)
+  uint32_t reordered;     // 1 when slots are not original positions (see the layer's mapping list)
+  uint32_t k_offset;      // chunk-relative start of the K region (kKV) or of the probe records
+  uint32_t v_offset;      // chunk-relative start of the V region (kKV); 0 for kProbe
   uint8_t reserved[48];
   uint64_t header_checksum;  // XXH3-64 of the bytes before this field
 };
@@ -57,12 +57,12 @@ static_assert(sizeof(ChunkHeader) == kChunkHeaderBytes);
 // Where a chunk lives and how to verify it.
 struct ChunkExtent {
   uint32_t file = 0;    // data file id (store/extent-files.h)
-  uint64_t offset = 0;     // bytes, 4 KiB-aligned
-  uint32_t length = 0;     // bytes, 4 KiB multiple
+  uint64_t offset = 0;  // bytes, 4 KiB-aligned
+  uint32_t length = 0;  // bytes, 4 KiB multiple
   uint32_t slot_begin = 0;
   uint32_t n_slots = 0;
-  uint64_t checksum = 0;               // XXH3-64 of block_sums
-  std::vector<uint64_t> block_sums;    // XXH3-64 of each 4 KiB block
+  uint64_t checksum = 0;             // XXH3-64 of block_sums
+  std::vector<uint64_t> block_sums;  // XXH3-64 of each 4 KiB block
 };
 
 uint64_t HashBytes(const void* p, size_t n);
@@ -95,13 +95,15 @@ inline ChunkLayout ProbeChunkLayout(uint32_t n_slots, uint32_t record_bytes) {
 }
 
 inline ChunkLayout LayoutOf(const ChunkHeader& h) {
-  return h.kind == uint16_t(ChunkKind::kKV) ? KVChunkLayout(h.n_slots, h.record_bytes) : ProbeChunkLayout(h.n_slots, h.record_bytes);
+  return h.kind == uint16_t(ChunkKind::kKV) ? KVChunkLayout(h.n_slots, h.record_bytes)
+                                            : ProbeChunkLayout(h.n_slots, h.record_bytes);
 }
 
 // Writes the header and regions into buf (LayoutOf(h).length long) and fills block sums and
 // checksum. kKV: k_records and v_records each hold n_slots * record_bytes; kProbe: v_records is
 // unused (may be null).
-void EncodeChunk(const ChunkHeader& h_in, const uint8_t* k_records, const uint8_t* v_records, uint8_t* buf, ChunkExtent* ext);
+void EncodeChunk(const ChunkHeader& h_in, const uint8_t* k_records, const uint8_t* v_records, uint8_t* buf,
+                 ChunkExtent* ext);
 
 // Verifies the whole chunk (every block sum, the header checksum and its fields).
 Status VerifyChunk(const uint8_t* buf, const ChunkExtent& ext, const ChunkHeader& expect, const std::string& what);

@@ -145,7 +145,7 @@ TreeSnapshot PrefixStore::Impl::SnapshotTree(size_t max_nodes) {
 }
 
 const PrefixStore::Impl::SegView& PrefixStore::Impl::SegViewLocked(uint64_t seg, const SegState& ss,
-                                                                    std::unordered_map<uint64_t, SegView>& views) {
+                                                                   std::unordered_map<uint64_t, SegView>& views) {
   auto [it, fresh] = views.try_emplace(seg);
   if (!fresh) return it->second;
   const SegLayout& l = *ss.layout;
@@ -158,9 +158,11 @@ const PrefixStore::Impl::SegView& PrefixStore::Impl::SegViewLocked(uint64_t seg,
     for (uint32_t i = 0; i < l.chunks[il].size(); ++i) {
       if (!l.chunks[il][i]) continue;
       v.tier[il][i] = ServedFromLocked(Cid(seg, il, i), l.generation);
-      v.per_slot[il][i] = double(l.chunks[il][i]->ext.length) / double(std::max<uint32_t>(1, l.chunks[il][i]->ext.n_slots));
+      v.per_slot[il][i] =
+          double(l.chunks[il][i]->ext.length) / double(std::max<uint32_t>(1, l.chunks[il][i]->ext.n_slots));
     }
-    if (il < l.probes.size() && l.probes[il]) v.probe_per_token += double(l.probes[il]->ext.length) / double(std::max<uint32_t>(1, ss.n_tokens));
+    if (il < l.probes.size() && l.probes[il])
+      v.probe_per_token += double(l.probes[il]->ext.length) / double(std::max<uint32_t>(1, ss.n_tokens));
   }
   return v;
 }
@@ -338,12 +340,14 @@ Result<uint64_t> PrefixStore::Impl::DropFrom(std::span<const Token> tokens, uint
   if (sub.empty()) return Status::Internal("store drop: node " + std::to_string(at->node) + " vanished");
   const std::string where = "the cached prefix from position " + std::to_string(begin);
   if (sub.front().lock_ref > 0)  // counts every lock below it too
-    return Status::ResourceExhausted("store drop: refused, " + where + " is in use by a request in flight (locked); nothing dropped");
+    return Status::ResourceExhausted("store drop: refused, " + where +
+                                     " is in use by a request in flight (locked); nothing dropped");
   uint64_t dropped = 0;
   for (const NodeInfo& n : sub) {
     if (n.pinned)
-      return Status::InvalidArgument("store drop: refused, " + where + " is pinned (node " + std::to_string(n.id) + ", positions [" +
-                                     std::to_string(n.depth) + ", " + std::to_string(n.depth + n.length) + ")); unpin it first; nothing dropped");
+      return Status::InvalidArgument("store drop: refused, " + where + " is pinned (node " + std::to_string(n.id) +
+                                     ", positions [" + std::to_string(n.depth) + ", " +
+                                     std::to_string(n.depth + n.length) + ")); unpin it first; nothing dropped");
     dropped += n.length;
   }
   dropped -= keep;
@@ -364,7 +368,8 @@ Status PrefixStore::Impl::CheckConsistency() {
   }
   for (auto& s : srcs) {
     s.img = AlignedBuffer(s.ext->ext.length);
-    IMPRESS_RETURN_IF_ERROR(io->Wait(io->Submit({ReadOp{files->file(s.ext->ext.file), s.ext->ext.offset, s.ext->ext.length, s.img.data()}})));
+    IMPRESS_RETURN_IF_ERROR(io->Wait(
+        io->Submit({ReadOp{files->file(s.ext->ext.file), s.ext->ext.offset, s.ext->ext.length, s.img.data()}})));
     IMPRESS_RETURN_IF_ERROR(VerifySource(s, s.index == UINT32_MAX));
   }
   return Status::Ok();
@@ -376,12 +381,16 @@ Status PrefixStore::Impl::CheckIndexLocked(std::vector<ReadSource>* to_verify) {
   IMPRESS_RETURN_IF_ERROR(tiers.Validate());
   for (const auto& r : tree.Export(ns)) {
     auto it = segs.find(r.segment);
-    if (it == segs.end()) return Status::Corruption("node " + std::to_string(r.id) + " names missing segment " + std::to_string(r.segment));
+    if (it == segs.end())
+      return Status::Corruption("node " + std::to_string(r.id) + " names missing segment " + std::to_string(r.segment));
     const SegLayout& l = *it->second.layout;
-    if (r.seg_begin + r.tokens.size() > it->second.n_tokens) return Status::Corruption("node " + std::to_string(r.id) + " runs past its segment");
+    if (r.seg_begin + r.tokens.size() > it->second.n_tokens)
+      return Status::Corruption("node " + std::to_string(r.id) + " runs past its segment");
     for (uint64_t o = r.seg_begin; o < r.seg_begin + r.tokens.size(); ++o)
       for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il)
-        if (!l.chunks[il][l.Slot(il, o) / C]) return Status::Corruption("live offset " + std::to_string(o) + " of segment " + std::to_string(r.segment) + " has no chunk");
+        if (!l.chunks[il][l.Slot(il, o) / C])
+          return Status::Corruption("live offset " + std::to_string(o) + " of segment " + std::to_string(r.segment) +
+                                    " has no chunk");
   }
   for (auto& [id, s] : segs) {
     const SegLayout& l = *s.layout;

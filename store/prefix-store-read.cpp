@@ -37,7 +37,8 @@ Status PrefixStore::Impl::Release(MatchHandle& h) {
   if (h.id == 0) return Status::Ok();
   MutexLock lk(&mu);
   auto it = handles.find(h.id);
-  if (it == handles.end()) return Status::InvalidArgument("store: match handle " + std::to_string(h.id) + " unknown or released");
+  if (it == handles.end())
+    return Status::InvalidArgument("store: match handle " + std::to_string(h.id) + " unknown or released");
   Status s = tree.Unlock(it->second.last_node);
   handles.erase(it);
   h.id = 0;
@@ -49,7 +50,8 @@ Status PrefixStore::Impl::Release(MatchHandle& h) {
 Result<const HandleState*> PrefixStore::Impl::HandleLocked(const MatchHandle& h, int il) {
   auto hit = handles.find(h.id);
   if (hit == handles.end()) return Status::InvalidArgument("store: match handle " + std::to_string(h.id) + " unknown");
-  if (il < 0 || il >= opt.n_layer) return Status::InvalidArgument("store: layer " + std::to_string(il) + " out of range");
+  if (il < 0 || il >= opt.n_layer)
+    return Status::InvalidArgument("store: layer " + std::to_string(il) + " out of range");
   return &hit->second;
 }
 
@@ -65,7 +67,8 @@ Result<ReadTicket> PrefixStore::Impl::SubmitProbeKeys(const MatchHandle& h, int 
     const ExtentPtr& e = sv.layout->probes[size_t(il)];
     if (!e) return Status::Internal("store: probe keys of segment " + std::to_string(sv.span.segment) + " missing");
     if (bad_chunks.count({sv.span.segment, 0, uint32_t(il), UINT32_MAX}))
-      return Status::Corruption("store: probe keys of segment " + std::to_string(sv.span.segment) + " layer " + std::to_string(il) + " are corrupt");
+      return Status::Corruption("store: probe keys of segment " + std::to_string(sv.span.segment) + " layer " +
+                                std::to_string(il) + " are corrupt");
     ReadSource s;
     s.segment = sv.span.segment;
     s.layer = uint32_t(il);
@@ -74,7 +77,8 @@ Result<ReadTicket> PrefixStore::Impl::SubmitProbeKeys(const MatchHandle& h, int 
     const uint64_t a = kChunkHeaderBytes + sv.span.seg_begin * probe_rec_bytes;
     const uint64_t b = a + sv.span.length * probe_rec_bytes;
     s.runs = RunsFor({{a, b}});
-    for (uint64_t r = 0; r < sv.span.length; ++r) s.rows.push_back({uint32_t(sv.span.depth + r), uint32_t(sv.span.seg_begin + r)});
+    for (uint64_t r = 0; r < sv.span.length; ++r)
+      s.rows.push_back({uint32_t(sv.span.depth + r), uint32_t(sv.span.seg_begin + r)});
     pr->stats.useful_bytes += sv.span.length * probe_rec_bytes;
     ++pr->stats.chunks_ssd;
     pr->sources.push_back(std::move(s));
@@ -113,8 +117,8 @@ Status PrefixStore::Impl::PlanKVSourcesLocked(const HandleState& hs, uint32_t il
   for (size_t r = 0; r < positions.size(); ++r) {
     const uint64_t p = positions[r];
     if (p >= hs.n_matched || (r > 0 && p <= positions[r - 1]))
-      return Status::InvalidArgument("store: position " + std::to_string(p) + " is out of range (" + std::to_string(hs.n_matched) +
-                                     " matched) or not ascending");
+      return Status::InvalidArgument("store: position " + std::to_string(p) + " is out of range (" +
+                                     std::to_string(hs.n_matched) + " matched) or not ascending");
     while (sp < hs.spans.size() && p >= hs.spans[sp].span.depth + hs.spans[sp].span.length) ++sp;
     const SpanView& sv = hs.spans[sp];
     const uint64_t off = sv.span.seg_begin + (p - sv.span.depth);
@@ -130,10 +134,12 @@ Status PrefixStore::Impl::PlanKVSourcesLocked(const HandleState& hs, uint32_t il
       s.index = idx;
       s.generation = sv.layout->generation;
       s.ext = sv.layout->chunks[il][idx];
-      if (!s.ext) return Status::Internal("store: chunk " + std::to_string(idx) + " of segment " + std::to_string(s.segment) + " was freed while locked");
+      if (!s.ext)
+        return Status::Internal("store: chunk " + std::to_string(idx) + " of segment " + std::to_string(s.segment) +
+                                " was freed while locked");
       if (bad_chunks.count({s.segment, s.generation, s.layer, idx}))
-        return Status::Corruption("store: chunk " + std::to_string(idx) + " of segment " + std::to_string(s.segment) + " layer " +
-                                  std::to_string(il) + " failed its checksum and is not served");
+        return Status::Corruption("store: chunk " + std::to_string(idx) + " of segment " + std::to_string(s.segment) +
+                                  " layer " + std::to_string(il) + " failed its checksum and is not served");
       pr->sources.push_back(std::move(s));
     }
     pr->sources[it->second].rows.push_back({uint32_t(r), slot - idx * C});
@@ -187,7 +193,8 @@ Result<ReadTicket> PrefixStore::Impl::SubmitLocked(std::unique_ptr<PendingRead> 
     s.img = GetBuffer(s.ext->ext.length);
     if (!s.img.data()) return Status::ResourceExhausted("store: out of memory for a read buffer");
     for (auto [b, n] : s.runs) {
-      ops.push_back(ReadOp{f, s.ext->ext.offset + uint64_t(b) * kBlockBytes, n * kBlockBytes, s.img.data() + size_t(b) * kBlockBytes});
+      ops.push_back(ReadOp{f, s.ext->ext.offset + uint64_t(b) * kBlockBytes, n * kBlockBytes,
+                           s.img.data() + size_t(b) * kBlockBytes});
       pr->stats.ssd_bytes += uint64_t(n) * kBlockBytes;
     }
   }
@@ -202,7 +209,8 @@ Result<ReadTicket> PrefixStore::Impl::SubmitLocked(std::unique_ptr<PendingRead> 
 }
 
 // Block runs covering the byte ranges [a, b) (chunk-relative) of the given records.
-std::vector<std::pair<uint32_t, uint32_t>> PrefixStore::Impl::RunsFor(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+std::vector<std::pair<uint32_t, uint32_t>> PrefixStore::Impl::RunsFor(
+    const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
   std::vector<uint32_t> ids;
   for (auto [a, b] : ranges)
     for (uint64_t x = a / kBlockBytes; x <= (b - 1) / kBlockBytes; ++x) ids.push_back(uint32_t(x));
@@ -223,7 +231,8 @@ Result<ReadResult> PrefixStore::Impl::Wait(ReadTicket t) {
   {
     MutexLock lk(&mu);
     auto it = reads.find(t);
-    if (it == reads.end()) return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
+    if (it == reads.end())
+      return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
     const PendingRead& pr = *it->second;
     const size_t row = pr.probe ? probe_rec_bytes / 2 : size_t(opt.n_head_kv) * size_t(opt.head_dim);
     n_k = pr.probe || pr.want_k ? pr.n_rows * row : 0;
@@ -241,7 +250,8 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
   {
     MutexLock lk(&mu);
     auto it = reads.find(t);
-    if (it == reads.end()) return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
+    if (it == reads.end())
+      return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
     pr = std::move(it->second);
     reads.erase(it);
   }
@@ -260,7 +270,8 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
     const size_t pe = probe_rec_bytes / 2;
     for (auto& s : pr->sources)
       for (auto [row, rec] : s.rows)
-        std::memcpy(k_out + size_t(row) * pe, s.img.data() + kChunkHeaderBytes + size_t(rec) * probe_rec_bytes, probe_rec_bytes);
+        std::memcpy(k_out + size_t(row) * pe, s.img.data() + kChunkHeaderBytes + size_t(rec) * probe_rec_bytes,
+                    probe_rec_bytes);
     return stats;
   }
   GatherKV(*pr, k_out, v_out);
@@ -300,7 +311,7 @@ void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) co
   size_t n_done = 0;
   for (auto& s : pr.sources) {
     if ((++n_done & 7) == 0) io->Poll();  // keep the queue full for the next batch meanwhile
-    const uint8_t *kb, *vb;  // the K and V regions
+    const uint8_t *kb, *vb;               // the K and V regions
     if (s.block) {
       tmp.resize(s.block->n);
       s.block->mem->CopyOut(tmp.data(), s.block->p, s.block->n);
@@ -349,7 +360,8 @@ Status PrefixStore::Impl::VerifySource(const ReadSource& s, bool probe) const {
                                       s.ext->ext.n_slots, false);
     return VerifyChunk(s.img.data(), s.ext->ext, h, what);
   }
-  for (auto [b, n] : s.runs) IMPRESS_RETURN_IF_ERROR(VerifyBlocks(s.img.data() + size_t(b) * kBlockBytes, s.ext->ext, b, n, what));
+  for (auto [b, n] : s.runs)
+    IMPRESS_RETURN_IF_ERROR(VerifyBlocks(s.img.data() + size_t(b) * kBlockBytes, s.ext->ext, b, n, what));
   return Status::Ok();
 }
 
@@ -362,10 +374,12 @@ void PrefixStore::Impl::MarkCorruptLocked(const ReadSource& s, const Status& why
     const SegLayout& l = *it->second.layout;
     if (s.ext && s.ext == (s.layer < l.probes.size() ? l.probes[s.layer] : nullptr)) first = 0;
     else if (s.ext)
-      for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k) first = std::min<uint64_t>(first, l.Orig(s.layer, s.ext->ext.slot_begin + k));
+      for (uint32_t k = 0; k < s.ext->ext.n_slots; ++k)
+        first = std::min<uint64_t>(first, l.Orig(s.layer, s.ext->ext.slot_begin + k));
   }
   if (first == UINT64_MAX) first = 0;
-  spdlog::error("store: {} -- chunk dropped, prefix truncated at segment {} offset {}", why.ToString(), s.segment, first);
+  spdlog::error("store: {} -- chunk dropped, prefix truncated at segment {} offset {}", why.ToString(), s.segment,
+                first);
   pending_truncations.insert({s.segment, first});
   DropChunkLocked(s.cid);
   TryPendingTruncationsLocked();
@@ -405,7 +419,8 @@ Status PrefixStore::Impl::ReportImportance(const MatchHandle& h, int il, std::sp
   const HandleState& hs = *hsp;
   std::vector<float> w(hs.n_matched, 0.0f);
   for (size_t i = 0; i < selected.size(); ++i) {
-    if (selected[i] >= hs.n_matched) return Status::InvalidArgument("store: selected position " + std::to_string(selected[i]) + " out of range");
+    if (selected[i] >= hs.n_matched)
+      return Status::InvalidArgument("store: selected position " + std::to_string(selected[i]) + " out of range");
     w[selected[i]] = scores.empty() ? 1.0f : scores[i];
   }
   std::map<ChunkId, std::pair<uint32_t, uint32_t>> per_chunk;  // (selected, matched)

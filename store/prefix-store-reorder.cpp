@@ -155,7 +155,8 @@ Status PrefixStore::Impl::RewriteLayer(uint64_t seg, ReorderPlan& plan, uint32_t
     s.img = AlignedBuffer(s.ext->ext.length);
     srcs.push_back(std::move(s));
   }
-  for (auto& s : srcs) ops.push_back(ReadOp{files->file(s.ext->ext.file), s.ext->ext.offset, s.ext->ext.length, s.img.data()});
+  for (auto& s : srcs)
+    ops.push_back(ReadOp{files->file(s.ext->ext.file), s.ext->ext.offset, s.ext->ext.length, s.img.data()});
   Status st_io = io->Wait(io->Submit(std::move(ops)));
   if (!st_io.ok()) return st_io.WithContext("reorder read");
   for (auto& s : srcs) {
@@ -173,9 +174,10 @@ Status PrefixStore::Impl::RewriteLayer(uint64_t seg, ReorderPlan& plan, uint32_t
     }
   }
   ProbeRow unused;
-  Status w = WriteLayer(seg, plan.gen, il, plan.n, plan.mapping[il], plan.wanted[il],
-                        [&](uint32_t o) { return plan.krecs.data() + size_t(o) * k_bytes; },
-                        [&](uint32_t o) { return plan.vrecs.data() + size_t(o) * k_bytes; }, nullptr, &unused, out);
+  Status w = WriteLayer(
+      seg, plan.gen, il, plan.n, plan.mapping[il], plan.wanted[il],
+      [&](uint32_t o) { return plan.krecs.data() + size_t(o) * k_bytes; },
+      [&](uint32_t o) { return plan.vrecs.data() + size_t(o) * k_bytes; }, nullptr, &unused, out);
   if (!w.ok()) return w.WithContext("reorder write");
   return Status::Ok();
 }
@@ -260,7 +262,8 @@ void PrefixStore::Impl::WorkerLoop() {
     worker_mu.Unlock();
     auto r = ReorderNow();
     if (!r.ok()) spdlog::warn("store: periodic reorder: {}", r.status().ToString());
-    else if (r->segments_reordered) spdlog::info("store: reorder rewrote {} segment(s), {} MiB", r->segments_reordered, r->bytes_written / kMiB);
+    else if (r->segments_reordered)
+      spdlog::info("store: reorder rewrote {} segment(s), {} MiB", r->segments_reordered, r->bytes_written / kMiB);
     worker_mu.Lock();
   }
   worker_mu.Unlock();

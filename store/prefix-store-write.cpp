@@ -13,11 +13,11 @@ namespace impress::store {
 // One Insert between its steps.
 struct PrefixStore::Impl::InsertJob {
   InsertSummary sum;
-  bool all_cached = false;    // nothing to write
-  uint64_t seg_start = 0;     // sequence position of the new segment's first token
-  uint64_t seg = 0;           // the new segment's id
-  uint32_t n = 0;             // its tokens
-  NodeId locked = kNoNode;    // the matched prefix, locked while the chunks are written
+  bool all_cached = false;  // nothing to write
+  uint64_t seg_start = 0;   // sequence position of the new segment's first token
+  uint64_t seg = 0;         // the new segment's id
+  uint32_t n = 0;           // its tokens
+  NodeId locked = kNoNode;  // the matched prefix, locked while the chunks are written
   WrittenChunks written;
   std::vector<ProbeRow> probes;  // [layer]
 };
@@ -25,8 +25,8 @@ struct PrefixStore::Impl::InsertJob {
 Result<InsertSummary> PrefixStore::Impl::Insert(std::span<const Token> tokens, uint64_t start,
                                                 std::span<const LayerKV> layers) {
   if (layers.size() != size_t(opt.n_layer))
-    return Status::InvalidArgument("store insert: " + std::to_string(layers.size()) + " layers of KV given, the model has " +
-                                   std::to_string(opt.n_layer));
+    return Status::InvalidArgument("store insert: " + std::to_string(layers.size()) +
+                                   " layers of KV given, the model has " + std::to_string(opt.n_layer));
   if (start > tokens.size()) return Status::InvalidArgument("store insert: start past the end of the tokens");
   for (const auto& l : layers)
     if (!l.k || !l.v) return Status::InvalidArgument("store insert: null K or V");
@@ -88,7 +88,8 @@ Status PrefixStore::Impl::WriteInsert(std::span<const LayerKV> layers, uint64_t 
         std::memcpy(probe_recs.data() + size_t(t) * probe_rec_bytes + p * head_bytes,
                     k + t * row_elems + size_t(opt.probe_kv_heads[p]) * size_t(opt.head_dim), head_bytes);
     IMPRESS_RETURN_IF_ERROR(WriteLayer(
-        job->seg, 0, uint32_t(il), n, {}, all, [&](uint32_t o) { return reinterpret_cast<const uint8_t*>(k + size_t(o) * row_elems); },
+        job->seg, 0, uint32_t(il), n, {}, all,
+        [&](uint32_t o) { return reinterpret_cast<const uint8_t*>(k + size_t(o) * row_elems); },
         [&](uint32_t o) { return reinterpret_cast<const uint8_t*>(v + size_t(o) * row_elems); }, probe_recs.data(),
         &job->probes[size_t(il)], &job->written));
   }
@@ -159,7 +160,8 @@ Result<InsertSummary> PrefixStore::Impl::PublishInsertLocked(std::span<const Tok
 // Space for a write, evicting LRU leaves while the SSD budget is exhausted.
 Result<Extent> PrefixStore::Impl::AllocateEvicting(uint64_t bytes, uint32_t il) {
   Result<Extent> ext = files->Allocate(bytes);
-  for (int attempt = 0; !ext.ok() && ext.status().code() == Status::Code::kResourceExhausted && attempt < 64; ++attempt) {
+  for (int attempt = 0; !ext.ok() && ext.status().code() == Status::Code::kResourceExhausted && attempt < 64;
+       ++attempt) {
     uint64_t evicted;
     {
       MutexLock lk(&mu);
@@ -171,8 +173,8 @@ Result<Extent> PrefixStore::Impl::AllocateEvicting(uint64_t bytes, uint32_t il) 
   if (ext.ok()) return ext;
   if (ext.status().code() == Status::Code::kResourceExhausted) {
     MutexLock lk(&mu);
-    return Status::ResourceExhausted("store insert, layer " + std::to_string(il) + ": " + ext.status().message() + "; " +
-                                     NoRoomReasonLocked());
+    return Status::ResourceExhausted("store insert, layer " + std::to_string(il) + ": " + ext.status().message() +
+                                     "; " + NoRoomReasonLocked());
   }
   return ext.status().WithContext("store insert, layer " + std::to_string(il));
 }
@@ -225,8 +227,8 @@ Status PrefixStore::Impl::WriteLayer(uint64_t seg, uint64_t gen, uint32_t il, ui
   if (probe_records) {
     probe_row->segment = seg;
     probe_row->layer = il;
-    EncodeChunk(HeaderFor(ChunkKind::kProbe, seg, 0, il, 0, 0, n_tokens, false), probe_records, nullptr, buf.data() + pos,
-                &probe_row->ext);
+    EncodeChunk(HeaderFor(ChunkKind::kProbe, seg, 0, il, 0, 0, n_tokens, false), probe_records, nullptr,
+                buf.data() + pos, &probe_row->ext);
     probe_row->ext.file = whole.file;
     probe_row->ext.offset = whole.offset + pos;
     mine.push_back(Own(probe_row->ext));
@@ -381,7 +383,8 @@ void PrefixStore::Impl::KillSegmentLocked(uint64_t seg, CatalogBatch& batch) {
 // The node naming original offset `off` of segment `seg`, from the tree.
 std::optional<std::pair<NodeId, uint64_t>> PrefixStore::Impl::NodeAtLocked(uint64_t seg, uint64_t off) {
   for (const auto& r : tree.Export(ns))
-    if (r.segment == seg && off >= r.seg_begin && off < r.seg_begin + r.tokens.size()) return std::make_pair(r.id, off - r.seg_begin);
+    if (r.segment == seg && off >= r.seg_begin && off < r.seg_begin + r.tokens.size())
+      return std::make_pair(r.id, off - r.seg_begin);
   return std::nullopt;
 }
 
@@ -409,7 +412,8 @@ void PrefixStore::Impl::TryPendingTruncationsLocked() {
     ApplyEvictionsLocked(*evs, b);
     Status s = CommitLocked(b);
     if (!s.ok()) spdlog::error("store: truncation not recorded in the catalog: {}", s.ToString());
-    spdlog::warn("store: segment {} truncated at offset {} after a corrupt chunk ({} node(s) changed)", seg, o, evs->size());
+    spdlog::warn("store: segment {} truncated at offset {} after a corrupt chunk ({} node(s) changed)", seg, o,
+                 evs->size());
     it = pending_truncations.erase(it);
   }
 }

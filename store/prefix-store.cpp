@@ -25,11 +25,16 @@ Result<ReadTicket> PrefixStore::SubmitReadKV(const MatchHandle& h, int il, std::
                                              bool want_k, bool want_v) {
   return impl_->SubmitReadKV(h, il, positions, want_k, want_v);
 }
-Result<ReadTicket> PrefixStore::SubmitReadAllKeys(const MatchHandle& h, int il) { return impl_->SubmitReadAllKeys(h, il); }
+Result<ReadTicket> PrefixStore::SubmitReadAllKeys(const MatchHandle& h, int il) {
+  return impl_->SubmitReadAllKeys(h, il);
+}
 Result<ReadResult> PrefixStore::Wait(ReadTicket t) { return impl_->Wait(t); }
-Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) { return impl_->WaitInto(t, k_out, v_out); }
+Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) {
+  return impl_->WaitInto(t, k_out, v_out);
+}
 
-Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers) {
+Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_t start,
+                                          std::span<const LayerKV> layers) {
   return impl_->Insert(tokens, start, layers);
 }
 Status PrefixStore::ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,
@@ -40,7 +45,9 @@ Status PrefixStore::ReportImportance(const MatchHandle& h, int il, std::span<con
 StoreStats PrefixStore::Stats() { return impl_->Stats(); }
 Result<ReorderReport> PrefixStore::ReorderNow() { return impl_->ReorderNow(); }
 Result<uint64_t> PrefixStore::EvictNodes(uint64_t n) { return impl_->EvictNodes(n); }
-std::vector<TierMove> PrefixStore::SetTierBudget(Tier tier, uint64_t bytes) { return impl_->SetTierBudget(tier, bytes); }
+std::vector<TierMove> PrefixStore::SetTierBudget(Tier tier, uint64_t bytes) {
+  return impl_->SetTierBudget(tier, bytes);
+}
 Status PrefixStore::SetSsdBudget(uint64_t bytes) { return impl_->SetSsdBudget(bytes); }
 void PrefixStore::SetPolicy(PolicyKind kind) { impl_->SetPolicy(kind); }
 void PrefixStore::SetReorderInterval(std::chrono::milliseconds interval) { impl_->SetReorderInterval(interval); }
@@ -50,7 +57,9 @@ TreeSnapshot PrefixStore::SnapshotTree(size_t max_nodes) { return impl_->Snapsho
 PrefixResidency PrefixStore::Residency(std::span<const Token> tokens) { return impl_->Residency(tokens); }
 Status PrefixStore::Pin(std::span<const Token> tokens) { return impl_->SetPinned(tokens, true); }
 Status PrefixStore::Unpin(std::span<const Token> tokens) { return impl_->SetPinned(tokens, false); }
-Result<uint64_t> PrefixStore::DropFrom(std::span<const Token> tokens, uint64_t begin) { return impl_->DropFrom(tokens, begin); }
+Result<uint64_t> PrefixStore::DropFrom(std::span<const Token> tokens, uint64_t begin) {
+  return impl_->DropFrom(tokens, begin);
+}
 Status PrefixStore::CheckConsistency() { return impl_->CheckConsistency(); }
 
 }  // namespace impress::store

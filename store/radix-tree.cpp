@@ -149,8 +149,8 @@ RadixTree::Node* RadixTree::SplitNode(Node* x, uint64_t m, SplitEvent* event) {
   return u;
 }
 
-Result<InsertResult> RadixTree::Insert(std::string_view ns, std::span<const Token> tokens,
-                                       SegmentId segment, uint64_t segment_start) {
+Result<InsertResult> RadixTree::Insert(std::string_view ns, std::span<const Token> tokens, SegmentId segment,
+                                       uint64_t segment_start) {
   const uint64_t n = tokens.size();
   if (segment_start > n) {
     return Status::InvalidArgument("radix insert: segment_start " + std::to_string(segment_start) +
@@ -159,16 +159,14 @@ Result<InsertResult> RadixTree::Insert(std::string_view ns, std::span<const Toke
   // Dry run: how much is cached already.
   const MatchResult dry = Match(ns, tokens, /*touch=*/false);
   if (dry.n_matched < n) {
-    if (segment == 0 || segment >= next_id_ || segments_.count(segment) != 0 ||
-        nodes_.count(segment) != 0) {
+    if (segment == 0 || segment >= next_id_ || segments_.count(segment) != 0 || nodes_.count(segment) != 0) {
       return Status::InvalidArgument("radix insert: segment " + std::to_string(segment) +
                                      " was not handed out by NewSegmentId() or is already in use");
     }
     if (dry.n_matched < segment_start) {
       return Status::NotFound("radix insert: only " + std::to_string(dry.n_matched) +
-                              " tokens of the prefix are cached but segment " +
-                              std::to_string(segment) + " starts at position " +
-                              std::to_string(segment_start) + "; the KV in between is gone");
+                              " tokens of the prefix are cached but segment " + std::to_string(segment) +
+                              " starts at position " + std::to_string(segment_start) + "; the KV in between is gone");
     }
   }
 
@@ -307,9 +305,7 @@ Eviction RadixTree::RemoveLeaf(Node* n) {
 std::vector<Eviction> RadixTree::EvictLeaves(const EvictOptions& options) {
   std::vector<Eviction> out;
   if (options.target == 0) return out;
-  auto priority = [&](const Node& n) {
-    return options.priority ? options.priority(InfoOf(n)) : double(n.last_access);
-  };
+  auto priority = [&](const Node& n) { return options.priority ? options.priority(InfoOf(n)) : double(n.last_access); };
   using Item = std::pair<double, NodeId>;
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
   for (NodeId id : evictable_) {
@@ -338,9 +334,8 @@ Result<std::vector<Eviction>> RadixTree::Truncate(NodeId id, uint64_t keep) {
   if (it == nodes_.end()) return Status::NotFound("radix truncate: no " + Id(id));
   Node* node = it->second.get();
   if (keep >= node->tokens.size()) {
-    return Status::InvalidArgument("radix truncate: keep " + std::to_string(keep) + " of " +
-                                   Id(id) + " with " + std::to_string(node->tokens.size()) +
-                                   " tokens removes nothing");
+    return Status::InvalidArgument("radix truncate: keep " + std::to_string(keep) + " of " + Id(id) + " with " +
+                                   std::to_string(node->tokens.size()) + " tokens removes nothing");
   }
   if (node->lock_ref != 0) {  // counts every lock in the subtree
     return Status::ResourceExhausted("radix truncate: " + Id(id) + " or a descendant is locked");
@@ -380,12 +375,10 @@ Result<std::vector<Eviction>> RadixTree::Truncate(NodeId id, uint64_t keep) {
   return out;
 }
 
-Result<RebuildReport> RadixTree::Rebuild(std::string_view ns,
-                                         const std::vector<NodeRecord>& records) {
+Result<RebuildReport> RadixTree::Rebuild(std::string_view ns, const std::vector<NodeRecord>& records) {
   Root* existing = FindRoot(ns);
   if (existing != nullptr && !existing->node.children.empty()) {
-    return Status::InvalidArgument("radix rebuild: namespace '" + std::string(ns) +
-                                   "' is not empty");
+    return Status::InvalidArgument("radix rebuild: namespace '" + std::string(ns) + "' is not empty");
   }
   RebuildReport report;
   // Index the records; drop the ones that are malformed on their own.
@@ -410,8 +403,7 @@ Result<RebuildReport> RadixTree::Rebuild(std::string_view ns,
   }
   for (auto& [id, r] : by_id) children[r->parent].push_back(r);
   for (auto& [parent, list] : children) {
-    std::sort(list.begin(), list.end(),
-              [](const NodeRecord* a, const NodeRecord* b) { return a->id < b->id; });
+    std::sort(list.begin(), list.end(), [](const NodeRecord* a, const NodeRecord* b) { return a->id < b->id; });
   }
 
   Root& root = GetOrCreateRoot(ns);
@@ -431,10 +423,8 @@ Result<RebuildReport> RadixTree::Rebuild(std::string_view ns,
       if (sit != segments_.end()) {
         // A segment seen before must continue straight down from its current lowest node.
         if (parent->is_root() || parent->segment != r->segment ||
-            parent->seg_begin + parent->tokens.size() != r->seg_begin ||
-            sit->second.live_end != r->seg_begin) {
-          drop(r->id, "segment " + std::to_string(r->segment) +
-                          " range does not continue its parent's");
+            parent->seg_begin + parent->tokens.size() != r->seg_begin || sit->second.live_end != r->seg_begin) {
+          drop(r->id, "segment " + std::to_string(r->segment) + " range does not continue its parent's");
           continue;
         }
       }
@@ -468,8 +458,7 @@ Result<RebuildReport> RadixTree::Rebuild(std::string_view ns,
     }
   }
   for (const NodeRecord& r : records) {
-    if (accepted.count(r.id) == 0) drop(r.id, "parent " + std::to_string(r.parent) +
-                                                  " missing or dropped");
+    if (accepted.count(r.id) == 0) drop(r.id, "parent " + std::to_string(r.parent) + " missing or dropped");
   }
   // Pins are closed upwards (rows written by this code always are; repair any that are not).
   for (NodeId id : accepted) {
@@ -491,8 +480,8 @@ std::vector<NodeRecord> RadixTree::Export(std::string_view ns) const {
     const Node* n = queue.front();
     queue.pop_front();
     if (!n->is_root()) {
-      out.push_back({n->id, n->parent->is_root() ? kNoNode : n->parent->id, n->segment,
-                     n->seg_begin, n->tokens, n->last_access, n->user_data, n->pinned, n->hits});
+      out.push_back({n->id, n->parent->is_root() ? kNoNode : n->parent->id, n->segment, n->seg_begin, n->tokens,
+                     n->last_access, n->user_data, n->pinned, n->hits});
     }
     std::vector<const Node*> kids;
     for (auto& [tok, c] : n->children) kids.push_back(c);
@@ -520,8 +509,7 @@ std::vector<NodeInfo> RadixTree::PreOrder(std::string_view ns, NodeId from, size
     std::vector<const Node*> kids;
     for (auto& [tok, c] : n->children) kids.push_back(c);
     // Reverse order on the stack so the smallest first token comes out first.
-    std::sort(kids.begin(), kids.end(),
-              [](const Node* a, const Node* b) { return a->tokens[0] > b->tokens[0]; });
+    std::sort(kids.begin(), kids.end(), [](const Node* a, const Node* b) { return a->tokens[0] > b->tokens[0]; });
     for (const Node* c : kids) stack.push_back(c);
   }
   return out;
@@ -613,15 +601,13 @@ Status RadixTree::Validate() const {
   for (auto& [sid, list] : by_segment) {
     auto sit = segments_.find(sid);
     if (sit == segments_.end()) return Status::Internal("segment " + std::to_string(sid) + " lost");
-    std::sort(list.begin(), list.end(),
-              [](const Node* a, const Node* b) { return a->seg_begin < b->seg_begin; });
+    std::sort(list.begin(), list.end(), [](const Node* a, const Node* b) { return a->seg_begin < b->seg_begin; });
     const Segment& seg = sit->second;
     if (seg.n_nodes != list.size() || list.front()->seg_begin != seg.live_begin) {
       return Status::Internal("segment " + std::to_string(sid) + ": live range out of date");
     }
     for (size_t i = 1; i < list.size(); ++i) {
-      if (list[i]->parent != list[i - 1] ||
-          list[i]->seg_begin != list[i - 1]->seg_begin + list[i - 1]->tokens.size()) {
+      if (list[i]->parent != list[i - 1] || list[i]->seg_begin != list[i - 1]->seg_begin + list[i - 1]->tokens.size()) {
         return Status::Internal("segment " + std::to_string(sid) + ": nodes are not a path");
       }
     }

@@ -38,8 +38,8 @@
 // segment is referenced any more (segment_dead) all its chunks may be freed.
 #pragma once
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -69,9 +69,9 @@ struct PathSpan {
 };
 
 struct MatchResult {
-  uint64_t n_matched = 0;       // longest cached prefix of the query, in tokens
-  std::vector<PathSpan> path;   // root to leaf; sum of lengths == n_matched
-  NodeId last_node = kNoNode;   // the node holding the last matched token: the handle for Lock()
+  uint64_t n_matched = 0;      // longest cached prefix of the query, in tokens
+  std::vector<PathSpan> path;  // root to leaf; sum of lengths == n_matched
+  NodeId last_node = kNoNode;  // the node holding the last matched token: the handle for Lock()
 };
 
 struct SplitEvent {
@@ -80,33 +80,33 @@ struct SplitEvent {
   SegmentId segment = 0;
   uint64_t upper_seg_begin = 0;  // upper = [upper_seg_begin, + upper_length) of the segment
   uint64_t upper_length = 0;
-  uint64_t lower_length = 0;     // lower = [upper_seg_begin + upper_length, + lower_length)
+  uint64_t lower_length = 0;  // lower = [upper_seg_begin + upper_length, + lower_length)
 };
 
 struct InsertResult {
-  uint64_t n_cached_before = 0;  // tokens of the sequence that were already in the tree
-  uint64_t n_inserted = 0;       // new tokens now in the tree (0: nothing new, segment unused)
-  NodeId new_node = kNoNode;     // the node created for them (kNoNode if n_inserted == 0)
-  uint64_t new_seg_begin = 0;    // new_node = [new_seg_begin, + n_inserted) of the segment
-  NodeId last_node = kNoNode;    // node holding the sequence's last token (for Lock())
+  uint64_t n_cached_before = 0;    // tokens of the sequence that were already in the tree
+  uint64_t n_inserted = 0;         // new tokens now in the tree (0: nothing new, segment unused)
+  NodeId new_node = kNoNode;       // the node created for them (kNoNode if n_inserted == 0)
+  uint64_t new_seg_begin = 0;      // new_node = [new_seg_begin, + n_inserted) of the segment
+  NodeId last_node = kNoNode;      // node holding the sequence's last token (for Lock())
   std::vector<SplitEvent> splits;  // at most one today; apply in order
 };
 
 // A copy of one node's state; cheap (no tokens).
 struct NodeInfo {
   NodeId id = kNoNode;
-  NodeId parent = kNoNode;        // kNoNode: child of its namespace's root
-  std::string_view name_space;    // points into the tree; valid while the namespace exists
+  NodeId parent = kNoNode;      // kNoNode: child of its namespace's root
+  std::string_view name_space;  // points into the tree; valid while the namespace exists
   SegmentId segment = 0;
   uint64_t seg_begin = 0;
-  uint64_t length = 0;            // tokens in this node (>= 1)
-  uint64_t depth = 0;             // sequence position of the node's first token
+  uint64_t length = 0;  // tokens in this node (>= 1)
+  uint64_t depth = 0;   // sequence position of the node's first token
   uint32_t lock_ref = 0;
   uint32_t n_children = 0;
-  uint64_t last_access = 0;       // logical clock of the last Match/Insert that walked it
-  uint64_t user_data = 0;         // the store's own field (e.g. tier residency bits)
-  bool pinned = false;            // never evicted (see Pin())
-  uint64_t hits = 0;              // Match(touch = true) calls whose match used this node
+  uint64_t last_access = 0;  // logical clock of the last Match/Insert that walked it
+  uint64_t user_data = 0;    // the store's own field (e.g. tier residency bits)
+  bool pinned = false;       // never evicted (see Pin())
+  uint64_t hits = 0;         // Match(touch = true) calls whose match used this node
 };
 
 // One row of the catalog; Export() and Rebuild() use it.
@@ -130,7 +130,7 @@ struct RebuildReport {
 };
 
 struct Eviction {
-  NodeInfo node;              // the removed node, as it was
+  NodeInfo node;                // the removed node, as it was
   uint64_t seg_live_begin = 0;  // the segment's referenced range after the removal ...
   uint64_t seg_live_end = 0;    // ... (empty when segment_dead)
   bool segment_dead = false;    // no node names the segment any more: free all its chunks
@@ -170,8 +170,8 @@ class RadixTree {
   // rest becomes one new node naming the segment. Errors (tree unchanged): the cached prefix is
   // shorter than segment_start (the KV for the gap no longer exists: re-match and recompute),
   // a reused segment id, segment_start > tokens.size().
-  Result<InsertResult> Insert(std::string_view ns, std::span<const Token> tokens,
-                              SegmentId segment, uint64_t segment_start);
+  Result<InsertResult> Insert(std::string_view ns, std::span<const Token> tokens, SegmentId segment,
+                              uint64_t segment_start);
 
   // Lock references, walked from `node` to the root: a locked node (and its ancestors) is never
   // evicted or truncated. Every Lock must be paired with one Unlock of the same id; the id stays
@@ -203,8 +203,7 @@ class RadixTree {
   std::vector<NodeRecord> Export(std::string_view ns) const;
   // Nodes of `ns` in pre-order (a parent before its children, siblings by first token), at most
   // `max_nodes` of them: the subtree of `from` (itself first), or the whole namespace (kNoNode).
-  std::vector<NodeInfo> PreOrder(std::string_view ns, NodeId from = kNoNode,
-                                 size_t max_nodes = SIZE_MAX) const;
+  std::vector<NodeInfo> PreOrder(std::string_view ns, NodeId from = kNoNode, size_t max_nodes = SIZE_MAX) const;
 
   std::optional<NodeInfo> Get(NodeId node) const;
   std::span<const Token> Tokens(NodeId node) const;  // empty for an unknown id
@@ -249,8 +248,7 @@ class RadixTree {
 
 // Chunks [first, end) of a segment covered by segment offsets [seg_begin, seg_begin + length),
 // with `chunk_tokens` tokens per chunk (C, default 64).
-inline std::pair<uint64_t, uint64_t> ChunksOfSpan(uint64_t seg_begin, uint64_t length,
-                                                  uint64_t chunk_tokens) {
+inline std::pair<uint64_t, uint64_t> ChunksOfSpan(uint64_t seg_begin, uint64_t length, uint64_t chunk_tokens) {
   if (length == 0 || chunk_tokens == 0) return {0, 0};
   return {seg_begin / chunk_tokens, (seg_begin + length + chunk_tokens - 1) / chunk_tokens};
 }

@@ -16,8 +16,8 @@ std::string_view TierName(Tier t) {
 }
 
 TierManager::TierManager(std::unique_ptr<CachePolicy> policy, uint64_t device_budget_bytes,
-                         uint64_t host_budget_bytes)
-    : policy_(policy ? std::move(policy) : MakeCachePolicy(PolicyKind::kImpress)) {
+                         uint64_t host_budget_bytes) :
+    policy_(policy ? std::move(policy) : MakeCachePolicy(PolicyKind::kImpress)) {
   device_.counters.budget_bytes = device_budget_bytes;
   host_.counters.budget_bytes = host_budget_bytes;
 }
@@ -68,8 +68,7 @@ void TierManager::Unplace(ChunkId id, Entry& e) {
   e.tier = Tier::kSsd;
 }
 
-std::optional<std::vector<ChunkId>> TierManager::VictimsFor(Tier tier, uint64_t bytes,
-                                                            const Priority& p,
+std::optional<std::vector<ChunkId>> TierManager::VictimsFor(Tier tier, uint64_t bytes, const Priority& p,
                                                             ChunkId self) const {
   const TierState& st = state(tier);
   const uint64_t budget = st.counters.budget_bytes;
@@ -125,8 +124,7 @@ bool TierManager::TryAdmit(ChunkId id, Entry& e, Tier tier, std::vector<TierMove
   return true;
 }
 
-AccessResult TierManager::Access(ChunkId id, uint64_t bytes,
-                                 std::optional<double> fraction_selected) {
+AccessResult TierManager::Access(ChunkId id, uint64_t bytes, std::optional<double> fraction_selected) {
   ++clock_;
   ++n_accesses_;
   Entry& e = entries_[id];
@@ -283,8 +281,7 @@ Status TierManager::Validate() const {
       used += e.stats.bytes;
       ++n;
       if (st.heap.count({e.priority, id}) == 0) {
-        return Status::Internal(std::string(TierName(t)) + " heap misses chunk " +
-                                std::to_string(id));
+        return Status::Internal(std::string(TierName(t)) + " heap misses chunk " + std::to_string(id));
       }
       if (!(e.priority == Key(id, e.stats))) {
         return Status::Internal("stale priority of chunk " + std::to_string(id));

@@ -43,7 +43,7 @@
 namespace impress::store {
 
 enum class Tier : uint8_t {
-  kSsd = 0,     // in no memory tier (the SSD always has it)
+  kSsd = 0,  // in no memory tier (the SSD always has it)
   kHost = 1,
   kDevice = 2,
 };
@@ -62,18 +62,18 @@ struct TierMove {
 };
 
 struct AccessResult {
-  Tier found_in = Tier::kSsd;   // where the request's data comes from (kSsd: an SSD read)
+  Tier found_in = Tier::kSsd;        // where the request's data comes from (kSsd: an SSD read)
   Tier resident_after = Tier::kSsd;  // the chunk's tier after the moves
-  std::vector<TierMove> moves;  // residency changes to apply, in order
-  Priority priority;            // the chunk's priority after the update
+  std::vector<TierMove> moves;       // residency changes to apply, in order
+  Priority priority;                 // the chunk's priority after the update
 };
 
 struct TierCounters {
   uint64_t budget_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t n_chunks = 0;
-  uint64_t hits = 0;        // accesses that found the chunk in this tier
-  uint64_t misses = 0;      // device: accesses not in device; host: accesses in neither tier
+  uint64_t hits = 0;    // accesses that found the chunk in this tier
+  uint64_t misses = 0;  // device: accesses not in device; host: accesses in neither tier
   uint64_t hit_bytes = 0;
   uint64_t admissions = 0;  // chunks that entered the tier (from SSD, promotion or demotion)
   uint64_t evictions = 0;   // chunks that left the tier to make room or on a budget shrink
@@ -83,15 +83,14 @@ struct TierStats {
   TierCounters device;
   TierCounters host;
   uint64_t n_accesses = 0;
-  uint64_t ssd_reads = 0;       // accesses served from SSD
+  uint64_t ssd_reads = 0;  // accesses served from SSD
   uint64_t ssd_read_bytes = 0;
   uint64_t n_chunks_known = 0;  // chunks with statistics
 };
 
 class TierManager {
  public:
-  TierManager(std::unique_ptr<CachePolicy> policy, uint64_t device_budget_bytes,
-              uint64_t host_budget_bytes);
+  TierManager(std::unique_ptr<CachePolicy> policy, uint64_t device_budget_bytes, uint64_t host_budget_bytes);
   ~TierManager();
   TierManager(const TierManager&) = delete;
   TierManager& operator=(const TierManager&) = delete;
@@ -100,8 +99,7 @@ class TierManager {
   // `fraction_selected` (in [0, 1]), when the caller already knows it, is folded into the
   // important ratio before the placement decision; out-of-range values are ignored (and counted
   // as no report). A resident chunk keeps its recorded size; `bytes` updates it otherwise.
-  AccessResult Access(ChunkId chunk, uint64_t bytes,
-                      std::optional<double> fraction_selected = std::nullopt);
+  AccessResult Access(ChunkId chunk, uint64_t bytes, std::optional<double> fraction_selected = std::nullopt);
 
   // After a request: the fraction of the chunk's tokens the pipeline selected. Updates the EMA
   // and re-keys the chunk in its heap; moves nothing (placement changes on the next access).
@@ -165,8 +163,7 @@ class TierManager {
   void Unplace(ChunkId id, Entry& e);
   // Victims (ascending priority) that must leave `tier` so `bytes` more fit, all of priority
   // strictly below `p` (ignoring `self`); nullopt if that is impossible.
-  std::optional<std::vector<ChunkId>> VictimsFor(Tier tier, uint64_t bytes, const Priority& p,
-                                                 ChunkId self) const;
+  std::optional<std::vector<ChunkId>> VictimsFor(Tier tier, uint64_t bytes, const Priority& p, ChunkId self) const;
   // Places a chunk (currently in `from`, not in `tier`) into `tier` if it wins room there,
   // demoting/dropping the victims; returns whether it was placed.
   bool TryAdmit(ChunkId id, Entry& e, Tier tier, std::vector<TierMove>& moves);

@@ -36,7 +36,7 @@ class DevPtr {
  public:
   DevPtr() = default;
   explicit DevPtr(T* raw) : p_(raw) {}
-  template <class U>  // DevPtr<float> -> DevPtr<const float>
+  template <class U>                    // DevPtr<float> -> DevPtr<const float>
   DevPtr(DevPtr<U> o) : p_(o.raw()) {}  // NOLINT: implicit like T* -> const T*
   DevPtr operator+(size_t n) const { return DevPtr(p_ + n); }
   explicit operator bool() const { return p_ != nullptr; }
@@ -50,7 +50,7 @@ class DevPtr {
 // (x[i], x[i + head_dim/2]) is rotated by angle pos * inv_freq[i], the angle taken in double.
 // inv_freq already includes any scaling (linear or llama3), see RopeInvFreq in forward.h.
 struct RopeArgs {
-  DevPtr<float> x;                  // (n_tok, n_heads, head_dim), rotated in place
+  DevPtr<float> x;  // (n_tok, n_heads, head_dim), rotated in place
   int n_tok = 0, n_heads = 0, head_dim = 0;
   DevPtr<const int32_t> positions;  // (n_tok)
   DevPtr<const float> inv_freq;     // (head_dim / 2)
@@ -75,9 +75,9 @@ struct RopeArgs {
 // AttentionQuery is the new tokens' side, which Attention and ScoreKeys share.
 struct AttentionQuery {
   int n_new = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
-  float scale = 0;                    // usually 1/sqrt(head_dim)
-  DevPtr<const float> q;              // (n_new, n_head, head_dim)
-  DevPtr<const f16_t> k_new;          // (n_new, n_head_kv, head_dim): all kv heads
+  float scale = 0;            // usually 1/sqrt(head_dim)
+  DevPtr<const float> q;      // (n_new, n_head, head_dim)
+  DevPtr<const f16_t> k_new;  // (n_new, n_head_kv, head_dim): all kv heads
 };
 
 // The query side for n_new tokens of the given heads, at the usual scale 1/sqrt(head_dim).
@@ -95,13 +95,13 @@ inline AttentionQuery MakeAttentionQuery(int n_new, int n_head, int n_head_kv, i
 }
 
 struct AttentionArgs : AttentionQuery {
-  DevPtr<const f16_t> v_new;          // (n_new, n_head_kv, head_dim)
+  DevPtr<const f16_t> v_new;  // (n_new, n_head_kv, head_dim)
   int n_prefix = 0;
   DevPtr<const f16_t> k_prefix, v_prefix;  // (n_prefix, n_head_kv, head_dim); unused if 0
-  DevPtr<float> out;                  // (n_new, n_head, head_dim)
+  DevPtr<float> out;                       // (n_new, n_head, head_dim)
   std::span<const int> importance_heads;   // query heads to score; empty = none
   bool importance_include_new = false;
-  DevPtr<float> importance;           // (importance_heads.size(), ld) as described above
+  DevPtr<float> importance;  // (importance_heads.size(), ld) as described above
 };
 
 // Importance only, from keys alone (the probe step, docs/design.md section 3). The prefix keys hold
@@ -110,10 +110,10 @@ struct AttentionArgs : AttentionQuery {
 // tokens' own keys (causal), so the result equals AttentionArgs' importance for the same heads.
 struct ScoreKeysArgs : AttentionQuery {
   int n_prefix = 0;
-  DevPtr<const f16_t> k_prefix;       // (n_prefix, prefix_kv_heads.size(), head_dim)
+  DevPtr<const f16_t> k_prefix;  // (n_prefix, prefix_kv_heads.size(), head_dim)
   std::span<const int> prefix_kv_heads;
   std::span<const int> query_heads;
-  DevPtr<float> importance;           // (query_heads.size(), n_prefix)
+  DevPtr<float> importance;  // (query_heads.size(), n_prefix)
 };
 
 enum class Trans { kNo, kYes };
@@ -138,32 +138,29 @@ class Backend {
 
   // ---- dense ops (fp32 unless said)
   // C (m,n) = alpha * op(A) (m,k) * op(B) (k,n) + beta * C; row-major with leading dims.
-  virtual void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, DevPtr<const float> a,
-                    int lda, DevPtr<const float> b, int ldb, float beta, DevPtr<float> c,
-                    int ldc) = 0;
+  virtual void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, DevPtr<const float> a, int lda,
+                    DevPtr<const float> b, int ldb, float beta, DevPtr<float> c, int ldc) = 0;
   // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w; rows of n_cols. out may equal x.
-  virtual void RmsNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w,
-                       int n_rows, int n_cols, float eps) = 0;
+  virtual void RmsNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, int n_rows, int n_cols,
+                       float eps) = 0;
   // out[r] = (x[r] - mean) / sqrt(var + eps) * w + b. out may equal x.
-  virtual void LayerNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w,
-                         DevPtr<const float> b, int n_rows, int n_cols, float eps) = 0;
+  virtual void LayerNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, DevPtr<const float> b,
+                         int n_rows, int n_cols, float eps) = 0;
   virtual void Rope(const RopeArgs& args) = 0;
   // out[r, i] = silu(gate[r, i]) * up[r, i]; gate and up are rows of width n_cols with row
   // stride ld (so both may live in one (n_rows, 2 * n_cols) GEMM output). out is dense.
-  virtual void SwiGlu(DevPtr<float> out, DevPtr<const float> gate, DevPtr<const float> up,
-                      int n_rows, int n_cols, int ld) = 0;
+  virtual void SwiGlu(DevPtr<float> out, DevPtr<const float> gate, DevPtr<const float> up, int n_rows, int n_cols,
+                      int ld) = 0;
   virtual void Relu(DevPtr<float> x, size_t n) = 0;
   // x[i] += y[i]
   virtual void Add(DevPtr<float> x, DevPtr<const float> y, size_t n) = 0;
   // x[r, c] += bias[c] for n_rows rows of n_cols with row stride ld
-  virtual void AddBias(DevPtr<float> x, DevPtr<const float> bias, int n_rows, int n_cols,
-                       int ld) = 0;
+  virtual void AddBias(DevPtr<float> x, DevPtr<const float> bias, int n_rows, int n_cols, int ld) = 0;
   // out[r] = table[ids[r]] (rows of n_cols). ids must be valid rows; the caller checks.
-  virtual void GetRows(DevPtr<float> out, DevPtr<const float> table, DevPtr<const int32_t> ids,
-                       int n_rows, int n_cols) = 0;
+  virtual void GetRows(DevPtr<float> out, DevPtr<const float> table, DevPtr<const int32_t> ids, int n_rows,
+                       int n_cols) = 0;
   // Strided fp32 -> fp16: dst[r * ld_dst + c] = src[r * ld_src + c] for c < n_cols.
-  virtual void ToF16(DevPtr<f16_t> dst, int ld_dst, DevPtr<const float> src, int ld_src,
-                     int n_rows, int n_cols) = 0;
+  virtual void ToF16(DevPtr<f16_t> dst, int ld_dst, DevPtr<const float> src, int ld_src, int n_rows, int n_cols) = 0;
 
   // ---- attention
   virtual Status Attention(const AttentionArgs& args) = 0;

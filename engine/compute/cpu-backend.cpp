@@ -101,8 +101,9 @@ inline void AxpyF16(float* acc, float p, const f16_t* v, int n) {
   const __m256 vp = _mm256_set1_ps(p);
   int c = 0;
   for (; c + 8 <= n; c += 8)
-    _mm256_storeu_ps(acc + c, _mm256_fmadd_ps(vp, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c))),
-                                              _mm256_loadu_ps(acc + c)));
+    _mm256_storeu_ps(acc + c,
+                     _mm256_fmadd_ps(vp, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c))),
+                                     _mm256_loadu_ps(acc + c)));
   for (; c < n; ++c) acc[c] += p * Fp16ToFp32(v[c]);
 }
 
@@ -127,9 +128,7 @@ constexpr int kDirectRows = 8;
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const CpuBackendOptions& o) : pool_(o.n_threads) {
-    SetBlasThreads(o.n_threads);
-  }
+  explicit CpuBackend(const CpuBackendOptions& o) : pool_(o.n_threads) { SetBlasThreads(o.n_threads); }
 
   std::string Name() const override { return "cpu (OpenBLAS, " + std::to_string(pool_.n_threads()) + " threads)"; }
 
@@ -153,8 +152,8 @@ class CpuBackend final : public Backend {
   void Synchronize() override {}
 
   static constexpr int kGemvRows = 2;
-  void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, DevPtr<const float> a, int lda,
-            DevPtr<const float> b, int ldb, float beta, DevPtr<float> c, int ldc) override {
+  void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, DevPtr<const float> a, int lda, DevPtr<const float> b,
+            int ldb, float beta, DevPtr<float> c, int ldc) override {
     if (m <= 0 || n <= 0) return;
     if (m <= kGemvRows && ta == Trans::kNo) {
       // A few rows (decode): sgemm would pack the whole weight matrix on every call, which
@@ -169,8 +168,8 @@ class CpuBackend final : public Backend {
       return;
     }
     cblas_sgemm(CblasRowMajor, ta == Trans::kYes ? CblasTrans : CblasNoTrans,
-                tb == Trans::kYes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a.raw(), lda, b.raw(),
-                ldb, beta, c.raw(), ldc);
+                tb == Trans::kYes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a.raw(), lda, b.raw(), ldb, beta,
+                c.raw(), ldc);
     flops_ += 2.0 * m * n * k;
   }
 
@@ -189,8 +188,8 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void LayerNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, DevPtr<const float> b,
-                 int n_rows, int n_cols, float eps) override {
+  void LayerNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, DevPtr<const float> b, int n_rows,
+                 int n_cols, float eps) override {
     float* o = out.raw();
     const float* xs = x.raw();
     const float* ws = w.raw();
@@ -452,8 +451,8 @@ Status CpuBackend::Attention(const AttentionArgs& a) {
     const std::function<void(int64_t)> task = [&](int64_t g) {
       std::vector<HeadJob> heads;
       for (int h = int(g) * group; h < int(g + 1) * group; ++h) heads.push_back({h, imp_row[h]});
-      const HeadSource src{a.k_prefix.raw(), a.v_prefix.raw(), a.n_head_kv, int(g), a.k_new.raw(), a.v_new.raw(),
-                           a.n_head_kv, int(g)};
+      const HeadSource src{a.k_prefix.raw(), a.v_prefix.raw(), a.n_head_kv, int(g),
+                           a.k_new.raw(),    a.v_new.raw(),    a.n_head_kv, int(g)};
       DirectGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, src, a.n_prefix, a.out.raw(), a.n_head * hd,
                   a.importance_include_new);
     };
@@ -476,8 +475,8 @@ Status CpuBackend::Attention(const AttentionArgs& a) {
     GatherHead(vf_.data() + size_t(a.n_prefix) * hd, a.v_new.raw(), a.n_new, a.n_head_kv, g, hd);
     std::vector<HeadJob> heads;
     for (int h = g * group; h < (g + 1) * group; ++h) heads.push_back({h, imp_row[h]});
-    RunGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, kf_.data(), vf_.data(), a.n_prefix,
-             a.out.raw(), a.n_head * hd, a.importance_include_new);
+    RunGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, kf_.data(), vf_.data(), a.n_prefix, a.out.raw(),
+             a.n_head * hd, a.importance_include_new);
   }
   return Status::Ok();
 }
@@ -495,12 +494,12 @@ Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
     const int g = a.prefix_kv_heads[s];
     std::vector<HeadJob> heads;
     for (int x = 0; x < n_q; ++x)
-      if (a.query_heads[x] / group == g) heads.push_back({a.query_heads[x], a.importance.raw() + int64_t(x) * a.n_prefix});
+      if (a.query_heads[x] / group == g)
+        heads.push_back({a.query_heads[x], a.importance.raw() + int64_t(x) * a.n_prefix});
     if (heads.empty()) continue;
     if (a.n_prefix > 0) GatherHead(kf_.data(), a.k_prefix.raw(), a.n_prefix, n_slots, s, hd);
     GatherHead(kf_.data() + size_t(a.n_prefix) * hd, a.k_new.raw(), a.n_new, a.n_head_kv, g, hd);
-    RunGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, kf_.data(), nullptr, a.n_prefix, nullptr, 0,
-             false);
+    RunGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, kf_.data(), nullptr, a.n_prefix, nullptr, 0, false);
   }
   return Status::Ok();
 }
@@ -528,18 +527,21 @@ Status CheckAttentionArgs(const AttentionArgs& a) {
     return Status::InvalidArgument("attention: missing buffer");
   std::vector<bool> seen(a.n_head, false);
   for (int h : a.importance_heads) {
-    if (h < 0 || h >= a.n_head) return Status::InvalidArgument("attention: importance head " + std::to_string(h) + " out of range");
+    if (h < 0 || h >= a.n_head)
+      return Status::InvalidArgument("attention: importance head " + std::to_string(h) + " out of range");
     if (seen[h]) return Status::InvalidArgument("attention: importance head " + std::to_string(h) + " listed twice");
     seen[h] = true;
   }
   const bool imp_has_cols = a.n_prefix > 0 || a.importance_include_new;
-  if (!a.importance_heads.empty() && imp_has_cols && !a.importance) return Status::InvalidArgument("attention: missing importance buffer");
+  if (!a.importance_heads.empty() && imp_has_cols && !a.importance)
+    return Status::InvalidArgument("attention: missing importance buffer");
   return Status::Ok();
 }
 
 Status CheckScoreKeysArgs(const ScoreKeysArgs& a) {
   IMPRESS_RETURN_IF_ERROR(CheckQueryShape(a, a.n_prefix, "score keys"));
-  if (!a.q || !a.k_new || (a.n_prefix > 0 && !a.k_prefix) || (!a.query_heads.empty() && a.n_prefix > 0 && !a.importance))
+  if (!a.q || !a.k_new || (a.n_prefix > 0 && !a.k_prefix) ||
+      (!a.query_heads.empty() && a.n_prefix > 0 && !a.importance))
     return Status::InvalidArgument("score keys: missing buffer");
   const int group = a.n_head / a.n_head_kv;
   std::vector<int> slot_of(a.n_head_kv, -1);

@@ -14,8 +14,8 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   if (n == 0) return 0;
   work_.assign(logits.begin(), logits.end());
   if (opt_.repeat_penalty != 1.0f && opt_.repeat_last_n != 0) {
-    const size_t n_look = opt_.repeat_last_n < 0 ? history.size()
-                                                 : std::min(history.size(), size_t(opt_.repeat_last_n));
+    const size_t n_look =
+        opt_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(opt_.repeat_last_n));
     std::unordered_set<int32_t> seen(history.end() - n_look, history.end());
     for (int32_t t : seen) {
       if (t < 0 || t >= n) continue;
@@ -44,7 +44,10 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
     int keep = k;
     for (int i = 0; i < k; ++i) {
       acc += p[i];
-      if (acc >= opt_.top_p) { keep = i + 1; break; }
+      if (acc >= opt_.top_p) {
+        keep = i + 1;
+        break;
+      }
     }
     k = keep;
     p.resize(k);

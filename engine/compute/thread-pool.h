@@ -36,9 +36,9 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;
-  uint64_t generation_ = 0;   // guarded by mu_
-  int n_busy_ = 0;            // workers still in the current job; guarded by mu_
-  bool stop_ = false;         // guarded by mu_
+  uint64_t generation_ = 0;  // guarded by mu_
+  int n_busy_ = 0;           // workers still in the current job; guarded by mu_
+  bool stop_ = false;        // guarded by mu_
   // The current job (set before generation_ advances).
   const std::function<void(int64_t)>* fn_ = nullptr;
   int64_t n_tasks_ = 0;

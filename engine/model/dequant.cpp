@@ -175,7 +175,8 @@ Result<uint64_t> GgmlByteSize(uint32_t type_id, uint64_t n_elements) {
   }
   uint64_t bytes = 0;
   if (__builtin_mul_overflow(n_elements / t->block_size, uint64_t(t->type_size), &bytes)) {
-    return Status::InvalidArgument(std::to_string(n_elements) + " elements of " + t->name + " overflow 64 bits of bytes");
+    return Status::InvalidArgument(std::to_string(n_elements) + " elements of " + t->name +
+                                   " overflow 64 bits of bytes");
   }
   return bytes;
 }

@@ -28,16 +28,16 @@ struct RopeScaling {
 // ModelConfig{.n_vocab = 97, .n_embd = 48, ...}.
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  std::string name{};       // for humans: general.name or the folder name
+  std::string name{};  // for humans: general.name or the folder name
   int n_vocab = 0;
-  int n_ctx_train = 0;      // context length the model was trained for
-  int n_embd = 0;           // hidden size
+  int n_ctx_train = 0;  // context length the model was trained for
+  int n_embd = 0;       // hidden size
   int n_layer = 0;
-  int n_head = 0;           // query heads
-  int n_head_kv = 0;        // key/value heads (GQA when < n_head)
-  int head_dim = 0;         // usually n_embd / n_head
-  int n_ff = 0;             // FFN inner size
-  float norm_eps = 1e-5f;   // RMSNorm (Llama) or LayerNorm (OPT) epsilon
+  int n_head = 0;          // query heads
+  int n_head_kv = 0;       // key/value heads (GQA when < n_head)
+  int head_dim = 0;        // usually n_embd / n_head
+  int n_ff = 0;            // FFN inner size
+  float norm_eps = 1e-5f;  // RMSNorm (Llama) or LayerNorm (OPT) epsilon
 
   // Llama
   float rope_theta = 10000.0f;
@@ -45,8 +45,8 @@ struct ModelConfig {
   bool tied_embeddings = false;  // output projection is tok_embd
 
   // OPT
-  int pos_offset = 2;             // learned positions are looked up at pos + offset
-  int word_embed_proj_dim = 0;    // OPT-350m: embeddings live in 512 dims, projected to n_embd
+  int pos_offset = 2;                // learned positions are looked up at pos + offset
+  int word_embed_proj_dim = 0;       // OPT-350m: embeddings live in 512 dims, projected to n_embd
   bool do_layer_norm_before = true;  // pre-LN (all OPT sizes but 350m)
 
   // A digest of the weights and tokenizer; KV made with one model is never reused by another.
@@ -65,19 +65,19 @@ struct Tensor {
 };
 
 struct LayerWeights {
-  Tensor attn_norm;    // (n_embd)            Llama RMSNorm weight / OPT self_attn_layer_norm.weight
-  Tensor attn_norm_b;  // (n_embd)            OPT only
-  Tensor wq;           // (n_head*head_dim, n_embd)
-  Tensor wk;           // (n_head_kv*head_dim, n_embd)
-  Tensor wv;           // (n_head_kv*head_dim, n_embd)
-  Tensor wo;           // (n_embd, n_head*head_dim)
+  Tensor attn_norm;       // (n_embd)            Llama RMSNorm weight / OPT self_attn_layer_norm.weight
+  Tensor attn_norm_b;     // (n_embd)            OPT only
+  Tensor wq;              // (n_head*head_dim, n_embd)
+  Tensor wk;              // (n_head_kv*head_dim, n_embd)
+  Tensor wv;              // (n_head_kv*head_dim, n_embd)
+  Tensor wo;              // (n_embd, n_head*head_dim)
   Tensor bq, bk, bv, bo;  // OPT biases (rows of the matching weight); empty for Llama
-  Tensor ffn_norm;     // (n_embd)            Llama post_attention_layernorm / OPT final_layer_norm
-  Tensor ffn_norm_b;   // (n_embd)            OPT only
-  Tensor w_gate;       // (n_ff, n_embd)      Llama only: gate_proj
-  Tensor w_up;         // (n_ff, n_embd)      Llama up_proj / OPT fc1
-  Tensor w_down;       // (n_embd, n_ff)      Llama down_proj / OPT fc2
-  Tensor b_up, b_down; // OPT fc1/fc2 biases
+  Tensor ffn_norm;        // (n_embd)            Llama post_attention_layernorm / OPT final_layer_norm
+  Tensor ffn_norm_b;      // (n_embd)            OPT only
+  Tensor w_gate;          // (n_ff, n_embd)      Llama only: gate_proj
+  Tensor w_up;            // (n_ff, n_embd)      Llama up_proj / OPT fc1
+  Tensor w_down;          // (n_embd, n_ff)      Llama down_proj / OPT fc2
+  Tensor b_up, b_down;    // OPT fc1/fc2 biases
 };
 
 struct ModelWeights {

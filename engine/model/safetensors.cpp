@@ -30,11 +30,11 @@ struct DtypeEntry {
 };
 
 constexpr DtypeEntry kDtypes[] = {
-    {"F64", StDtype::kF64, 8},    {"F32", StDtype::kF32, 4},   {"F16", StDtype::kF16, 2},
-    {"BF16", StDtype::kBF16, 2},  {"I64", StDtype::kI64, 8},   {"I32", StDtype::kI32, 4},
-    {"I16", StDtype::kI16, 2},    {"I8", StDtype::kI8, 1},     {"U64", StDtype::kU64, 8},
-    {"U32", StDtype::kU32, 4},    {"U16", StDtype::kU16, 2},   {"U8", StDtype::kU8, 1},
-    {"BOOL", StDtype::kBool, 1},  {"F8_E4M3", StDtype::kF8E4M3, 1}, {"F8_E5M2", StDtype::kF8E5M2, 1},
+    {"F64", StDtype::kF64, 8},   {"F32", StDtype::kF32, 4},        {"F16", StDtype::kF16, 2},
+    {"BF16", StDtype::kBF16, 2}, {"I64", StDtype::kI64, 8},        {"I32", StDtype::kI32, 4},
+    {"I16", StDtype::kI16, 2},   {"I8", StDtype::kI8, 1},          {"U64", StDtype::kU64, 8},
+    {"U32", StDtype::kU32, 4},   {"U16", StDtype::kU16, 2},        {"U8", StDtype::kU8, 1},
+    {"BOOL", StDtype::kBool, 1}, {"F8_E4M3", StDtype::kF8E4M3, 1}, {"F8_E5M2", StDtype::kF8E5M2, 1},
 };
 
 const DtypeEntry* FindDtype(std::string_view name) {
@@ -138,12 +138,12 @@ Status SafetensorsFile::Parse() {
   uint64_t header_len = 0;
   std::memcpy(&header_len, base, 8);
   if (header_len > kMaxHeaderBytes) {
-    return bad("header length " + std::to_string(header_len) + " is larger than the " + std::to_string(kMaxHeaderBytes) +
-               "-byte limit (not a safetensors file?)");
+    return bad("header length " + std::to_string(header_len) + " is larger than the " +
+               std::to_string(kMaxHeaderBytes) + "-byte limit (not a safetensors file?)");
   }
   if (header_len > size - 8) {
-    return bad("header length " + std::to_string(header_len) + " runs past the end of the file (" + std::to_string(size) +
-               " bytes)");
+    return bad("header length " + std::to_string(header_len) + " runs past the end of the file (" +
+               std::to_string(size) + " bytes)");
   }
   if (header_len < 2) return bad("header length " + std::to_string(header_len) + " is too small for a JSON object");
   const std::string_view text(reinterpret_cast<const char*>(base + 8), header_len);
@@ -173,7 +173,8 @@ Status SafetensorsFile::Parse() {
     auto dt = v.find("dtype");
     if (dt == v.end() || !dt->is_string()) return bad(what + ": missing or non-string 'dtype'");
     const DtypeEntry* de = FindDtype(dt->get_ref<const std::string&>());
-    if (!de) return Status::Unsupported(path_ + ": " + what + ": unknown dtype " + Quote(dt->get_ref<const std::string&>()));
+    if (!de)
+      return Status::Unsupported(path_ + ": " + what + ": unknown dtype " + Quote(dt->get_ref<const std::string&>()));
     t.dtype = de->dtype;
     auto sh = v.find("shape");
     if (sh == v.end() || !sh->is_array()) return bad(what + ": missing or non-array 'shape'");
@@ -205,8 +206,8 @@ Status SafetensorsFile::Parse() {
     uint64_t want = 0;
     if (__builtin_mul_overflow(n, uint64_t(de->size), &want) || want != t.end - t.begin) {
       return bad(what + ": shape " + t.ShapeString() + " of " + de->name + " needs " +
-                 (want / de->size == n ? std::to_string(want) : std::string("more than 2^64")) + " bytes, but data_offsets span " +
-                 std::to_string(t.end - t.begin));
+                 (want / de->size == n ? std::to_string(want) : std::string("more than 2^64")) +
+                 " bytes, but data_offsets span " + std::to_string(t.end - t.begin));
     }
     t.data = base + data_start + t.begin;
     tensors_.push_back(std::move(t));
@@ -253,7 +254,8 @@ Result<SafetensorsSet> SafetensorsSet::OpenFolder(const std::string& dir) {
     if (!ReadTextFile(index_path, &text)) return Status::IOError(index_path + ": cannot read");
     json index;
     std::string dup, error;
-    if (!ParseJson(text, &index, &dup, &error)) return Status::Corruption(index_path + ": not valid JSON (" + error + ")");
+    if (!ParseJson(text, &index, &dup, &error))
+      return Status::Corruption(index_path + ": not valid JSON (" + error + ")");
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
       return Status::Corruption(index_path + ": no 'weight_map' object");
     }
@@ -276,7 +278,8 @@ Result<SafetensorsSet> SafetensorsSet::OpenFolder(const std::string& dir) {
       }
       const SafetensorsFile& file = set.files_[pos->second];
       if (!file.FindTensor(it.key())) {
-        return Status::Corruption(file.path() + ": tensor " + Quote(it.key()) + " listed in " + index_path + " is missing");
+        return Status::Corruption(file.path() + ": tensor " + Quote(it.key()) + " listed in " + index_path +
+                                  " is missing");
       }
       set.where_[it.key()] = pos->second;
     }

@@ -34,9 +34,9 @@ uint32_t StDtypeSize(StDtype t);     // bytes per element
 struct SafetensorsTensor {
   std::string name;
   StDtype dtype = StDtype::kF32;
-  std::vector<int64_t> shape;   // PyTorch order: shape[0] slowest
-  uint64_t begin = 0, end = 0;  // data_offsets, relative to the data section
-  uint64_t n_elements = 0;      // product of shape (1 for a scalar)
+  std::vector<int64_t> shape;     // PyTorch order: shape[0] slowest
+  uint64_t begin = 0, end = 0;    // data_offsets, relative to the data section
+  uint64_t n_elements = 0;        // product of shape (1 for a scalar)
   const uint8_t* data = nullptr;  // inside the mapping, end - begin bytes
   uint64_t n_bytes() const { return end - begin; }
   std::string ShapeString() const;  // "[49152, 576]"

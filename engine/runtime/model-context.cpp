@@ -10,11 +10,11 @@
 
 namespace impress {
 
-ModelContext::ModelContext(Model model, Tokenizer tokenizer, ChatTemplate chat, std::unique_ptr<Backend> backend)
-    : model_(std::move(model)),
-      tokenizer_(std::move(tokenizer)),
-      template_(std::move(chat)),
-      backend_(std::move(backend)) {
+ModelContext::ModelContext(Model model, Tokenizer tokenizer, ChatTemplate chat, std::unique_ptr<Backend> backend) :
+    model_(std::move(model)),
+    tokenizer_(std::move(tokenizer)),
+    template_(std::move(chat)),
+    backend_(std::move(backend)) {
   stop_tokens_ = template_.StopTokens(tokenizer_);
 }
 
@@ -26,8 +26,8 @@ Result<std::unique_ptr<ModelContext>> ModelContext::Load(const std::string& path
   } else if (options.backend == "cuda") {
     IMPRESS_ASSIGN_OR_RETURN(backend, MakeCudaBackend(CudaBackendOptions{}));
   } else {
-    return Status::Unsupported(fmt::format("backend '{}' is not available in this build (use --backend cpu)",
-                                           options.backend));
+    return Status::Unsupported(
+        fmt::format("backend '{}' is not available in this build (use --backend cpu)", options.backend));
   }
   IMPRESS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(path));
   IMPRESS_ASSIGN_OR_RETURN(Model model, LoadModel(path, progress, LoadOptions{.n_threads = options.n_threads}));

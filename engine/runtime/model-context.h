@@ -24,7 +24,7 @@ class ModelContext {
  public:
   // `path`: a GGUF file or a Hugging Face folder. Progress covers the weight load.
   static Result<std::unique_ptr<ModelContext>> Load(const std::string& path, const ModelContextOptions& options,
-                                                     const ProgressFn& progress = {});
+                                                    const ProgressFn& progress = {});
 
   const Model& model() const { return model_; }
   const ModelConfig& config() const { return model_.config; }

@@ -61,9 +61,7 @@ size_t WhitespaceRun(const Decoded& d, size_t k) {
 
 // Splits code points [b, e) of d with the GPT-2 regex.
 void SplitGpt2(const Decoded& d, size_t b, size_t e, std::vector<TextSpan>* out) {
-  auto emit = [&](size_t s, size_t t) {
-    out->push_back({d.off[s], d.off[t] - d.off[s]});
-  };
+  auto emit = [&](size_t s, size_t t) { out->push_back({d.off[s], d.off[t] - d.off[s]}); };
   // Restrict the view to [b, e): classes past e are "end of text".
   auto in = [&](size_t k) { return k < e; };
   size_t k = b;
@@ -105,9 +103,7 @@ void SplitGpt2(const Decoded& d, size_t b, size_t e, std::vector<TextSpan>* out)
 }
 
 void SplitLlama3(const Decoded& d, std::vector<TextSpan>* out) {
-  auto emit = [&](size_t s, size_t t) {
-    out->push_back({d.off[s], d.off[t] - d.off[s]});
-  };
+  auto emit = [&](size_t s, size_t t) { out->push_back({d.off[s], d.off[t] - d.off[s]}); };
   const size_t n = d.n();
   size_t k = 0;
   while (k < n) {
@@ -188,9 +184,7 @@ void PreTokenize(PreTokenizerType type, std::string_view text, std::vector<TextS
   thread_local Decoded d;
   Decode(text, &d);
   switch (type) {
-    case PreTokenizerType::kGpt2:
-      SplitGpt2(d, 0, d.n(), out);
-      break;
+    case PreTokenizerType::kGpt2: SplitGpt2(d, 0, d.n(), out); break;
     case PreTokenizerType::kDigitsGpt2: {
       size_t b = 0;
       for (size_t k = 0; k < d.n(); ++k) {
@@ -202,11 +196,8 @@ void PreTokenize(PreTokenizerType type, std::string_view text, std::vector<TextS
       if (b < d.n()) SplitGpt2(d, b, d.n(), out);
       break;
     }
-    case PreTokenizerType::kLlama3:
-      SplitLlama3(d, out);
-      break;
-    case PreTokenizerType::kNone:
-      break;
+    case PreTokenizerType::kLlama3: SplitLlama3(d, out); break;
+    case PreTokenizerType::kNone: break;
   }
 }
 

@@ -41,8 +41,7 @@ Status SentencePieceBackend::Open(const std::string& path, TokenizerVocab* vocab
   // The model proto's add_dummy_prefix is not exposed by this libsentencepiece version's
   // public API: observe it instead (does "x" encode to a piece starting with U+2581?).
   std::vector<std::string> pieces;
-  vocab->add_space_prefix =
-      sp.Encode("x", &pieces).ok() && !pieces.empty() && pieces[0].rfind("\xE2\x96\x81", 0) == 0;
+  vocab->add_space_prefix = sp.Encode("x", &pieces).ok() && !pieces.empty() && pieces[0].rfind("\xE2\x96\x81", 0) == 0;
   vocab->sp_backend = std::move(backend);
   return Status::Ok();
 }

@@ -82,8 +82,8 @@ uint8_t CodepointFlags(uint32_t cp) {
   using unicode_detail::kRanges;
   // First range whose last >= cp.
   const auto* end = kRanges + kNumRanges;
-  const auto* it = std::lower_bound(kRanges, end, cp, [](const unicode_detail::CodepointRange& r,
-                                                         uint32_t v) { return r.last < v; });
+  const auto* it = std::lower_bound(kRanges, end, cp,
+                                    [](const unicode_detail::CodepointRange& r, uint32_t v) { return r.last < v; });
   if (it == end || it->first > cp) return 0;
   return it->flags;
 }

@@ -23,9 +23,9 @@ extern const CodepointRange kRanges[];
 }  // namespace unicode_detail
 
 enum CpFlags : uint8_t {
-  kCpLetter = 1,   // General_Category L*
-  kCpNumber = 2,   // General_Category N*
-  kCpSpace = 4,    // White_Space
+  kCpLetter = 1,  // General_Category L*
+  kCpNumber = 2,  // General_Category N*
+  kCpSpace = 4,   // White_Space
 };
 
 // Stands for a byte that does not start a valid UTF-8 sequence (above U+10FFFF, so it is

@@ -34,15 +34,16 @@ class ChatControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(DefaultModel())) GTEST_SKIP() << "no default model at " << DefaultModel();
-    dir_ = fs::temp_directory_path() /
-           ("impress-chat-controller-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("impress-chat-controller-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    lighthouse_ = Write("lighthouse.md", "The lighthouse on Gull Rock was built in 1871 by Edith Marrow.\n"
-                                         "Its keeper, Tom Hale, carried the stones up from the quay.\n");
-    ferry_ = Write("ferry.txt", "The ferry to Gull Rock leaves the harbour at seven every morning.\n\n"
-                                "Tickets cost three pounds and are sold on the quay by Mrs Hale.\n");
+    lighthouse_ = Write("lighthouse.md",
+                        "The lighthouse on Gull Rock was built in 1871 by Edith Marrow.\n"
+                        "Its keeper, Tom Hale, carried the stones up from the quay.\n");
+    ferry_ = Write("ferry.txt",
+                   "The ferry to Gull Rock leaves the harbour at seven every morning.\n\n"
+                   "Tickets cost three pounds and are sold on the quay by Mrs Hale.\n");
   }
   void TearDown() override {
     controller_.reset();
@@ -301,7 +302,8 @@ TEST_F(ChatControllerTest, DocumentCacheIsPinnedAndDroppedByDocument) {
   ASSERT_TRUE(Ask("Who built the lighthouse?").ok());
   ASSERT_TRUE(controller_->QuiesceStore().ok());
   caches = controller_->DocumentCaches();
-  for (const DocumentCacheState& c : caches) EXPECT_EQ(c.tokens_cached, uint64_t(c.span_end - c.span_begin)) << c.residency;
+  for (const DocumentCacheState& c : caches)
+    EXPECT_EQ(c.tokens_cached, uint64_t(c.span_end - c.span_begin)) << c.residency;
 
   ASSERT_TRUE(controller_->PinDocument(0, true).ok());
   EXPECT_TRUE(controller_->DocumentCaches()[0].pinned);

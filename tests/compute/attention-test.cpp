@@ -21,7 +21,7 @@ struct Case {
 // Random fp16 K/V for n_ctx earlier tokens and n_new new tokens, fp32 Q for the new ones.
 struct Data {
   Case c;
-  std::vector<float> q;           // (n_new, n_head, hd)
+  std::vector<float> q;             // (n_new, n_head, hd)
   std::vector<f16_t> k_ctx, v_ctx;  // (n_ctx, n_head_kv, hd)
   std::vector<f16_t> k_new, v_new;  // (n_new, n_head_kv, hd)
 };
@@ -101,7 +101,7 @@ AttentionQuery HostQuery(const Data& d) {
 }
 
 AttnRun RunAttention(Backend& be, const Data& d, const std::vector<int>& visible, const std::vector<int>& heads,
-                 bool include_new) {
+                     bool include_new) {
   const Case& c = d.c;
   const size_t kv = size_t(c.n_head_kv) * c.head_dim;
   const std::vector<f16_t> kp = Gather(d.k_ctx, visible, kv), vp = Gather(d.v_ctx, visible, kv);
@@ -221,10 +221,10 @@ TEST_P(AttentionTest, ScoreKeysEqualsAttentionImportance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
-                         ::testing::Values(Case{1, 4, 2, 16, 40},      // decode step
-                                           Case{7, 6, 2, 32, 0},       // no prefix at all
-                                           Case{19, 9, 3, 64, 37},     // SmolLM2's heads
-                                           Case{150, 4, 4, 32, 300},   // MHA, several token blocks
+                         ::testing::Values(Case{1, 4, 2, 16, 40},        // decode step
+                                           Case{7, 6, 2, 32, 0},         // no prefix at all
+                                           Case{19, 9, 3, 64, 37},       // SmolLM2's heads
+                                           Case{150, 4, 4, 32, 300},     // MHA, several token blocks
                                            Case{300, 2, 1, 16, 3000}));  // long prefix, MQA
 
 TEST(AttentionArgs, BadHeadsAreRejected) {

@@ -22,8 +22,16 @@ namespace {
 // A random tiny model: GQA 6/2 with Llama-3 RoPE scaling, or OPT with biases and learned positions.
 Model TinyModel(Arch arch, uint32_t seed) {
   const bool llama = arch == Arch::kLlama;
-  ModelConfig c{.arch = arch, .name = llama ? "random-llama" : "random-opt", .n_vocab = 97, .n_ctx_train = 256,
-                .n_embd = 48, .n_layer = 3, .n_head = 6, .n_head_kv = llama ? 2 : 6, .head_dim = 8, .n_ff = 80};
+  ModelConfig c{.arch = arch,
+                .name = llama ? "random-llama" : "random-opt",
+                .n_vocab = 97,
+                .n_ctx_train = 256,
+                .n_embd = 48,
+                .n_layer = 3,
+                .n_head = 6,
+                .n_head_kv = llama ? 2 : 6,
+                .head_dim = 8,
+                .n_ff = 80};
   if (llama) c.rope_scaling = {.type = RopeScalingType::kLlama3, .factor = 4.0f, .original_ctx = 32};
   auto m = RandomModel(c, {.seed = seed, .linear_gain = 1.5f});
   EXPECT_TRUE(m.ok()) << m.status().ToString();
@@ -139,16 +147,16 @@ TEST_P(ForwardTest, ProbeScoresEqualAttendImportanceAndSumToRows) {
   for (int il = 0; il < c.n_layer; ++il) {
     ASSERT_TRUE(f.ComputeQKV(il).ok());
     std::vector<f16_t> probe_keys;  // (n_p, 1, hd): kv head 0 only
-    for (int t = 0; t < n_p; ++t) probe_keys.insert(probe_keys.end(), k[il].begin() + t * kv, k[il].begin() + t * kv + hd);
+    for (int t = 0; t < n_p; ++t)
+      probe_keys.insert(probe_keys.end(), k[il].begin() + t * kv, k[il].begin() + t * kv + hd);
     std::vector<float> probe(probe_q.size() * n_p);
-    ASSERT_TRUE(f.ScoreKeys(il, PrefixKeys{n_p, DevPtr<const f16_t>(probe_keys.data()), probe_kv}, probe_q,
-                            probe.data())
-                    .ok());
+    ASSERT_TRUE(
+        f.ScoreKeys(il, PrefixKeys{n_p, DevPtr<const f16_t>(probe_keys.data()), probe_kv}, probe_q, probe.data()).ok());
     std::vector<float> imp(probe_q.size() * (n_p + n_q));
     ImportanceRequest req{probe_q, true, imp.data()};
-    ASSERT_TRUE(f.Attend(il, PrefixKV{n_p, DevPtr<const f16_t>(k[il].data()), DevPtr<const f16_t>(v[il].data()), {}},
-                         &req)
-                    .ok());
+    ASSERT_TRUE(
+        f.Attend(il, PrefixKV{n_p, DevPtr<const f16_t>(k[il].data()), DevPtr<const f16_t>(v[il].data()), {}}, &req)
+            .ok());
     for (size_t x = 0; x < probe_q.size(); ++x) {
       double sum = 0;
       for (int j = 0; j < n_p + n_q; ++j) sum += imp[x * (n_p + n_q) + j];
@@ -193,7 +201,10 @@ TEST_P(ForwardTest, GenerateHonoursContextStopTokensStreamingAndCancel) {
 
   o.max_tokens = 10;
   std::vector<int32_t> streamed;
-  o.on_token = [&](int32_t t) { streamed.push_back(t); return true; };
+  o.on_token = [&](int32_t t) {
+    streamed.push_back(t);
+    return true;
+  };
   r = gen.Generate(prompt, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->tokens.size(), 10u);
@@ -263,8 +274,8 @@ TEST(RopeInvFreq, Llama3ScalingKeepsHighFrequenciesAndDividesLowOnes) {
   const auto plain = RopeInvFreq(c);
   c.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 8192};
   const auto scaled = RopeInvFreq(c);
-  EXPECT_FLOAT_EQ(scaled[0], plain[0]);                 // wavelength 2*pi: untouched
-  EXPECT_FLOAT_EQ(scaled[31], plain[31] / 8.0f);        // longest wavelength: divided by factor
+  EXPECT_FLOAT_EQ(scaled[0], plain[0]);           // wavelength 2*pi: untouched
+  EXPECT_FLOAT_EQ(scaled[31], plain[31] / 8.0f);  // longest wavelength: divided by factor
   c.rope_scaling = {RopeScalingType::kLinear, 2.0f, 1.0f, 4.0f, 8192};
   EXPECT_FLOAT_EQ(RopeInvFreq(c)[5], plain[5] / 2.0f);
 }
@@ -291,7 +302,7 @@ TEST(Sampler, SeedDeterminesTheSequenceAndTopPCutsTheTail) {
   }
   EXPECT_EQ(sa, sb);
   EXPECT_GT(std::set<int32_t>(sa.begin(), sa.end()).size(), 5u);  // it does sample
-  o.top_p = 0.2f;  // only the few highest logits reach 20% of the mass
+  o.top_p = 0.2f;                                                 // only the few highest logits reach 20% of the mass
   Sampler p(o);
   for (int i = 0; i < 200; ++i) EXPECT_GE(p.Sample(logits, {}), 40);
 }

@@ -2,7 +2,8 @@
 // SmolLM2-135M-Instruct (GGUF, Q4_1) on three token sequences, one over 1000 tokens, and tiny
 // random-weight Llama and OPT Hugging Face folders written by tests/reference/make-tiny-models.py.
 // Checks max |logit diff| / max |logit| < 1e-4 on chosen rows and identical greedy 32-token
-// continuations (SmolLM2: on the two shorter sequences). Skips cleanly when the reference python or the default model is missing.
+// continuations (SmolLM2: on the two shorter sequences). Skips cleanly when the reference python or the default model
+// is missing.
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -87,8 +88,8 @@ bool RunReference(const std::string& python, const std::string& model, const std
   const std::string req_path = dir + "/request.json", out_prefix = dir + "/ref";
   std::ofstream(req_path) << req.dump();
   const std::string cmd = Quote(python) + " " + Quote(SourceDir() + "/tests/reference/reference.py") + " --model " +
-                          Quote(model) + " --request " + Quote(req_path) + " --out " + Quote(out_prefix) +
-                          " --dtype " + dtype;
+                          Quote(model) + " --request " + Quote(req_path) + " --out " + Quote(out_prefix) + " --dtype " +
+                          dtype;
   if (std::system(cmd.c_str()) != 0) {
     ADD_FAILURE() << "reference failed: " << cmd;
     return false;
@@ -143,7 +144,7 @@ void CompareWithReference(const std::string& model_path, const std::vector<Seque
     std::printf("sequence %zu (%zu tokens): max|diff| %.4g, max|logit| %.4g, relative %.3g\n", i, s.tokens.size(),
                 max_diff, max_logit, rel);
     EXPECT_LT(rel, tolerance) << "sequence " << i << " (" << s.tokens.size() << " tokens): max |diff| " << max_diff
-                         << ", max |logit| " << max_logit;
+                              << ", max |logit| " << max_logit;
     if (s.greedy == 0) continue;
     // Greedy continuation.
     (*gen)->Reset();
@@ -200,8 +201,8 @@ class TinyModels : public ::testing::Test {
     const std::string python = Python();
     if (python.empty()) return;
     dir_ = new TempDir();
-    const std::string cmd = Quote(python) + " " + Quote(SourceDir() + "/tests/reference/make-tiny-models.py") + " " +
-                            Quote(dir_->path());
+    const std::string cmd =
+        Quote(python) + " " + Quote(SourceDir() + "/tests/reference/make-tiny-models.py") + " " + Quote(dir_->path());
     ok_ = std::system(cmd.c_str()) == 0;
   }
   static void TearDownTestSuite() {

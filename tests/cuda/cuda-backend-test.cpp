@@ -21,16 +21,16 @@
 #include <random>
 #include <set>
 
+#include "chat/conversation.h"
+#include "chat/document.h"
 #include "engine/compute/cpu-backend.h"
 #include "engine/compute/cuda/cuda-tier-memory.h"
 #include "engine/compute/forward.h"
 #include "engine/model/model-loader.h"
 #include "engine/model/random-model.h"
-#include "chat/conversation.h"
-#include "chat/document.h"
+#include "engine/runtime/model-context.h"
 #include "pipeline/impress-pipeline.h"
 #include "tests/cuda/parity-util.h"
-#include "engine/runtime/model-context.h"
 
 namespace impress {
 namespace {
@@ -53,10 +53,10 @@ bool HaveGpu(std::string* why) {
   return n.ok();
 }
 
-#define REQUIRE_GPU()                             \
-  do {                                            \
-    std::string why_;                             \
-    if (!HaveGpu(&why_)) GTEST_SKIP() << why_;    \
+#define REQUIRE_GPU()                          \
+  do {                                         \
+    std::string why_;                          \
+    if (!HaveGpu(&why_)) GTEST_SKIP() << why_; \
   } while (0)
 
 // Device copies of host vectors, freed with the backend's Free at scope exit.
@@ -117,7 +117,8 @@ TEST(CudaAvailability, MissingGpuOrBuildGivesAClearStatus) {
 }
 
 TEST(CudaAvailability, GemmPrecisionNamesRoundTrip) {
-  for (auto p : {CudaGemmPrecision::kFp32, CudaGemmPrecision::kTf32, CudaGemmPrecision::kF16, CudaGemmPrecision::kBf16}) {
+  for (auto p :
+       {CudaGemmPrecision::kFp32, CudaGemmPrecision::kTf32, CudaGemmPrecision::kF16, CudaGemmPrecision::kBf16}) {
     auto q = ParseCudaGemmPrecision(CudaGemmPrecisionName(p));
     ASSERT_TRUE(q.ok());
     EXPECT_EQ(*q, p);
@@ -157,9 +158,10 @@ TEST_F(CudaOps, GemmAllTransposesMatchCpu) {
                    DevPtr<const float>(a.data()), lda, DevPtr<const float>(b.data()), ldb, 0.5f,
                    DevPtr<float>(want.data()), ldc);
         auto dc = d.Put(c0);
-        gpu_->Gemm(ta ? Trans::kYes : Trans::kNo, tb ? Trans::kYes : Trans::kNo, m, n, k, 0.7f, d.Put(a), lda,
-                   d.Put(b), ldb, 0.5f, dc, ldc);
-        EXPECT_LT(RelMaxErr(d.Get(dc, c0.size()), want), 1e-5) << m << "x" << n << "x" << k << " ta " << ta << " tb " << tb;
+        gpu_->Gemm(ta ? Trans::kYes : Trans::kNo, tb ? Trans::kYes : Trans::kNo, m, n, k, 0.7f, d.Put(a), lda, d.Put(b),
+                   ldb, 0.5f, dc, ldc);
+        EXPECT_LT(RelMaxErr(d.Get(dc, c0.size()), want), 1e-5)
+            << m << "x" << n << "x" << k << " ta " << ta << " tb " << tb;
       }
   EXPECT_DOUBLE_EQ(gpu_->Flops(), cpu_->Flops());
 }
@@ -173,8 +175,8 @@ TEST_F(CudaOps, HalfPrecisionGemmOnMappedWeightsIsWithinItsRounding) {
     const int m = 300, n = 1536, k = 576;
     const auto x = Random(size_t(m) * k, 4, -2, 2), w = Random(size_t(n) * k, 5, -0.05f, 0.05f);
     std::vector<float> want(size_t(m) * n);
-    cpu_->Gemm(Trans::kNo, Trans::kYes, m, n, k, 1.0f, DevPtr<const float>(x.data()), k,
-               DevPtr<const float>(w.data()), k, 0.0f, DevPtr<float>(want.data()), n);
+    cpu_->Gemm(Trans::kNo, Trans::kYes, m, n, k, 1.0f, DevPtr<const float>(x.data()), k, DevPtr<const float>(w.data()),
+               k, 0.0f, DevPtr<float>(want.data()), n);
     auto wc = g.MapConstant(w.data(), w.size());
     ASSERT_TRUE(wc.ok());
     auto dc = d.Put(std::vector<float>(want.size(), 0.0f));
@@ -196,7 +198,8 @@ TEST_F(CudaOps, NormsRopeActivationsAndCopiesMatchCpu) {
   const auto x = Random(size_t(n_rows) * n_cols, 6, -3, 3), w = Random(n_cols, 7), b = Random(n_cols, 8);
   std::vector<float> want(x.size());
   auto out = d.Put(std::vector<float>(x.size()));
-  cpu_->RmsNorm(DevPtr<float>(want.data()), DevPtr<const float>(x.data()), DevPtr<const float>(w.data()), n_rows, n_cols, 1e-5f);
+  cpu_->RmsNorm(DevPtr<float>(want.data()), DevPtr<const float>(x.data()), DevPtr<const float>(w.data()), n_rows,
+                n_cols, 1e-5f);
   gpu_->RmsNorm(out, d.Put(x), d.Put(w), n_rows, n_cols, 1e-5f);
   EXPECT_LT(RelMaxErr(d.Get(out, x.size()), want), 1e-5);
   cpu_->LayerNorm(DevPtr<float>(want.data()), DevPtr<const float>(x.data()), DevPtr<const float>(w.data()),
@@ -228,7 +231,8 @@ TEST_F(CudaOps, NormsRopeActivationsAndCopiesMatchCpu) {
     std::vector<float> sw(size_t(n_rows) * nc);
     auto dgu = d.Put(gu);
     auto dsw = d.Put(sw);
-    cpu_->SwiGlu(DevPtr<float>(sw.data()), DevPtr<const float>(gu.data()), DevPtr<const float>(gu.data() + nc), n_rows, nc, 2 * nc);
+    cpu_->SwiGlu(DevPtr<float>(sw.data()), DevPtr<const float>(gu.data()), DevPtr<const float>(gu.data() + nc), n_rows,
+                 nc, 2 * nc);
     gpu_->SwiGlu(dsw, dgu, dgu + nc, n_rows, nc, 2 * nc);
     EXPECT_LT(RelMaxErr(d.Get(dsw, sw.size()), sw), 1e-5);
 
@@ -249,7 +253,8 @@ TEST_F(CudaOps, NormsRopeActivationsAndCopiesMatchCpu) {
     const std::vector<int32_t> ids = {3, 0, 32, 32, 7};
     std::vector<float> rows(ids.size() * size_t(2 * nc));
     auto drows = d.Put(rows);
-    cpu_->GetRows(DevPtr<float>(rows.data()), DevPtr<const float>(h.data()), DevPtr<const int32_t>(ids.data()), int(ids.size()), 2 * nc);
+    cpu_->GetRows(DevPtr<float>(rows.data()), DevPtr<const float>(h.data()), DevPtr<const int32_t>(ids.data()),
+                  int(ids.size()), 2 * nc);
     gpu_->GetRows(drows, dh, d.Put(ids), int(ids.size()), 2 * nc);
     EXPECT_EQ(d.Get(drows, rows.size()), rows);
 
@@ -402,9 +407,16 @@ TEST_F(CudaOps, ScoreKeysMatchesCpuOnProbeSubsets) {
 // A random tiny model (RandomModel), head_dim 32 so GEMMs are not trivial.
 Model TinyModel(Arch arch, uint32_t seed) {
   const bool llama = arch == Arch::kLlama;
-  const ModelConfig c{.arch = arch, .name = llama ? "random-llama" : "random-opt", .n_vocab = 300,
-                      .n_ctx_train = 1024, .n_embd = 128, .n_layer = 3, .n_head = 4, .n_head_kv = llama ? 2 : 4,
-                      .head_dim = 32, .n_ff = 256};
+  const ModelConfig c{.arch = arch,
+                      .name = llama ? "random-llama" : "random-opt",
+                      .n_vocab = 300,
+                      .n_ctx_train = 1024,
+                      .n_embd = 128,
+                      .n_layer = 3,
+                      .n_head = 4,
+                      .n_head_kv = llama ? 2 : 4,
+                      .head_dim = 32,
+                      .n_ff = 256};
   auto m = RandomModel(c, {.seed = seed});
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? std::move(*m) : Model{};
@@ -501,8 +513,8 @@ TEST(CudaSmolLM2, ImpressPipelineSelectsTheSameTokensAsCpu) {
   ASSERT_TRUE(doc.ok()) << doc.status().ToString();
   doc->text.resize(6000);
   conv.AddDocument(std::move(*doc));
-  const PromptTokens p = conv.Build("Who may copy this license document?", (*cpu_ctx)->tokenizer(),
-                                    (*cpu_ctx)->chat_template());
+  const PromptTokens p =
+      conv.Build("Who may copy this license document?", (*cpu_ctx)->tokenizer(), (*cpu_ctx)->chat_template());
   {
     ImpressPipeline ingest(**cpu_ctx, st->get());
     std::vector<float> logits;

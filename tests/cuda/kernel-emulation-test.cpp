@@ -108,7 +108,8 @@ TEST(KernelEmulation, ElementwiseOpsMatchCpuBackend) {
 
     const std::vector<int32_t> ids = {3, 0, 5, 5, 1, 2};
     std::vector<float> rw(size_t(n_rows) * ld), rg(rw.size());
-    cpu->GetRows(DevPtr<float>(rw.data()), DevPtr<const float>(x.data()), DevPtr<const int32_t>(ids.data()), n_rows, ld);
+    cpu->GetRows(DevPtr<float>(rw.data()), DevPtr<const float>(x.data()), DevPtr<const int32_t>(ids.data()), n_rows,
+                 ld);
     EmulateElementwise(GetRowsBody{rg.data(), x.data(), ids.data(), ld}, int64_t(n_rows) * ld);
     EXPECT_EQ(rg, rw);
 
@@ -129,8 +130,8 @@ TEST(KernelEmulation, Bf16RoundsToNearestEven) {
 }
 
 // Naive column-major GEMM with cuBLAS semantics, to check MapRowMajorGemm.
-void ColMajorGemmRef(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                     float* c, int ldc) {
+void ColMajorGemmRef(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+                     int ldc) {
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i) {
       double s = 0;
@@ -152,8 +153,8 @@ TEST(KernelEmulation, RowMajorGemmMapsToColumnMajor) {
       auto a = Random(size_t(ta ? k : m) * lda, 10), b = Random(size_t(tb ? n : k) * ldb, 11);
       std::vector<float> want(size_t(m) * ldc, 0), got(want.size(), 0);
       cpu->Gemm(ta ? Trans::kYes : Trans::kNo, tb ? Trans::kYes : Trans::kNo, m, n, k, 1.0f,
-                DevPtr<const float>(a.data()), lda, DevPtr<const float>(b.data()), ldb, 0.0f, DevPtr<float>(want.data()),
-                ldc);
+                DevPtr<const float>(a.data()), lda, DevPtr<const float>(b.data()), ldb, 0.0f,
+                DevPtr<float>(want.data()), ldc);
       const ColMajorGemm g = MapRowMajorGemm(ta, tb, m, n, k, lda, ldb, ldc);
       ColMajorGemmRef(g.trans_first, g.trans_second, g.m, g.n, g.k, b.data(), g.ld_first, a.data(), g.ld_second,
                       got.data(), g.ldc);
@@ -203,19 +204,20 @@ TEST_P(AttentionEmulation, MatchesCpuBackend) {
   a.importance = DevPtr<float>(imp_want.data());
   ASSERT_TRUE(MakeCpuBackend({1})->Attention(a).ok());
 
-  const AttnShape s{c.n_new, c.n_head, c.n_head_kv, hd, scale, q.data(), kn.data(), vn.data(),
-                    c.n_prefix, c.n_head_kv, kp.data(), vp.data()};
+  const AttnShape s{c.n_new,   c.n_head,  c.n_head_kv, hd,          scale,     q.data(),
+                    kn.data(), vn.data(), c.n_prefix,  c.n_head_kv, kp.data(), vp.data()};
   const int group = c.n_head / c.n_head_kv;
-  const int n_split = c.forced_split ? c.forced_split
-                                     : ChooseSplit(RowTiles(c.n_new * group) * c.n_head_kv, c.n_prefix + c.n_new, hd, 132);
+  const int n_split = c.forced_split
+                          ? c.forced_split
+                          : ChooseSplit(RowTiles(c.n_new * group) * c.n_head_kv, c.n_prefix + c.n_new, hd, 132);
   const AttnScratchSize z = ScratchFor(c.n_head, c.n_new, hd, n_split, true);
   std::vector<float> row_max(z.row_floats), row_sum(z.row_floats), part_m(z.part_floats), part_l(z.part_floats),
       part_o(z.o_floats);
   const AttnScratch sc{row_max.data(), row_sum.data(), part_m.data(), part_l.data(), part_o.data()};
   std::vector<float> out_got(out_want.size(), -7.0f), imp_got(imp_want.size(), -7.0f);
   HostRunner run;
-  ASSERT_EQ(RunAttention(run, s, out_got.data(), imp_heads.data(), int(imp_heads.size()), c.include_new,
-                         imp_got.data(), sc, n_split),
+  ASSERT_EQ(RunAttention(run, s, out_got.data(), imp_heads.data(), int(imp_heads.size()), c.include_new, imp_got.data(),
+                         sc, n_split),
             0);
   EXPECT_LT(RelMaxErr(out_got, out_want), 2e-5) << "output, split " << n_split;
   if (ld > 0) {
@@ -231,17 +233,16 @@ TEST_P(AttentionEmulation, MatchesCpuBackend) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, AttentionEmulation,
-    ::testing::Values(AttnCase{1, 0, 4, 4, 64, false, 0},      // first token, nothing before it
-                      AttnCase{1, 0, 4, 4, 64, true, 0},       // importance over the new token only
-                      AttnCase{5, 0, 9, 3, 64, true, 0},       // SmolLM2 heads, no prefix
-                      AttnCase{1, 300, 9, 3, 64, false, 0},    // decode: keys split across blocks
-                      AttnCase{3, 130, 9, 3, 64, true, 3},     // forced split, GQA
-                      AttnCase{37, 70, 9, 3, 64, true, 1},     // row tiles cross token boundaries
-                      AttnCase{20, 45, 4, 2, 128, false, 2},   // head_dim 128: key tile 32
-                      AttnCase{6, 17, 2, 1, 80, true, 0},      // head_dim not a power of two
-                      AttnCase{4, 9, 2, 2, 256, false, 1}));   // the largest head_dim
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionEmulation,
+                         ::testing::Values(AttnCase{1, 0, 4, 4, 64, false, 0},     // first token, nothing before it
+                                           AttnCase{1, 0, 4, 4, 64, true, 0},      // importance over the new token only
+                                           AttnCase{5, 0, 9, 3, 64, true, 0},      // SmolLM2 heads, no prefix
+                                           AttnCase{1, 300, 9, 3, 64, false, 0},   // decode: keys split across blocks
+                                           AttnCase{3, 130, 9, 3, 64, true, 3},    // forced split, GQA
+                                           AttnCase{37, 70, 9, 3, 64, true, 1},    // row tiles cross token boundaries
+                                           AttnCase{20, 45, 4, 2, 128, false, 2},  // head_dim 128: key tile 32
+                                           AttnCase{6, 17, 2, 1, 80, true, 0},     // head_dim not a power of two
+                                           AttnCase{4, 9, 2, 2, 256, false, 1}));  // the largest head_dim
 
 class ScoreKeysEmulation : public ::testing::TestWithParam<AttnCase> {};
 
@@ -272,11 +273,11 @@ TEST_P(ScoreKeysEmulation, MatchesCpuBackend) {
   a.importance = DevPtr<float>(want.data());
   ASSERT_TRUE(MakeCpuBackend({1})->ScoreKeys(a).ok());
 
-  const AttnShape s{c.n_new, c.n_head, c.n_head_kv, hd, scale, q.data(), kn.data(), nullptr,
-                    c.n_prefix, n_slots, kp.data(), nullptr};
+  const AttnShape s{c.n_new,   c.n_head, c.n_head_kv, hd,      scale,     q.data(),
+                    kn.data(), nullptr,  c.n_prefix,  n_slots, kp.data(), nullptr};
   const int n_q = int(query_heads.size());
-  const int n_split = c.forced_split ? c.forced_split
-                                     : ChooseSplit(RowTiles(c.n_new) * n_q, c.n_prefix + c.n_new, hd, 132);
+  const int n_split =
+      c.forced_split ? c.forced_split : ChooseSplit(RowTiles(c.n_new) * n_q, c.n_prefix + c.n_new, hd, 132);
   const AttnScratchSize z = ScratchFor(c.n_head, c.n_new, hd, n_split, false);
   std::vector<float> row_max(z.row_floats), row_sum(z.row_floats), part_m(z.part_floats), part_l(z.part_floats);
   const AttnScratch sc{row_max.data(), row_sum.data(), part_m.data(), part_l.data(), nullptr};

@@ -38,8 +38,9 @@ struct DocLine {
 };
 DocLine FindDoc(const std::string& out, int n, size_t from, size_t to = std::string::npos) {
   const std::string seg = out.substr(from, to == std::string::npos ? std::string::npos : to - from);
-  const std::regex re("document " + std::to_string(n) +
-                      R"(: [^|]+\| (\d+) tokens \| span (-?\d+)--?(\d+) \| cached (\d+) device \d+ host \d+ \| (.*)\n)");
+  const std::regex re(
+      "document " + std::to_string(n) +
+      R"(: [^|]+\| (\d+) tokens \| span (-?\d+)--?(\d+) \| cached (\d+) device \d+ host \d+ \| (.*)\n)");
   DocLine d;
   for (auto it = std::sregex_iterator(seg.begin(), seg.end(), re); it != std::sregex_iterator(); ++it) {
     const std::smatch& m = *it;
@@ -121,19 +122,22 @@ TEST(GuiSession, ConversationsReopenCacheControlsRetrievalAndBadInput) {
   EXPECT_TRUE(p1.pinned) << p1.rest;
   std::smatch tm;
   const std::string tail1 = out1.substr(after_pin);
-  ASSERT_TRUE(std::regex_search(tail1, tm, std::regex(R"(tree: (\d+) nodes, (\d+) tokens, (\d+) pinned tokens)"))) << out1;
+  ASSERT_TRUE(std::regex_search(tail1, tm, std::regex(R"(tree: (\d+) nodes, (\d+) tokens, (\d+) pinned tokens)")))
+      << out1;
   EXPECT_GE(std::stoll(tm[3]), d1.span_end) << "the pinned path covers the first document";
   EXPECT_NE(out1.find("| 2 turns | 2 documents | open"), std::string::npos) << out1;
 
   // Run 2: a restart.
-  const std::string out2 = run("second", "wait\nconversations\ndocs\n"
-                                         "doc " + binary + "\ndoc " + bad_utf8 + "\ndoc " + huge + "\ndoc " + long_doc +
-                                         "\nwait\n"
-                                         "ask Who carried the stones?\nwait\n"
-                                         "unpin 1\nwait\ndrop-doc 2\nwait\ndocs\ntree\n"
-                                         "mode retrieval\nwait\n"
-                                         "ask What time does the ferry leave?\nwait\n"
-                                         "docs\nconversations\nquit\n");
+  const std::string out2 = run("second",
+                               "wait\nconversations\ndocs\n"
+                               "doc " +
+                                   binary + "\ndoc " + bad_utf8 + "\ndoc " + huge + "\ndoc " + long_doc +
+                                   "\nwait\n"
+                                   "ask Who carried the stones?\nwait\n"
+                                   "unpin 1\nwait\ndrop-doc 2\nwait\ndocs\ntree\n"
+                                   "mode retrieval\nwait\n"
+                                   "ask What time does the ferry leave?\nwait\n"
+                                   "docs\nconversations\nquit\n");
   // The conversation came back with its turns and documents, and the pin.
   EXPECT_NE(out2.find("saved user: Who built the lighthouse?"), std::string::npos) << out2;
   EXPECT_NE(out2.find("saved assistant: "), std::string::npos) << out2;

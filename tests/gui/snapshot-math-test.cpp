@@ -155,8 +155,8 @@ TEST(Heatmap, ShapeMatchesWhatBuildHeatmapMakes) {
       EXPECT_EQ(s.n_cols, h.n_cols) << n_tok << " tokens, " << max_cols << " columns";
       EXPECT_EQ(s.tokens_per_col, h.tokens_per_col);
       EXPECT_LE(s.n_cols, max_cols);
-      EXPECT_GE(s.n_cols * s.tokens_per_col, n_tok);          // every token has a column
-      EXPECT_LT((s.n_cols - 1) * s.tokens_per_col, n_tok);    // and no column is empty
+      EXPECT_GE(s.n_cols * s.tokens_per_col, n_tok);        // every token has a column
+      EXPECT_LT((s.n_cols - 1) * s.tokens_per_col, n_tok);  // and no column is empty
     }
   EXPECT_EQ(ShapeHeatmap(0, 10).n_cols, 0);
   EXPECT_EQ(ShapeHeatmap(10, 0).n_cols, 0);
@@ -164,10 +164,10 @@ TEST(Heatmap, ShapeMatchesWhatBuildHeatmapMakes) {
 
 TEST(HeatRgb, EndsAndStopsOfTheRamp) {
   const Rgb lo = HeatRgb(0), hi = HeatRgb(1), mid = HeatRgb(1.0f / 3.0f);
-  EXPECT_EQ(lo.r, 18);   // round(0.07 * 255)
-  EXPECT_EQ(lo.b, 64);   // round(0.25 * 255)
-  EXPECT_EQ(hi.r, 252);  // round(0.99 * 255)
-  EXPECT_EQ(hi.g, 232);  // round(0.91 * 255)
+  EXPECT_EQ(lo.r, 18);    // round(0.07 * 255)
+  EXPECT_EQ(lo.b, 64);    // round(0.25 * 255)
+  EXPECT_EQ(hi.r, 252);   // round(0.99 * 255)
+  EXPECT_EQ(hi.g, 232);   // round(0.91 * 255)
   EXPECT_EQ(mid.g, 115);  // round(0.45 * 255): the second stop
   const Rgb nan = HeatRgb(std::nanf("")), below = HeatRgb(-2), above = HeatRgb(7);
   EXPECT_EQ(nan.r, lo.r);
@@ -321,7 +321,7 @@ TEST(ImageContent, BlankAndDrawnFrames) {
   ImageContent c = MeasureContent(im);
   EXPECT_EQ(c.distinct_colours, 1u);
   EXPECT_EQ(c.non_background, 0.0);
-  im.pixels[0] = 200;   // one pixel red-ish
+  im.pixels[0] = 200;  // one pixel red-ish
   im.pixels[4 * 5 + 1] = 90;
   c = MeasureContent(im);
   EXPECT_EQ(c.distinct_colours, 3u);
@@ -385,9 +385,10 @@ TEST(TuningConfig, SaveThenLoadAndMissingFileGivesDefaults) {
 }
 
 TEST(Script, ParsesCommandsAndRejectsTyposWithTheLine) {
-  auto ok = ParseScript("# demo\ndoc /tmp/a.md\n\nask What is it?\nwait\nset alpha 1.2\nagain\nwait 30\ntab tiers\n"
-                        "screenshot /tmp/x.png\nquit\n",
-                        "demo.script");
+  auto ok = ParseScript(
+      "# demo\ndoc /tmp/a.md\n\nask What is it?\nwait\nset alpha 1.2\nagain\nwait 30\ntab tiers\n"
+      "screenshot /tmp/x.png\nquit\n",
+      "demo.script");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   ASSERT_EQ(ok->size(), 9u);
   EXPECT_EQ((*ok)[1].verb, "ask");

@@ -81,9 +81,9 @@ TEST(Dequant, SizesAreCheckedAndNamed) {
   EXPECT_EQ(*GgmlByteSize(uint32_t(GgmlType::kQ4_1), 64), 40u);
   EXPECT_EQ(*GgmlByteSize(uint32_t(GgmlType::kQ6_K), 512), 420u);
   EXPECT_EQ(*GgmlByteSize(uint32_t(GgmlType::kBF16), 3), 6u);
-  EXPECT_FALSE(GgmlByteSize(uint32_t(GgmlType::kQ4_0), 33).ok());     // not whole blocks
-  EXPECT_FALSE(GgmlByteSize(uint32_t(GgmlType::kF32), ~0ull).ok());   // overflows
-  EXPECT_FALSE(GgmlByteSize(99, 32).ok());                            // unknown id
+  EXPECT_FALSE(GgmlByteSize(uint32_t(GgmlType::kQ4_0), 33).ok());    // not whole blocks
+  EXPECT_FALSE(GgmlByteSize(uint32_t(GgmlType::kF32), ~0ull).ok());  // overflows
+  EXPECT_FALSE(GgmlByteSize(99, 32).ok());                           // unknown id
   std::vector<uint8_t> raw(18);
   std::vector<float> out(32);
   // Fewer bytes than the count needs.

@@ -44,9 +44,9 @@ enum : uint32_t { kU8 = 0, kI8, kU16, kI16, kU32, kI32, kF32, kBool, kString, kA
 
 struct TestTensor {
   std::string name;
-  std::vector<uint64_t> ne;   // ggml order
-  uint32_t type = 0;          // GGML type id
-  std::vector<uint8_t> data;  // exactly the tensor's bytes
+  std::vector<uint64_t> ne;                                         // ggml order
+  uint32_t type = 0;                                                // GGML type id
+  std::vector<uint8_t> data;                                        // exactly the tensor's bytes
   uint64_t offset_override = std::numeric_limits<uint64_t>::max();  // write this offset instead
 };
 

@@ -42,8 +42,13 @@ GgufBuilder AllTypesBuilder(uint32_t version) {
   b.Kv("t.arr.nested", test::kArray, [](test::ByteWriter& w) {
     w.U32(test::kArray);
     w.U64(2);
-    w.U32(test::kU32); w.U64(2); w.U32(1); w.U32(2);
-    w.U32(test::kU32); w.U64(1); w.U32(3);
+    w.U32(test::kU32);
+    w.U64(2);
+    w.U32(1);
+    w.U32(2);
+    w.U32(test::kU32);
+    w.U64(1);
+    w.U32(3);
   });
   b.KvString("general.architecture", "llama");
   return b;

@@ -53,8 +53,7 @@ TEST(ImportantRatio, FirstReportReplacesThePriorThenAnEmaFollows) {
 TEST(ImportantRatio, BadFractionsAreRejectedAndChangeNothing) {
   ChunkStats s;
   ASSERT_TRUE(RecordImportance(s, 0.5).ok());
-  for (double bad : {-0.01, 1.01, std::numeric_limits<double>::quiet_NaN(),
-                     std::numeric_limits<double>::infinity()}) {
+  for (double bad : {-0.01, 1.01, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     EXPECT_EQ(RecordImportance(s, bad).code(), Status::Code::kInvalidArgument);
   }
   EXPECT_EQ(RecordImportance(s, 0.5, 0.0).code(), Status::Code::kInvalidArgument);
@@ -74,8 +73,8 @@ ChunkStats Stats(uint64_t freq, double ratio, uint64_t last) {
 TEST(CachePolicy, ImpressRanksByFrequencyTimesImportantRatio) {
   auto p = MakeCachePolicy(PolicyKind::kImpress);
   EXPECT_EQ(p->name(), "impress");
-  const ChunkStats hot_unimportant = Stats(10, 0.1, 50);   // score 1.0
-  const ChunkStats cool_important = Stats(4, 0.9, 10);     // score 3.6
+  const ChunkStats hot_unimportant = Stats(10, 0.1, 50);  // score 1.0
+  const ChunkStats cool_important = Stats(4, 0.9, 10);    // score 3.6
   EXPECT_LT(p->Rank(hot_unimportant), p->Rank(cool_important));
   EXPECT_DOUBLE_EQ(p->Rank(cool_important).primary, 4 * 0.9);
   // Equal scores: the less recent one goes first.

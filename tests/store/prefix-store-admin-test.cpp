@@ -95,7 +95,8 @@ uint64_t DistinctPrefixes(const std::vector<std::vector<int32_t>>& seqs) {
 
 // Structural checks of a snapshot, and that `seq` is spelled out by a root-to-node path.
 // Returns the indices of the nodes on that path.
-::testing::AssertionResult Spells(const TreeSnapshot& snap, const std::vector<int32_t>& seq, std::vector<int>* path = nullptr) {
+::testing::AssertionResult Spells(const TreeSnapshot& snap, const std::vector<int32_t>& seq,
+                                  std::vector<int>* path = nullptr) {
   std::map<int, std::vector<int>> kids;
   for (int i = 0; i < int(snap.nodes.size()); ++i) kids[snap.nodes[size_t(i)].parent].push_back(i);
   int cur = -1;
@@ -107,9 +108,11 @@ uint64_t DistinctPrefixes(const std::vector<std::vector<int32_t>>& seqs) {
       if (!snap.nodes[size_t(c)].head.empty() && snap.nodes[size_t(c)].head[0] == seq[p]) next = c;
     if (next < 0) return ::testing::AssertionFailure() << "no node continues the sequence at position " << p;
     const TreeNodeInfo& n = snap.nodes[size_t(next)];
-    if (n.start != p) return ::testing::AssertionFailure() << "node " << n.id << " starts at " << n.start << ", path is at " << p;
+    if (n.start != p)
+      return ::testing::AssertionFailure() << "node " << n.id << " starts at " << n.start << ", path is at " << p;
     for (size_t i = 0; i < n.head.size() && p + i < seq.size(); ++i)
-      if (n.head[i] != seq[p + i]) return ::testing::AssertionFailure() << "node " << n.id << " token " << i << " differs";
+      if (n.head[i] != seq[p + i])
+        return ::testing::AssertionFailure() << "node " << n.id << " token " << i << " differs";
     if (path) path->push_back(next);
     p = std::min<size_t>(seq.size(), p + n.n_tokens);
     cur = next;
@@ -123,21 +126,26 @@ uint64_t DistinctPrefixes(const std::vector<std::vector<int32_t>>& seqs) {
   for (int i = 0; i < int(snap.nodes.size()); ++i) {
     const TreeNodeInfo& n = snap.nodes[size_t(i)];
     if (n.parent >= i) return ::testing::AssertionFailure() << "node " << i << " comes before its parent " << n.parent;
-    if (n.parent < 0 && n.start != 0) return ::testing::AssertionFailure() << "root child " << n.id << " starts at " << n.start;
+    if (n.parent < 0 && n.start != 0)
+      return ::testing::AssertionFailure() << "root child " << n.id << " starts at " << n.start;
     if (n.parent >= 0) {
       const TreeNodeInfo& p = snap.nodes[size_t(n.parent)];
-      if (p.start + p.n_tokens != n.start) return ::testing::AssertionFailure() << "node " << n.id << " does not continue its parent";
-      if (n.pinned && !p.pinned) return ::testing::AssertionFailure() << "pinned node " << n.id << " under an unpinned parent";
+      if (p.start + p.n_tokens != n.start)
+        return ::testing::AssertionFailure() << "node " << n.id << " does not continue its parent";
+      if (n.pinned && !p.pinned)
+        return ::testing::AssertionFailure() << "pinned node " << n.id << " under an unpinned parent";
     }
     if (n.n_tokens == 0 || n.head.size() != std::min<uint64_t>(n.n_tokens, TreeNodeInfo::kHeadTokens))
-      return ::testing::AssertionFailure() << "node " << n.id << " has " << n.n_tokens << " tokens, head " << n.head.size();
+      return ::testing::AssertionFailure()
+             << "node " << n.id << " has " << n.n_tokens << " tokens, head " << n.head.size();
     if (!first_tokens[n.parent].insert(n.head[0]).second)
       return ::testing::AssertionFailure() << "siblings share first token " << n.head[0];
     ++n_kids[n.parent];
   }
   if (!snap.truncated)
     for (int i = 0; i < int(snap.nodes.size()); ++i)
-      if (snap.nodes[size_t(i)].n_children != n_kids[i]) return ::testing::AssertionFailure() << "node " << i << " child count";
+      if (snap.nodes[size_t(i)].n_children != n_kids[i])
+        return ::testing::AssertionFailure() << "node " << i << " child count";
   return ::testing::AssertionSuccess();
 }
 
@@ -155,7 +163,8 @@ std::vector<std::vector<int32_t>> SharingSequences(std::mt19937& rng, int n) {
     } else {
       const auto& base = seqs[rng() % seqs.size()];
       const size_t cut = 1 + rng() % base.size();
-      seqs.push_back(rng() % 5 == 0 ? Prefix(base, cut) : Concat(Prefix(base, cut), RandomTokens(rng, 1 + rng() % 100)));
+      seqs.push_back(rng() % 5 == 0 ? Prefix(base, cut)
+                                    : Concat(Prefix(base, cut), RandomTokens(rng, 1 + rng() % 100)));
     }
   }
   return seqs;
@@ -401,7 +410,7 @@ TEST(PrefixStoreAdmin, PinSurvivesReopenAndBlocksEvictionUntilUnpinned) {
   auto s = OpenOrDie(o);
   ASSERT_TRUE(s);
   const auto a = RandomTokens(rng, 120);
-  const auto a_long = Concat(a, RandomTokens(rng, 40));  // extends a
+  const auto a_long = Concat(a, RandomTokens(rng, 40));         // extends a
   const auto c = Concat(Prefix(a, 50), RandomTokens(rng, 70));  // branches off a at 50
   const auto u = RandomTokens(rng, 90);                         // unrelated
   for (const auto* q : {&a, &a_long, &c, &u}) ASSERT_TRUE(kv.Insert(*s, *q, 0).ok());

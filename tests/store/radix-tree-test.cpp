@@ -69,8 +69,7 @@ TEST(RadixTree, InsertSplitsAtTheDivergenceAndTheOldNodeKeepsItsIdAsLowerPart) {
   EXPECT_EQ(lower.depth, 2u);
   EXPECT_EQ(upper.parent, kNoNode);
   EXPECT_EQ(upper.n_children, 2u);
-  EXPECT_EQ(std::vector<Token>(tree.Tokens(s.lower).begin(), tree.Tokens(s.lower).end()),
-            T({3, 4, 5}));
+  EXPECT_EQ(std::vector<Token>(tree.Tokens(s.lower).begin(), tree.Tokens(s.lower).end()), T({3, 4, 5}));
   // The new branch names its own segment from offset 0.
   const NodeInfo nb = *tree.Get(b->new_node);
   EXPECT_EQ(nb.segment, seg_b);
@@ -119,8 +118,7 @@ TEST(RadixTree, InsertRefusesAGapBeforeTheSegmentAndReusedSegments) {
   const SegmentId seg = tree.NewSegmentId();
   ASSERT_TRUE(tree.Insert("m", T({5, 6}), seg, 0).ok());
   EXPECT_EQ(tree.Insert("m", T({7, 8}), seg, 0).status().code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(tree.Insert("m", T({9}), 999999, 0).status().code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(tree.Insert("m", T({9}), 999999, 0).status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(tree.n_nodes(), 2u);
   EXPECT_TRUE(tree.Validate().ok());
 }
@@ -187,7 +185,7 @@ TEST(RadixTree, EvictionDefaultsToLeastRecentlyUsedAndWalksUpToParents) {
   const auto ev = tree.EvictLeaves(opt);
   ASSERT_EQ(ev.size(), 2u);
   EXPECT_EQ(tree.Tokens(ev[0].node.id).size(), 0u);  // gone
-  EXPECT_EQ(ev[0].node.depth, 2u);                    // [4] (clock 2) before [5] (clock 3)
+  EXPECT_EQ(ev[0].node.depth, 2u);                   // [4] (clock 2) before [5] (clock 3)
   EXPECT_EQ(tree.Match("m", T({5})).n_matched, 0u);
   EXPECT_EQ(tree.Match("m", T({1, 2, 3})).n_matched, 3u);
   // Units: evict until 3 tokens are freed: [3] (1 token) then its parent [1,2].
@@ -231,8 +229,8 @@ TEST(RadixTree, TruncateDropsTheTailAndTheSubtreeUnlessLocked) {
   auto r = tree.Truncate(a.new_node, 2);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->size(), 2u);
-  EXPECT_TRUE((*r)[0].segment_dead);     // b's segment
-  EXPECT_EQ((*r)[1].node.length, 2u);    // a kept 2 tokens
+  EXPECT_TRUE((*r)[0].segment_dead);   // b's segment
+  EXPECT_EQ((*r)[1].node.length, 2u);  // a kept 2 tokens
   EXPECT_EQ((*r)[1].seg_live_end, 2u);
   EXPECT_EQ(tree.Match("m", T({1, 2, 3})).n_matched, 2u);
   EXPECT_EQ(tree.n_tokens(), 2u);
@@ -296,9 +294,9 @@ class RefTrie {
     int locks = 0;          // Lock() calls on the node that ends here
     uint64_t seg = 0, off = 0, depth = 0;
   };
-  std::vector<Tok> t{Tok{}};  // t[0] is the root
+  std::vector<Tok> t{Tok{}};                                   // t[0] is the root
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> seg_live;  // seg -> (begin, n tokens)
-  std::set<int> live;  // indices of the tokens in the trie
+  std::set<int> live;                                          // indices of the tokens in the trie
 
   // Longest prefix: returns the index of the last matched token (0 = root).
   int Walk(const std::vector<Token>& q, uint64_t* matched) const {
@@ -405,7 +403,7 @@ void RunProperty(uint64_t n_ops, uint32_t seed) {
   std::mt19937 rng(seed);
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<std::vector<Token>> inserted;
-  std::vector<std::pair<NodeId, int>> held;  // (tree lock handle, ref end token)
+  std::vector<std::pair<NodeId, int>> held;               // (tree lock handle, ref end token)
   std::map<uint64_t, std::vector<Token>> segment_tokens;  // seg -> what the segment holds
   uint64_t n_evicted = 0, n_splits = 0, n_matched_tokens = 0, n_rebuilds = 0;
 
@@ -480,7 +478,7 @@ void RunProperty(uint64_t n_ops, uint32_t seed) {
       uint64_t start = cached;
       const int mode = uni(0, 9);
       if (mode == 0 && cached > 0) start = uni(0, int(cached) - 1);  // overlapping write
-      if (mode == 1 && cached < q.size()) start = cached + 1;       // a gap: must be refused
+      if (mode == 1 && cached < q.size()) start = cached + 1;        // a gap: must be refused
       const SegmentId seg = tree.NewSegmentId();
       const bool ok_ref = ref.Insert(q, seg, start);
       auto r = tree.Insert(ns, q, seg, start);
@@ -569,12 +567,12 @@ void RunProperty(uint64_t n_ops, uint32_t seed) {
     }
   }
   check_evictable();
-  std::printf("radix property: %llu ops, %llu nodes, %llu tokens, %llu splits, %llu evictions, "
-              "%llu matched tokens, %llu rebuilds\n",
-              (unsigned long long)n_ops, (unsigned long long)tree.n_nodes(),
-              (unsigned long long)tree.n_tokens(), (unsigned long long)n_splits,
-              (unsigned long long)n_evicted, (unsigned long long)n_matched_tokens,
-              (unsigned long long)n_rebuilds);
+  std::printf(
+      "radix property: %llu ops, %llu nodes, %llu tokens, %llu splits, %llu evictions, "
+      "%llu matched tokens, %llu rebuilds\n",
+      (unsigned long long)n_ops, (unsigned long long)tree.n_nodes(), (unsigned long long)tree.n_tokens(),
+      (unsigned long long)n_splits, (unsigned long long)n_evicted, (unsigned long long)n_matched_tokens,
+      (unsigned long long)n_rebuilds);
   EXPECT_GT(n_splits, 100u);
   EXPECT_GT(n_evicted, 100u);
 }

@@ -75,7 +75,7 @@ TEST_F(AccessAlgorithm, SsdMissToHostToDeviceOrNeitherByComparingBothMinimums) {
 TEST_F(AccessAlgorithm, HostHitWithoutSwapStaysInHost) {
   tm.Access(1, kB, 0.9);
   tm.Access(2, kB, 0.9);
-  tm.Access(3, kB, 0.1);  // host
+  tm.Access(3, kB, 0.1);                         // host
   const AccessResult r = tm.Access(3, kB, 0.1);  // score 2 * 0.1 = 0.2 < device min 0.9
   EXPECT_EQ(r.found_in, Tier::kHost);
   EXPECT_EQ(r.resident_after, Tier::kHost);
@@ -88,7 +88,7 @@ TEST_F(AccessAlgorithm, HostHitWithoutSwapStaysInHost) {
 TEST_F(AccessAlgorithm, HostHitWithSwapExchangesWithTheDeviceMinimum) {
   tm.Access(1, kB, 0.5);
   tm.Access(2, kB, 0.6);
-  tm.Access(3, kB, 0.4);  // host (0.4 < 0.5)
+  tm.Access(3, kB, 0.4);                         // host (0.4 < 0.5)
   const AccessResult r = tm.Access(3, kB, 0.4);  // score 2 * 0.4 = 0.8 > device min 0.5
   EXPECT_EQ(r.found_in, Tier::kHost);
   EXPECT_EQ(r.resident_after, Tier::kDevice);
@@ -155,10 +155,10 @@ TEST(TierPolicies, LruKeepsTheMostRecentlyUsedInDevice) {
   TierManager tm = Make(PolicyKind::kLru, 3, 1);
   for (ChunkId c : {1, 2, 3, 4}) tm.Access(c, kB);  // 1 is pushed to host
   EXPECT_EQ(tm.Where(1), Tier::kHost);
-  tm.Access(2, kB);                                 // 2 is now the most recent
-  tm.Access(5, kB);                                 // evicts the LRU of device: 3
+  tm.Access(2, kB);  // 2 is now the most recent
+  tm.Access(5, kB);  // evicts the LRU of device: 3
   EXPECT_EQ(tm.Where(3), Tier::kHost);
-  EXPECT_EQ(tm.Where(1), Tier::kSsd);               // the older host chunk made way
+  EXPECT_EQ(tm.Where(1), Tier::kSsd);                                      // the older host chunk made way
   EXPECT_EQ(tm.Resident(Tier::kDevice), (std::vector<ChunkId>{4, 2, 5}));  // ascending recency
   ASSERT_TRUE(tm.Validate().ok());
 }
@@ -261,10 +261,9 @@ TEST(TierPolicies, ScoreBeatsLruAndLfuOnImportantChunksAccessedLessOften) {
   const Rates score = run(PolicyKind::kImpress);
   const Rates lru = run(PolicyKind::kLru);
   const Rates lfu = run(PolicyKind::kLfu);
-  std::printf("device hit rate on important chunks: impress %.3f  lru %.3f  lfu %.3f\n",
-              score.important, lru.important, lfu.important);
-  std::printf("device hit rate on all chunks:       impress %.3f  lru %.3f  lfu %.3f\n",
-              score.all, lru.all, lfu.all);
+  std::printf("device hit rate on important chunks: impress %.3f  lru %.3f  lfu %.3f\n", score.important, lru.important,
+              lfu.important);
+  std::printf("device hit rate on all chunks:       impress %.3f  lru %.3f  lfu %.3f\n", score.all, lru.all, lfu.all);
   EXPECT_GT(score.important, lru.important + 0.2);
   EXPECT_GT(score.important, lfu.important + 0.2);
 }

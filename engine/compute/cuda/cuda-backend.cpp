@@ -20,8 +20,8 @@
 
 namespace impress {
 
-using cuda::CudaError;
 using cuda::BlasError;
+using cuda::CudaError;
 
 bool CudaBuildEnabled() { return true; }
 
@@ -92,23 +92,23 @@ class CudaBackend final : public Backend {
   void CopyDevice(DevPtr<void> dst, DevPtr<const void> src, size_t bytes) override;
   void Synchronize() override;
 
-  void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, DevPtr<const float> a, int lda,
-            DevPtr<const float> b, int ldb, float beta, DevPtr<float> c, int ldc) override;
+  void Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, DevPtr<const float> a, int lda, DevPtr<const float> b,
+            int ldb, float beta, DevPtr<float> c, int ldc) override;
   void RmsNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, int n_rows, int n_cols,
                float eps) override {
     if (!Enter() || n_rows <= 0) return;
     Check(cuda::LaunchRmsNorm(stream_, out.raw(), x.raw(), w.raw(), n_rows, n_cols, eps), "RmsNorm kernel");
   }
-  void LayerNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, DevPtr<const float> b,
-                 int n_rows, int n_cols, float eps) override {
+  void LayerNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, DevPtr<const float> b, int n_rows,
+                 int n_cols, float eps) override {
     if (!Enter() || n_rows <= 0) return;
     Check(cuda::LaunchLayerNorm(stream_, out.raw(), x.raw(), w.raw(), b.raw(), n_rows, n_cols, eps),
           "LayerNorm kernel");
   }
   void Rope(const RopeArgs& a) override {
     if (!Enter() || a.n_tok <= 0) return;
-    Check(cuda::LaunchRope(stream_, cuda::RopeBody{a.x.raw(), a.positions.raw(), a.inv_freq.raw(), a.n_tok,
-                                                   a.n_heads, a.head_dim}),
+    Check(cuda::LaunchRope(
+              stream_, cuda::RopeBody{a.x.raw(), a.positions.raw(), a.inv_freq.raw(), a.n_tok, a.n_heads, a.head_dim}),
           "Rope kernel");
   }
   void SwiGlu(DevPtr<float> out, DevPtr<const float> gate, DevPtr<const float> up, int n_rows, int n_cols,
@@ -214,7 +214,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<void*, size_t> live_;                 // pool blocks in use -> size
   std::unordered_map<size_t, std::vector<void*>> cached_;  // free pool blocks by size
   size_t cached_bytes_ = 0;
-  std::map<const float*, Constant> constants_;             // fp32 device address -> constant
+  std::map<const float*, Constant> constants_;  // fp32 device address -> constant
 
   DevPtr<void> f32_scratch_, int_scratch_, low_scratch_[2];
   size_t f32_cap_ = 0, int_cap_ = 0, low_cap_[2] = {0, 0};
@@ -280,8 +280,9 @@ Result<DevPtr<void>> CudaBackend::Alloc(size_t bytes) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    return Status::ResourceExhausted(fmt::format("cuda backend: cudaMalloc({} bytes): out of memory ({:.0f} of {:.0f} MiB free)",
-                                                 size, free_b / 1048576.0, total_b / 1048576.0));
+    return Status::ResourceExhausted(
+        fmt::format("cuda backend: cudaMalloc({} bytes): out of memory ({:.0f} of {:.0f} MiB free)", size,
+                    free_b / 1048576.0, total_b / 1048576.0));
   }
   if (!Check(e, "cudaMalloc")) return status_;
   live_[p] = size;
@@ -312,10 +313,12 @@ Result<DevPtr<const float>> CudaBackend::MapConstant(const float* host, size_t n
   }
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    return Status::ResourceExhausted(fmt::format("cuda backend: cudaMalloc for a weight of {} floats: out of memory", n));
+    return Status::ResourceExhausted(
+        fmt::format("cuda backend: cudaMalloc for a weight of {} floats: out of memory", n));
   }
   if (!Check(e, "cudaMalloc")) return status_;
-  if (n && !Check(cudaMemcpyAsync(p, host, n * sizeof(float), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (weight upload)"))
+  if (n && !Check(cudaMemcpyAsync(p, host, n * sizeof(float), cudaMemcpyHostToDevice, stream_),
+                  "cudaMemcpyAsync (weight upload)"))
     return status_;
   constants_[static_cast<const float*>(p)] = Constant{n, nullptr};
   return DevPtr<const float>(static_cast<const float*>(p));
@@ -434,9 +437,8 @@ void CudaBackend::Gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, Dev
 
 Result<const int*> CudaBackend::UploadInts(const std::vector<int>& v) {
   IMPRESS_ASSIGN_OR_RETURN(int* p, Scratch<int>(int_scratch_, int_cap_, v.size()));
-  if (!v.empty() &&
-      !Check(cudaMemcpyAsync(p, v.data(), v.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
-             "cudaMemcpyAsync (head lists)"))
+  if (!v.empty() && !Check(cudaMemcpyAsync(p, v.data(), v.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
+                           "cudaMemcpyAsync (head lists)"))
     return status_;
   return static_cast<const int*>(p);
 }
@@ -445,19 +447,19 @@ Status CudaBackend::Attention(const AttentionArgs& a) {
   IMPRESS_RETURN_IF_ERROR(CheckAttentionArgs(a));
   if (!Enter()) return status_;
   if (a.head_dim > cuda::kMaxHeadDim)
-    return Status::Unsupported(fmt::format("cuda backend: attention with head_dim {} (at most {})", a.head_dim,
-                                           cuda::kMaxHeadDim));
+    return Status::Unsupported(
+        fmt::format("cuda backend: attention with head_dim {} (at most {})", a.head_dim, cuda::kMaxHeadDim));
   const int hd = a.head_dim, group = a.n_head / a.n_head_kv, n_keys = a.n_prefix + a.n_new;
   const int n_split = cuda::ChooseSplit(cuda::RowTiles(a.n_new * group) * a.n_head_kv, n_keys, hd, n_sm_);
   const cuda::AttnScratchSize z = cuda::ScratchFor(a.n_head, a.n_new, hd, n_split, true);
-  IMPRESS_ASSIGN_OR_RETURN(float* f, Scratch<float>(f32_scratch_, f32_cap_, 2 * z.row_floats + 2 * z.part_floats + z.o_floats));
+  IMPRESS_ASSIGN_OR_RETURN(float* f,
+                           Scratch<float>(f32_scratch_, f32_cap_, 2 * z.row_floats + 2 * z.part_floats + z.o_floats));
   const cuda::AttnScratch sc{f, f + z.row_floats, f + 2 * z.row_floats, f + 2 * z.row_floats + z.part_floats,
                              f + 2 * z.row_floats + 2 * z.part_floats};
   const std::vector<int> heads(a.importance_heads.begin(), a.importance_heads.end());
   IMPRESS_ASSIGN_OR_RETURN(const int* heads_dev, UploadInts(heads));
-  const cuda::AttnShape s{a.n_new,        a.n_head,        a.n_head_kv,      hd,
-                          a.scale,        a.q.raw(),       a.k_new.raw(),    a.v_new.raw(),
-                          a.n_prefix,     a.n_head_kv,     a.k_prefix.raw(), a.v_prefix.raw()};
+  const cuda::AttnShape s{a.n_new,       a.n_head,      a.n_head_kv, hd,          a.scale,          a.q.raw(),
+                          a.k_new.raw(), a.v_new.raw(), a.n_prefix,  a.n_head_kv, a.k_prefix.raw(), a.v_prefix.raw()};
   DeviceRunner run{stream_};
   const int e = cuda::RunAttention(run, s, a.out.raw(), heads_dev, int(heads.size()), a.importance_include_new,
                                    a.importance.raw(), sc, n_split);
@@ -474,8 +476,8 @@ Status CudaBackend::ScoreKeys(const ScoreKeysArgs& a) {
   const int n_q = int(a.query_heads.size());
   if (n_q == 0 || a.n_prefix == 0) return Status::Ok();
   if (a.head_dim > cuda::kMaxHeadDim)
-    return Status::Unsupported(fmt::format("cuda backend: key scoring with head_dim {} (at most {})", a.head_dim,
-                                           cuda::kMaxHeadDim));
+    return Status::Unsupported(
+        fmt::format("cuda backend: key scoring with head_dim {} (at most {})", a.head_dim, cuda::kMaxHeadDim));
   const int hd = a.head_dim, n_keys = a.n_prefix + a.n_new;
   const int n_split = cuda::ChooseSplit(cuda::RowTiles(a.n_new) * n_q, n_keys, hd, n_sm_);
   const cuda::AttnScratchSize z = cuda::ScratchFor(a.n_head, a.n_new, hd, n_split, false);
@@ -486,10 +488,9 @@ Status CudaBackend::ScoreKeys(const ScoreKeysArgs& a) {
   ints.resize(size_t(n_q) + a.n_head_kv, -1);
   for (size_t sl = 0; sl < a.prefix_kv_heads.size(); ++sl) ints[size_t(n_q) + a.prefix_kv_heads[sl]] = int(sl);
   IMPRESS_ASSIGN_OR_RETURN(const int* ints_dev, UploadInts(ints));
-  const cuda::AttnShape s{a.n_new,    a.n_head,    a.n_head_kv,
-                          hd,         a.scale,     a.q.raw(),
-                          a.k_new.raw(), nullptr,  a.n_prefix,
-                          int(a.prefix_kv_heads.size()), a.k_prefix.raw(), nullptr};
+  const cuda::AttnShape s{a.n_new,          a.n_head,      a.n_head_kv, hd,         a.scale,
+                          a.q.raw(),        a.k_new.raw(), nullptr,     a.n_prefix, int(a.prefix_kv_heads.size()),
+                          a.k_prefix.raw(), nullptr};
   DeviceRunner run{stream_};
   const int e = cuda::RunScoreKeys(run, s, ints_dev, ints_dev + n_q, n_q, a.importance.raw(), sc, n_split);
   if (!Check(cudaError_t(e), "key scoring kernels")) return status_;
@@ -517,7 +518,8 @@ Status CudaBackendStatus(const Backend& backend) {
 
 Result<double> MeasureCublasTflops(int device, CudaGemmPrecision precision, int size) {
   IMPRESS_ASSIGN_OR_RETURN(int n_dev, CudaDeviceCount());
-  if (device < 0 || device >= n_dev) return Status::InvalidArgument(fmt::format("CUDA device {} does not exist", device));
+  if (device < 0 || device >= n_dev)
+    return Status::InvalidArgument(fmt::format("CUDA device {} does not exist", device));
   if (size < 256 || size > 32768) return Status::InvalidArgument("MeasureCublasTflops: size out of [256, 32768]");
   IMPRESS_RETURN_IF_ERROR(CudaError(cudaSetDevice(device), "cudaSetDevice"));
   const bool low = precision == CudaGemmPrecision::kF16 || precision == CudaGemmPrecision::kBf16;
@@ -531,23 +533,24 @@ Result<double> MeasureCublasTflops(int device, CudaGemmPrecision precision, int 
   IMPRESS_RETURN_IF_ERROR(CudaError(cudaMemset(b.get(), 0x11, n * elem), "cudaMemset"));
   cuda::BlasHandle h;
   IMPRESS_RETURN_IF_ERROR(h.Create());
-  IMPRESS_RETURN_IF_ERROR(BlasError(
-      cublasSetMathMode(h.get(), precision == CudaGemmPrecision::kTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-      "cublasSetMathMode"));
+  IMPRESS_RETURN_IF_ERROR(
+      BlasError(cublasSetMathMode(
+                    h.get(), precision == CudaGemmPrecision::kTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                "cublasSetMathMode"));
   cuda::EventPair ev;
   IMPRESS_RETURN_IF_ERROR(ev.Create());
   const float alpha = 1.0f, beta = 0.0f;
   const cudaDataType_t t = precision == CudaGemmPrecision::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   auto run = [&]() -> Status {
     if (low)
-      return BlasError(cublasGemmEx(h.get(), CUBLAS_OP_T, CUBLAS_OP_N, size, size, size, &alpha, a.get(), t, size,
-                                    b.get(), t, size, &beta, c.get(), CUDA_R_32F, size, CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT),
-                       "cublasGemmEx");
-    return BlasError(cublasSgemm(h.get(), CUBLAS_OP_T, CUBLAS_OP_N, size, size, size, &alpha,
-                                 static_cast<const float*>(a.get()), size, static_cast<const float*>(b.get()), size,
-                                 &beta, static_cast<float*>(c.get()), size),
-                     "cublasSgemm");
+      return BlasError(
+          cublasGemmEx(h.get(), CUBLAS_OP_T, CUBLAS_OP_N, size, size, size, &alpha, a.get(), t, size, b.get(), t, size,
+                       &beta, c.get(), CUDA_R_32F, size, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+    return BlasError(
+        cublasSgemm(h.get(), CUBLAS_OP_T, CUBLAS_OP_N, size, size, size, &alpha, static_cast<const float*>(a.get()),
+                    size, static_cast<const float*>(b.get()), size, &beta, static_cast<float*>(c.get()), size),
+        "cublasSgemm");
   };
   IMPRESS_RETURN_IF_ERROR(run());  // warm-up (heuristics, clocks)
   double best = 0;

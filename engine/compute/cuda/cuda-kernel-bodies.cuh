@@ -239,11 +239,11 @@ struct LayerNormBody {
 struct AttnShape {
   int n_new, n_head, n_head_kv, head_dim;
   float scale;
-  const float* q;           // (n_new, n_head, head_dim)
-  const uint16_t* k_new;    // (n_new, n_head_kv, head_dim) fp16
-  const uint16_t* v_new;    // same; may be null when no output is wanted
+  const float* q;         // (n_new, n_head, head_dim)
+  const uint16_t* k_new;  // (n_new, n_head_kv, head_dim) fp16
+  const uint16_t* v_new;  // same; may be null when no output is wanted
   int n_prefix, n_slots;
-  const uint16_t* k_prefix; // (n_prefix, n_slots, head_dim) fp16
+  const uint16_t* k_prefix;  // (n_prefix, n_slots, head_dim) fp16
   const uint16_t* v_prefix;
 
   IMPRESS_KFN const uint16_t* Key(int j, int g, int slot) const {
@@ -278,9 +278,9 @@ struct RowPassBody {
   float* row_max;          // (n_head, n_new)
   float* row_sum;          // (n_head, n_new)
   int n_split;
-  float* part_m;           // split mode: (n_split, n_head, n_new)
+  float* part_m;  // split mode: (n_split, n_head, n_new)
   float* part_l;
-  float* part_o;           // split mode with out: (n_split, n_head, n_new, head_dim)
+  float* part_o;  // split mode with out: (n_split, n_head, n_new, head_dim)
 
   static int SmemFloats(int head_dim, bool with_out) {
     const int bq = kAttnRowTile, bk = AttnKeyTile(head_dim), kp = head_dim + 1;
@@ -317,13 +317,13 @@ struct RowPassBody {
     const int k_end = MinI(n_keys, (bz + 1) * tiles_per_split * BK);
 
     float* Q = reinterpret_cast<float*>(smem);  // (BQ, hd)
-    float* K = Q + BQ * hd;                      // (BK, hd + 1)
-    float* V = K + BK * kp;                      // (BK, hd + 1) with out
-    float* S = V + (with_out ? BK * kp : 0);     // (BQ, BK) scores, then probabilities
-    float* O = S + BQ * BK;                      // (BQ, hd) with out: unnormalised output
-    float* M = O + (with_out ? BQ * hd : 0);     // (BQ) running max
-    float* L = M + BQ;                           // (BQ) running sum
-    float* A = L + BQ;                           // (BQ) rescale factor of the current tile
+    float* K = Q + BQ * hd;                     // (BK, hd + 1)
+    float* V = K + BK * kp;                     // (BK, hd + 1) with out
+    float* S = V + (with_out ? BK * kp : 0);    // (BQ, BK) scores, then probabilities
+    float* O = S + BQ * BK;                     // (BQ, hd) with out: unnormalised output
+    float* M = O + (with_out ? BQ * hd : 0);    // (BQ) running max
+    float* L = M + BQ;                          // (BQ) running sum
+    float* A = L + BQ;                          // (BQ) rescale factor of the current tile
     const int nt = ex.n_threads();
 
     ex.Each([&](int t) {
@@ -497,10 +497,10 @@ struct ImportanceBody {
     const int n_sub = nt / BK;  // threads per column (kBlockThreads is a multiple of BK)
 
     float* K = reinterpret_cast<float*>(smem);  // (BK, hd + 1)
-    float* Q = K + BK * kp;                      // (BQ, hd)
-    float* Mx = Q + BQ * hd;                     // (BQ)
-    float* Li = Mx + BQ;                         // (BQ) 1 / row sum
-    float* acc = Li + BQ;                        // (nt) per-thread partial column sums
+    float* Q = K + BK * kp;                     // (BQ, hd)
+    float* Mx = Q + BQ * hd;                    // (BQ)
+    float* Li = Mx + BQ;                        // (BQ) 1 / row sum
+    float* acc = Li + BQ;                       // (nt) per-thread partial column sums
 
     ex.Each([&](int t) {
       for (int e = t; e < BK * hd; e += nt) {

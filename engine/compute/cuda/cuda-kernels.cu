@@ -69,7 +69,9 @@ cudaError_t LaunchRope(cudaStream_t st, const RopeBody& body) {
 }
 cudaError_t LaunchSwiGlu(cudaStream_t st, const SwiGluBody& body, int64_t n) { return Elementwise(st, body, n); }
 cudaError_t LaunchRelu(cudaStream_t st, float* x, int64_t n) { return Elementwise(st, ReluBody{x}, n); }
-cudaError_t LaunchAdd(cudaStream_t st, float* x, const float* y, int64_t n) { return Elementwise(st, AddBody{x, y}, n); }
+cudaError_t LaunchAdd(cudaStream_t st, float* x, const float* y, int64_t n) {
+  return Elementwise(st, AddBody{x, y}, n);
+}
 cudaError_t LaunchAddBias(cudaStream_t st, const AddBiasBody& body, int64_t n) { return Elementwise(st, body, n); }
 cudaError_t LaunchGetRows(cudaStream_t st, const GetRowsBody& body, int64_t n) { return Elementwise(st, body, n); }
 cudaError_t LaunchToHalf(cudaStream_t st, const ToHalfBody& body, int64_t n) { return Elementwise(st, body, n); }

@@ -84,8 +84,8 @@ int RunAttention(Runner& run, const AttnShape& s, float* out, const int* imp_hea
   RowPassBody pass{s, nullptr, nullptr, out, sc.row_max, sc.row_sum, n_split, sc.part_m, sc.part_l, sc.part_o};
   if (int e = run.RowPass(pass, RowTiles(s.n_new * group), s.n_head_kv)) return e;
   if (n_split > 1) {
-    CombineBody comb{n_split, s.n_head, s.n_new, s.head_dim, nullptr, sc.part_m, sc.part_l, sc.part_o,
-                     out,     sc.row_max, sc.row_sum};
+    CombineBody comb{n_split,   s.n_head,  s.n_new, s.head_dim, nullptr,   sc.part_m,
+                     sc.part_l, sc.part_o, out,     sc.row_max, sc.row_sum};
     if (int e = run.Combine(comb, int64_t(s.n_head) * s.n_new * s.head_dim)) return e;
   }
   const int ld = s.n_prefix + (include_new ? s.n_new : 0);
@@ -105,8 +105,8 @@ int RunScoreKeys(Runner& run, const AttnShape& s, const int* query_heads, const 
   RowPassBody pass{s, query_heads, slot_of, nullptr, sc.row_max, sc.row_sum, n_split, sc.part_m, sc.part_l, nullptr};
   if (int e = run.RowPass(pass, RowTiles(s.n_new), n_q)) return e;
   if (n_split > 1) {
-    CombineBody comb{n_split, s.n_head, s.n_new, s.head_dim, query_heads, sc.part_m, sc.part_l, nullptr,
-                     nullptr, sc.row_max, sc.row_sum};
+    CombineBody comb{n_split,   s.n_head, s.n_new, s.head_dim, query_heads, sc.part_m,
+                     sc.part_l, nullptr,  nullptr, sc.row_max, sc.row_sum};
     if (int e = run.Combine(comb, int64_t(n_q) * s.n_new)) return e;
   }
   ImportanceBody imp{s, query_heads, slot_of, sc.row_max, sc.row_sum, s.n_prefix, s.n_prefix, importance};

@@ -92,9 +92,9 @@ class CudaTierMemory final : public MemorySpace {
     }
     cudaSetDevice(device_);
     std::lock_guard lock(copy_mu_);  // one stream: copies from several threads are serialized
-    Status st = cuda::CudaError(
-        cudaMemcpyAsync(dst, src, bytes, in ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream_),
-        "cudaMemcpyAsync");
+    Status st =
+        cuda::CudaError(cudaMemcpyAsync(dst, src, bytes, in ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream_),
+                        "cudaMemcpyAsync");
     if (st.ok()) st = cuda::CudaError(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     if (!st.ok()) {
       spdlog::error("{} tier: copy {} of {} bytes failed: {}", name(), in ? "in" : "out", bytes, st.ToString());

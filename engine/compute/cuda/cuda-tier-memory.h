@@ -14,8 +14,8 @@
 
 #include <memory>
 
-#include "base/status.h"
 #include "base/memory-space.h"
+#include "base/status.h"
 
 namespace impress {
 

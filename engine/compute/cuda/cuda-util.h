@@ -15,8 +15,7 @@ namespace impress::cuda {
 
 inline Status CudaError(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
-  const Status::Code code =
-      e == cudaErrorMemoryAllocation ? Status::Code::kResourceExhausted : Status::Code::kInternal;
+  const Status::Code code = e == cudaErrorMemoryAllocation ? Status::Code::kResourceExhausted : Status::Code::kInternal;
   return Status(code, fmt::format("{}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
