@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# All tests, as CI runs them: set up, check the layout (no build needed), build (Release, then
+# All tests, as CI runs them: set up, check the layout and the formatting (no build needed), build (Release, then
 # ASan+UBSan), run every test in both, the store's concurrency tests under ThreadSanitizer, then
 # the fuzzers for a bounded time. After each ctest run, scripts/check-skips.py fails the run on a
 # skip that tests/allowed-skips.txt does not allow (skips are for absent hardware only); after the
@@ -12,6 +12,8 @@ cd "$IMPRESS_ROOT"
 
 echo "=== Layout: include direction, references, file and function sizes"
 bash "$here/check-layout.sh"
+echo "=== Format: every C++ file matches .clang-format"
+bash "$here/format.sh" --check
 if [ -f "$here/thread-safety.sh" ]; then
   echo "=== Thread-safety analysis"
   bash "$here/thread-safety.sh"
