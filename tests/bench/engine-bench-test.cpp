@@ -1,10 +1,8 @@
 // RunEngineBenchmark: a smoke test on a small random model (every number is measured and
-// plausible), and the real benchmark on the default model when IMPRESS_BENCH=1 (prints JSON).
+// plausible). The real numbers come from `impress bench engine`.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 
 #include "bench/engine-bench.h"
 #include "engine/model/model-loader.h"
@@ -46,25 +44,6 @@ TEST(EngineBench, SmokeOnSmallRandomLlama) {
   // Cancellation through progress.
   o.progress = [](uint64_t, uint64_t, std::string_view) { return false; };
   EXPECT_EQ(RunEngineBenchmark(m, o).status().code(), Status::Code::kCancelled);
-}
-
-TEST(EngineBench, DefaultModelWhenAsked) {
-  const char* want = std::getenv("IMPRESS_BENCH");
-  if (!want || std::string(want) != "1") GTEST_SKIP() << "set IMPRESS_BENCH=1 to run the engine benchmark";
-  const char* env = std::getenv("IMPRESS_DEFAULT_MODEL");
-  const std::string path =
-      env && *env ? env : std::string(std::getenv("HOME")) + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no model at " << path;
-  auto m = LoadModel(path);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  auto r = RunEngineBenchmark(*m);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  std::printf(
-      "{\"prefill_tok_s_512\": %.1f, \"prefill_tok_s_4096\": %.1f, \"decode_tok_s\": %.1f, "
-      "\"prefill_gflops\": %.1f, \"sgemm_gflops\": %.1f, \"prefill_vs_sgemm\": %.3f, \"peak_rss_mb\": %.0f, "
-      "\"weights_mb\": %.0f, \"kv_cache_mb\": %.0f}\n",
-      r->speed.prefill_tok_s_short, r->speed.prefill_tok_s_long, r->speed.decode_tok_s, r->prefill_gflops,
-      r->sgemm_gflops, r->prefill_vs_sgemm, r->peak_rss_mb, r->weights_mb, r->kv_cache_mb);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // reopening a saved conversation, retrieval mode's passages, and a document's cache (pin, drop)
 // in a real store. Runs the default model (skips without it); answers are two greedy tokens.
 #include "chat/chat-controller.h"
+#include "tests/support/default-model.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -18,11 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string DefaultModel() {
-  if (const char* m = std::getenv("IMPRESS_DEFAULT_MODEL"); m && *m) return m;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using ::impress::test_support::DefaultModel;
 
 bool Contains(const std::vector<std::string>& v, const std::string& needle) {
   for (const std::string& s : v)

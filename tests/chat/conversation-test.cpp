@@ -12,16 +12,13 @@
 
 #include "engine/tokenizer/chat-template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/support/default-model.h"
 #include "tests/tokenizer/reference-cache.h"
 
 namespace impress {
 namespace {
 
-std::string DefaultModel() {
-  if (const char* m = std::getenv("IMPRESS_DEFAULT_MODEL"); m && *m) return m;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using ::impress::test_support::DefaultModel;
 
 std::vector<int32_t> Slice(const std::vector<int32_t>& v, int b, int e) {
   return std::vector<int32_t>(v.begin() + b, v.begin() + e);

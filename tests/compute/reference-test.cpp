@@ -20,6 +20,7 @@
 #include "engine/compute/cpu-backend.h"
 #include "engine/compute/forward.h"
 #include "engine/model/model-loader.h"
+#include "tests/support/default-model.h"
 
 #ifndef IMPRESS_PYTHON_DEFAULT
 #define IMPRESS_PYTHON_DEFAULT ""
@@ -41,13 +42,7 @@ std::string SourceDir() {
   return env && *env ? env : IMPRESS_SOURCE_DIR;
 }
 
-std::string DefaultModel() {
-  if (const char* env = std::getenv("IMPRESS_DEFAULT_MODEL"); env && *env) return env;
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string cache = xdg && *xdg ? xdg : std::string(home ? home : "") + "/.cache";
-  return cache + "/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using ::impress::test_support::DefaultModel;
 
 std::string Quote(const std::string& s) { return "'" + s + "'"; }
 

@@ -31,15 +31,12 @@
 #include "engine/runtime/model-context.h"
 #include "pipeline/impress-pipeline.h"
 #include "tests/cuda/parity-util.h"
+#include "tests/support/default-model.h"
 
 namespace impress {
 namespace {
 
-std::string DefaultModel() {
-  if (const char* p = std::getenv("IMPRESS_DEFAULT_MODEL"); p && *p) return p;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using ::impress::test_support::DefaultModel;
 
 // The source tree: $IMPRESS_SOURCE_DIR (set by ctest and scripts/gpu-check.sh), else this build's.
 std::string SourceDir() {

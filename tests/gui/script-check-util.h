@@ -7,13 +7,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "tests/support/default-model.h"
+
 namespace impress::gui::check {
 
-inline std::string DefaultModel() {
-  if (const char* m = std::getenv("IMPRESS_DEFAULT_MODEL"); m && *m) return m;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using ::impress::test_support::DefaultModel;
 
 inline bool OnPath(const std::string& exe) {
   return std::system(("command -v " + exe + " >/dev/null 2>&1").c_str()) == 0;

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/support/default-model.h"
+
 namespace impress::test {
 
 // Raw little-endian writer.
@@ -145,10 +147,6 @@ inline std::string MakeTempDir(const std::string& tag) {
   return d ? std::string(d) : std::string();
 }
 
-inline std::string DefaultModelPath() {
-  if (const char* p = std::getenv("IMPRESS_DEFAULT_MODEL"); p && *p) return p;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+inline std::string DefaultModelPath() { return test_support::DefaultModel(); }
 
 }  // namespace impress::test

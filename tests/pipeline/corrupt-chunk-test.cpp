@@ -15,15 +15,12 @@
 #include "chat/document.h"
 #include "pipeline/impress-pipeline.h"
 #include "store/chunk-format.h"
+#include "tests/support/default-model.h"
 
 namespace impress {
 namespace {
 
-std::string DefaultModel() {
-  if (const char* p = std::getenv("IMPRESS_DEFAULT_MODEL"); p && *p) return p;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using ::impress::test_support::DefaultModel;
 
 int Argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
 

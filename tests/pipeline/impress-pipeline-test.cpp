@@ -20,15 +20,12 @@
 #include "chat/document.h"
 #include "pipeline/fidelity.h"
 #include "store/env.h"
+#include "tests/support/default-model.h"
 
 namespace impress {
 namespace {
 
-std::string DefaultModel() {
-  if (const char* p = std::getenv("IMPRESS_DEFAULT_MODEL"); p && *p) return p;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/impress/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using ::impress::test_support::DefaultModel;
 
 // ---- probe heads under grouped-query attention -------------------------------------------
 

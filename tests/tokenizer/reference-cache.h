@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "tests/support/default-model.h"
+
 namespace impress::testing_tokenizer {
 
 inline std::string SourceDir() {
@@ -19,19 +21,7 @@ inline std::string SourceDir() {
   return e ? e : IMPRESS_SOURCE_DIR;
 }
 
-inline std::string DefaultModel() {
-  if (const char* e = std::getenv("IMPRESS_DEFAULT_MODEL"); e && *e) return e;
-  std::string cache;
-  if (const char* c = std::getenv("IMPRESS_CACHE_DIR"); c && *c) {
-    cache = c;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
-    cache = std::string(x) + "/impress";
-  } else {
-    const char* home = std::getenv("HOME");
-    cache = std::string(home ? home : "/root") + "/.cache/impress";
-  }
-  return cache + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using ::impress::test_support::DefaultModel;
 
 inline std::string Python() {
   if (const char* e = std::getenv("IMPRESS_PYTHON"); e && *e) return e;
