@@ -61,4 +61,35 @@ std::string AssetsDir() { return EnvOr("IMPRESS_ASSETS_DIR", IMPRESS_ASSETS_DIR_
 
 std::string ResolveModelPath(const CommonOptions& o) { return o.model.empty() ? DefaultModelPath() : o.model; }
 
+ChatSessionOptions SessionOptionsFor(const CommonOptions& c) {
+  ChatSessionOptions o;
+  o.model_path = ResolveModelPath(c);
+  o.model = ModelContextOptions{.n_threads = c.threads, .backend = c.backend};
+  o.store_dir = c.no_store ? "" : (c.store_dir.empty() ? DefaultStoreDir() : c.store_dir);
+  o.device_bytes = uint64_t(c.device_budget_mb * (1 << 20));
+  o.host_bytes = uint64_t(c.host_budget_mb * (1 << 20));
+  o.ssd_bytes = uint64_t(c.ssd_budget_mb * (1 << 20));
+  o.probe_heads_stored = c.probe_heads;
+  return o;
+}
+
+AskOptions AskOptionsFor(const CommonOptions& c) {
+  AskOptions o;
+  SystemKind sys = SystemKind::kImpress;
+  ParseSystem(c.system, &sys);  // CLI11 already checked the name
+  o.pipeline.system = sys;
+  o.pipeline.keep = c.keep;
+  o.pipeline.alpha = c.alpha;
+  o.pipeline.probe_heads = c.probe_heads;
+  o.pipeline.sinks = c.sinks;
+  o.pipeline.recent = c.recent;
+  o.sampling = SamplerOptions{.temperature = c.temperature,
+                              .top_k = c.top_k,
+                              .top_p = c.top_p,
+                              .repeat_penalty = c.repeat_penalty,
+                              .seed = c.seed};
+  o.raw = c.raw;
+  return o;
+}
+
 }  // namespace impress::app

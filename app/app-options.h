@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "chat/chat-session.h"
+
 namespace impress::app {
 
 struct CommonOptions {
@@ -49,5 +51,13 @@ std::string AssetsDir();
 
 // The model to use: --model, else the default. Says how to get the default if it is missing.
 std::string ResolveModelPath(const CommonOptions& opts);
+
+// The chat session the options describe: model, backend, store directory (none with
+// --no-store) and tier budgets.
+ChatSessionOptions SessionOptionsFor(const CommonOptions& opts);
+
+// The per-request settings the options describe: system, keep, alpha, probe heads, sinks,
+// recent, sampling, raw. max_tokens and cancel stay at their defaults.
+AskOptions AskOptionsFor(const CommonOptions& opts);
 
 }  // namespace impress::app

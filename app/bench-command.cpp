@@ -14,6 +14,7 @@
 #include "bench/kernel-bench.h"
 #include "bench/pipeline-bench.h"
 #include "bench/store-bench.h"
+#include "chat/report-json.h"
 #include "engine/model/model-loader.h"
 #include "engine/model/random-model.h"
 #include "engine/runtime/model-context.h"
@@ -45,15 +46,7 @@ nlohmann::json SummaryJson(const SystemSummary& s) {
           {"layers_passed", s.layers_passed},
           {"breakdown_unaccounted_mean", s.mean_breakdown_error},
           {"breakdown_unaccounted_max", s.max_breakdown_error},
-          {"breakdown_ms",
-           {{"match", b.match_ms},
-            {"probe_io", b.probe_io_ms},
-            {"probe_compute", b.probe_compute_ms},
-            {"kv_io", b.kv_io_ms},
-            {"copy", b.copy_ms},
-            {"compute", b.compute_ms},
-            {"io_wait", b.io_wait_ms},
-            {"other", b.other_ms}}}};
+          {"breakdown_ms", TtftBreakdownJson(b)}};
 }
 
 // The CPU engine benchmark, printed; the exit status.

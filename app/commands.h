@@ -12,5 +12,6 @@ void RegisterTokenizeCommand(CLI::App& app, CommonOptions* common, int* exit_cod
 void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_code);  // generate, chat
 void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code);     // bench engine|store
 void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code);        // gui (also the default)
+void RegisterServeCommand(CLI::App& app, CommonOptions* common, int* exit_code);      // serve (OpenAI-compatible)
 
 }  // namespace impress::app

@@ -10,6 +10,7 @@
 #include "app/commands.h"
 #include "app/progress-bar.h"
 #include "chat/chat-session.h"
+#include "chat/report-json.h"
 
 namespace impress::app {
 namespace {
@@ -39,14 +40,7 @@ Result<std::unique_ptr<ChatSession>> OpenSession(const CommonOptions& c, const G
     IMPRESS_ASSIGN_OR_RETURN(Document doc, LoadDocument(path));
     docs.push_back(std::move(doc));
   }
-  ChatSessionOptions o;
-  o.model_path = ResolveModelPath(c);
-  o.model = ModelContextOptions{.n_threads = c.threads, .backend = c.backend};
-  o.store_dir = c.no_store ? "" : (c.store_dir.empty() ? DefaultStoreDir() : c.store_dir);
-  o.device_bytes = uint64_t(c.device_budget_mb * (1 << 20));
-  o.host_bytes = uint64_t(c.host_budget_mb * (1 << 20));
-  o.ssd_bytes = uint64_t(c.ssd_budget_mb * (1 << 20));
-  o.probe_heads_stored = c.probe_heads;
+  const ChatSessionOptions o = SessionOptionsFor(c);
   ProgressBar bar("loading model");
   IMPRESS_ASSIGN_OR_RETURN(auto s, ChatSession::Open(o, bar.AsFn()));
   bar.Finish();
@@ -55,66 +49,10 @@ Result<std::unique_ptr<ChatSession>> OpenSession(const CommonOptions& c, const G
 }
 
 AskOptions MakeAskOptions(const CommonOptions& c, const GenerateArgs& args) {
-  AskOptions o;
-  SystemKind sys = SystemKind::kImpress;
-  ParseSystem(c.system, &sys);  // CLI11 already checked the name
-  o.pipeline.system = sys;
-  o.pipeline.keep = c.keep;
-  o.pipeline.alpha = c.alpha;
-  o.pipeline.probe_heads = c.probe_heads;
-  o.pipeline.sinks = c.sinks;
-  o.pipeline.recent = c.recent;
-  o.sampling = SamplerOptions{.temperature = c.temperature,
-                              .top_k = c.top_k,
-                              .top_p = c.top_p,
-                              .repeat_penalty = c.repeat_penalty,
-                              .seed = c.seed};
+  AskOptions o = AskOptionsFor(c);
   o.max_tokens = args.max_tokens;
-  o.raw = c.raw;
   o.cancel = &g_interrupted;
   return o;
-}
-
-nlohmann::json ReportJson(const RequestReport& r) {
-  const TtftBreakdown& b = r.breakdown;
-  nlohmann::json layers = nlohmann::json::array();
-  for (const LayerReport& l : r.layers) {
-    layers.push_back({{"il", l.il},
-                      {"s", l.s},
-                      {"t", l.t},
-                      {"probed", l.probed},
-                      {"passed", l.passed},
-                      {"k", l.k},
-                      {"n", l.n},
-                      {"key_bytes", l.key_bytes},
-                      {"value_bytes", l.value_bytes},
-                      {"ssd_bytes", l.ssd_bytes},
-                      {"io_wait_ms", l.io_wait_ms},
-                      {"chunks", {{"device", l.chunks_device}, {"host", l.chunks_host}, {"ssd", l.chunks_ssd}}}});
-  }
-  return {{"system", SystemName(r.system)},
-          {"ttft_ms", r.ttft_ms},
-          {"breakdown_ms",
-           {{"match", b.match_ms},
-            {"probe_io", b.probe_io_ms},
-            {"probe_compute", b.probe_compute_ms},
-            {"kv_io", b.kv_io_ms},
-            {"copy", b.copy_ms},
-            {"compute", b.compute_ms},
-            {"io_wait", b.io_wait_ms},
-            {"other", b.other_ms}}},
-          {"layers", layers},
-          {"n_prompt", r.n_prompt},
-          {"n_prefix", r.n_prefix},
-          {"reused_tokens", r.n_matched},
-          {"new_tokens", r.n_new},
-          {"keep", r.keep},
-          {"alpha", r.alpha},
-          {"layers_passed", r.n_layers_passed},
-          {"ssd_bytes_read", r.ssd_bytes_read},
-          {"read_amplification", r.read_amplification()},
-          {"tier_hits", {{"device", r.chunks_device}, {"host", r.chunks_host}, {"ssd", r.chunks_ssd}}},
-          {"decode_tok_s", r.decode_tok_s()}};
 }
 
 void PrintStats(const ChatAnswer& a) {
@@ -187,7 +125,7 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
     if (auto w = (*s)->pipeline().WaitForStore(); !w.ok())
       spdlog::warn("the answer's KV was not stored: {}", w.status().ToString());
     if (gargs->json) {
-      nlohmann::json j = ReportJson(a->report);
+      nlohmann::json j = RequestReportJson(a->report);
       j["text"] = a->text;
       j["tokens"] = a->tokens;
       if (fidelity) j["fidelity"] = FidelityJson(*fidelity);

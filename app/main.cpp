@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   RegisterTokenizeCommand(app, &common, &exit_code);
   RegisterBenchCommands(app, &common, &exit_code);
   RegisterGuiCommand(app, &common, &exit_code);
+  RegisterServeCommand(app, &common, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -33,6 +33,15 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Open(const ChatSessionOptions&
 
 Result<ChatAnswer> ChatSession::Ask(const std::string& question, const AskOptions& o) {
   const PromptTokens prompt = conversation_.Build(question, ctx_->tokenizer(), ctx_->chat_template(), o.raw);
+  IMPRESS_ASSIGN_OR_RETURN(ChatAnswer answer, AskPrompt(prompt, o));
+  if (o.remember) {
+    conversation_.AddTurn("user", question);
+    conversation_.AddTurn("assistant", answer.text);
+  }
+  return answer;
+}
+
+Result<ChatAnswer> ChatSession::AskPrompt(const PromptTokens& prompt, const AskOptions& o) {
   std::vector<float> logits;
   ChatAnswer answer;
   IMPRESS_ASSIGN_OR_RETURN(answer.report, pipeline_->Prefill({prompt.tokens, prompt.n_prefix}, o.pipeline, o.max_tokens,
@@ -68,10 +77,6 @@ Result<ChatAnswer> ChatSession::Ask(const std::string& question, const AskOption
   answer.report.n_generated = int(answer.tokens.size());
   answer.report.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (o.store && store_) pipeline_->StoreAsync();
-  if (o.remember) {
-    conversation_.AddTurn("user", question);
-    conversation_.AddTurn("assistant", answer.text);
-  }
   return answer;
 }
 

@@ -58,6 +58,11 @@ class ChatSession {
   ~ChatSession();
 
   Result<ChatAnswer> Ask(const std::string& question, const AskOptions& options);
+  // Answers an already built prompt (Conversation::Build of any conversation, e.g. a request's
+  // messages): prefill through the pipeline (matching the store on prompt.n_prefix tokens),
+  // decode, store the KV. The session's own conversation is neither read nor changed
+  // (options.remember is ignored). What Ask runs after building its prompt.
+  Result<ChatAnswer> AskPrompt(const PromptTokens& prompt, const AskOptions& options);
   // The same question with the full prefix KV: agreement of first token, KL, continuation.
   Result<FidelityReport> Fidelity(const std::string& question, const AskOptions& options, int n_continue);
 

@@ -19,7 +19,7 @@ packages=(
   cmake g++ make pkg-config ninja-build
   libopenblas-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcli11-dev
   libxxhash-dev libsqlite3-dev liburing-dev libsentencepiece-dev
-  libglfw3-dev libimgui-dev
+  libglfw3-dev libimgui-dev libcpp-httplib-dev
   fio python3 python3-venv clang libclang-rt-14-dev clang-format
   xvfb xauth libgl1-mesa-dri libstb-dev fonts-dejavu-core
 )

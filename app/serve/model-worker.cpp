@@ -1,0 +1,148 @@
+#include "app/serve/model-worker.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "app/serve/metrics.h"
+#include "app/serve/openai-api.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace impress::serve {
+
+bool Job::Wait(std::string* text, std::chrono::steady_clock::time_point until) {
+  MutexLock lock(&mu_);
+  while (pending_.empty() && !done_) {
+    if (!cv_.WaitUntil(&mu_, until)) break;
+  }
+  text->append(pending_);
+  pending_.clear();
+  return done_;
+}
+
+void Job::Append(const std::string& text) {
+  if (text.empty()) return;
+  MutexLock lock(&mu_);
+  pending_ += text;
+  cv_.SignalAll();
+}
+
+void Job::Finish(Outcome outcome) {
+  MutexLock lock(&mu_);
+  outcome_ = std::move(outcome);
+  done_ = true;
+  cv_.SignalAll();
+}
+
+ModelWorker::ModelWorker(ChatSession& session, size_t max_queue, ServeMetrics* metrics) :
+    session_(session), max_queue_(max_queue), metrics_(metrics) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+ModelWorker::~ModelWorker() { Shutdown(); }
+
+Status ModelWorker::Submit(std::shared_ptr<Job> job) {
+  MutexLock lock(&mu_);
+  if (stopping_) return Status::Cancelled("the server is shutting down");
+  if (queue_.size() >= max_queue_) {
+    return Status::ResourceExhausted(fmt::format("{} requests are waiting for the model", queue_.size()));
+  }
+  queue_.push_back(std::move(job));
+  if (metrics_) metrics_->SetQueueDepth(int(queue_.size()));
+  cv_.Signal();
+  return Status::Ok();
+}
+
+void ModelWorker::Shutdown() {
+  std::deque<std::shared_ptr<Job>> dropped;
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    dropped.swap(queue_);
+    if (running_) running_->cancel.store(true);
+    cv_.SignalAll();
+  }
+  for (auto& job : dropped) {
+    Job::Outcome out;
+    out.status = Status::Cancelled("the server is shutting down");
+    job->Finish(std::move(out));
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+int ModelWorker::queue_depth() {
+  MutexLock lock(&mu_);
+  return int(queue_.size());
+}
+
+void ModelWorker::Loop() {
+  while (true) {
+    std::shared_ptr<Job> job;
+    {
+      MutexLock lock(&mu_);
+      while (queue_.empty() && !stopping_) cv_.Wait(&mu_);
+      if (stopping_) break;
+      job = queue_.front();
+      queue_.pop_front();
+      running_ = job;
+      if (metrics_) metrics_->SetQueueDepth(int(queue_.size()));
+    }
+    Run(*job);
+    MutexLock lock(&mu_);
+    running_.reset();
+  }
+  // The last answer's KV reaches the store before the session closes.
+  if (auto w = session_.pipeline().WaitForStore(); !w.ok()) {
+    spdlog::warn("the last answer's KV was not stored: {}", w.status().ToString());
+  }
+}
+
+void ModelWorker::Run(Job& job) {
+  Job::Outcome out;
+  if (job.kind == Job::Kind::kCheckStore) {
+    // Quiesce first: the background write and the last request's lock on its prefix.
+    out.status = session_.pipeline().ReleaseMatch();
+    if (out.status.ok() && session_.store()) out.status = session_.store()->CheckConsistency();
+    job.Finish(std::move(out));
+    return;
+  }
+  if (job.cancel.load() || std::chrono::steady_clock::now() >= job.deadline) {
+    out.timed_out = !job.cancel.load();
+    out.status =
+        Status::Cancelled(out.timed_out ? "the request's time limit passed in the queue" : "the client went away");
+    job.Finish(std::move(out));
+    return;
+  }
+  StopMatcher stops(job.stop);
+  AskOptions ask = job.ask;
+  ask.remember = false;
+  ask.cancel = &job.cancel;
+  ask.on_text = [&](const std::string& piece) {
+    job.Append(stops.Push(piece));
+    if (std::chrono::steady_clock::now() >= job.deadline) {
+      out.timed_out = true;
+      job.cancel.store(true);
+    }
+    return !stops.stopped();
+  };
+  auto answer = session_.AskPrompt(job.prompt, ask);
+  if (!answer.ok()) {
+    out.status = answer.status();
+    if (std::chrono::steady_clock::now() >= job.deadline) out.timed_out = true;
+    job.Finish(std::move(out));
+    return;
+  }
+  job.Append(stops.Flush());
+  out.stop_string = stops.stopped();
+  if (!answer->tokens.empty()) {
+    const int32_t last = answer->tokens.back();
+    const auto& eog = session_.context().stop_tokens();
+    out.ended_by_model =
+        std::find(eog.begin(), eog.end(), last) != eog.end() || session_.context().tokenizer().IsEndOfGeneration(last);
+  }
+  if (metrics_) metrics_->RecordGeneration(answer->report, int(answer->tokens.size()));
+  out.answer = std::move(*answer);
+  job.Finish(std::move(out));
+}
+
+}  // namespace impress::serve

@@ -1,0 +1,96 @@
+// ModelWorker: the one thread that owns the chat session of `impress serve` and runs its
+// generations one at a time, from a bounded queue. HTTP handler threads submit a Job and read
+// its streamed text and result; a job's `cancel` stops it (client gone, time limit, shutdown)
+// within a layer batch or a decode step. Every generation goes through ChatSession::AskPrompt:
+// the pipeline matches the prefix store, runs IMPRESS, decodes and stores the KV.
+//
+// Thread contract: internally synchronized. Submit/Shutdown/queue_depth from any thread; the
+// session is touched only by the worker thread (after construction, until Shutdown returns).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/mutex.h"
+#include "chat/chat-session.h"
+
+namespace impress::serve {
+
+class ServeMetrics;
+
+// One request for the worker and what comes back.
+class Job {
+ public:
+  enum class Kind { kGenerate, kCheckStore };
+  // Constant after Submit.
+  Kind kind = Kind::kGenerate;
+  PromptTokens prompt;
+  AskOptions ask;  // on_text, cancel and remember are set by the worker
+  std::vector<std::string> stop;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+
+  // Set by anyone: the generation stops at its next check.
+  std::atomic<bool> cancel{false};
+
+  // Waits until text is pending, the job is done, or `until`; moves the pending text into *text.
+  // Returns true once the job is done (and all its text taken).
+  bool Wait(std::string* text, std::chrono::steady_clock::time_point until) EXCLUDES(mu_);
+
+  // The outcome, valid once Wait returned true.
+  struct Outcome {
+    Status status;
+    ChatAnswer answer;
+    bool ended_by_model = false;  // a stop token ended the answer
+    bool stop_string = false;     // a stop string cut it
+    bool timed_out = false;       // the time limit cancelled it
+  };
+  const Outcome& outcome() const { return outcome_; }
+
+ private:
+  friend class ModelWorker;
+  void Append(const std::string& text) EXCLUDES(mu_);
+  void Finish(Outcome outcome) EXCLUDES(mu_);
+
+  Mutex mu_;
+  CondVar cv_;
+  std::string pending_ GUARDED_BY(mu_);
+  bool done_ GUARDED_BY(mu_) = false;
+  Outcome outcome_;  // written once before done_ is set, read after
+};
+
+class ModelWorker {
+ public:
+  // `session` and `metrics` outlive the worker. max_queue: jobs waiting beside the running one.
+  ModelWorker(ChatSession& session, size_t max_queue, ServeMetrics* metrics);
+  ~ModelWorker();  // Shutdown()
+  ModelWorker(const ModelWorker&) = delete;
+  ModelWorker& operator=(const ModelWorker&) = delete;
+
+  // Queues a job. ResourceExhausted when the queue is full; Cancelled after Shutdown began.
+  Status Submit(std::shared_ptr<Job> job) EXCLUDES(mu_);
+  // Stops taking jobs, cancels the queued and running ones (each finishes with Cancelled or its
+  // partial answer), waits for the store write, joins the thread. Idempotent.
+  void Shutdown() EXCLUDES(mu_);
+  int queue_depth() EXCLUDES(mu_);
+
+ private:
+  void Loop() EXCLUDES(mu_);
+  void Run(Job& job);  // worker thread
+
+  ChatSession& session_;
+  const size_t max_queue_;
+  ServeMetrics* const metrics_;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::shared_ptr<Job>> queue_ GUARDED_BY(mu_);
+  std::shared_ptr<Job> running_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace impress::serve

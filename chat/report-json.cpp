@@ -1,0 +1,44 @@
+#include "chat/report-json.h"
+
+namespace impress {
+
+nlohmann::json TtftBreakdownJson(const TtftBreakdown& b) {
+  return {{"match", b.match_ms},     {"probe_io", b.probe_io_ms}, {"probe_compute", b.probe_compute_ms},
+          {"kv_io", b.kv_io_ms},     {"copy", b.copy_ms},         {"compute", b.compute_ms},
+          {"io_wait", b.io_wait_ms}, {"other", b.other_ms}};
+}
+
+nlohmann::json RequestReportJson(const RequestReport& r) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerReport& l : r.layers) {
+    layers.push_back({{"il", l.il},
+                      {"s", l.s},
+                      {"t", l.t},
+                      {"probed", l.probed},
+                      {"passed", l.passed},
+                      {"k", l.k},
+                      {"n", l.n},
+                      {"key_bytes", l.key_bytes},
+                      {"value_bytes", l.value_bytes},
+                      {"ssd_bytes", l.ssd_bytes},
+                      {"io_wait_ms", l.io_wait_ms},
+                      {"chunks", {{"device", l.chunks_device}, {"host", l.chunks_host}, {"ssd", l.chunks_ssd}}}});
+  }
+  return {{"system", SystemName(r.system)},
+          {"ttft_ms", r.ttft_ms},
+          {"breakdown_ms", TtftBreakdownJson(r.breakdown)},
+          {"layers", layers},
+          {"n_prompt", r.n_prompt},
+          {"n_prefix", r.n_prefix},
+          {"reused_tokens", r.n_matched},
+          {"new_tokens", r.n_new},
+          {"keep", r.keep},
+          {"alpha", r.alpha},
+          {"layers_passed", r.n_layers_passed},
+          {"ssd_bytes_read", r.ssd_bytes_read},
+          {"read_amplification", r.read_amplification()},
+          {"tier_hits", {{"device", r.chunks_device}, {"host", r.chunks_host}, {"ssd", r.chunks_ssd}}},
+          {"decode_tok_s", r.decode_tok_s()}};
+}
+
+}  // namespace impress

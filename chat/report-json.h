@@ -1,0 +1,18 @@
+// The per-request report as JSON: what `impress generate --json` prints and what the local
+// server returns for a request that asks for its report (TTFT breakdown, per-layer selection,
+// bytes per tier, decode speed). One shape for every front end.
+//
+// Pure functions; any thread.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "pipeline/report.h"
+
+namespace impress {
+
+nlohmann::json RequestReportJson(const RequestReport& report);
+// The TTFT breakdown alone, in ms: match, probe_io, probe_compute, kv_io, copy, compute, io_wait, other.
+nlohmann::json TtftBreakdownJson(const TtftBreakdown& breakdown);
+
+}  // namespace impress
