@@ -27,6 +27,9 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
   cmd->add_option("--sinks", o->sinks, "attention sinks always kept")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--recent", o->recent, "recent prefix tokens always kept")->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--no-store", o->no_store, "do not use the KV store (recompute every prefix)");
+  cmd->add_option("--store-wait", o->store_wait_s,
+                  "seconds to wait for another program using the store to close it (default: refuse at once)")
+      ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--backend", o->backend, "compute backend: cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--device-budget-mb", o->device_budget_mb, "device tier budget (MiB)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--host-budget-mb", o->host_budget_mb, "host tier budget (MiB)")->check(CLI::NonNegativeNumber);
@@ -66,6 +69,7 @@ ChatSessionOptions SessionOptionsFor(const CommonOptions& c) {
   o.model_path = ResolveModelPath(c);
   o.model = ModelContextOptions{.n_threads = c.threads, .backend = c.backend};
   o.store_dir = c.no_store ? "" : (c.store_dir.empty() ? DefaultStoreDir() : c.store_dir);
+  o.store_lock_wait = std::chrono::milliseconds(int64_t(c.store_wait_s * 1000));
   o.device_bytes = uint64_t(c.device_budget_mb * (1 << 20));
   o.host_bytes = uint64_t(c.host_budget_mb * (1 << 20));
   o.ssd_bytes = uint64_t(c.ssd_budget_mb * (1 << 20));

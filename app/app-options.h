@@ -20,7 +20,8 @@ struct CommonOptions {
   int probe_heads = 3;
   int sinks = 4;
   int recent = 32;
-  bool no_store = false;  // recompute everything, store nothing
+  bool no_store = false;    // recompute everything, store nothing
+  double store_wait_s = 0;  // wait this long for another program to close the store (0: refuse at once)
   std::string backend = "cpu";
   double device_budget_mb = 256;
   double host_budget_mb = 1024;

@@ -89,6 +89,7 @@ void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code) {
     so.model = ModelContextOptions{.n_threads = common->threads, .backend = common->backend};
     so.store_dir = common->no_store ? "" : (common->store_dir.empty() ? DefaultStoreDir() : common->store_dir);
     so.probe_heads_stored = common->probe_heads;
+    so.store_lock_wait = std::chrono::milliseconds(int64_t(common->store_wait_s * 1000));
     // Saved conversations live beside the store ($XDG_DATA_HOME/impress/conversations.db).
     if (!args->no_save) {
       const std::string store_parent = so.store_dir.empty() ? DefaultStoreDir() : so.store_dir;

@@ -23,6 +23,7 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Open(const ChatSessionOptions&
     so.host_bytes = o.host_bytes;
     so.ssd_bytes = o.ssd_bytes;
     so.reorder_interval = o.reorder_interval;
+    so.lock_wait = o.store_lock_wait;
     auto st = store::PrefixStore::Open(so);
     if (!st.ok()) return st.status().WithContext("opening the KV store in " + o.store_dir);
     s->store_ = std::move(*st);

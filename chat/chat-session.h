@@ -30,6 +30,8 @@ struct ChatSessionOptions {
   uint64_t ssd_bytes = 16ull << 30;
   int probe_heads_stored = 3;  // probe keys are kept for the KV heads these query heads use
   std::chrono::milliseconds reorder_interval = std::chrono::minutes(10);
+  // How long to wait for another program to close the store before refusing (0: at once).
+  std::chrono::milliseconds store_lock_wait{0};
 };
 
 struct AskOptions {

@@ -124,6 +124,10 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
   // The version is checked before the first write (even the WAL pragma): a newer file stays as it was.
   Status st = c->CheckVersionLocked();
   if (!st.ok()) return unusable(st);
+  // Damage in pages the store would only meet when writing (a later commit, then every reopen
+  // refused) is found here, where the file can still be moved aside. Cost: one read of the file.
+  st = c->QuickCheckLocked();
+  if (!st.ok()) return unusable(st);
   st = db.Exec(
       "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=128; "
       "PRAGMA journal_size_limit=524288;",
@@ -148,6 +152,17 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
     if (!p.ok()) return unusable(p.status());
   }
   return c;
+}
+
+Status Catalog::QuickCheckLocked() {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("PRAGMA quick_check(4)"));
+  std::string problems;
+  IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "check the catalog file", [&](const Stmt& row) {
+    const std::string line = row.Text(0);
+    if (line != "ok") problems += (problems.empty() ? "" : "; ") + line.substr(0, 200);
+  }));
+  if (!problems.empty()) return Status::Corruption(path_ + ": the database file is damaged (" + problems + ")");
+  return Status::Ok();
 }
 
 Status Catalog::CheckVersionLocked() {

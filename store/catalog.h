@@ -154,6 +154,7 @@ class Catalog {
  private:
   Catalog(std::unique_ptr<sqlite::SqliteDb> db, std::string path, std::string model);
   Status CheckVersionLocked() REQUIRES(mu_);         // refuses a newer schema before any write
+  Status QuickCheckLocked() REQUIRES(mu_);           // SQLite's page-level check of the whole file
   Status MigrateLocked() REQUIRES(mu_);              // brings an older table layout up to kCatalogSchemaVersion
   Status MigrateModelColumnsLocked() REQUIRES(mu_);  // schema 2 -> 3
   Status LoadForeignLocked(CatalogContents* out) REQUIRES(mu_);

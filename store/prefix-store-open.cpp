@@ -147,7 +147,7 @@ Status PrefixStore::Impl::OpenCatalog() {
 // The directory and its lock, the catalog, the data files and the read engine.
 Status PrefixStore::Impl::OpenFiles() {
   IMPRESS_RETURN_IF_ERROR(MakePrivateDir(opt.dir));
-  IMPRESS_ASSIGN_OR_RETURN(lock, StoreLock::Acquire(opt.dir));
+  IMPRESS_ASSIGN_OR_RETURN(lock, StoreLock::Acquire(opt.dir, opt.lock_wait));
   IMPRESS_RETURN_IF_ERROR(env->CreateDir(opt.dir));
   IMPRESS_RETURN_IF_ERROR(OpenCatalog());
   IMPRESS_ASSIGN_OR_RETURN(auto opened, ExtentFiles::Open(env, opt.dir, AlignUp(opt.data_file_bytes), opt.ssd_bytes));

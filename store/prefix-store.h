@@ -54,6 +54,8 @@ struct PrefixStoreOptions {
   std::chrono::milliseconds reorder_interval = std::chrono::minutes(10);  // 0: on demand only
   bool force_pread = false;                                               // also IMPRESS_STORE_FORCE_PREAD=1
   bool verify_on_open = false;  // read and check every chunk on open (else: on every read)
+  // How long Open waits for another process to close the store (0: refuse at once, naming it).
+  std::chrono::milliseconds lock_wait = std::chrono::milliseconds(0);
   uint64_t data_file_bytes = 1ull << 30;
   Env* env = nullptr;                          // nullptr: Env::Default()
   std::shared_ptr<MemorySpace> device_memory;  // nullptr: host memory stand-in

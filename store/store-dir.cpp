@@ -6,10 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <thread>
 
 namespace impress::store {
 
@@ -79,14 +81,25 @@ Result<std::string> MoveAside(const std::string& path) {
   return to;
 }
 
-Result<std::unique_ptr<StoreLock>> StoreLock::Acquire(const std::string& dir) {
+Result<std::unique_ptr<StoreLock>> StoreLock::Acquire(const std::string& dir, std::chrono::milliseconds wait) {
   const std::string path = dir + "/LOCK";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
   if (fd < 0) return Errno("open", path, errno);
   std::unique_ptr<StoreLock> lock(new StoreLock(fd, path));
   IMPRESS_RETURN_IF_ERROR(TightenMode(fd, path));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
+  // flock has no timeout: poll, backing off from 2 to 50 ms, until the holder lets go or `wait` ends.
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  auto pause = std::chrono::milliseconds(2);
+  int err = 0;
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    err = errno;
+    const auto now = std::chrono::steady_clock::now();
+    if (err != EWOULDBLOCK || now >= deadline) break;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    err = 0;
+  }
+  if (err != 0) {
     if (err != EWOULDBLOCK) return Errno("lock", path, err);
     // The holder wrote "pid\nprogram\n" after locking; it may be mid-write, so read what is there.
     char buf[256] = {};

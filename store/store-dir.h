@@ -10,6 +10,7 @@
 // by one PrefixStore and is not shared.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -39,8 +40,10 @@ Result<std::string> MoveAside(const std::string& path);
 // on one directory exclude each other too.
 class StoreLock {
  public:
-  // kIOError naming the holder ("in use by process 1234 (impress)") when another open holds it.
-  static Result<std::unique_ptr<StoreLock>> Acquire(const std::string& dir);
+  // kIOError naming the holder ("in use by process 1234 (impress)") when another open still
+  // holds it after `wait` (0: at once), so short-lived programs on one store can take turns.
+  static Result<std::unique_ptr<StoreLock>> Acquire(const std::string& dir,
+                                                    std::chrono::milliseconds wait = std::chrono::milliseconds(0));
   ~StoreLock();
   StoreLock(const StoreLock&) = delete;
   StoreLock& operator=(const StoreLock&) = delete;
