@@ -17,8 +17,14 @@ void ServeMetrics::CountRequest(const std::string& endpoint, int status) {
   ++requests_[{endpoint, status}];
 }
 
-void ServeMetrics::RecordGeneration(const RequestReport& r, int n_completion_tokens) {
+void ServeMetrics::CountCancelled() {
   MutexLock lock(&mu_);
+  ++cancelled_;
+}
+
+void ServeMetrics::RecordGeneration(const RequestReport& r, int n_completion_tokens, bool cancelled) {
+  MutexLock lock(&mu_);
+  if (cancelled) ++cancelled_;
   const double ttft_s = r.ttft_ms / 1000.0;
   size_t b = 0;
   while (b < kTtftBuckets.size() && ttft_s > kTtftBuckets[b]) ++b;
@@ -39,6 +45,12 @@ void ServeMetrics::RecordGeneration(const RequestReport& r, int n_completion_tok
   ssd_bytes_read_ += r.ssd_bytes_read;
   if (r.ttft_ms > 0) prefill_tok_s_ = (r.n_prompt - r.n_matched) * 1000.0 / r.ttft_ms;
   decode_tok_s_ = r.decode_tok_s();
+}
+
+void ServeMetrics::RecordStored(uint64_t n_tokens, uint64_t kv_bytes) {
+  MutexLock lock(&mu_);
+  tokens_stored_ += n_tokens;
+  kv_bytes_stored_ += kv_bytes;
 }
 
 void ServeMetrics::SetQueueDepth(int n) {
@@ -68,6 +80,9 @@ std::string ServeMetrics::Render(store::PrefixStore* store) const {
     out += fmt::format("impress_prompt_tokens_total{{kind=\"computed\"}} {}\n", computed_tokens_);
     Family(&out, "impress_completion_tokens_total", "counter", "Generated tokens.");
     out += fmt::format("impress_completion_tokens_total {}\n", completion_tokens_);
+    Family(&out, "impress_cancelled_total", "counter",
+           "Generations a cancel stopped: the client went away, the time limit passed, or shutdown.");
+    out += fmt::format("impress_cancelled_total {}\n", cancelled_);
     Family(&out, "impress_prefill_tokens_per_second", "gauge", "Computed prompt tokens per second, last request.");
     out += fmt::format("impress_prefill_tokens_per_second {}\n", prefill_tok_s_);
     Family(&out, "impress_decode_tokens_per_second", "gauge", "Decode speed of the last request.");
@@ -82,6 +97,11 @@ std::string ServeMetrics::Render(store::PrefixStore* store) const {
     out += fmt::format("impress_chunks_served_total{{tier=\"ssd\"}} {}\n", chunks_ssd_);
     Family(&out, "impress_request_ssd_read_bytes_total", "counter", "Bytes the requests read from SSD.");
     out += fmt::format("impress_request_ssd_read_bytes_total {}\n", ssd_bytes_read_);
+    Family(&out, "impress_store_written_tokens_total", "counter", "Tokens whose KV the answers wrote to the store.");
+    out += fmt::format("impress_store_written_tokens_total {}\n", tokens_stored_);
+    Family(&out, "impress_store_written_bytes_total", "counter",
+           "K/V bytes the answers wrote to the store (fp16 payload, without probe keys and chunk headers).");
+    out += fmt::format("impress_store_written_bytes_total {}\n", kv_bytes_stored_);
     Family(&out, "impress_queue_depth", "gauge", "Requests waiting for the model worker.");
     out += fmt::format("impress_queue_depth {}\n", queue_depth_);
   }

@@ -108,6 +108,7 @@ void ModelWorker::Run(Job& job) {
   }
   if (job.cancel.load() || std::chrono::steady_clock::now() >= job.deadline) {
     out.timed_out = !job.cancel.load();
+    if (metrics_) metrics_->CountCancelled();
     out.status =
         Status::Cancelled(out.timed_out ? "the request's time limit passed in the queue" : "the client went away");
     job.Finish(std::move(out));
@@ -118,6 +119,7 @@ void ModelWorker::Run(Job& job) {
   ask.remember = false;
   ask.cancel = &job.cancel;
   ask.on_text = [&](const std::string& piece) {
+    job.decoding.store(true);
     job.Append(stops.Push(piece));
     if (std::chrono::steady_clock::now() >= job.deadline) {
       out.timed_out = true;
@@ -128,21 +130,33 @@ void ModelWorker::Run(Job& job) {
   auto answer = session_.AskPrompt(job.prompt, ask);
   if (!answer.ok()) {
     out.status = answer.status();
+    if (metrics_ && out.status.code() == Status::Code::kCancelled) metrics_->CountCancelled();
     if (std::chrono::steady_clock::now() >= job.deadline) out.timed_out = true;
     job.Finish(std::move(out));
     return;
   }
   job.Append(stops.Flush());
   out.stop_string = stops.stopped();
+  out.cancelled = answer->stopped_by_user && !out.stop_string;
   if (!answer->tokens.empty()) {
     const int32_t last = answer->tokens.back();
     const auto& eog = session_.context().stop_tokens();
     out.ended_by_model =
         std::find(eog.begin(), eog.end(), last) != eog.end() || session_.context().tokenizer().IsEndOfGeneration(last);
   }
-  if (metrics_) metrics_->RecordGeneration(answer->report, int(answer->tokens.size()));
+  if (metrics_) metrics_->RecordGeneration(answer->report, int(answer->tokens.size()), out.cancelled);
   out.answer = std::move(*answer);
   job.Finish(std::move(out));
+  // The answer's KV goes to the store in the background; the next prefill would wait for it
+  // anyway, so waiting here (after the client has its answer) costs nothing and counts it.
+  if (metrics_ && session_.store()) {
+    auto written = session_.pipeline().WaitForStore();
+    if (written.ok()) {
+      const ModelConfig& c = session_.context().config();
+      const uint64_t kv_bytes_per_token = uint64_t(c.n_layer) * uint64_t(c.n_head_kv) * uint64_t(c.head_dim) * 2 * 2;
+      metrics_->RecordStored(*written, *written * kv_bytes_per_token);
+    }
+  }
 }
 
 }  // namespace impress::serve

@@ -36,6 +36,8 @@ class Job {
 
   // Set by anyone: the generation stops at its next check.
   std::atomic<bool> cancel{false};
+  // Set by the worker when the first answer token came (the prompt's prefill is done).
+  std::atomic<bool> decoding{false};
 
   // Waits until text is pending, the job is done, or `until`; moves the pending text into *text.
   // Returns true once the job is done (and all its text taken).
@@ -48,6 +50,7 @@ class Job {
     bool ended_by_model = false;  // a stop token ended the answer
     bool stop_string = false;     // a stop string cut it
     bool timed_out = false;       // the time limit cancelled it
+    bool cancelled = false;       // cancel (client gone, time limit, shutdown) stopped the answer
   };
   const Outcome& outcome() const { return outcome_; }
 

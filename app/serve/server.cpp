@@ -166,26 +166,59 @@ void Server::Impl::Completion(const httplib::Request& req, httplib::Response& re
   }
 }
 
-void Server::Impl::Respond(const std::shared_ptr<Job>& job, const CompletionRequest& r, const ResponseId& rid,
-                           httplib::Response& res, const std::string& endpoint) {
-  std::string text;
-  while (!job->Wait(&text, Clock::now() + kPoll)) {
-    if (Clock::now() >= job->deadline) job->cancel.store(true);
-  }
-  const Job::Outcome& o = job->outcome();
-  if (!o.status.ok()) {
-    SetError(res, WorkerError(o));
-    metrics.CountRequest(endpoint, res.status);
-    return;
-  }
+namespace {
+
+// The whole response body of a finished non-streaming job: the completion, or the error.
+std::string ResponseBody(const Job& job, const CompletionRequest& r, const ResponseId& rid, const std::string& text) {
+  const Job::Outcome& o = job.outcome();
+  if (!o.status.ok()) return Dump(ErrorJson(WorkerError(o)));
   const Usage usage{o.answer.report.n_prompt, int(o.answer.tokens.size()), o.answer.report.n_matched};
   const char* finish = FinishReason(o.ended_by_model, o.stop_string);
   const json report = r.impress.report ? RequestReportJson(o.answer.report) : json();
   const json* rp = r.impress.report ? &report : nullptr;
-  res.set_content(Dump(r.chat ? ChatCompletionJson(rid, text, finish, usage, rp)
-                              : TextCompletionJson(rid, text, finish, usage, rp)),
-                  "application/json");
+  return Dump(r.chat ? ChatCompletionJson(rid, text, finish, usage, rp)
+                     : TextCompletionJson(rid, text, finish, usage, rp));
+}
+
+}  // namespace
+
+void Server::Impl::Respond(const std::shared_ptr<Job>& job, const CompletionRequest& r, const ResponseId& rid,
+                           httplib::Response& res, const std::string& endpoint) {
+  // Until the answer's first token, whatever fails (queue time limit, shutdown, prefill) still
+  // gets its own status.
+  std::string text;
+  bool done = false;
+  while (!(done = job->Wait(&text, Clock::now() + kPoll)) && !job->decoding.load()) {
+    if (Clock::now() >= job->deadline) job->cancel.store(true);
+  }
+  if (done) {
+    res.status = job->outcome().status.ok() ? 200 : WorkerError(job->outcome()).http_status;
+    if (res.status == 503) res.set_header("Retry-After", "1");
+    res.set_content(ResponseBody(*job, r, rid, text), "application/json");
+    metrics.CountRequest(endpoint, res.status);
+    return;
+  }
+  // Decoding: the answer comes as 200. The body is sent chunked, led by JSON whitespace while
+  // the tokens come, so that a client that went away is noticed (the write fails) and its
+  // generation cancelled.
   metrics.CountRequest(endpoint, 200);
+  auto so_far = std::make_shared<std::string>(std::move(text));
+  res.set_chunked_content_provider(
+      "application/json",
+      [job, r, rid, so_far](size_t, httplib::DataSink& sink) {
+        const bool finished = job->Wait(so_far.get(), Clock::now() + kPoll);
+        if (Clock::now() >= job->deadline) job->cancel.store(true);
+        const std::string out = finished ? ResponseBody(*job, r, rid, *so_far) : std::string(" ");
+        if (!sink.write(out.data(), out.size())) {
+          job->cancel.store(true);
+          return false;
+        }
+        if (finished) sink.done();
+        return true;
+      },
+      [job](bool success) {
+        if (!success) job->cancel.store(true);
+      });
 }
 
 void Server::Impl::Stream(const std::shared_ptr<Job>& job, const CompletionRequest& r, const ResponseId& rid,

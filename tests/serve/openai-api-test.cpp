@@ -211,7 +211,7 @@ TEST(ServeMetrics, RendersCountersAndHistogram) {
   r.n_prompt = 100;
   r.n_matched = 80;
   r.ttft_ms = 30;
-  m.RecordGeneration(r, 7);
+  m.RecordGeneration(r, 7, /*cancelled=*/true);
   const std::string text = m.Render(nullptr);
   EXPECT_NE(text.find("impress_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"),
             std::string::npos);
@@ -223,6 +223,7 @@ TEST(ServeMetrics, RendersCountersAndHistogram) {
   EXPECT_NE(text.find("impress_ttft_seconds_bucket{le=\"0.05\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("impress_ttft_seconds_count 1\n"), std::string::npos);
   EXPECT_NE(text.find("impress_completion_tokens_total 7\n"), std::string::npos);
+  EXPECT_NE(text.find("impress_cancelled_total 1\n"), std::string::npos);
 }
 
 // Prompts from requests, with the default model's tokenizer and template.

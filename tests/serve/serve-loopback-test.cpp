@@ -1,7 +1,8 @@
 // The HTTP layer and the model worker of `impress serve` (app/serve/server.h) on a loopback
 // port, with the default model and a temporary store: answers plain and streamed agree, the
 // stream ends with [DONE], the second request reuses the stored prefix, a client that hangs up
-// mid-stream does not stop the server, httplib's own errors (413, 404) carry the OpenAI error
+// mid-stream does not stop the server and one that leaves a plain request cancels its
+// generation, a request past its time limit gets 504, httplib's own errors (413, 404) carry the OpenAI error
 // body, and Stop during a generation answers it and leaves the store consistent.
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -31,7 +32,13 @@ class ServeLoopback : public ::testing::Test {
     auto s = ChatSession::Open(so);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     session_ = std::move(*s);
-    ServeOptions o;
+    StartServer(ServeOptions{});
+  }
+  // (Re)starts the server on a free port with `o` (port, model id, body limit and greedy
+  // sampling set here).
+  void StartServer(ServeOptions o) {
+    client_.reset();
+    server_.reset();
     o.port = 0;
     o.model_id = "m";
     o.max_body_bytes = 4096;
@@ -125,6 +132,27 @@ TEST_F(ServeLoopback, AClientThatHangsUpMidStreamLeavesTheServerServing) {
   EXPECT_LE(next["usage"]["completion_tokens"].get<int>(), 3);
 }
 
+TEST_F(ServeLoopback, AClientThatLeavesAPlainRequestCancelsItsGeneration) {
+  {
+    // The client gives up at the body's first bytes (the whitespace sent while tokens come).
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", "Once upon a time"}, {"max_tokens", 2000}}.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [](const char*, size_t, uint64_t, uint64_t) { return false; };
+    httplib::Response res;
+    httplib::Error error = httplib::Error::Success;
+    EXPECT_FALSE(client_->send(req, res, error));
+  }
+  // The next request runs after the abandoned one ended.
+  const json next = Post("/v1/completions", {{"prompt", "One, two,"}, {"max_tokens", 3}});
+  EXPECT_EQ(next["object"], "text_completion");
+  auto res = client_->Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_NE(res->body.find("impress_cancelled_total 1\n"), std::string::npos) << res->body;
+}
+
 TEST_F(ServeLoopback, HttpLayerErrorsCarryTheErrorObject) {
   auto res = client_->Post("/v1/chat/completions", std::string(8000, ' '), "application/json");
   ASSERT_TRUE(res);
@@ -141,6 +169,17 @@ TEST_F(ServeLoopback, HttpLayerErrorsCarryTheErrorObject) {
   EXPECT_NE(res->body.find("impress_requests_total{endpoint=\"/v1/chat/completions\",status=\"413\"} 1"),
             std::string::npos)
       << res->body;
+}
+
+TEST_F(ServeLoopback, ARequestPastItsTimeLimitGetsTheTimeoutError) {
+  ServeOptions o;
+  o.request_timeout_s = 1e-6;  // past before the worker takes it
+  StartServer(o);
+  const json body = Post("/v1/chat/completions", {{"messages", kMessages}, {"max_tokens", 4}}, 504);
+  EXPECT_EQ(body["error"]["code"], "timeout");
+  auto res = client_->Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_NE(res->body.find("impress_completion_tokens_total 0\n"), std::string::npos);  // nothing ran
 }
 
 TEST_F(ServeLoopback, StopDuringAGenerationAnswersItAndLeavesTheStoreConsistent) {

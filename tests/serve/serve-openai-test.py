@@ -138,6 +138,9 @@ def document_request(srv, doc, question):
 def bad_inputs(srv, doc):
     url = srv.root + "/v1/chat/completions"
     ok = [{"role": "user", "content": "hi"}]
+    # The worker finishes the last answer's store write before it checks the store.
+    status, health = http("GET", srv.root + "/health?check=store")
+    assert status == 200 and health["store"]["consistent"], health
     before = metrics(srv)
     expect_error(http("POST", url, raw=b'{"messages": ['), 400, "invalid_json")
     expect_error(http("POST", url, {"model": "impress"}), 400, "missing_required_parameter", "messages")
@@ -200,6 +203,9 @@ def load_test(srv):
                     c.chat.completions.create(model="impress", messages=msgs, max_tokens=0)
             except openai.APIStatusError as e:
                 status = e.status_code
+                if status == 503:
+                    assert e.response.headers.get("retry-after") == "1", e.response.headers
+                    assert e.body["code"] == "overloaded", e.body
             with lock:
                 statuses.append((kind, status))
                 latencies.append(time.perf_counter() - t0)
@@ -253,6 +259,9 @@ def main():
             assert m[("impress_ttft_seconds_count", ())] == n_chat_ok + 2 + 2
             assert m[("impress_prompt_tokens_total", (("kind", "cached"),))] >= warm_usage.prompt_tokens_details.cached_tokens
             assert m[("impress_store_tokens", ())] > n_doc
+            # Every answer's KV was written: the document request stored its ~2000 new tokens.
+            assert m[("impress_store_written_tokens_total", ())] > n_doc
+            assert m[("impress_store_written_bytes_total", ())] > 0
             load_test(srv)
         finally:
             srv.stop()
