@@ -68,6 +68,9 @@ int RunCpuEngineBench(const Model& model, const ForwardTimingOptions& forward, i
                              {"prefill_tok_s_512", r->speed.prefill_tok_s_short},
                              {"prefill_tok_s_4096", r->speed.prefill_tok_s_long},
                              {"decode_tok_s", r->speed.decode_tok_s},
+                             {"decode_ctx_tokens", r->speed.n_decode_ctx},
+                             {"decode_tok_s_long_ctx", r->speed.decode_tok_s_long_ctx},
+                             {"kernel_path", r->kernel_path},
                              {"prefill_gflops", r->prefill_gflops},
                              {"sgemm_gflops", r->sgemm_gflops},
                              {"prefill_vs_sgemm", r->prefill_vs_sgemm},
@@ -159,6 +162,11 @@ void RegisterEngineBench(CLI::App* bench, CommonOptions* common, int* exit_code)
             name, [cpu, gpu](int v) { *cpu = *gpu = v; }, what)
         ->check(CLI::Range(1, max));
   }
+  engine
+      ->add_option_function<int>(
+          "--decode-ctx", [ea](int v) { ea->cpu.n_decode_ctx = ea->cuda.n_decode_ctx = v; },
+          "also time decode after this many tokens of context (0: skip)")
+      ->check(CLI::Range(0, 1 << 20));
   engine->callback([=] {
     ConfigureLogging(*common);
     const bool cuda = common->backend == "cuda";

@@ -56,6 +56,7 @@ Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBen
   EngineBenchResult r;
   r.n_threads = o.n_threads;
   auto backend = MakeCpuBackend({o.n_threads});
+  r.kernel_path = backend->KernelPath();
   const int n_steps = 5;
   IMPRESS_ASSIGN_OR_RETURN(r.speed, TimeForward(model, *backend, o.forward, o.progress, n_steps));
   r.prefill_gflops = r.speed.prefill_flop_s / 1e9;
@@ -69,10 +70,11 @@ Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBen
   r.kv_cache_mb = KvCacheMb(c, r.speed.n_cache);
   IMPRESS_RETURN_IF_ERROR(BenchStep(o.progress, n_steps, n_steps, "done"));
   spdlog::info(
-      "engine bench: prefill {:.0f} tok/s @{} , {:.0f} tok/s @{}, decode {:.1f} tok/s, prefill {:.1f} GFLOP/s "
-      "vs sgemm {:.1f} GFLOP/s, peak RSS {:.0f} MB",
+      "engine bench: prefill {:.0f} tok/s @{} , {:.0f} tok/s @{}, decode {:.1f} tok/s ({:.1f} @{}), prefill "
+      "{:.1f} GFLOP/s vs sgemm {:.1f} GFLOP/s, peak RSS {:.0f} MB, kernels {}",
       r.speed.prefill_tok_s_short, r.speed.n_prefill_short, r.speed.prefill_tok_s_long, r.speed.n_prefill_long,
-      r.speed.decode_tok_s, r.prefill_gflops, r.sgemm_gflops, r.peak_rss_mb);
+      r.speed.decode_tok_s, r.speed.decode_tok_s_long_ctx, r.speed.n_decode_ctx, r.prefill_gflops, r.sgemm_gflops,
+      r.peak_rss_mb, r.kernel_path);
   return r;
 }
 

@@ -11,6 +11,8 @@
 // process-global OpenBLAS thread count.
 #pragma once
 
+#include <string>
+
 #include "base/progress.h"
 #include "base/status.h"
 #include "bench/forward-timing.h"
@@ -31,8 +33,9 @@ struct EngineBenchResult {
   double sgemm_gflops = 0;      // OpenBLAS on the model's layer GEMM shapes (M = ubatch)
   double prefill_vs_sgemm = 0;  // prefill_gflops / sgemm_gflops
   double peak_rss_mb = 0;
-  double weights_mb = 0;   // fp32 weights
-  double kv_cache_mb = 0;  // the generator's fp16 KV cache
+  double weights_mb = 0;    // the matrices as held (stored type or fp32)
+  std::string kernel_path;  // the typed kernels' SIMD path ("avx512", "avx2", "scalar")
+  double kv_cache_mb = 0;   // the generator's fp16 KV cache
 };
 
 Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBenchOptions& options = {});

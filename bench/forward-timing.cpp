@@ -6,6 +6,7 @@
 #include <span>
 
 #include "engine/compute/forward.h"
+#include "engine/model/dequant.h"
 
 namespace impress {
 
@@ -28,6 +29,11 @@ Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const For
   r.n_prefill_short = std::min(o.n_prefill_short, r.n_prefill_long);
   r.n_decode = std::max(1, std::min(o.n_decode, n_ctx - r.n_prefill_short));
   r.n_cache = std::max(r.n_prefill_long, r.n_prefill_short + r.n_decode);
+  if (o.n_decode_ctx > r.n_prefill_long) {
+    r.n_decode_ctx = std::min(o.n_decode_ctx, n_ctx - r.n_decode);
+    if (r.n_decode_ctx <= r.n_prefill_long) r.n_decode_ctx = 0;
+    r.n_cache = std::max(r.n_cache, r.n_decode_ctx + r.n_decode);
+  }
   IMPRESS_ASSIGN_OR_RETURN(auto gen, Generator::Create(model, backend, {r.n_cache, o.ubatch}));
 
   std::mt19937 rng(7);
@@ -77,6 +83,14 @@ Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const For
   IMPRESS_RETURN_IF_ERROR(step(3, "prefill long"));
   IMPRESS_ASSIGN_OR_RETURN(const double long_s, best_prefill(r.n_prefill_long, o.repeats - 1, nullptr));
   r.prefill_tok_s_long = r.n_prefill_long / long_s;
+  if (r.n_decode_ctx > 0) {  // continue the long prefill's cache up to n_decode_ctx, then decode
+    IMPRESS_RETURN_IF_ERROR(
+        gen->Eval(all.subspan(size_t(r.n_prefill_long), size_t(r.n_decode_ctx - r.n_prefill_long)), &logits));
+    const auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < r.n_decode; ++i)
+      IMPRESS_RETURN_IF_ERROR(gen->Eval(all.subspan(size_t(r.n_decode_ctx + i), 1), &logits));
+    r.decode_tok_s_long_ctx = r.n_decode / SecondsSince(t1);
+  }
   IMPRESS_RETURN_IF_ERROR(check());
   return r;
 }
@@ -90,10 +104,10 @@ std::vector<LayerGemm> LayerGemmShapes(const ModelConfig& c) {
 
 double WeightsMb(const Model& model) {
   const ModelWeights& w = model.weights;
-  size_t n = w.tok_embd.data.size() + w.output.data.size() + w.pos_embd.data.size();
+  uint64_t n = TensorBytes(w.tok_embd) + TensorBytes(w.output) + TensorBytes(w.pos_embd);
   for (const auto& l : w.layers)
-    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) n += t->data.size();
-  return double(n) * 4.0 / (1 << 20);
+    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) n += TensorBytes(*t);
+  return double(n) / (1 << 20);
 }
 
 double KvCacheMb(const ModelConfig& c, int n_cache) {

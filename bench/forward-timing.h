@@ -29,6 +29,9 @@ struct ForwardTimingOptions {
   int ubatch = 512;
   int repeats = 2;    // runs per prefill size (the long one: repeats - 1); the best is reported
   int n_warmup = 64;  // tokens of the warm-up prefill; 0: n_prefill_short
+  // Decode is also timed after this many tokens of context (a long document; the cache grows to
+  // hold them); 0 or less than n_prefill_long: not timed.
+  int n_decode_ctx = 7700;
 };
 
 struct ForwardSpeed {
@@ -38,7 +41,9 @@ struct ForwardSpeed {
   double prefill_tok_s_long = 0;                              // at n_prefill_long tokens
   double decode_tok_s = 0;
   double decode_ms_per_token = 0;
-  double prefill_flop_s = 0;  // the backend's counted operations over the fastest short prefill
+  int n_decode_ctx = 0;              // as run (0: not timed)
+  double decode_tok_s_long_ctx = 0;  // decode after n_decode_ctx tokens of context
+  double prefill_flop_s = 0;         // the backend's counted operations over the fastest short prefill
 };
 
 // Progress: reports steps 0..3 of n_steps ("warm-up", "prefill short", "decode", "prefill long");

@@ -27,6 +27,7 @@
 
 #include "base/fp16.h"
 #include "base/status.h"
+#include "engine/model/model.h"
 
 namespace impress {
 
@@ -118,6 +119,17 @@ struct ScoreKeysArgs : AttentionQuery {
 
 enum class Trans { kNo, kYes };
 
+// A weight matrix as the backend holds it: n_rows rows of n_cols values in GGML type ggml_type
+// (0 = F32; otherwise a stored type of engine/quant: F16, BF16, Q8_0, Q4_K, ...). Made by
+// MapWeight; the backend decides the type it keeps (a backend without typed kernels keeps F32).
+struct WeightRef {
+  uint32_t ggml_type = 0;
+  DevPtr<const void> data;
+  int64_t n_rows = 0, n_cols = 0;
+  bool allocated = false;  // data was Alloc'ed by MapWeight (ReleaseWeight frees it)
+  explicit operator bool() const { return bool(data); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -131,10 +143,27 @@ class Backend {
   // CPU: the host pointer itself, no copy. CUDA: an upload, released by Free.
   virtual Result<DevPtr<const float>> MapConstant(const float* host, size_t n) = 0;
   virtual void ReleaseConstant(DevPtr<const float> p) = 0;
+  // Makes a model matrix (t.shape = (n_rows, n_cols), fp32 or stored) usable by MatMul and
+  // GetWeightRows; an empty tensor gives an empty WeightRef. The tensor must outlive every use.
+  // This default decodes stored types to fp32 and maps them as constants (an upload on a
+  // device); the CPU backend overrides it with a view of the stored bytes, no copy.
+  // Errors: kUnsupported naming the type for a stored type that cannot be decoded.
+  virtual Result<WeightRef> MapWeight(const Tensor& t);
+  virtual void ReleaseWeight(const WeightRef& w);
   virtual void CopyToDevice(DevPtr<void> dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, DevPtr<const void> src, size_t bytes) = 0;  // waits
   virtual void CopyDevice(DevPtr<void> dst, DevPtr<const void> src, size_t bytes) = 0;
   virtual void Synchronize() = 0;
+
+  // ---- typed weights
+  // y (m, w.n_rows) = x (m, w.n_cols) W^T + beta * y; x rows ldx apart, y rows ldy apart.
+  // beta is 0 (y is overwritten, may hold NaN) or 1 (accumulate: the residual add).
+  // The default runs Gemm on the F32 weights the default MapWeight made.
+  virtual void MatMul(int m, const WeightRef& w, DevPtr<const float> x, int ldx, float beta, DevPtr<float> y, int ldy);
+  // out[r] = W[ids[r]] as fp32 (rows of w.n_cols): embedding lookup. ids must be valid rows.
+  virtual void GetWeightRows(DevPtr<float> out, const WeightRef& w, DevPtr<const int32_t> ids, int n_rows);
+  // Which SIMD code path the typed kernels run ("avx512", "avx2", "scalar"; "fp32" without them).
+  virtual std::string KernelPath() const { return "fp32"; }
 
   // ---- dense ops (fp32 unless said)
   // C (m,n) = alpha * op(A) (m,k) * op(B) (k,n) + beta * C; row-major with leading dims.

@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <immintrin.h>
 
+#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "engine/compute/thread-pool.h"
+#include "engine/quant/quant-kernels.h"
 
 namespace impress {
 
@@ -56,29 +58,38 @@ inline float HorizontalMax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// In place: row[0..n_valid) = softmax(row[0..n_valid)), row[n_valid..n) = 0.
-void SoftmaxRow(float* row, int n_valid, int n) {
+// In place: row[j] = exp(row[j] - max(row)) for j < n (n >= 1); returns the max, and the sum
+// of the exponentials in *sum.
+float ExpShift(float* row, int n, float* sum) {
   int j = 0;
   __m256 vmax = _mm256_set1_ps(-INFINITY);
-  for (; j + 8 <= n_valid; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(row + j));
+  for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(row + j));
   float mx = HorizontalMax(vmax);
-  for (; j < n_valid; ++j) mx = std::max(mx, row[j]);
+  for (; j < n; ++j) mx = std::max(mx, row[j]);
   const __m256 vm = _mm256_set1_ps(mx);
   __m256 vsum = _mm256_setzero_ps();
   j = 0;
-  for (; j + 8 <= n_valid; j += 8) {
+  for (; j + 8 <= n; j += 8) {
     const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), vm));
     _mm256_storeu_ps(row + j, e);
     vsum = _mm256_add_ps(vsum, e);
   }
-  float sum = HorizontalSum(vsum);
-  for (; j < n_valid; ++j) {
+  float total = HorizontalSum(vsum);
+  for (; j < n; ++j) {
     row[j] = std::exp(row[j] - mx);
-    sum += row[j];
+    total += row[j];
   }
+  *sum = total;
+  return mx;
+}
+
+// In place: row[0..n_valid) = softmax(row[0..n_valid)), row[n_valid..n) = 0.
+void SoftmaxRow(float* row, int n_valid, int n) {
+  float sum = 0;
+  ExpShift(row, n_valid, &sum);
   const float inv = 1.0f / sum;
   const __m256 vinv = _mm256_set1_ps(inv);
-  j = 0;
+  int j = 0;
   for (; j + 8 <= n_valid; j += 8) _mm256_storeu_ps(row + j, _mm256_mul_ps(_mm256_loadu_ps(row + j), vinv));
   for (; j < n_valid; ++j) row[j] *= inv;
   if (n > n_valid) std::memset(row + n_valid, 0, sizeof(float) * size_t(n - n_valid));
@@ -106,17 +117,6 @@ inline void AxpyF16(float* acc, float p, const f16_t* v, int n) {
                                      _mm256_loadu_ps(acc + c)));
   for (; c < n; ++c) acc[c] += p * Fp16ToFp32(v[c]);
 }
-
-// Where one kv head's keys/values live: prefix rows (n_slots heads per token, this one in
-// `slot`) then the new tokens' rows (n_head_kv heads per token, this one is g).
-struct HeadSource {
-  const f16_t* k_prefix;
-  const f16_t* v_prefix;
-  int n_slots, slot;
-  const f16_t* k_new;
-  const f16_t* v_new;
-  int n_head_kv, g;
-};
 
 // ---- the backend ---------------------------------------------------------------------------
 
@@ -172,6 +172,29 @@ class CpuBackend final : public Backend {
                 c.raw(), ldc);
     flops_ += 2.0 * m * n * k;
   }
+
+  // Typed weights are views of the stored bytes (the model's file mapping): no copy.
+  Result<WeightRef> MapWeight(const Tensor& t) override {
+    WeightRef w;
+    if (t.empty()) return w;
+    w.n_rows = t.rows();
+    w.n_cols = t.cols();
+    if (!t.stored()) {
+      w.data = DevPtr<const void>(t.ptr());
+      return w;
+    }
+    if (!quant::IsSupportedWeightType(t.ggml_type))
+      return Status::Unsupported("cpu backend: weights of type " + std::to_string(t.ggml_type) +
+                                 " cannot be computed on (supported: " + quant::SupportedWeightTypes() + ")");
+    w.ggml_type = t.ggml_type;
+    w.data = DevPtr<const void>(t.stored_bytes());
+    return w;
+  }
+  void ReleaseWeight(const WeightRef&) override {}
+
+  void MatMul(int m, const WeightRef& w, DevPtr<const float> x, int ldx, float beta, DevPtr<float> y, int ldy) override;
+  void GetWeightRows(DevPtr<float> out, const WeightRef& w, DevPtr<const int32_t> ids, int n_rows) override;
+  std::string KernelPath() const override { return quant::KernelPathName(path_); }
 
   void RmsNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, int n_rows, int n_cols,
                float eps) override {
@@ -307,9 +330,9 @@ class CpuBackend final : public Backend {
   void RunGroup(const float* q, int ldq, int n_new, int head_dim, float scale, const std::vector<HeadJob>& heads,
                 const float* kf, const float* vf, int n_prefix, float* out, int ldo, bool imp_include_new);
 
-  // Few query rows (decode): scores straight from fp16 keys, no fp32 copies or GEMMs.
-  void DirectGroup(const float* q, int ldq, int n_new, int hd, float scale, const std::vector<HeadJob>& heads,
-                   const HeadSource& src, int n_prefix, float* out, int ldo, bool imp_include_new);
+  // Few query rows (decode): scores straight from fp16 K/V, no fp32 copies or GEMMs, split
+  // across the pool by kv head and by blocks of keys. imp_row[h]: head h's importance row or null.
+  void DirectAttention(const AttentionArgs& a, const std::vector<float*>& imp_row);
 
   // Gathers rows of one kv head from fp16 (n_tok, n_slots, head_dim) into fp32 (n_tok, head_dim).
   void GatherHead(float* dst, const f16_t* src, int n_tok, int n_slots, int slot, int head_dim) {
@@ -344,37 +367,204 @@ class CpuBackend final : public Backend {
     pool_.ParallelFor(n_chunks, task);
   }
 
+  // Typed MatMul for a few rows: each activation row quantized once, the weight rows split
+  // across the pool (each weight row read once for all activation rows).
+  void TypedGemv(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y, int ldy);
+  // Typed MatMul for many rows: tiles of W decoded to fp32, then sgemm.
+  void TypedGemm(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y, int ldy);
+
   ThreadPool pool_;
+  const quant::KernelPath path_ = quant::ActiveKernelPath();
   double flops_ = 0;
   std::vector<float> kf_, vf_, scores_;  // attention scratch, grown on demand
+  // Decode attention: per (kv head, key block, query row) partial max, sum and value sum; the
+  // raw scores when importance is wanted.
+  std::vector<float> part_max_, part_sum_, part_acc_, raw_scores_;
+  std::vector<quant::ActivationRow> acts_;  // typed GEMV: the prepared activation rows
+  std::vector<float> gemv_out_, tile_;      // typed GEMV output / decoded weight tile
 };
 
-void CpuBackend::DirectGroup(const float* q, int ldq, int n_new, int hd, float scale, const std::vector<HeadJob>& heads,
-                             const HeadSource& src, int n_prefix, float* out, int ldo, bool imp_include_new) {
-  const int n_keys = n_prefix + n_new;
-  std::vector<float> s(n_keys), acc(hd);
-  auto key = [&](int j) {
-    return j < n_prefix ? src.k_prefix + (int64_t(j) * src.n_slots + src.slot) * hd
-                        : src.k_new + (int64_t(j - n_prefix) * src.n_head_kv + src.g) * hd;
+// Activation rows up to which a typed MatMul runs as GEMV (decode and small batches); beyond,
+// decoding tiles to fp32 and running sgemm is faster (the decode is amortised over the rows).
+constexpr int kTypedGemvRows = 4;
+
+void CpuBackend::MatMul(int m, const WeightRef& w, DevPtr<const float> x, int ldx, float beta, DevPtr<float> y,
+                        int ldy) {
+  if (m <= 0 || w.n_rows <= 0) return;
+  if (w.ggml_type == 0) {
+    Gemm(Trans::kNo, Trans::kYes, m, int(w.n_rows), int(w.n_cols), 1.0f, x, ldx,
+         DevPtr<const float>(static_cast<const float*>(w.data.raw())), int(w.n_cols), beta, y, ldy);
+    return;
+  }
+  const quant::WeightMatrix wm{static_cast<quant::WeightType>(w.ggml_type), static_cast<const uint8_t*>(w.data.raw()),
+                               w.n_rows, w.n_cols};
+  flops_ += 2.0 * m * double(w.n_rows) * double(w.n_cols);
+  if (m <= kTypedGemvRows) {
+    TypedGemv(m, wm, x.raw(), ldx, beta, y.raw(), ldy);
+  } else {
+    TypedGemm(m, wm, x.raw(), ldx, beta, y.raw(), ldy);
+  }
+}
+
+void CpuBackend::TypedGemv(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y,
+                           int ldy) {
+  const quant::ActFormat format = quant::ActivationFormatFor(w.type);
+  if (acts_.size() < size_t(m)) acts_.resize(size_t(m));
+  for (int i = 0; i < m; ++i) {
+    const Status st = acts_[size_t(i)].Prepare(format, x + int64_t(i) * ldx, w.n_cols);
+    if (!st.ok()) {  // unreachable: ValidateModel checks that rows are whole blocks
+      spdlog::error("cpu backend: {}", st.ToString());
+      return;
+    }
+  }
+  const int64_t n = w.n_rows;
+  const bool direct = beta == 0.0f && (m == 1 || ldy == n);
+  if (!direct) gemv_out_.resize(size_t(m) * size_t(n));
+  float* out = direct ? y : gemv_out_.data();
+  // Chunks of whole rows; a matrix under 64 KiB is not worth waking the pool for.
+  const int64_t bytes = n * w.RowBytes();
+  const int64_t n_chunks =
+      (pool_.n_threads() == 1 || bytes < (int64_t(64) << 10)) ? 1 : std::min<int64_t>(pool_.n_threads() * 4, n / 4);
+  const std::function<void(int64_t)> task = [&](int64_t c) {
+    const int64_t r0 = n * c / n_chunks, r1 = n * (c + 1) / n_chunks;
+    const Status st = quant::GemvBatch(w, acts_.data(), m, r0, r1, out, path_);
+    if (!st.ok()) spdlog::error("cpu backend: {}", st.ToString());
   };
-  auto val = [&](int j) {
-    return j < n_prefix ? src.v_prefix + (int64_t(j) * src.n_slots + src.slot) * hd
-                        : src.v_new + (int64_t(j - n_prefix) * src.n_head_kv + src.g) * hd;
-  };
-  for (const HeadJob& job : heads) {
-    for (int i = 0; i < n_new; ++i) {
-      const float* qi = q + int64_t(i) * ldq + int64_t(job.head) * hd;
-      const int n_valid = n_prefix + i + 1;
-      for (int j = 0; j < n_valid; ++j) s[j] = scale * DotF16(qi, key(j), hd);
-      SoftmaxRow(s.data(), n_valid, n_valid);
-      if (job.importance) {
-        const int n_cols = imp_include_new ? n_valid : std::min(n_valid, n_prefix);
-        for (int j = 0; j < n_cols; ++j) job.importance[j] += s[j];
+  if (n_chunks <= 1) {
+    task(0);
+  } else {
+    pool_.ParallelFor(n_chunks, task);
+  }
+  if (direct) return;
+  for (int i = 0; i < m; ++i) {
+    float* yr = y + int64_t(i) * ldy;
+    const float* o = out + int64_t(i) * n;
+    if (beta == 0.0f) {
+      std::memcpy(yr, o, sizeof(float) * size_t(n));
+    } else {
+      for (int64_t r = 0; r < n; ++r) yr[r] = beta * yr[r] + o[r];
+    }
+  }
+}
+
+void CpuBackend::TypedGemm(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y,
+                           int ldy) {
+  const int64_t n = w.n_rows, k = w.n_cols, row_bytes = w.RowBytes();
+  // About 4 MiB of fp32 weights a tile: large enough that sgemm runs at full rate, small
+  // enough that the tile stays in the last-level cache between its decode and its use.
+  const int64_t tile = std::clamp<int64_t>(((int64_t(4) << 20) / (k * 4)) / 16 * 16, 16, n);
+  tile_.resize(size_t(tile * k));
+  float* t = tile_.data();
+  for (int64_t r0 = 0; r0 < n; r0 += tile) {
+    const int64_t nr = std::min(tile, n - r0);
+    ForRows(nr, k, [&](int64_t r) { quant::DequantizeRow(w.type, w.data + (r0 + r) * row_bytes, t + r * k, k); });
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, int(nr), int(k), 1.0f, x, ldx, t, int(k), beta, y + r0,
+                ldy);
+  }
+}
+
+void CpuBackend::GetWeightRows(DevPtr<float> out, const WeightRef& w, DevPtr<const int32_t> ids, int n_rows) {
+  const int64_t k = w.n_cols;
+  const int32_t* id = ids.raw();
+  if (w.ggml_type == 0) {
+    GetRows(out, DevPtr<const float>(static_cast<const float*>(w.data.raw())), ids, n_rows, int(k));
+    return;
+  }
+  const quant::WeightMatrix wm{static_cast<quant::WeightType>(w.ggml_type), static_cast<const uint8_t*>(w.data.raw()),
+                               w.n_rows, w.n_cols};
+  const int64_t row_bytes = wm.RowBytes();
+  float* o = out.raw();
+  ForRows(n_rows, k, [&](int64_t r) { quant::DequantizeRow(wm.type, wm.data + id[r] * row_bytes, o + r * k, k); });
+}
+
+// Flash-decoding: a task (kv head g, key block b) keeps, for each query row of g's heads, the
+// block's largest score, its sum of exp(score - max) and the value sum weighted by those; the
+// merge rescales every block to the row's global max. Exact softmax, any split.
+void CpuBackend::DirectAttention(const AttentionArgs& a, const std::vector<float*>& imp_row) {
+  const int hd = a.head_dim, group = a.n_head / a.n_head_kv, n_new = a.n_new, n_prefix = a.n_prefix;
+  const int n_keys = n_prefix + n_new, n_kv = a.n_head_kv;
+  // Blocks of at most kMaxBlock keys (the per-task score buffer), at least kMinBlock when split.
+  constexpr int kMaxBlock = 1024, kMinBlock = 256;
+  const int64_t work = int64_t(n_keys) * a.n_head * hd * n_new;
+  const int want_tasks = (pool_.n_threads() == 1 || work < 200000) ? 1 : pool_.n_threads() * 4;
+  const int per_head = std::max((n_keys + kMaxBlock - 1) / kMaxBlock,
+                                std::min((want_tasks + n_kv - 1) / n_kv, (n_keys + kMinBlock - 1) / kMinBlock));
+  const int n_blocks = std::max(1, per_head);
+  const int rows = group * n_new;  // query rows per kv head: x * n_new + i
+  const size_t n_part = size_t(n_kv) * n_blocks * rows;
+  part_max_.resize(n_part);
+  part_sum_.resize(n_part);
+  part_acc_.resize(n_part * size_t(hd));
+  bool any_importance = false;
+  for (float* p : imp_row) any_importance |= p != nullptr;
+  if (any_importance) raw_scores_.resize(size_t(a.n_head) * n_new * n_keys);
+  const int ld_q = a.n_head * hd;
+  const std::function<void(int64_t)> task = [&](int64_t t) {
+    const int g = int(t / n_blocks), b = int(t % n_blocks);
+    const int j0 = int(int64_t(n_keys) * b / n_blocks), j1 = int(int64_t(n_keys) * (b + 1) / n_blocks);
+    alignas(32) float s[kMaxBlock];
+    auto key = [&](int j) {
+      return j < n_prefix ? a.k_prefix.raw() + (int64_t(j) * n_kv + g) * hd
+                          : a.k_new.raw() + (int64_t(j - n_prefix) * n_kv + g) * hd;
+    };
+    auto val = [&](int j) {
+      return j < n_prefix ? a.v_prefix.raw() + (int64_t(j) * n_kv + g) * hd
+                          : a.v_new.raw() + (int64_t(j - n_prefix) * n_kv + g) * hd;
+    };
+    for (int x = 0; x < group; ++x) {
+      const int h = g * group + x;
+      for (int i = 0; i < n_new; ++i) {
+        const size_t idx = (size_t(t) * rows) + size_t(x) * n_new + i;
+        float* acc = part_acc_.data() + idx * hd;
+        std::fill(acc, acc + hd, 0.0f);
+        const int jend = std::min(j1, n_prefix + i + 1);  // causal among the new tokens
+        if (jend <= j0) {
+          part_max_[idx] = -INFINITY;
+          part_sum_[idx] = 0;
+          continue;
+        }
+        const int n = jend - j0;
+        const float* q = a.q.raw() + int64_t(i) * ld_q + int64_t(h) * hd;
+        for (int j = 0; j < n; ++j) s[j] = a.scale * DotF16(q, key(j0 + j), hd);
+        if (any_importance && imp_row[h])
+          std::memcpy(raw_scores_.data() + (size_t(h) * n_new + i) * n_keys + j0, s, sizeof(float) * n);
+        float sum = 0;
+        const float m = ExpShift(s, n, &sum);
+        for (int j = 0; j < n; ++j) AxpyF16(acc, s[j], val(j0 + j), hd);
+        part_max_[idx] = m;
+        part_sum_[idx] = sum;
       }
-      if (out) {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int j = 0; j < n_valid; ++j) AxpyF16(acc.data(), s[j], val(j), hd);
-        std::memcpy(out + int64_t(i) * ldo + int64_t(job.head) * hd, acc.data(), sizeof(float) * hd);
+    }
+  };
+  if (n_kv * n_blocks == 1) {
+    task(0);
+  } else {
+    pool_.ParallelFor(int64_t(n_kv) * n_blocks, task);
+  }
+  // Merge the blocks of each (head, row); importance from the kept raw scores.
+  for (int g = 0; g < n_kv; ++g) {
+    for (int r = 0; r < rows; ++r) {
+      const int x = r / n_new, i = r % n_new, h = g * group + x;
+      float mx = -INFINITY;
+      for (int b = 0; b < n_blocks; ++b) mx = std::max(mx, part_max_[(size_t(g) * n_blocks + b) * rows + r]);
+      float total = 0;
+      float* out = a.out.raw() + int64_t(i) * ld_q + int64_t(h) * hd;
+      std::fill(out, out + hd, 0.0f);
+      for (int b = 0; b < n_blocks; ++b) {
+        const size_t idx = (size_t(g) * n_blocks + b) * rows + r;
+        if (part_sum_[idx] == 0) continue;
+        const float w = std::exp(part_max_[idx] - mx);
+        total += part_sum_[idx] * w;
+        const float* acc = part_acc_.data() + idx * hd;
+        for (int c = 0; c < hd; ++c) out[c] += w * acc[c];
+      }
+      const float inv = 1.0f / total;
+      for (int c = 0; c < hd; ++c) out[c] *= inv;
+      if (float* imp = imp_row[h]) {
+        const int n_valid = n_prefix + i + 1;
+        const int n_cols = a.importance_include_new ? n_valid : std::min(n_valid, n_prefix);
+        const float* raw = raw_scores_.data() + (size_t(h) * n_new + i) * n_keys;
+        for (int j = 0; j < n_cols; ++j) imp[j] += std::exp(raw[j] - mx) * inv;
       }
     }
   }
@@ -448,19 +638,7 @@ Status CpuBackend::Attention(const AttentionArgs& a) {
     for (int x = 0; x < n_imp; ++x) imp_row[a.importance_heads[x]] = a.importance.raw() + int64_t(x) * ld_imp;
   }
   if (a.n_new * group <= kDirectRows) {
-    const std::function<void(int64_t)> task = [&](int64_t g) {
-      std::vector<HeadJob> heads;
-      for (int h = int(g) * group; h < int(g + 1) * group; ++h) heads.push_back({h, imp_row[h]});
-      const HeadSource src{a.k_prefix.raw(), a.v_prefix.raw(), a.n_head_kv, int(g),
-                           a.k_new.raw(),    a.v_new.raw(),    a.n_head_kv, int(g)};
-      DirectGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, src, a.n_prefix, a.out.raw(), a.n_head * hd,
-                  a.importance_include_new);
-    };
-    if (int64_t(n_keys) * a.n_head * hd * a.n_new < 200000) {
-      for (int g = 0; g < a.n_head_kv; ++g) task(g);
-    } else {
-      pool_.ParallelFor(a.n_head_kv, task);
-    }
+    DirectAttention(a, imp_row);
     flops_ += 4.0 * a.n_head * a.n_new * n_keys * hd;
     return Status::Ok();
   }

@@ -10,6 +10,9 @@
 #include <numbers>
 #include <string>
 
+#include "engine/model/ggml-type.h"
+#include "engine/quant/quant-kernels.h"
+
 namespace impress {
 
 namespace {
@@ -24,9 +27,19 @@ Status CheckTensor(const Tensor& t, const std::string& name, std::vector<int64_t
   if (t.empty() && !required) return Status::Ok();
   int64_t n = 1;
   for (int64_t d : want) n *= d;
-  if (t.shape != want || int64_t(t.data.size()) != n)
+  if (t.shape != want || t.numel() != n)
     return Status::InvalidArgument("model tensor " + name + " has shape " + Shape(t) + " and " +
-                                   std::to_string(t.data.size()) + " values; expected " + Shape(Tensor{want, {}}));
+                                   std::to_string(t.numel()) + " values; expected " + Shape(Tensor{.shape = want}));
+  if (!t.stored()) return Status::Ok();
+  // Stored (quantized) tensors: matrices of a type the kernels compute on, rows of whole blocks.
+  if (want.size() != 2 || !quant::IsSupportedWeightType(t.ggml_type))
+    return Status::Unsupported("model tensor " + name + " has type " + GgmlTypeName(t.ggml_type) +
+                               ", which the forward pass cannot compute on (matrices of " +
+                               quant::SupportedWeightTypes() + "; vectors fp32)");
+  if (want[1] % quant::BlockElements(static_cast<quant::WeightType>(t.ggml_type)) != 0)
+    return Status::InvalidArgument("model tensor " + name + " of type " + GgmlTypeName(t.ggml_type) + " has rows of " +
+                                   std::to_string(want[1]) + " values, not whole blocks");
+  if (!t.stored_bytes()) return Status::InvalidArgument("model tensor " + name + " has no data");
   return Status::Ok();
 }
 
@@ -81,7 +94,7 @@ Status ValidateModel(const Model& m) {
   if (opt) {
     if (c.pos_offset < 0) return Status::InvalidArgument("model config: negative OPT position offset");
     if (w.pos_embd.shape.size() != 2 || w.pos_embd.shape[1] != e || w.pos_embd.rows() <= c.pos_offset ||
-        int64_t(w.pos_embd.data.size()) != w.pos_embd.rows() * e)
+        w.pos_embd.stored() || int64_t(w.pos_embd.data.size()) != w.pos_embd.rows() * e)
       return Status::InvalidArgument("model tensor pos_embd has shape " + Shape(w.pos_embd) + "; expected (n_pos, " +
                                      std::to_string(e) + ")");
     if (e_in != e) {
@@ -129,6 +142,7 @@ Forward::Forward(const Model& model, Backend& backend, int max_batch) :
 
 Forward::~Forward() {
   for (auto p : constants_) be_.ReleaseConstant(p);
+  for (const WeightRef& w : weights_) be_.ReleaseWeight(w);
   for (auto p : allocs_) be_.Free(p);
 }
 
@@ -150,42 +164,51 @@ Status Forward::Init() {
     constants_.push_back(p);
     return p;
   };
-#define IMPRESS_MAP(dst, t)           \
+  auto map_weight = [&](const Tensor& t) -> Result<WeightRef> {
+    IMPRESS_ASSIGN_OR_RETURN(WeightRef r, be_.MapWeight(t));
+    if (r) weights_.push_back(r);
+    return r;
+  };
+#define IMPRESS_MAP_WITH(fn, dst, t)  \
   do {                                \
-    auto _r = map(t);                 \
+    auto _r = fn(t);                  \
     if (!_r.ok()) return _r.status(); \
     dst = *_r;                        \
   } while (0)
-  IMPRESS_MAP(tok_embd_, w.tok_embd);
+#define IMPRESS_MAP(dst, t) IMPRESS_MAP_WITH(map, dst, t)
+#define IMPRESS_MAP_W(dst, t) IMPRESS_MAP_WITH(map_weight, dst, t)
+  IMPRESS_MAP_W(tok_embd_, w.tok_embd);
   IMPRESS_MAP(pos_embd_, w.pos_embd);
-  IMPRESS_MAP(project_in_, w.project_in);
-  IMPRESS_MAP(project_out_, w.project_out);
+  IMPRESS_MAP_W(project_in_, w.project_in);
+  IMPRESS_MAP_W(project_out_, w.project_out);
   IMPRESS_MAP(output_norm_, w.output_norm);
   IMPRESS_MAP(output_norm_b_, w.output_norm_b);
-  IMPRESS_MAP(output_, w.output.empty() ? w.tok_embd : w.output);
+  IMPRESS_MAP_W(output_, w.output.empty() ? w.tok_embd : w.output);
   layers_.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = w.layers[il];
     LayerDev& d = layers_[il];
     IMPRESS_MAP(d.attn_norm, l.attn_norm);
     IMPRESS_MAP(d.attn_norm_b, l.attn_norm_b);
-    IMPRESS_MAP(d.wq, l.wq);
-    IMPRESS_MAP(d.wk, l.wk);
-    IMPRESS_MAP(d.wv, l.wv);
-    IMPRESS_MAP(d.wo, l.wo);
+    IMPRESS_MAP_W(d.wq, l.wq);
+    IMPRESS_MAP_W(d.wk, l.wk);
+    IMPRESS_MAP_W(d.wv, l.wv);
+    IMPRESS_MAP_W(d.wo, l.wo);
     IMPRESS_MAP(d.bq, l.bq);
     IMPRESS_MAP(d.bk, l.bk);
     IMPRESS_MAP(d.bv, l.bv);
     IMPRESS_MAP(d.bo, l.bo);
     IMPRESS_MAP(d.ffn_norm, l.ffn_norm);
     IMPRESS_MAP(d.ffn_norm_b, l.ffn_norm_b);
-    IMPRESS_MAP(d.w_gate, l.w_gate);
-    IMPRESS_MAP(d.w_up, l.w_up);
-    IMPRESS_MAP(d.w_down, l.w_down);
+    IMPRESS_MAP_W(d.w_gate, l.w_gate);
+    IMPRESS_MAP_W(d.w_up, l.w_up);
+    IMPRESS_MAP_W(d.w_down, l.w_down);
     IMPRESS_MAP(d.b_up, l.b_up);
     IMPRESS_MAP(d.b_down, l.b_down);
   }
 #undef IMPRESS_MAP
+#undef IMPRESS_MAP_W
+#undef IMPRESS_MAP_WITH
   const size_t B = max_batch_, e = c.n_embd, nq = size_t(c.n_head) * c.head_dim, nkv = size_t(kv_row());
   auto alloc = [&](auto& dst, size_t n) -> Status {
     using T = std::remove_reference_t<decltype(*dst.raw())>;
@@ -244,15 +267,15 @@ Status Forward::Begin(std::span<const int32_t> tokens, std::span<const int32_t> 
   be_.CopyToDevice(DevPtr<void>(pos_.raw()), pos_ids.data(), sizeof(int32_t) * n);
   const int e = c.n_embd;
   if (c.arch == Arch::kLlama) {
-    be_.GetRows(x_, tok_embd_, ids_, n, e);
+    be_.GetWeightRows(x_, tok_embd_, ids_, n);
   } else {
     // OPT: inputs_embeds (project_in when the embeddings are narrower) + embed_positions(pos + 2)
     if (project_in_) {
       const int ein = c.word_embed_proj_dim;
-      be_.GetRows(emb_, tok_embd_, ids_, n, ein);
-      be_.Gemm(Trans::kNo, Trans::kYes, n, e, ein, 1.0f, emb_, ein, project_in_, ein, 0.0f, x_, e);
+      be_.GetWeightRows(emb_, tok_embd_, ids_, n);
+      be_.MatMul(n, project_in_, emb_, ein, 0.0f, x_, e);
     } else {
-      be_.GetRows(x_, tok_embd_, ids_, n, e);
+      be_.GetWeightRows(x_, tok_embd_, ids_, n);
     }
     be_.GetRows(emb_, pos_embd_, pos_, n, e);
     be_.Add(x_, emb_, size_t(n) * e);
@@ -292,9 +315,9 @@ Status Forward::ComputeQKV(int il) {
   } else {
     in = x_;  // OPT-350m: post-LN, attention reads the residual stream itself
   }
-  be_.Gemm(Trans::kNo, Trans::kYes, n, nq, e, 1.0f, in, e, l.wq, e, 0.0f, q_, nq);
-  be_.Gemm(Trans::kNo, Trans::kYes, n, nkv, e, 1.0f, in, e, l.wk, e, 0.0f, k_, nkv);
-  be_.Gemm(Trans::kNo, Trans::kYes, n, nkv, e, 1.0f, in, e, l.wv, e, 0.0f, v_, nkv);
+  be_.MatMul(n, l.wq, in, e, 0.0f, q_, nq);
+  be_.MatMul(n, l.wk, in, e, 0.0f, k_, nkv);
+  be_.MatMul(n, l.wv, in, e, 0.0f, v_, nkv);
   if (!lw.bq.empty()) be_.AddBias(q_, l.bq, n, nq, nq);
   if (!lw.bk.empty()) be_.AddBias(k_, l.bk, n, nkv, nkv);
   if (!lw.bv.empty()) be_.AddBias(v_, l.bv, n, nkv, nkv);
@@ -411,7 +434,7 @@ Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* 
   const LayerWeights& lw = model_.weights.layers[il];
   const LayerDev& l = layers_[il];
   // x += attn Wo^T (+ bo): o_proj / out_proj and the residual in one GEMM.
-  be_.Gemm(Trans::kNo, Trans::kYes, n, e, nq, 1.0f, attn_, nq, l.wo, nq, 1.0f, x_, e);
+  be_.MatMul(n, l.wo, attn_, nq, 1.0f, x_, e);
   if (!lw.bo.empty()) be_.AddBias(x_, l.bo, n, e, e);
   const bool opt = c.arch == Arch::kOpt;
   if (opt && !c.do_layer_norm_before) be_.LayerNorm(x_, x_, l.attn_norm, l.attn_norm_b, n, e, c.norm_eps);
@@ -428,16 +451,16 @@ Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* 
   const int ff = c.n_ff;
   if (!opt) {
     // down_proj(silu(gate_proj(x)) * up_proj(x))
-    be_.Gemm(Trans::kNo, Trans::kYes, n, ff, e, 1.0f, in, e, l.w_gate, e, 0.0f, gate_, ff);
-    be_.Gemm(Trans::kNo, Trans::kYes, n, ff, e, 1.0f, in, e, l.w_up, e, 0.0f, up_, ff);
+    be_.MatMul(n, l.w_gate, in, e, 0.0f, gate_, ff);
+    be_.MatMul(n, l.w_up, in, e, 0.0f, up_, ff);
     be_.SwiGlu(gate_, gate_, up_, n, ff, ff);
-    be_.Gemm(Trans::kNo, Trans::kYes, n, e, ff, 1.0f, gate_, ff, l.w_down, ff, 1.0f, x_, e);
+    be_.MatMul(n, l.w_down, gate_, ff, 1.0f, x_, e);
   } else {
     // fc2(relu(fc1(x)))
-    be_.Gemm(Trans::kNo, Trans::kYes, n, ff, e, 1.0f, in, e, l.w_up, e, 0.0f, up_, ff);
+    be_.MatMul(n, l.w_up, in, e, 0.0f, up_, ff);
     if (!lw.b_up.empty()) be_.AddBias(up_, l.b_up, n, ff, ff);
     be_.Relu(up_, size_t(n) * ff);
-    be_.Gemm(Trans::kNo, Trans::kYes, n, e, ff, 1.0f, up_, ff, l.w_down, ff, 1.0f, x_, e);
+    be_.MatMul(n, l.w_down, up_, ff, 1.0f, x_, e);
     if (!lw.b_down.empty()) be_.AddBias(x_, l.b_down, n, e, e);
     if (!c.do_layer_norm_before) be_.LayerNorm(x_, x_, l.ffn_norm, l.ffn_norm_b, n, e, c.norm_eps);
   }
@@ -491,10 +514,10 @@ Status Forward::Logits(std::span<const int> rows, float* out) {
   int width = e;
   if (project_out_) {
     width = c.word_embed_proj_dim;
-    be_.Gemm(Trans::kNo, Trans::kYes, nr, width, e, 1.0f, h, e, project_out_, e, 0.0f, lx2_, width);
+    be_.MatMul(nr, project_out_, h, e, 0.0f, lx2_, width);
     h = lx2_;
   }
-  be_.Gemm(Trans::kNo, Trans::kYes, nr, c.n_vocab, width, 1.0f, h, width, output_, width, 0.0f, logits_, c.n_vocab);
+  be_.MatMul(nr, output_, h, width, 0.0f, logits_, c.n_vocab);
   be_.CopyToHost(out, DevPtr<const void>(logits_.raw()), sizeof(float) * size_t(nr) * c.n_vocab);
   // A scan of what was copied anyway (n_vocab floats a row): cheap next to the LM head.
   const size_t n_out = size_t(nr) * c.n_vocab;

@@ -137,14 +137,18 @@ class Forward {
   const int max_batch_;
   std::vector<DevPtr<void>> allocs_;            // freed in the destructor
   std::vector<DevPtr<const float>> constants_;  // released in the destructor
+  std::vector<WeightRef> weights_;              // released in the destructor
 
-  // Device copies (CPU: views) of the weights, by layer.
+  // Device copies (CPU: views) of the weights, by layer. Matrices keep the type the backend
+  // computes on (CPU: the stored type, e.g. Q4_K); vectors are fp32.
   struct LayerDev {
-    DevPtr<const float> attn_norm, attn_norm_b, wq, wk, wv, wo, bq, bk, bv, bo;
-    DevPtr<const float> ffn_norm, ffn_norm_b, w_gate, w_up, w_down, b_up, b_down;
+    DevPtr<const float> attn_norm, attn_norm_b, bq, bk, bv, bo;
+    DevPtr<const float> ffn_norm, ffn_norm_b, b_up, b_down;
+    WeightRef wq, wk, wv, wo, w_gate, w_up, w_down;
   };
   std::vector<LayerDev> layers_;
-  DevPtr<const float> tok_embd_, pos_embd_, project_in_, project_out_, output_norm_, output_norm_b_, output_;
+  DevPtr<const float> pos_embd_, output_norm_, output_norm_b_;
+  WeightRef tok_embd_, project_in_, project_out_, output_;
   DevPtr<const float> inv_freq_;
 
   // Activations (max_batch rows).

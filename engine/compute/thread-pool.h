@@ -4,6 +4,10 @@
 // and returns when all are done. Tasks are claimed dynamically (one atomic counter), so uneven
 // tasks balance. fn must not throw and must not call ParallelFor on the same pool.
 //
+// Workers (and the caller, waiting for them) spin for a few tens of microseconds before they
+// sleep: decode issues hundreds of small jobs per token back to back, and waking a sleeping
+// thread costs about as much as one of those jobs.
+//
 // Thread contract: one caller at a time (the backend's single issuing thread). The pool owns
 // its n_threads - 1 worker threads and joins them on destruction.
 #pragma once
@@ -34,11 +38,11 @@ class ThreadPool {
 
   const int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
+  std::mutex mu_;  // orders sleeping on the condition variables with the changes below
   std::condition_variable cv_start_, cv_done_;
-  uint64_t generation_ = 0;  // guarded by mu_
-  int n_busy_ = 0;           // workers still in the current job; guarded by mu_
-  bool stop_ = false;        // guarded by mu_
+  std::atomic<uint64_t> generation_{0};  // advanced (under mu_) to start a job
+  std::atomic<int> n_busy_{0};           // workers still in the current job
+  std::atomic<bool> stop_{false};        // set (under mu_) to end the workers
   // The current job (set before generation_ advances).
   const std::function<void(int64_t)>* fn_ = nullptr;
   int64_t n_tasks_ = 0;

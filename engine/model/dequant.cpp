@@ -1,11 +1,13 @@
 #include "engine/model/dequant.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/fp16.h"
+#include "engine/quant/quant-kernels.h"
 
 // Bit-exact agreement with the reference (numpy: every multiply and add rounded on its own).
 // Contraction into FMA cannot change a result here: each product that feeds an add is exact in
@@ -216,6 +218,45 @@ Status Dequantize(uint32_t type_id, const uint8_t* src, uint64_t src_bytes, floa
   part(0);
   for (auto& w : workers) w.join();
   return Status::Ok();
+}
+
+Result<std::vector<float>> TensorValues(const Tensor& t) {
+  if (!t.stored()) return t.data;
+  if (!quant::IsSupportedWeightType(t.ggml_type))
+    return Status::Unsupported("tensor of type " + GgmlTypeName(t.ggml_type) +
+                               " cannot be decoded (supported: " + quant::SupportedWeightTypes() + ")");
+  const auto type = static_cast<quant::WeightType>(t.ggml_type);
+  const int64_t cols = t.cols(), rows = t.numel() / std::max<int64_t>(cols, 1);
+  const quant::WeightMatrix w{type, t.stored_bytes(), rows, cols};
+  std::vector<float> out(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) quant::DequantizeRow(type, w.data + r * w.RowBytes(), out.data() + r * cols, cols);
+  return out;
+}
+
+uint64_t TensorBytes(const Tensor& t) {
+  if (!t.stored()) return uint64_t(t.data.size()) * sizeof(float);
+  const GgmlTypeTraits* info = GgmlTypeInfo(t.ggml_type);
+  if (!info) return 0;
+  return uint64_t(t.numel()) / info->block_size * info->type_size;
+}
+
+Result<Model> DequantizedCopy(const Model& model) {
+  Model m = model;
+  auto expand = [](Tensor& t) -> Status {
+    if (!t.stored()) return Status::Ok();
+    IMPRESS_ASSIGN_OR_RETURN(t.data, TensorValues(t));
+    t.view = nullptr;
+    t.owned_bytes.clear();
+    t.ggml_type = 0;
+    return Status::Ok();
+  };
+  ModelWeights& w = m.weights;
+  for (Tensor* t : {&w.tok_embd, &w.pos_embd, &w.project_in, &w.project_out, &w.output})
+    IMPRESS_RETURN_IF_ERROR(expand(*t));
+  for (LayerWeights& l : w.layers)
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) IMPRESS_RETURN_IF_ERROR(expand(*t));
+  m.storage.reset();
+  return m;
 }
 
 }  // namespace impress

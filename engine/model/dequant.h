@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "engine/model/ggml-type.h"
+#include "engine/model/model.h"
 
 namespace impress {
 
@@ -30,5 +32,17 @@ Result<uint64_t> GgmlByteSize(uint32_t type_id, uint64_t n_elements);
 // when src_bytes is smaller than the size n_elements needs; kInvalidArgument for a bad count.
 Status Dequantize(uint32_t type_id, const uint8_t* src, uint64_t src_bytes, float* dst, uint64_t n_elements,
                   std::string_view what, int n_threads = 1);
+
+// The fp32 values of a model tensor: a copy of its data, or its stored rows decoded (bit for bit
+// as DequantizeRow). Errors: kUnsupported naming the type when it is not a stored type the
+// quantized kernels know.
+Result<std::vector<float>> TensorValues(const Tensor& t);
+
+// Bytes the tensor's values occupy as held: stored rows in their type, or 4 per fp32 value.
+uint64_t TensorBytes(const Tensor& t);
+
+// A copy of the model whose every stored tensor is replaced by its fp32 values (same values the
+// quantized kernels decode): the reference a quantized forward pass is compared against.
+Result<Model> DequantizedCopy(const Model& model);
 
 }  // namespace impress

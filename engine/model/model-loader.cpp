@@ -17,6 +17,7 @@
 #include "engine/model/gguf.h"
 #include "engine/model/json-file.h"
 #include "engine/model/safetensors.h"
+#include "engine/quant/quant-kernels.h"
 
 namespace impress {
 namespace {
@@ -49,13 +50,46 @@ struct WeightJob {
   const GgufTensorInfo* gguf = nullptr;   // GGUF source, or
   const SafetensorsTensor* st = nullptr;  // safetensors source
   const std::string* st_path = nullptr;
-  int unpermute_heads = 0;  // > 0: undo llama.cpp's RoPE row permutation
+  int unpermute_heads = 0;   // > 0: undo llama.cpp's RoPE row permutation
+  bool keep_stored = false;  // GGUF: the tensor views its stored rows instead of fp32 values
 };
 
 uint64_t NumElements(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
   for (int64_t d : shape) n *= uint64_t(d);  // bounded by the kMax* limits above
   return n;
+}
+
+// Fills the job's tensor with fp32 values (any readable GGUF type, or safetensors).
+Status ToF32(WeightJob& j) {
+  j.dst->data.resize(j.n_elements);
+  float* out = j.dst->data.data();
+  Status st;
+  if (j.gguf) {
+    st = Dequantize(j.gguf->type_id, j.gguf->data, j.gguf->n_bytes, out, j.n_elements, j.name, 1);
+    // Keeps the peak near the fp32 weights alone: converted source pages leave memory.
+    j.gguf_file->DiscardPages(j.gguf->data, j.gguf->n_bytes);
+  } else {
+    st = SafetensorsToF32(*j.st, *j.st_path, out);
+  }
+  if (st.ok() && j.unpermute_heads > 0) UnpermuteRopeRows(out, j.shape[0], j.shape[1], j.unpermute_heads);
+  return st;
+}
+
+// Points the job's tensor at its stored GGUF rows. Rows llama.cpp permuted are copied once in
+// HF order (still in the stored type: a row is a whole number of blocks), and the source pages
+// are dropped so the copy does not double them.
+void KeepStored(WeightJob& j) {
+  Tensor& t = *j.dst;
+  t.ggml_type = j.gguf->type_id;
+  if (j.unpermute_heads <= 0) {
+    t.view = j.gguf->data;
+    return;
+  }
+  t.owned_bytes.assign(j.gguf->data, j.gguf->data + j.gguf->n_bytes);
+  UnpermuteRopeRowBytes(t.owned_bytes.data(), j.shape[0], int64_t(j.gguf->n_bytes / uint64_t(j.shape[0])),
+                        j.unpermute_heads);
+  j.gguf_file->DiscardPages(j.gguf->data, j.gguf->n_bytes);
 }
 
 // Runs the jobs on n_threads threads (this one included), largest first. `first` (may be empty)
@@ -85,16 +119,11 @@ Status RunJobs(std::vector<WeightJob>& jobs, int n_threads, const ProgressFn& pr
         WeightJob& j = jobs[order[k - (first ? 1 : 0)]];
         job = &j;
         j.dst->shape = j.shape;
-        j.dst->data.resize(j.n_elements);
-        float* out = j.dst->data.data();
-        if (j.gguf) {
-          st = Dequantize(j.gguf->type_id, j.gguf->data, j.gguf->n_bytes, out, j.n_elements, j.name, 1);
-          // Keeps the peak near the fp32 weights alone: converted source pages leave memory.
-          j.gguf_file->DiscardPages(j.gguf->data, j.gguf->n_bytes);
+        if (j.keep_stored) {
+          KeepStored(j);
         } else {
-          st = SafetensorsToF32(*j.st, *j.st_path, out);
+          st = ToF32(j);
         }
-        if (st.ok() && j.unpermute_heads > 0) UnpermuteRopeRows(out, j.shape[0], j.shape[1], j.unpermute_heads);
       }
       std::lock_guard<std::mutex> lock(mu);
       if (!st.ok()) {
@@ -170,7 +199,7 @@ Result<std::string> FingerprintFiles(const std::vector<HashInput>& inputs) {
 
 class GgufLoader {
  public:
-  GgufLoader(const GgufFile& f, Model* m) : f_(f), m_(*m) {}
+  GgufLoader(const GgufFile& f, Model* m, bool dequantize) : f_(f), m_(*m), dequantize_(dequantize) {}
 
   Result<int64_t> PosInt(const std::string& key, int64_t max, const int64_t* def = nullptr) {
     auto v = f_.GetInt(key);
@@ -306,11 +335,16 @@ class GgufLoader {
       return Status::Corruption(f_.path() + ": tensor '" + name + "' has shape " + t->ShapeString() +
                                 " (ggml order), expected " + ShapeStr(want));
     }
-    if (!CanDequantize(t->type_id)) {
+    // Matrices stay in their stored type when the kernels compute on it; F32 and vectors
+    // (norms) become owned fp32 values.
+    const bool keep = !dequantize_ && shape.size() == 2 && t->type_id != uint32_t(GgmlType::kF32) &&
+                      quant::IsSupportedWeightType(t->type_id);
+    if (!keep && !CanDequantize(t->type_id)) {
       return Status::Unsupported(f_.path() + ": tensor '" + name + "' has type " + GgmlTypeName(t->type_id) +
                                  ", which this build cannot read (supported: " + SupportedDequantTypes() + ")");
     }
     WeightJob j;
+    j.keep_stored = keep;
     j.name = name;
     j.dst = dst;
     j.n_elements = NumElements(shape);
@@ -352,6 +386,7 @@ class GgufLoader {
  private:
   const GgufFile& f_;
   Model& m_;
+  const bool dequantize_;
   std::vector<WeightJob> jobs_;
 };
 
@@ -359,7 +394,7 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
   Model m;
   m.path = path;
   IMPRESS_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
-  GgufLoader loader(f, &m);
+  GgufLoader loader(f, &m, opt.dequantize);
   IMPRESS_RETURN_IF_ERROR(loader.ReadConfig());
   IMPRESS_RETURN_IF_ERROR(loader.PlanWeights());
   std::string digest;
@@ -371,7 +406,11 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
   };
   IMPRESS_RETURN_IF_ERROR(RunJobs(loader.jobs(), opt.n_threads, progress, hash));
   m.config.fingerprint = digest;
-  return m;  // f (and its mapping) goes away here
+  bool viewed = false;
+  for (const WeightJob& j : loader.jobs()) viewed |= j.keep_stored && j.unpermute_heads <= 0;
+  // The mapping moves with the file object (its address is unchanged), so views stay valid.
+  if (viewed) m.storage = std::make_shared<GgufFile>(std::move(f));
+  return m;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -712,19 +751,23 @@ Status CheckNormWeights(const Model& model) {
   return Status::Ok();
 }
 
-void UnpermuteRopeRows(float* w, int64_t n_rows, int64_t n_cols, int n_head) {
+void UnpermuteRopeRowBytes(uint8_t* w, int64_t n_rows, int64_t row_bytes, int n_head) {
   const int64_t hd = n_rows / n_head, half = hd / 2;
-  std::vector<float> tmp(size_t(hd * n_cols));
+  std::vector<uint8_t> tmp(size_t(hd * row_bytes));
   for (int ih = 0; ih < n_head; ++ih) {
-    float* head = w + ih * hd * n_cols;
-    std::memcpy(tmp.data(), head, tmp.size() * sizeof(float));
+    uint8_t* head = w + ih * hd * row_bytes;
+    std::memcpy(tmp.data(), head, tmp.size());
     for (int64_t i = 0; i < 2; ++i) {
       for (int64_t j = 0; j < half; ++j) {
         // HF row (i, j) of this head <- GGUF row (j, i)
-        std::memcpy(head + (i * half + j) * n_cols, tmp.data() + (2 * j + i) * n_cols, size_t(n_cols) * sizeof(float));
+        std::memcpy(head + (i * half + j) * row_bytes, tmp.data() + (2 * j + i) * row_bytes, size_t(row_bytes));
       }
     }
   }
+}
+
+void UnpermuteRopeRows(float* w, int64_t n_rows, int64_t n_cols, int n_head) {
+  UnpermuteRopeRowBytes(reinterpret_cast<uint8_t*>(w), n_rows, n_cols * int64_t(sizeof(float)), n_head);
 }
 
 Result<Model> LoadModel(const std::string& path, const ProgressFn& progress) {

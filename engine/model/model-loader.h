@@ -1,19 +1,23 @@
 // LoadModel: a GGUF file or a Hugging Face folder -> Model (engine/model/model.h): config plus
-// fp32 weights in PyTorch (out, in) orientation and Hugging Face layout.
+// weights in PyTorch (out, in) orientation and Hugging Face layout. GGUF matrices of a type the
+// quantized kernels compute on (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay
+// in that type, viewed in place in the file mapping (Model::storage keeps it); F32 tensors and
+// vectors become owned fp32 values.
 //
 // GGUF: architecture `llama` (llama.* keys; tensors token_embd, output_norm, output (absent =>
 // tied), blk.N.*). llama.cpp's converter permutes the rows of attn_q/attn_k for its interleaved
-// RoPE; the loader undoes it (UnpermuteRopeRows), so GGUF and HF models come out alike.
+// RoPE; the loader undoes it (UnpermuteRopeRows; for stored types a row-reordered copy of the
+// stored bytes), so GGUF and HF models come out alike.
 // Hugging Face folders: config.json + model.safetensors or sharded model.safetensors.index.json,
 // for LlamaForCausalLM and OPTForCausalLM (F32/F16/BF16 weights).
 //
 // Every tensor is checked against the config (missing or wrong-shaped tensors are named), every
 // config value is range-checked (float hyperparameters must be finite as floats), every norm
 // weight and bias must be finite (CheckNormWeights). config.fingerprint is a hex XXH3-128 of the model bytes (GGUF:
-// the file; HF: config.json, the weight files and the tokenizer files present). The file
-// mappings are released before LoadModel returns. Progress is reported once per tensor, from
-// worker threads (serialized); returning false cancels the load (Status kCancelled).
-// Thread-safe: loads share no state.
+// the file; HF: config.json, the weight files and the tokenizer files present). A GGUF mapping
+// lives as long as the Model when a tensor views it; others are released before LoadModel returns. Progress is reported
+// once per tensor, from worker threads (serialized); returning false cancels the load (Status kCancelled). Thread-safe:
+// loads share no state.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +30,8 @@
 namespace impress {
 
 struct LoadOptions {
-  int n_threads = 2;  // dequantization / conversion threads (the caller's thread counts as one)
+  int n_threads = 2;        // dequantization / conversion threads (the caller's thread counts as one)
+  bool dequantize = false;  // every weight as owned fp32 values (the reference for quantized runs)
 };
 
 Result<Model> LoadModel(const std::string& path, const ProgressFn& progress = {});
@@ -40,5 +45,7 @@ Status CheckNormWeights(const Model& model);
 // HF row (h, i, j), i in {0, 1}, j < head_dim / 2, is GGUF row (h, j, i).
 // Requires n_rows == n_head * head_dim with head_dim even.
 void UnpermuteRopeRows(float* w, int64_t n_rows, int64_t n_cols, int n_head);
+// The same on rows of row_bytes bytes each (any stored type: a row is whole blocks).
+void UnpermuteRopeRowBytes(uint8_t* w, int64_t n_rows, int64_t row_bytes, int n_head);
 
 }  // namespace impress

@@ -1,12 +1,15 @@
-// The in-memory model: architecture hyper-parameters and fp32 weights.
+// The in-memory model: architecture hyper-parameters and weights.
 //
 // Filled by the loaders (model-loader.h: GGUF files and Hugging Face folders), read by the
 // forward pass (engine/compute). A Model is immutable after loading and may be read from any
-// thread. Weights are owned fp32 arrays, row-major, in PyTorch's (out_features, in_features)
-// orientation, so y = W x is a GEMM with W transposed as the B operand.
+// thread. Weights are row-major, in PyTorch's (out_features, in_features) orientation, so
+// y = W x is a GEMM with W transposed as the B operand. A tensor is either owned fp32 values or
+// rows in the type the file stores them in (GGML F16, BF16, Q8_0, Q4_K, ...), used in place from
+// the file mapping that Model::storage keeps alive: quantized weights are never expanded.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,15 +56,30 @@ struct ModelConfig {
   std::string fingerprint{};
 };
 
-// A dense fp32 tensor, row-major. shape[0] is the slowest dimension.
+// A row-major tensor; shape[0] is the slowest dimension. Either owned fp32 values (`data`) or,
+// when stored() is true, n rows of the GGML type `ggml_type` at stored_bytes(): a view into the
+// model's file mapping (`view`) or, where the loader had to reorder rows, its own copy of the
+// stored bytes (`owned_bytes`). Copies of a Tensor stay valid (the view's owner is the Model).
 struct Tensor {
-  std::vector<int64_t> shape;
-  std::vector<float> data;
+  std::vector<int64_t> shape{};
+  std::vector<float> data{};  // fp32 values; empty when stored()
 
-  bool empty() const { return data.empty(); }
+  uint32_t ggml_type = 0;              // GgmlType id of the stored bytes (0 = F32: `data` holds them)
+  const uint8_t* view = nullptr;       // stored rows inside Model::storage's mapping, or
+  std::vector<uint8_t> owned_bytes{};  // stored rows rewritten by the loader (takes precedence)
+
+  bool stored() const { return view != nullptr || !owned_bytes.empty(); }
+  bool empty() const { return data.empty() && !stored(); }
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
-  const float* ptr() const { return data.data(); }
+  int64_t numel() const {
+    if (!stored()) return int64_t(data.size());
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  const float* ptr() const { return data.data(); }  // the fp32 values (nullptr when stored())
+  const uint8_t* stored_bytes() const { return owned_bytes.empty() ? view : owned_bytes.data(); }
 };
 
 struct LayerWeights {
@@ -95,6 +113,9 @@ struct Model {
   ModelConfig config;
   ModelWeights weights;
   std::string path;  // the GGUF file or Hugging Face folder it came from
+  // Keeps alive what stored tensors view: for a GGUF load, the GgufFile (engine/model/gguf.h)
+  // whose mapping they point into; null when no tensor views anything.
+  std::shared_ptr<const void> storage;
 };
 
 }  // namespace impress

@@ -105,9 +105,17 @@ bool RunReference(const std::string& python, const std::string& model, const std
   return true;
 }
 
-// Runs every sequence through a Generator and compares with the reference.
+// The quantized path's logits (weights used in their stored type, activations quantized to int8
+// for the few-row GEMVs) against the reference of the same weights: top-1 agreement, mean KL
+// divergence KL(ref || got) over the rows, and the largest relative logit error.
+void CompareStoredWithReference(const std::string& model_path, const std::vector<Sequence>& seqs, int ubatch,
+                                const RefOutput& ref);
+
+// Runs every sequence through a Generator and compares with the reference. The model is loaded
+// with every weight decoded to fp32 (the reference's arithmetic); with also_stored, the model as
+// it runs by default (weights in their stored type) is compared too.
 void CompareWithReference(const std::string& model_path, const std::vector<Sequence>& seqs, int ubatch,
-                          const std::string& dtype, double tolerance) {
+                          const std::string& dtype, double tolerance, bool also_stored = false) {
   const std::string python = Python();
   if (python.empty()) GTEST_SKIP() << "no reference python (set IMPRESS_PYTHON)";
   TempDir tmp;
@@ -115,7 +123,8 @@ void CompareWithReference(const std::string& model_path, const std::vector<Seque
   RefOutput ref;
   ASSERT_TRUE(RunReference(python, model_path, seqs, tmp.path(), dtype, &ref));
 
-  auto model = LoadModel(model_path);
+  if (also_stored) CompareStoredWithReference(model_path, seqs, ubatch, ref);
+  auto model = LoadModel(model_path, {}, LoadOptions{.dequantize = true});
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   ASSERT_EQ(model->config.n_vocab, ref.n_vocab);
   auto be = MakeCpuBackend({2});
@@ -153,6 +162,56 @@ void CompareWithReference(const std::string& model_path, const std::vector<Seque
   std::printf("worst relative logit error vs reference: %.3g (%s)\n", worst, model_path.c_str());
 }
 
+void CompareStoredWithReference(const std::string& model_path, const std::vector<Sequence>& seqs, int ubatch,
+                                const RefOutput& ref) {
+  auto model = LoadModel(model_path);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto be = MakeCpuBackend({2});
+  int max_len = 0;
+  for (const auto& s : seqs) max_len = std::max<int>(max_len, int(s.tokens.size()));
+  auto gen = Generator::Create(*model, *be, {max_len, ubatch});
+  ASSERT_TRUE(gen.ok()) << gen.status().ToString();
+  const size_t V = size_t(ref.n_vocab);
+  int n_rows = 0, n_top1 = 0;
+  double kl_sum = 0, worst = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Sequence& s = seqs[i];
+    (*gen)->Reset();
+    std::vector<float> got(s.rows.size() * V);
+    ASSERT_TRUE((*gen)->EvalRows(s.tokens, s.rows, got.data()).ok());
+    for (size_t r = 0; r < s.rows.size(); ++r) {
+      const float* g = got.data() + r * V;
+      const float* w = ref.logits[i].data() + r * V;
+      const float gmax = *std::max_element(g, g + V), wmax = *std::max_element(w, w + V);
+      double gz = 0, wz = 0, max_diff = 0, max_logit = 0;
+      for (size_t j = 0; j < V; ++j) {
+        gz += std::exp(double(g[j]) - gmax);
+        wz += std::exp(double(w[j]) - wmax);
+        max_diff = std::max(max_diff, double(std::abs(g[j] - w[j])));
+        max_logit = std::max(max_logit, double(std::abs(w[j])));
+      }
+      double kl = 0;
+      for (size_t j = 0; j < V; ++j) {
+        const double lp = double(w[j]) - wmax - std::log(wz), lq = double(g[j]) - gmax - std::log(gz);
+        kl += std::exp(lp) * (lp - lq);
+      }
+      kl_sum += kl;
+      worst = std::max(worst, max_diff / max_logit);
+      n_top1 += (std::max_element(g, g + V) - g) == (std::max_element(w, w + V) - w);
+      ++n_rows;
+    }
+  }
+  const double mean_kl = kl_sum / n_rows;
+  std::printf("stored weights (%s): top-1 agreement %d/%d, mean KL %.3g, worst relative logit error %.3g\n",
+              model_path.c_str(), n_top1, n_rows, mean_kl, worst);
+  // Only the LM head runs on int8-quantized activations here (prefill rows go through the
+  // tiled fp32 path), so the logits stay close: the relative error of one such GEMV is about
+  // 0.7% (see quantized-forward-test.cpp); KL of that perturbation is far below 1e-2.
+  EXPECT_GE(n_top1, n_rows - 1);
+  EXPECT_LE(mean_kl, 1e-2);
+  EXPECT_LE(worst, 0.05);
+}
+
 std::vector<int32_t> PseudoText(int n, uint32_t seed, int n_vocab, int common) {
   // Mostly frequent ids (low ids in BPE vocabularies), sometimes any id.
   std::mt19937 rng(seed);
@@ -187,7 +246,7 @@ TEST(Reference, SmolLM2LogitsAndGreedyMatchNumpy) {
   // float64 (same fp16 KV) differs by 0.9e-4 relative, and fp16 vs fp32 KV by 1.8e-4, while
   // with fp32 KV float32 vs float64 agree to 2e-6. A float32 engine therefore sits ~1e-4 from
   // the exact fp16-KV answer on this model; we hold it to 3e-4 (a real bug is >= 1e-2).
-  CompareWithReference(path, seqs, 512, "float32", 3e-4);
+  CompareWithReference(path, seqs, 512, "float32", 3e-4, /*also_stored=*/true);
 }
 
 class TinyModels : public ::testing::Test {

@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "base/fp16.h"
+#include "engine/model/dequant.h"
+#include "engine/model/gguf.h"
 #include "tests/model/gguf-builder.h"
 #include "tests/model/python-ref.h"
 
@@ -115,21 +117,25 @@ TEST_F(DefaultModel, WeightsMatchTheGgufPythonPackage) {
   ASSERT_FALSE(ids.empty());
   const auto rows = ReadF32(dir + "/tok_embd_rows.f32");
   ASSERT_EQ(rows.size(), ids.size() * 576);
+  // The weights stay in their stored type: their decoded values are what the Python package gives.
+  auto embd = TensorValues(model_->weights.tok_embd);
+  ASSERT_TRUE(embd.ok()) << embd.status().ToString();
   for (size_t k = 0; k < ids.size(); ++k) {
-    EXPECT_TRUE(SameFloats(model_->weights.tok_embd.ptr() + size_t(ids[k]) * 576, rows.data() + k * 576, 576))
-        << "token " << ids[k];
+    EXPECT_TRUE(SameFloats(embd->data() + size_t(ids[k]) * 576, rows.data() + k * 576, 576)) << "token " << ids[k];
   }
   for (int il : {0, 29}) {
     const LayerWeights& l = model_->weights.layers[size_t(il)];
     const std::string p = dir + "/blk." + std::to_string(il);
     const auto q = ReadF32(p + ".attn_q.f32"), k = ReadF32(p + ".attn_k.f32"), q_raw = ReadF32(p + ".attn_q_raw.f32");
-    ASSERT_EQ(q.size(), l.wq.data.size());
-    ASSERT_EQ(k.size(), l.wk.data.size());
-    EXPECT_TRUE(SameFloats(l.wq.ptr(), q.data(), q.size())) << "layer " << il << " wq";
-    EXPECT_TRUE(SameFloats(l.wk.ptr(), k.data(), k.size())) << "layer " << il << " wk";
+    auto wq = TensorValues(l.wq), wk = TensorValues(l.wk);
+    ASSERT_TRUE(wq.ok() && wk.ok());
+    ASSERT_EQ(q.size(), wq->size());
+    ASSERT_EQ(k.size(), wk->size());
+    EXPECT_TRUE(SameFloats(wq->data(), q.data(), q.size())) << "layer " << il << " wq";
+    EXPECT_TRUE(SameFloats(wk->data(), k.data(), k.size())) << "layer " << il << " wk";
     // And the raw GGUF rows are a real permutation of ours (the test would pass vacuously if
     // the un-permutation were the identity and the reference also skipped it).
-    EXPECT_FALSE(SameFloats(l.wq.ptr(), q_raw.data(), q.size()));
+    EXPECT_FALSE(SameFloats(wq->data(), q_raw.data(), q.size()));
   }
   fs::remove_all(dir);
 }
@@ -234,6 +240,64 @@ TEST_F(TinyGguf, LoadsConfigAndUnpermutesQAndK) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(l.wv.data[size_t(r) * 8], float(7000 + r * 8)) << r;
   EXPECT_EQ(l.w_down.shape, (std::vector<int64_t>{8, 16}));
   EXPECT_EQ(m->weights.output.shape, (std::vector<int64_t>{10, 8}));
+}
+
+// Matrices of a type the kernels compute on stay in it, viewed in place in the file mapping (no
+// fp32 copy: what keeps RSS near the file size); Q/K rows, reordered for RoPE, are a stored-type
+// copy. Decoding any of them gives exactly what a load with dequantize gives.
+TEST_F(TinyGguf, KeepsStoredMatricesInTheMapping) {
+  test::GgufBuilder b = TinyLlamaGguf(/*with_output=*/true);
+  for (test::TestTensor& t : b.tensors) {
+    if (t.ne.size() != 2) continue;
+    std::vector<uint8_t> f16(t.data.size() / 2);
+    for (size_t i = 0; i < t.data.size() / 4; ++i) {
+      float v;
+      std::memcpy(&v, t.data.data() + 4 * i, 4);
+      const f16_t h = Fp32ToFp16(v);
+      std::memcpy(f16.data() + 2 * i, &h, 2);
+    }
+    t.data = std::move(f16);
+    t.type = 1;  // F16
+  }
+  const std::string path = Write(b);
+  auto m = LoadModel(path);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto ref = LoadModel(path, {}, LoadOptions{.dequantize = true});
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  auto file = std::static_pointer_cast<const GgufFile>(m->storage);
+  ASSERT_TRUE(file);
+  const uint8_t* lo = file->file_data();
+  const uint8_t* hi = lo + file->file_size();
+  const ModelWeights& w = m->weights;
+  const ModelWeights& r = ref->weights;
+  const LayerWeights& l = w.layers.at(0);
+  const LayerWeights& rl = r.layers.at(0);
+  const std::vector<std::pair<const Tensor*, const Tensor*>> viewed = {
+      {&w.tok_embd, &r.tok_embd}, {&w.output, &r.output}, {&l.wv, &rl.wv},        {&l.wo, &rl.wo},
+      {&l.w_gate, &rl.w_gate},    {&l.w_up, &rl.w_up},    {&l.w_down, &rl.w_down}};
+  for (const auto& [t, want] : viewed) {
+    EXPECT_EQ(t->ggml_type, 1u);
+    EXPECT_TRUE(t->data.empty());
+    EXPECT_TRUE(t->owned_bytes.empty());
+    EXPECT_GE(t->view, lo);
+    EXPECT_LE(t->view + TensorBytes(*t), hi);
+    EXPECT_EQ(TensorBytes(*t), uint64_t(want->data.size()) * 2);
+    auto values = TensorValues(*t);
+    ASSERT_TRUE(values.ok());
+    EXPECT_EQ(*values, want->data);
+  }
+  for (const auto& [t, want] : {std::pair{&l.wq, &rl.wq}, std::pair{&l.wk, &rl.wk}}) {
+    EXPECT_TRUE(t->stored());
+    EXPECT_TRUE(t->data.empty());
+    EXPECT_EQ(t->owned_bytes.size(), want->data.size() * 2);
+    auto values = TensorValues(*t);
+    ASSERT_TRUE(values.ok());
+    EXPECT_EQ(*values, want->data);  // the RoPE row order undone as for fp32
+  }
+  EXPECT_FALSE(l.attn_norm.stored());
+  EXPECT_EQ(l.attn_norm.data, rl.attn_norm.data);
+  for (const Tensor* t : {&r.tok_embd, &rl.wq, &rl.w_down}) EXPECT_FALSE(t->stored());
+  EXPECT_FALSE(ref->storage);
 }
 
 TEST_F(TinyGguf, MissingOutputMeansTied) {
