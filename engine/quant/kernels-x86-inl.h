@@ -172,16 +172,24 @@ float DotSimd(const uint8_t* w_row, const void* x, int64_t n) {
   const auto* w = reinterpret_cast<const typename T::W*>(w_row);
   const auto* a = static_cast<const typename T::A*>(x);
   const int64_t nb = n / int64_t(sizeof(a->qs));
-  __m256 acc = _mm256_setzero_ps();
-  float extra = 0.0f;
-  for (int64_t ib = 0; ib < nb; ++ib) {
+  // Two blocks per step into two accumulators: one chain of dependent multiply-adds would bound
+  // the loop by the FMA latency rather than by the decoding work.
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  float extra[2] = {0.0f, 0.0f};
+  auto block = [&](int64_t ib, int k) {
     int32_t second = 0;
     const __m256i lanes = T::Lanes(w[ib], a[ib], &second);
     const float d = HalfToFloat(w[ib].d) * a[ib].d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
-    extra += T::Extra(w[ib], a[ib], second);
+    acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc[k]);
+    extra[k] += T::Extra(w[ib], a[ib], second);
+  };
+  int64_t ib = 0;
+  for (; ib + 2 <= nb; ib += 2) {
+    block(ib, 0);
+    block(ib + 1, 1);
   }
-  return HsumF32(acc) + extra;
+  if (ib < nb) block(ib, 0);
+  return HsumF32(_mm256_add_ps(acc[0], acc[1])) + (extra[0] + extra[1]);
 }
 
 template <class T>
