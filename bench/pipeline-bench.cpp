@@ -111,7 +111,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   } cleanup{dir};
 
   // The document lives only on the SSD: no device or host tier.
-  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), o.probe_heads);
+  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), o.probe_heads, o.probe_spread);
   so.dir = dir.string();
   so.device_bytes = 0;
   so.host_bytes = 0;
@@ -136,6 +136,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   PipelineSettings s;
   s.system = SystemKind::kRecomp;
   s.report_importance = false;
+  s.write_order = o.write_order;
   {
     IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[0].tokens, prompts[0].n_prefix}, s, 0, &logits,
                                                            [&](uint64_t d, uint64_t t, std::string_view) {
@@ -165,6 +166,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
       s.keep = o.keep;
       s.alpha = o.alpha;
       s.probe_heads = o.probe_heads;
+      s.probe_spread = o.probe_spread;
       s.report_importance = systems[i] == SystemKind::kImpress;  // reorder follows IMPRESS's verdicts
       IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[q].tokens, prompts[q].n_prefix}, s, 0, &logits));
       if (r.n_matched != prompts[q].n_prefix) {
@@ -185,6 +187,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
     s.keep = o.keep;
     s.alpha = o.alpha;
     s.probe_heads = o.probe_heads;
+    s.probe_spread = o.probe_spread;
     s.report_importance = false;
     IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[q].tokens, prompts[q].n_prefix}, s, 0, &logits));
     acc.back().Add(r, Argmax(logits) == full_first[q]);

@@ -23,6 +23,8 @@ struct PipelineBenchOptions {
   float keep = 0.25f;
   float alpha = 0.6f;
   int probe_heads = 3;
+  bool probe_spread = false;  // probe heads spread over the KV groups (PipelineSettings::probe_spread)
+  bool write_order = true;    // the ingest stores chunks in its attention's importance order
   ProgressFn progress;
 };
 

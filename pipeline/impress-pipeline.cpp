@@ -42,23 +42,29 @@ Status CheckRequest(const ModelConfig& c, const PipelineRequest& req, const Pipe
 
 }  // namespace
 
-std::vector<int> ProbeKvHeads(const ModelConfig& c, int probe_heads) {
-  const int group = std::max(1, c.n_head / std::max(1, c.n_head_kv));
-  std::vector<int> heads;
-  for (int h = 0; h < std::min(probe_heads, c.n_head); ++h) {
-    const int g = h / group;
-    if (heads.empty() || heads.back() != g) heads.push_back(g);
-  }
+std::vector<int> ProbeQueryHeads(const ModelConfig& c, int probe_heads, bool spread) {
+  const int n_head = std::max(1, c.n_head);
+  const int p = std::clamp(probe_heads, 1, n_head);
+  std::vector<int> heads(static_cast<size_t>(p));
+  for (int j = 0; j < p; ++j) heads[size_t(j)] = spread ? int(int64_t(j) * n_head / p) : j;
   return heads;
 }
 
-store::PrefixStoreOptions StoreOptionsFor(const ModelConfig& c, int probe_heads) {
+std::vector<int> ProbeKvHeads(const ModelConfig& c, int probe_heads, bool spread) {
+  const int group = std::max(1, c.n_head / std::max(1, c.n_head_kv));
+  std::vector<int> kv;
+  for (int h : ProbeQueryHeads(c, probe_heads, spread))
+    if (kv.empty() || kv.back() != h / group) kv.push_back(h / group);  // ascending heads: ascending groups
+  return kv;
+}
+
+store::PrefixStoreOptions StoreOptionsFor(const ModelConfig& c, int probe_heads, bool spread) {
   store::PrefixStoreOptions o;
   o.model_fingerprint = c.fingerprint;
   o.n_layer = c.n_layer;
   o.n_head_kv = c.n_head_kv;
   o.head_dim = c.head_dim;
-  o.probe_kv_heads = ProbeKvHeads(c, probe_heads);
+  o.probe_kv_heads = ProbeKvHeads(c, probe_heads, spread);
   return o;
 }
 
@@ -151,8 +157,15 @@ Result<RequestReport> ImpressPipeline::PrefillOnce(const PipelineRequest& req, c
 
   const int n_new = report.n_new;
   const int ubatch = std::clamp(s.ubatch, 1, fwd_->max_batch());
-  for (int b = 0; b < n_new; b += ubatch) {
-    const int nb = std::min(ubatch, n_new - b);
+  // With write_order, a batch starts where the question does (new-token index write_from_): the
+  // question's attention over what precedes it gives the order the new tokens are stored in.
+  write_from_ = std::clamp(req.n_prefix - n_matched_, 0, n_new);
+  n_new_total_ = n_new;
+  write_imp_.assign(store_ && s.write_order ? size_t(c.n_layer) : 0, {});
+  write_keep_ = {s.sinks, std::max(0, req.n_prefix - s.recent), req.n_prefix};
+  for (int b = 0, nb = 0; b < n_new; b += nb) {
+    nb = std::min(ubatch, n_new - b);
+    if (!write_imp_.empty() && b < write_from_) nb = std::min(nb, write_from_ - b);
     IMPRESS_RETURN_IF_ERROR(PrefillBatch(run, req.tokens, b, nb));
     n_new_done_ = b + nb;
     if (cancel && cancel->load()) return Status::Cancelled("prefill stopped");
@@ -216,6 +229,7 @@ Status ImpressPipeline::PrefillBatch(Run& run, std::span<const int32_t> tokens, 
   TtftBreakdown& bd = run.report.breakdown;
   const size_t row = size_t(c.n_head_kv) * c.head_dim;
   const bool first = b == 0;
+  const bool record_order = !write_imp_.empty() && b >= write_from_;
   std::vector<int32_t> positions(static_cast<size_t>(nb));
   std::iota(positions.begin(), positions.end(), n_matched_ + b);
   IMPRESS_RETURN_IF_ERROR(fwd_->Begin(tokens.subspan(size_t(n_matched_ + b), size_t(nb)), positions));
@@ -236,11 +250,37 @@ Status ImpressPipeline::PrefillBatch(Run& run, std::span<const int32_t> tokens, 
                           .k = DevPtr<const f16_t>(k_buf_[size_t(il)].raw()),
                           .v = DevPtr<const f16_t>(v_buf_[size_t(il)].raw()),
                           .positions = {}};
-    IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, prefix));
+    if (record_order) {
+      IMPRESS_RETURN_IF_ERROR(AttendRecordingImportance(il, prefix, n_sel));
+    } else {
+      IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, prefix));
+    }
     IMPRESS_RETURN_IF_ERROR(
         fwd_->ExportKV(il, k_buf_[size_t(il)] + size_t(n_sel + b) * row, v_buf_[size_t(il)] + size_t(n_sel + b) * row));
     ctx_.backend().Synchronize();
     run.sw.Lap(&bd.compute_ms);
+  }
+  return Status::Ok();
+}
+
+// Attention of layer il with every head's H2O importance over prefix + new columns; each head's
+// column sums over the new tokens (after the n_cols_before selected prefix rows) add to
+// write_imp_[il] (n_head x the request's new tokens, row-major).
+Status ImpressPipeline::AttendRecordingImportance(int il, const PrefixKV& prefix, int n_cols_before) {
+  const ModelConfig& c = ctx_.config();
+  const int ld = prefix.n + fwd_->n_new();
+  const int n_cols = ld - n_cols_before;  // the request's new tokens so far
+  const size_t n_all = size_t(n_new_total_);
+  std::vector<int> heads(static_cast<size_t>(c.n_head));
+  std::iota(heads.begin(), heads.end(), 0);
+  write_scratch_.resize(size_t(c.n_head) * size_t(ld));
+  const ImportanceRequest req{.heads = heads, .include_new = true, .out = write_scratch_.data()};
+  IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, prefix, &req));
+  std::vector<float>& acc = write_imp_[size_t(il)];
+  acc.resize(size_t(c.n_head) * n_all, 0.0f);
+  for (int h = 0; h < c.n_head; ++h) {
+    const float* row = write_scratch_.data() + size_t(h) * ld + n_cols_before;
+    for (int t = 0; t < n_cols; ++t) acc[size_t(h) * n_all + size_t(t)] += row[t];
   }
   return Status::Ok();
 }
@@ -317,12 +357,31 @@ void ImpressPipeline::StoreAsync(size_t n_tokens) {
     ctx_.backend().CopyToHost(vh.data(), DevPtr<const void>(v_buf_[size_t(il)].raw() + first),
                               count * row * sizeof(f16_t));
   }
+  // The write order: the question's attention over the prompt's new tokens, summed normalised over
+  // heads; the tokens every later request keeps (attention sinks, the recent window before the
+  // question) first; decoded tokens last. Empty when not recorded.
+  auto imp = std::make_shared<std::vector<std::vector<float>>>();
+  if (write_imp_.size() == size_t(c.n_layer) && !write_imp_[0].empty()) {
+    const int n_all = n_new_total_;
+    imp->assign(size_t(c.n_layer), std::vector<float>(count, -1.0f));
+    for (int il = 0; il < c.n_layer; ++il) {
+      const std::vector<float> sum = SumNormalisedImportance(write_imp_[size_t(il)], c.n_head, n_all);
+      std::vector<float>& out = (*imp)[size_t(il)];
+      std::copy_n(sum.begin(), std::min(sum.size(), count), out.begin());
+      for (size_t t = 0; t < count; ++t) {
+        const int pos = n_matched_ + int(t);
+        if (pos < write_keep_.sinks || (pos >= write_keep_.recent_begin && pos < write_keep_.recent_end))
+          out[t] = 2.0f * c.n_head;
+      }
+    }
+  }
   auto tokens = std::make_shared<std::vector<int32_t>>(seq_.begin(), seq_.begin() + std::ptrdiff_t(n_total));
   const uint64_t start = uint64_t(n_matched_);
   store::PrefixStore* st = store_;
-  store_thread_ = std::thread([this, st, k_host, v_host, tokens, start]() {
+  store_thread_ = std::thread([this, st, k_host, v_host, imp, tokens, start]() {
     std::vector<store::LayerKV> layers(k_host->size());
-    for (size_t il = 0; il < layers.size(); ++il) layers[il] = {(*k_host)[il].data(), (*v_host)[il].data()};
+    for (size_t il = 0; il < layers.size(); ++il)
+      layers[il] = {(*k_host)[il].data(), (*v_host)[il].data(), imp->empty() ? nullptr : (*imp)[il].data()};
     auto r = st->Insert(*tokens, start, layers);
     if (!r.ok()) {
       spdlog::warn("storing {} new tokens of KV failed: {}", tokens->size() - start, r.status().ToString());

@@ -4,7 +4,7 @@
 //
 // For a request S = P + Q it matches the longest cached prefix R of P, then for each layer:
 //   IMPRESS: read the probe heads' keys of R (prefetched one layer ahead), score them with the
-//     first `probe_heads` query heads (H2O importance), take each head's top-k set, compare the
+//     probe query heads (ProbeQueryHeads) (H2O importance), take each head's top-k set, compare the
 //     mean pairwise Jaccard s with t = (p / (2 - p))^alpha, p = k/n. Pass: select the top-k of
 //     the probe heads' summed normalised importance and read K and V of just those tokens.
 //     Fallback: read all keys, score all heads, select, read the selected values.
@@ -49,21 +49,35 @@ struct PipelineSettings {
   SystemKind system = SystemKind::kImpress;
   float keep = 0.25f;              // keep ratio r: k = ceil(r * n)
   float alpha = 0.6f;              // threshold exponent (0..2); larger alpha lowers t
-  int probe_heads = 3;             // P: the first P query heads probe each layer
+  int probe_heads = 3;             // P: query heads that probe each layer
+  bool probe_spread = false;       // the P heads spread over the KV groups (else the first P heads)
   int sinks = 4;                   // first tokens always kept
   int recent = 32;                 // last prefix tokens always kept
   bool overlap = true;             // prefetch the next layer's probe keys (or KV for AS-like)
   bool record_importance = false;  // fill RequestReport::importance / selected (GUI heatmap)
   bool report_importance = true;   // feed the store's statistics (reorder, score caching)
   int ubatch = 512;                // new tokens per forward batch
+  // The question's forward batches also report, per layer, every head's attention over the new
+  // tokens (H2O column sums); StoreAsync hands it to the store, which writes each layer's chunks in
+  // that order (packed from the first write), attention sinks and the recent window first.
+  bool write_order = true;
 };
 
-// The KV heads the first `probe_heads` query heads use (GQA: h / (n_head / n_head_kv)).
-std::vector<int> ProbeKvHeads(const ModelConfig& config, int probe_heads);
+// The query heads that probe each layer: `probe_heads` of them (clamped to [1, n_head]),
+// ascending. spread: heads floor(j * n_head / P), evenly over the heads, so with grouped-query
+// attention every KV group has one once P >= n_head_kv (SmolLM2, P = 3: heads 0, 3, 6, one per KV
+// head); the first P heads would all share KV head 0 and never see what the other groups attend
+// to. Not spread (the default): heads 0..P-1, the paper's choice for one KV head per query head,
+// whose probe reads the fewest keys under GQA (SmolLM2: a third of them; spread: all of them).
+std::vector<int> ProbeQueryHeads(const ModelConfig& config, int probe_heads, bool spread = false);
+
+// The KV heads those query heads use (GQA: h / (n_head / n_head_kv)), ascending, distinct: the
+// keys the probe reads (its I/O is their share of all keys).
+std::vector<int> ProbeKvHeads(const ModelConfig& config, int probe_heads, bool spread = false);
 
 // Store options matching a model: layer and head shapes, its fingerprint, and probe keys for the
-// KV heads the first `probe_heads` query heads use. The caller sets dir and budgets.
-store::PrefixStoreOptions StoreOptionsFor(const ModelConfig& config, int probe_heads);
+// KV heads of ProbeQueryHeads(config, probe_heads, spread). The caller sets dir and budgets.
+store::PrefixStoreOptions StoreOptionsFor(const ModelConfig& config, int probe_heads, bool spread = false);
 
 struct PipelineRequest {
   std::span<const int32_t> tokens;  // the whole prompt
@@ -123,6 +137,8 @@ class ImpressPipeline {
   Status EnsureBuffers(size_t rows);
   void BeginRequest(const PipelineRequest& request, Run& run);  // match, reset per-request state
   Status PrefillBatch(Run& run, std::span<const int32_t> tokens, int b, int nb);
+  // A batch's attention over the new tokens of layer il, added to write_imp_[il].
+  Status AttendRecordingImportance(int il, const PrefixKV& prefix, int n_cols_before);
   void FinishRequest(Run& run);  // totals, importance statistics to the store
 
   // layer-steps.cpp: identify and load the prefix KV of one layer (docs/design.md section 3).
@@ -155,6 +171,14 @@ class ImpressPipeline {
   store::MatchHandle handle_;
   std::vector<std::vector<uint32_t>> selected_;  // per layer, for ReportImportance
   std::vector<std::vector<float>> selected_scores_;
+  // The write order (PipelineSettings::write_order) of the last prefill.
+  std::vector<std::vector<float>> write_imp_;  // per layer: (n_head, n_new) the question's attention
+  std::vector<float> write_scratch_;           // one layer's importance rows (n_head x columns)
+  int write_from_ = 0;                         // the new-token index where the question starts
+  int n_new_total_ = 0;                        // new tokens of the last prefill
+  struct {
+    int sinks = 0, recent_begin = 0, recent_end = 0;  // kept by every later request: stored first
+  } write_keep_;
 
   // Scratch (device) for probe / all keys and the selected K/V before they land in the buffers.
   DevPtr<f16_t> keys_scratch_;

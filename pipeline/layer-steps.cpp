@@ -18,10 +18,10 @@ bool UsesProbe(SystemKind s) {
 }
 bool UsesH2o(SystemKind s) { return s == SystemKind::kAsH2oLru || s == SystemKind::kAsH2oLfu; }
 
-// True when the store keeps probe keys for every KV head the first `probe_heads` query heads use;
-// otherwise the probe reads all keys (e.g. more probe heads than the store was opened for).
-bool ProbeKeysCover(const ModelConfig& c, int probe_heads, const std::vector<int>& stored) {
-  const std::vector<int> needed = ProbeKvHeads(c, std::clamp(probe_heads, 1, c.n_head));
+// True when the store keeps probe keys for every KV head the probe query heads use; otherwise the
+// probe reads all keys (e.g. more probe heads than the store was opened for).
+bool ProbeKeysCover(const ModelConfig& c, const PipelineSettings& s, const std::vector<int>& stored) {
+  const std::vector<int> needed = ProbeKvHeads(c, s.probe_heads, s.probe_spread);
   return std::all_of(needed.begin(), needed.end(),
                      [&](int g) { return std::find(stored.begin(), stored.end(), g) != stored.end(); });
 }
@@ -52,7 +52,7 @@ Status ImpressPipeline::PrefetchLayer(Run& run, int il) {
     IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, il));
   } else if (UsesProbe(sys)) {
     bucket = &run.report.breakdown.probe_io_ms;
-    if (ProbeKeysCover(c, run.s.probe_heads, store_->options().probe_kv_heads)) {
+    if (ProbeKeysCover(c, run.s, store_->options().probe_kv_heads)) {
       IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitProbeKeys(handle_, il));
     } else {
       IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, il));
@@ -118,9 +118,10 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   TtftBreakdown& bd = job.run.report.breakdown;
   const int n = job.n;
   job.lr.probed = true;
-  const int n_probe = std::clamp(job.run.s.probe_heads, 1, c.n_head);
+  const std::vector<int> probe_heads = ProbeQueryHeads(c, job.run.s.probe_heads, job.run.s.probe_spread);
+  const int n_probe = int(probe_heads.size());
   const std::vector<int>& stored = store_->options().probe_kv_heads;
-  const bool store_covers = ProbeKeysCover(c, n_probe, stored);
+  const bool store_covers = ProbeKeysCover(c, job.run.s, stored);
   std::optional<store::ReadTicket> t = TakePrefetch(job.il);
   if (!t) {
     // More probe heads than the store keeps probe keys for: the probe reads all keys.
@@ -139,7 +140,7 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   std::vector<float> probe_imp(size_t(n_probe) * n, 0.0f);
   IMPRESS_RETURN_IF_ERROR(
       fwd_->ScoreKeys(job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = kv_heads},
-                      FirstN(n_probe), probe_imp.data()));
+                      probe_heads, probe_imp.data()));
   const ProbeVerdict verdict = JudgeProbe(probe_imp, n_probe, n, job.k, job.run.s.alpha);
   job.lr.s = verdict.s;
   job.lr.t = verdict.t;

@@ -242,6 +242,11 @@ struct PrefixStore::Impl {
   std::string Geometry() const;
   uint32_t NChunks(uint32_t n_tokens) const { return (n_tokens + C - 1) / C; }
   ChunkId Cid(uint64_t seg, uint32_t layer, uint32_t index) const { return ChunkKey{seg, layer, index}.Pack(); }
+  // The memory tiers hold a (segment, layer)'s probe keys as one more "chunk" of the layer, under
+  // the last chunk index (no segment reaches it: 2^18 - 1 chunks is 16.7M tokens at C = 64).
+  static constexpr uint32_t kProbeIndex = (1u << ChunkKey::kIndexBits) - 1;
+  ChunkId ProbeCid(uint64_t seg, uint32_t layer) const { return Cid(seg, layer, kProbeIndex); }
+  uint64_t ProbeMemBytes(const ExtentPtr& e) const { return uint64_t(e->ext.n_slots) * probe_rec_bytes; }
   uint64_t ChunkMemBytes(const ExtentPtr& e) const { return uint64_t(e->ext.n_slots) * rec_bytes; }
   ChunkLayout KVLayout(uint32_t n_slots) const { return KVChunkLayout(n_slots, k_bytes); }
   ChunkHeader HeaderFor(ChunkKind kind, uint64_t seg, uint64_t gen, uint32_t layer, uint32_t index, uint32_t slot_begin,
@@ -299,6 +304,9 @@ struct PrefixStore::Impl {
   Status BeginInsert(std::span<const Token> tokens, uint64_t start, InsertJob* job) EXCLUDES(mu);
   Status WriteInsert(std::span<const LayerKV> layers, uint64_t start, InsertJob* job) EXCLUDES(mu);
   Result<InsertSummary> PublishInsertLocked(std::span<const Token> tokens, InsertJob* job) REQUIRES(mu);
+  void AdmitInsertedLocked(const InsertJob& job, std::span<const LayerKV> layers, uint64_t start) REQUIRES(mu);
+  void AdmitFreshLocked(ChunkId cid, uint64_t generation, uint64_t bytes, const std::function<void(uint8_t*)>& fill)
+      REQUIRES(mu);
   Status WriteLayer(uint64_t seg, uint64_t gen, uint32_t il, uint32_t n_tokens, const std::vector<uint32_t>& mapping,
                     const std::vector<bool>& chunk_wanted, const RecordAt& k_at, const RecordAt& v_at,
                     const uint8_t* probe_records, ProbeRow* probe_row, WrittenChunks* out) EXCLUDES(mu);

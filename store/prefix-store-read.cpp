@@ -70,17 +70,38 @@ Result<ReadTicket> PrefixStore::Impl::SubmitProbeKeys(const MatchHandle& h, int 
       return Status::Corruption("store: probe keys of segment " + std::to_string(sv.span.segment) + " layer " +
                                 std::to_string(il) + " are corrupt");
     ReadSource s;
+    s.cid = ProbeCid(sv.span.segment, uint32_t(il));
     s.segment = sv.span.segment;
     s.layer = uint32_t(il);
     s.index = UINT32_MAX;
     s.ext = e;
-    const uint64_t a = kChunkHeaderBytes + sv.span.seg_begin * probe_rec_bytes;
-    const uint64_t b = a + sv.span.length * probe_rec_bytes;
-    s.runs = RunsFor({{a, b}});
     for (uint64_t r = 0; r < sv.span.length; ++r)
       s.rows.push_back({uint32_t(sv.span.depth + r), uint32_t(sv.span.seg_begin + r)});
     pr->stats.useful_bytes += sv.span.length * probe_rec_bytes;
-    ++pr->stats.chunks_ssd;
+    // The probe keys are tier-managed like a chunk: read on every IMPRESS request, they rank high.
+    AccessResult ar = tiers.Access(s.cid, ProbeMemBytes(e));
+    for (const auto& m : ar.moves) {
+      if (m.chunk == s.cid && m.from == Tier::kSsd && m.to != Tier::kSsd) s.install = m.to;
+      else ApplyMoveLocked(m);
+    }
+    for (Tier t : {Tier::kDevice, Tier::kHost}) {
+      auto b = blocks[size_t(t)].find(s.cid);
+      if (b != blocks[size_t(t)].end()) {
+        s.block = b->second;
+        (t == Tier::kDevice ? pr->stats.chunks_device : pr->stats.chunks_host)++;
+        break;
+      }
+    }
+    if (!s.block) {
+      ++pr->stats.chunks_ssd;
+      if (s.install != Tier::kSsd) {
+        s.whole = true;
+        s.runs = {{0, s.ext->ext.length / kBlockBytes}};
+      } else {
+        const uint64_t a = kChunkHeaderBytes + sv.span.seg_begin * probe_rec_bytes;
+        s.runs = RunsFor({{a, a + sv.span.length * probe_rec_bytes}});
+      }
+    }
     pr->sources.push_back(std::move(s));
   }
   return SubmitLocked(std::move(pr));
@@ -268,13 +289,20 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
   IMPRESS_RETURN_IF_ERROR(VerifyRead(*pr));  // before serving a byte of it
   if (pr->probe) {
     const size_t pe = probe_rec_bytes / 2;
-    for (auto& s : pr->sources)
+    std::vector<uint8_t> tmp;
+    for (auto& s : pr->sources) {
+      const uint8_t* recs = s.img.data() + kChunkHeaderBytes;  // (n_slots, n_probe, head_dim)
+      if (s.block) {
+        tmp.resize(s.block->n);
+        s.block->mem->CopyOut(tmp.data(), s.block->p, s.block->n);
+        recs = tmp.data();
+      }
       for (auto [row, rec] : s.rows)
-        std::memcpy(k_out + size_t(row) * pe, s.img.data() + kChunkHeaderBytes + size_t(rec) * probe_rec_bytes,
-                    probe_rec_bytes);
-    return stats;
+        std::memcpy(k_out + size_t(row) * pe, recs + size_t(rec) * probe_rec_bytes, probe_rec_bytes);
+    }
+  } else {
+    GatherKV(*pr, k_out, v_out);
   }
-  GatherKV(*pr, k_out, v_out);
   MutexLock lk(&mu);
   InstallAdmittedLocked(*pr);
   return stats;
@@ -334,15 +362,20 @@ void PrefixStore::Impl::InstallAdmittedLocked(PendingRead& pr) {
   for (auto& s : pr.sources) {
     if (!s.whole || s.install == Tier::kSsd || tiers.Where(s.cid) != s.install) continue;
     auto sit = segs.find(s.segment);
-    if (sit == segs.end() || sit->second.layout->generation != s.generation) continue;
+    if (sit == segs.end() || (!pr.probe && sit->second.layout->generation != s.generation)) continue;
     if (blocks[size_t(s.install)].count(s.cid)) continue;
     auto& mem = s.install == Tier::kDevice ? device_mem : host_mem;
     auto b = std::make_shared<TierBlock>();
     b->mem = mem;
-    b->n = size_t(s.ext->ext.n_slots) * rec_bytes;
+    b->n = size_t(s.ext->ext.n_slots) * (pr.probe ? probe_rec_bytes : rec_bytes);
     b->generation = s.generation;
     b->p = mem->Alloc(b->n);
     if (!b->p) continue;
+    if (pr.probe) {  // the probe records, without the header
+      mem->CopyIn(b->p, s.img.data() + kChunkHeaderBytes, b->n);
+      blocks[size_t(s.install)][s.cid] = std::move(b);
+      continue;
+    }
     const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);
     const size_t region = size_t(s.ext->ext.n_slots) * k_bytes;
     mem->CopyIn(b->p, s.img.data() + lay.k_offset, region);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "store/prefix-store-impl.h"
 
@@ -19,8 +20,24 @@ struct PrefixStore::Impl::InsertJob {
   uint32_t n = 0;           // its tokens
   NodeId locked = kNoNode;  // the matched prefix, locked while the chunks are written
   WrittenChunks written;
-  std::vector<ProbeRow> probes;  // [layer]
+  std::vector<ProbeRow> probes;                // [layer]
+  std::vector<std::vector<uint32_t>> mapping;  // [layer] slot -> original offset; empty = identity
+  std::vector<float> imp;                      // [layer * n + offset] write-time importance; empty = none
 };
+
+namespace {
+
+// Offsets [0, n) by descending importance (ties: original order); empty when that is the identity.
+std::vector<uint32_t> ImportanceOrder(const float* imp, uint32_t n) {
+  std::vector<uint32_t> m(n);
+  std::iota(m.begin(), m.end(), 0u);
+  std::stable_sort(m.begin(), m.end(), [&](uint32_t a, uint32_t b) { return imp[a] > imp[b]; });
+  for (uint32_t i = 0; i < n; ++i)
+    if (m[i] != i) return m;
+  return {};
+}
+
+}  // namespace
 
 Result<InsertSummary> PrefixStore::Impl::Insert(std::span<const Token> tokens, uint64_t start,
                                                 std::span<const LayerKV> layers) {
@@ -44,7 +61,9 @@ Result<InsertSummary> PrefixStore::Impl::Insert(std::span<const Token> tokens, u
   }
   MutexLock lk(&mu);
   (void)tree.Unlock(job.locked);
-  return PublishInsertLocked(tokens, &job);
+  Result<InsertSummary> sum = PublishInsertLocked(tokens, &job);
+  if (sum.ok() && sum->n_written > 0 && opt.admit_on_insert) AdmitInsertedLocked(job, layers, start);
+  return sum;
 }
 
 // Matches what is cached already, names the new segment and locks the prefix it extends.
@@ -78,17 +97,23 @@ Status PrefixStore::Impl::WriteInsert(std::span<const LayerKV> layers, uint64_t 
   const size_t row_elems = size_t(opt.n_head_kv) * size_t(opt.head_dim);
   const size_t head_bytes = size_t(opt.head_dim) * 2;
   job->probes.resize(size_t(opt.n_layer));
+  job->mapping.assign(size_t(opt.n_layer), {});
   std::vector<uint8_t> probe_recs(size_t(n) * probe_rec_bytes);
   const std::vector<bool> all(NChunks(n), true);
   for (int il = 0; il < opt.n_layer; ++il) {
     const f16_t* k = layers[size_t(il)].k + skip * row_elems;
     const f16_t* v = layers[size_t(il)].v + skip * row_elems;
+    if (const float* imp = layers[size_t(il)].importance) {
+      if (job->imp.empty()) job->imp.assign(size_t(opt.n_layer) * n, 0.0f);
+      std::copy_n(imp + skip, n, job->imp.begin() + std::ptrdiff_t(size_t(il) * n));
+      job->mapping[size_t(il)] = ImportanceOrder(imp + skip, n);
+    }
     for (uint32_t t = 0; t < n; ++t)
       for (size_t p = 0; p < opt.probe_kv_heads.size(); ++p)
         std::memcpy(probe_recs.data() + size_t(t) * probe_rec_bytes + p * head_bytes,
                     k + t * row_elems + size_t(opt.probe_kv_heads[p]) * size_t(opt.head_dim), head_bytes);
     IMPRESS_RETURN_IF_ERROR(WriteLayer(
-        job->seg, 0, uint32_t(il), n, {}, all,
+        job->seg, 0, uint32_t(il), n, job->mapping[size_t(il)], all,
         [&](uint32_t o) { return reinterpret_cast<const uint8_t*>(k + size_t(o) * row_elems); },
         [&](uint32_t o) { return reinterpret_cast<const uint8_t*>(v + size_t(o) * row_elems); }, probe_recs.data(),
         &job->probes[size_t(il)], &job->written));
@@ -117,10 +142,31 @@ Result<InsertSummary> PrefixStore::Impl::PublishInsertLocked(std::span<const Tok
     b.upsert_nodes.push_back(RecordOf(sp.lower));
   }
   b.upsert_nodes.push_back(RecordOf(ir->new_node));
+  auto l = std::make_shared<SegLayout>();
+  l->mapping = job->mapping;
+  l->slot_of.assign(size_t(opt.n_layer), {});
+  for (size_t il = 0; il < l->mapping.size(); ++il) {
+    if (l->mapping[il].empty()) continue;
+    l->slot_of[il].resize(n);
+    for (uint32_t sl = 0; sl < n; ++sl) l->slot_of[il][l->mapping[il][sl]] = sl;
+  }
+  SegState ss;
+  ss.n_tokens = n;
+  ss.imp_sum.assign(size_t(opt.n_layer) * n, 0.0f);
+  ss.imp_count.assign(size_t(opt.n_layer) * n, 0);
+  for (size_t i = 0; i < job->imp.size(); ++i) {  // the write-time importance: the first report
+    ss.imp_sum[i] = job->imp[i];
+    ss.imp_count[i] = 1;
+  }
   SegmentRow row;
   row.id = seg;
   row.n_tokens = n;
-  b.upsert_segments.push_back(row);
+  row.mapping = l->Flat(n);
+  if (!job->imp.empty()) {  // else nothing to persist yet (the catalog stays small)
+    row.imp_sum = ss.imp_sum;
+    row.imp_count = ss.imp_count;
+  }
+  b.upsert_segments.push_back(std::move(row));
   b.upsert_chunks = job->written.rows;
   b.upsert_probes = job->probes;
   Status s = CommitLocked(b);
@@ -131,9 +177,6 @@ Result<InsertSummary> PrefixStore::Impl::PublishInsertLocked(std::span<const Tok
     ++st.insert_failures;
     return s.WithContext("store insert: catalog commit");
   }
-  auto l = std::make_shared<SegLayout>();
-  l->mapping.assign(size_t(opt.n_layer), {});
-  l->slot_of.assign(size_t(opt.n_layer), {});
   l->chunks.assign(size_t(opt.n_layer), std::vector<ExtentPtr>(NChunks(n)));
   l->probes.assign(size_t(opt.n_layer), nullptr);
   size_t oi = 0;  // WriteLayer appended each layer's chunks, then its probe keys
@@ -141,11 +184,7 @@ Result<InsertSummary> PrefixStore::Impl::PublishInsertLocked(std::span<const Tok
     for (uint32_t i = 0; i < NChunks(n); ++i) l->chunks[size_t(il)][i] = owned[oi++];
     l->probes[size_t(il)] = owned[oi++];
   }
-  SegState ss;
-  ss.n_tokens = n;
   ss.layout = l;
-  ss.imp_sum.assign(size_t(opt.n_layer) * n, 0.0f);
-  ss.imp_count.assign(size_t(opt.n_layer) * n, 0);
   segs[seg] = std::move(ss);
   CatalogBatch b2;
   FreeDeadChunksLocked(seg, b2);  // another insert may have covered the front meanwhile
@@ -153,6 +192,68 @@ Result<InsertSummary> PrefixStore::Impl::PublishInsertLocked(std::span<const Tok
   job->sum.n_written = ir->n_inserted;
   ++st.inserts;
   return job->sum;
+}
+
+// Keeps the KV just written in the memory tiers while they have room (TierManager::AdmitFresh),
+// copied from the caller's K/V in each layer's slot order: a follow-up question then finds it
+// there instead of reading back from the SSD what was computed a moment ago.
+void PrefixStore::Impl::AdmitInsertedLocked(const InsertJob& job, std::span<const LayerKV> layers, uint64_t start) {
+  auto sit = segs.find(job.seg);
+  if (sit == segs.end()) return;
+  const LayoutPtr l = sit->second.layout;
+  const uint64_t skip = job.seg_start - start;  // rows of `layers` before the segment's first token
+  const size_t row_elems = size_t(opt.n_head_kv) * size_t(opt.head_dim);
+  const size_t head_bytes = size_t(opt.head_dim) * 2;
+  // Probe keys first: every IMPRESS request reads all of them, and they are small.
+  for (uint32_t il = 0; il < l->probes.size(); ++il) {
+    if (!l->probes[il]) continue;
+    const f16_t* k = layers[il].k + skip * row_elems;
+    AdmitFreshLocked(ProbeCid(job.seg, il), l->generation, uint64_t(job.n) * probe_rec_bytes, [&](uint8_t* out) {
+      for (uint32_t t = 0; t < job.n; ++t)
+        for (size_t p = 0; p < opt.probe_kv_heads.size(); ++p)
+          std::memcpy(out + size_t(t) * probe_rec_bytes + p * head_bytes,
+                      k + size_t(t) * row_elems + size_t(opt.probe_kv_heads[p]) * size_t(opt.head_dim), head_bytes);
+    });
+  }
+  for (uint32_t il = 0; il < l->chunks.size(); ++il) {
+    const f16_t* k = layers[il].k + skip * row_elems;
+    const f16_t* v = layers[il].v + skip * row_elems;
+    for (uint32_t i = 0; i < l->chunks[il].size(); ++i) {
+      const ExtentPtr& e = l->chunks[il][i];
+      if (!e) continue;
+      // The tier image: K records then V records, in slot order (the layer's mapping list).
+      AdmitFreshLocked(Cid(job.seg, il, i), l->generation, ChunkMemBytes(e), [&](uint8_t* out) {
+        const size_t region = size_t(e->ext.n_slots) * k_bytes;
+        for (uint32_t s = 0; s < e->ext.n_slots; ++s) {
+          const uint32_t o = l->Orig(il, i * C + s);
+          std::memcpy(out + size_t(s) * k_bytes, k + size_t(o) * row_elems, k_bytes);
+          std::memcpy(out + region + size_t(s) * k_bytes, v + size_t(o) * row_elems, k_bytes);
+        }
+      });
+    }
+  }
+}
+
+// One chunk (or probe set) just written: if the tier manager admits it, its tier image (`bytes`,
+// made by `fill`) is installed in that tier.
+void PrefixStore::Impl::AdmitFreshLocked(ChunkId cid, uint64_t generation, uint64_t bytes,
+                                         const std::function<void(uint8_t*)>& fill) {
+  const Tier t = tiers.AdmitFresh(cid, bytes);
+  if (t == Tier::kSsd || blocks[size_t(t)].count(cid)) return;
+  auto& mem = t == Tier::kDevice ? device_mem : host_mem;
+  auto b = std::make_shared<TierBlock>();
+  b->mem = mem;
+  b->n = size_t(bytes);
+  b->generation = generation;
+  b->p = mem->Alloc(b->n);
+  if (!b->p) {
+    (void)tiers.Remove(cid, /*keep_stats=*/true);  // out of memory: the chunk is simply not cached
+    return;
+  }
+  std::vector<uint8_t> img(b->n);
+  fill(img.data());
+  mem->CopyIn(b->p, img.data(), b->n);
+  blocks[size_t(t)][cid] = std::move(b);
 }
 
 // ==================================================================== chunk writing
@@ -373,8 +474,10 @@ void PrefixStore::Impl::KillSegmentLocked(uint64_t seg, CatalogBatch& batch) {
       if (l.chunks[il][i]) pending_retire.push_back(l.chunks[il][i]);
       DropChunkLocked(Cid(seg, il, i));
     }
-  for (auto& p : l.probes)
-    if (p) pending_retire.push_back(p);
+  for (uint32_t il = 0; il < l.probes.size(); ++il) {
+    if (l.probes[il]) pending_retire.push_back(l.probes[il]);
+    DropChunkLocked(ProbeCid(seg, il));
+  }
   segs.erase(it);
   dirty_segs.erase(seg);
   batch.delete_segments.push_back(seg);

@@ -51,6 +51,10 @@ struct PrefixStoreOptions {
   uint64_t ssd_bytes = 16ull << 30;  // data files + catalog never grow past this
   int queue_depth = 32;
   PolicyKind policy = PolicyKind::kImpress;
+  // Freshly written chunks enter the device, else the host tier while it has room (nothing is
+  // evicted for them), so a follow-up question does not go back to the SSD for KV just computed.
+  // false: new KV lands on the SSD only (benchmarks that measure SSD reads of a cold store).
+  bool admit_on_insert = true;
   std::chrono::milliseconds reorder_interval = std::chrono::minutes(10);  // 0: on demand only
   bool force_pread = false;                                               // also IMPRESS_STORE_FORCE_PREAD=1
   bool verify_on_open = false;  // read and check every chunk on open (else: on every read)
@@ -63,9 +67,14 @@ struct PrefixStoreOptions {
 };
 
 // K and V of one layer for tokens [start, end) of an insert, fp16, each (n_tokens, n_head_kv, head_dim).
+// `importance` (optional, n_tokens values, larger = more important) is what the computation that
+// produced the KV saw (e.g. H2O column sums over the prompt's last part): the layer's chunks are
+// then written in that order, with the layer's mapping list (the first write is already packed,
+// as a reorder would pack it), and it counts as the tokens' first importance report.
 struct LayerKV {
   const f16_t* k = nullptr;
   const f16_t* v = nullptr;
+  const float* importance = nullptr;
 };
 
 struct MatchHandle {
@@ -221,7 +230,8 @@ class PrefixStore {
   Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out);
 
   // Stores KV for tokens [start, tokens.size()) of the sequence `tokens`; layers[il] holds them.
-  // Tokens the tree already has are skipped. Fails (nothing visible) if [0, start) is no longer
+  // Tokens the tree already has are skipped. The new chunks also enter the memory tiers while
+  // they have room (options().admit_on_insert). Fails (nothing visible) if [0, start) is no longer
   // cached, the SSD budget cannot be met by evicting unlocked leaves, or a write fails.
   Result<InsertSummary> Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers);
 

@@ -163,6 +163,20 @@ AccessResult TierManager::Access(ChunkId id, uint64_t bytes, std::optional<doubl
   return r;
 }
 
+Tier TierManager::AdmitFresh(ChunkId id, uint64_t bytes) {
+  auto it = entries_.find(id);
+  if (it != entries_.end() && it->second.tier != Tier::kSsd) return it->second.tier;
+  for (Tier t : {Tier::kDevice, Tier::kHost}) {
+    const TierCounters& c = state(t).counters;
+    if (c.used_bytes + bytes > c.budget_bytes) continue;
+    Entry& e = entries_[id];  // statistics only for chunks placed: the rest stay unknown
+    e.stats.bytes = bytes;
+    Place(id, e, t);
+    return t;
+  }
+  return Tier::kSsd;
+}
+
 Status TierManager::ReportImportance(ChunkId id, double fraction_selected) {
   ChunkStats probe;
   IMPRESS_RETURN_IF_ERROR(RecordImportance(probe, fraction_selected));  // validates only

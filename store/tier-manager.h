@@ -101,6 +101,13 @@ class TierManager {
   // as no report). A resident chunk keeps its recorded size; `bytes` updates it otherwise.
   AccessResult Access(ChunkId chunk, uint64_t bytes, std::optional<double> fraction_selected = std::nullopt);
 
+  // A chunk just written whose KV is still in memory (`bytes` big): placed in device if that
+  // has room, else in host if that has room, else in neither. Nothing is pushed out for it: the
+  // policy ranks chunks only when something must leave, and a fresh chunk has no access to rank
+  // by yet. Counts no access (no hit, no miss). A chunk already resident stays where it is.
+  // Returns the tier it is in afterwards; the store installs the bytes (kSsd: nothing to do).
+  Tier AdmitFresh(ChunkId chunk, uint64_t bytes);
+
   // After a request: the fraction of the chunk's tokens the pipeline selected. Updates the EMA
   // and re-keys the chunk in its heap; moves nothing (placement changes on the next access).
   // Unknown chunks get statistics (frequency 0). InvalidArgument for NaN or outside [0, 1].
