@@ -32,37 +32,44 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_.store(true, std::memory_order_release);
+    stop_.store(true);
   }
   cv_start_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunTasks() {
+void ThreadPool::RunTasks(uint64_t gen) {
+  // Read before claiming; a successful claim proves they belong to `gen` (the caller re-tags
+  // next_ before it replaces them).
+  const std::function<void(int64_t)>* fn = fn_.load();
+  const int64_t n = n_tasks_.load();
+  const uint64_t tag = uint64_t(uint32_t(gen)) << 32;
+  uint64_t cur = next_.load();
   for (;;) {
-    const int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
-    if (i >= n_tasks_) return;
-    (*fn_)(i);
+    if ((cur & ~uint64_t(0xffffffff)) != tag) return;
+    const int64_t i = int64_t(cur & 0xffffffff);
+    if (i >= n) return;
+    if (!next_.compare_exchange_weak(cur, cur + 1)) continue;
+    (*fn)(i);
+    if (done_.fetch_add(1) + 1 == n) {
+      std::lock_guard<std::mutex> lock(mu_);  // the caller is spinning, or waiting with mu_ released
+      cv_done_.notify_one();
+    }
+    cur = next_.load();
   }
 }
 
 void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
-  auto started = [&] {
-    return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
-  };
+  auto started = [&] { return stop_.load() || generation_.load() != seen; };
   for (;;) {
     if (!SpinUntil(started)) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_start_.wait(lock, started);
     }
-    if (stop_.load(std::memory_order_acquire)) return;
-    seen = generation_.load(std::memory_order_acquire);
-    RunTasks();
-    if (n_busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mu_);  // the caller is spinning, or waiting with mu_ released
-      cv_done_.notify_one();
-    }
+    if (stop_.load()) return;
+    seen = generation_.load();
+    RunTasks(seen);
   }
 }
 
@@ -72,23 +79,23 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) 
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  fn_ = &fn;
-  n_tasks_ = n;
-  next_.store(0, std::memory_order_relaxed);
-  n_busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  const uint64_t gen = generation_.load() + 1;
+  next_.store(uint64_t(uint32_t(gen)) << 32);  // first: late workers of the last job now claim nothing
+  fn_.store(&fn);
+  n_tasks_.store(n);
+  done_.store(0);
   {
     // Under mu_ so that a worker between its check and its sleep cannot miss the start.
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);  // publishes fn_, n_tasks_, next_
+    generation_.store(gen);
   }
   cv_start_.notify_all();
-  RunTasks();
-  auto done = [&] { return n_busy_.load(std::memory_order_acquire) == 0; };
+  RunTasks(gen);
+  auto done = [&] { return done_.load() == n; };
   if (!SpinUntil(done)) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_done_.wait(lock, done);
   }
-  fn_ = nullptr;
 }
 
 }  // namespace impress

@@ -34,19 +34,23 @@ class ThreadPool {
 
  private:
   void WorkerLoop();
-  void RunTasks();
+  // Claims and runs tasks of job `gen` until none is left (or a newer job replaced it).
+  void RunTasks(uint64_t gen);
 
   const int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;  // orders sleeping on the condition variables with the changes below
   std::condition_variable cv_start_, cv_done_;
   std::atomic<uint64_t> generation_{0};  // advanced (under mu_) to start a job
-  std::atomic<int> n_busy_{0};           // workers still in the current job
   std::atomic<bool> stop_{false};        // set (under mu_) to end the workers
-  // The current job (set before generation_ advances).
-  const std::function<void(int64_t)>* fn_ = nullptr;
-  int64_t n_tasks_ = 0;
-  std::atomic<int64_t> next_{0};
+  // The current job. next_ holds the job's generation (low 32 bits) in its high half and the
+  // next task index in its low half: a worker that wakes late, holding an older generation,
+  // can claim nothing, so the caller waits for the tasks to be done, never for a worker to be
+  // scheduled (which matters when the cores are shared).
+  std::atomic<const std::function<void(int64_t)>*> fn_{nullptr};
+  std::atomic<int64_t> n_tasks_{0};
+  std::atomic<uint64_t> next_{0};
+  std::atomic<int64_t> done_{0};  // tasks of the current job finished
 };
 
 }  // namespace impress
