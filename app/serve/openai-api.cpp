@@ -240,6 +240,17 @@ std::optional<ApiError> BuildRequestPrompt(const CompletionRequest& r, const Tok
     }
   }
   *out = conv.Build(question, tokenizer, chat, raw);
+  // A question that carries its own material (a document pasted before it, a blank line, then
+  // what to do with it) reuses that material too: the prefix extends to the last blank line.
+  // The tokens stay those of the whole prompt; only where reuse stops moves.
+  const size_t cut = r.chat ? question.rfind("\n\n") : std::string::npos;
+  if (cut != std::string::npos && cut > 0) {
+    const PromptTokens head = conv.Build(question.substr(0, cut + 2), tokenizer, chat, raw);
+    const int shared =
+        int(std::mismatch(head.tokens.begin(), head.tokens.end(), out->tokens.begin(), out->tokens.end()).first -
+            head.tokens.begin());
+    out->n_prefix = std::max(out->n_prefix, shared);
+  }
   if (out->tokens.empty()) return Invalid("the prompt has no tokens", r.chat ? "messages" : "prompt");
   out->n_prefix = std::min(out->n_prefix, int(out->tokens.size()) - 1);  // at least one token is computed
   return std::nullopt;

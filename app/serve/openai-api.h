@@ -73,9 +73,10 @@ std::string ModelId(const std::string& model_path);
 // The prompt of a request, laid out as the chat session lays out a conversation so the store
 // reuses it: chat: the first system message is the system prompt, the last message (which must
 // be the user's) is the question, the messages between are earlier turns; the reusable prefix
-// is everything before the question. Completions: raw text, the prefix ends at the last blank
-// line ("\n\n"). Message text is tokenized literally (no special tokens from user text).
-// Errors: 400 when the last chat message is not the user's.
+// is everything before the question, and when the question has a blank line ("\n\n": material
+// pasted before the request proper), everything up to its last one. Completions: raw text, the prefix ends at the last
+// blank line ("\n\n"). Message text is tokenized literally (no special tokens from user text). Errors: 400 when the
+// last chat message is not the user's.
 std::optional<ApiError> BuildRequestPrompt(const CompletionRequest& request, const Tokenizer& tokenizer,
                                            const ChatTemplate& chat, PromptTokens* out);
 

@@ -267,6 +267,25 @@ TEST_F(RequestPrompt, ChatPrefixIsEverythingBeforeTheQuestionAsTheSessionBuildsI
   EXPECT_EQ(prefix_text.find("second?"), std::string::npos);
 }
 
+TEST_F(RequestPrompt, MaterialPastedIntoTheQuestionIsPartOfThePrefix) {
+  CompletionRequest r;
+  ASSERT_FALSE(ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": "The report says sales rose.\n\nIt has two parts.\n\nSummarize it."}]})",
+      &r));
+  PromptTokens p;
+  ASSERT_FALSE(BuildRequestPrompt(r, ctx_->tokenizer(), ctx_->chat_template(), &p));
+  // The prompt is the session's, token for token; only the prefix moved to the last blank line.
+  Conversation c;
+  const PromptTokens session = c.Build("The report says sales rose.\n\nIt has two parts.\n\nSummarize it.",
+                                       ctx_->tokenizer(), ctx_->chat_template());
+  EXPECT_EQ(p.tokens, session.tokens);
+  EXPECT_GT(p.n_prefix, session.n_prefix);
+  const Tokenizer& t = ctx_->tokenizer();
+  const std::string prefix = t.Decode(std::vector<int32_t>(p.tokens.begin(), p.tokens.begin() + p.n_prefix));
+  EXPECT_NE(prefix.find("It has two parts."), std::string::npos);
+  EXPECT_EQ(prefix.find("Summarize"), std::string::npos);
+}
+
 TEST_F(RequestPrompt, SpecialTokenTextInMessagesStaysLiteral) {
   const int32_t im_start = ctx_->tokenizer().TokenId("<|im_start|>");
   ASSERT_GE(im_start, 0);

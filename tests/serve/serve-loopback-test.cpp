@@ -8,6 +8,7 @@
 #include <httplib.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "app/serve/openai-api.h"
@@ -112,6 +113,22 @@ TEST_F(ServeLoopback, StreamedTextEqualsPlainTextAndThePrefixIsReused) {
   Post("/v1/chat/completions", {{"messages", kMessages}, {"max_tokens", 4}});
   const json again = Post("/v1/chat/completions", {{"messages", kMessages}, {"max_tokens", 4}});
   EXPECT_GT(again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+}
+
+TEST_F(ServeLoopback, ADocumentPastedBeforeTheQuestionIsReusedByTheNextQuestion) {
+  std::ifstream in(std::string(IMPRESS_SOURCE_DIR) + "/assets/docs/gpl-3.0.txt");
+  std::string doc(1500, '\0');
+  in.read(doc.data(), std::streamsize(doc.size()));
+  ASSERT_EQ(in.gcount(), std::streamsize(doc.size()));
+  auto ask = [&](const std::string& question) {
+    const json messages = json::array({{{"role", "user"}, {"content", doc + "\n\n" + question}}});
+    return Post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 2}, {"impress", {{"report", true}}}});
+  };
+  const json first = ask("Who wrote this?");
+  const int n_prefix = first["impress_report"]["n_prefix"];
+  EXPECT_GT(n_prefix, 250);  // the document, not only the template's opening
+  const json second = ask("What may I copy?");
+  EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), n_prefix * 95 / 100);
 }
 
 TEST_F(ServeLoopback, AClientThatHangsUpMidStreamLeavesTheServerServing) {
