@@ -118,6 +118,35 @@ inline void AxpyF16(float* acc, float p, const f16_t* v, int n) {
   for (; c < n; ++c) acc[c] += p * Fp16ToFp32(v[c]);
 }
 
+// s[x * ld] = scale * q_x . k for the group's heads x < group (q_x = q0 + x * hd), each k
+// vector converted from fp16 once.
+inline void GroupScores(const float* q0, const f16_t* k, int hd, int group, float scale, float* s, int ld) {
+  if (hd % 8 != 0 || group > 8) {
+    for (int x = 0; x < group; ++x) s[x * ld] = scale * DotF16(q0 + x * hd, k, hd);
+    return;
+  }
+  __m256 acc[8];
+  for (int x = 0; x < group; ++x) acc[x] = _mm256_setzero_ps();
+  for (int c = 0; c < hd; c += 8) {
+    const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + c)));
+    for (int x = 0; x < group; ++x) acc[x] = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + x * hd + c), kv, acc[x]);
+  }
+  for (int x = 0; x < group; ++x) s[x * ld] = scale * HorizontalSum(acc[x]);
+}
+
+// accs[x][0..hd) += p[x * ld] * v for the group's heads, v converted from fp16 once.
+inline void GroupAxpy(float* const* accs, const float* p, int ld, const f16_t* v, int hd, int group) {
+  if (hd % 8 != 0) {
+    for (int x = 0; x < group; ++x) AxpyF16(accs[x], p[x * ld], v, hd);
+    return;
+  }
+  for (int c = 0; c < hd; c += 8) {
+    const __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c)));
+    for (int x = 0; x < group; ++x)
+      _mm256_storeu_ps(accs[x] + c, _mm256_fmadd_ps(_mm256_set1_ps(p[x * ld]), vv, _mm256_loadu_ps(accs[x] + c)));
+  }
+}
+
 // ---- the backend ---------------------------------------------------------------------------
 
 // Work (in values touched) below which an op runs on the calling thread: waking the pool costs
@@ -502,7 +531,11 @@ void CpuBackend::DirectAttention(const AttentionArgs& a, const std::vector<float
   const std::function<void(int64_t)> task = [&](int64_t t) {
     const int g = int(t / n_blocks), b = int(t % n_blocks);
     const int j0 = int(int64_t(n_keys) * b / n_blocks), j1 = int(int64_t(n_keys) * (b + 1) / n_blocks);
-    alignas(32) float s[kMaxBlock];
+    // Scores of every head of the group (x * kLd + j): each fp16 key and value row is
+    // converted once for all the heads that share it.
+    // The row stride is not a multiple of 4 KiB, so the heads' stores do not alias in the caches.
+    constexpr int kLd = kMaxBlock + 16;
+    alignas(32) float s[kDirectRows * kLd];
     auto key = [&](int j) {
       return j < n_prefix ? a.k_prefix.raw() + (int64_t(j) * n_kv + g) * hd
                           : a.k_new.raw() + (int64_t(j - n_prefix) * n_kv + g) * hd;
@@ -511,29 +544,30 @@ void CpuBackend::DirectAttention(const AttentionArgs& a, const std::vector<float
       return j < n_prefix ? a.v_prefix.raw() + (int64_t(j) * n_kv + g) * hd
                           : a.v_new.raw() + (int64_t(j - n_prefix) * n_kv + g) * hd;
     };
-    for (int x = 0; x < group; ++x) {
-      const int h = g * group + x;
-      for (int i = 0; i < n_new; ++i) {
+    for (int i = 0; i < n_new; ++i) {
+      const int jend = std::min(j1, n_prefix + i + 1);  // causal among the new tokens
+      const int n = std::max(0, jend - j0);
+      const float* q0 = a.q.raw() + int64_t(i) * ld_q + int64_t(g) * group * hd;  // the group's heads, adjacent
+      for (int j = 0; j < n; ++j) GroupScores(q0, key(j0 + j), hd, group, a.scale, s + j, kLd);
+      float* accs[kDirectRows];
+      for (int x = 0; x < group; ++x) {
+        const int h = g * group + x;
         const size_t idx = (size_t(t) * rows) + size_t(x) * n_new + i;
-        float* acc = part_acc_.data() + idx * hd;
-        std::fill(acc, acc + hd, 0.0f);
-        const int jend = std::min(j1, n_prefix + i + 1);  // causal among the new tokens
-        if (jend <= j0) {
+        accs[x] = part_acc_.data() + idx * hd;
+        std::fill(accs[x], accs[x] + hd, 0.0f);
+        if (n == 0) {
           part_max_[idx] = -INFINITY;
           part_sum_[idx] = 0;
           continue;
         }
-        const int n = jend - j0;
-        const float* q = a.q.raw() + int64_t(i) * ld_q + int64_t(h) * hd;
-        for (int j = 0; j < n; ++j) s[j] = a.scale * DotF16(q, key(j0 + j), hd);
+        float* sx = s + x * kLd;
         if (any_importance && imp_row[h])
-          std::memcpy(raw_scores_.data() + (size_t(h) * n_new + i) * n_keys + j0, s, sizeof(float) * n);
+          std::memcpy(raw_scores_.data() + (size_t(h) * n_new + i) * n_keys + j0, sx, sizeof(float) * n);
         float sum = 0;
-        const float m = ExpShift(s, n, &sum);
-        for (int j = 0; j < n; ++j) AxpyF16(acc, s[j], val(j0 + j), hd);
-        part_max_[idx] = m;
+        part_max_[idx] = ExpShift(sx, n, &sum);
         part_sum_[idx] = sum;
       }
+      for (int j = 0; j < n; ++j) GroupAxpy(accs, s + j, kLd, val(j0 + j), hd, group);
     }
   };
   if (n_kv * n_blocks == 1) {
