@@ -261,6 +261,10 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
   pipecmd->add_option("--n-questions", pa->opts.n_questions, "how many questions")->check(CLI::Range(1, 10000));
   pipecmd->add_flag("--probe-spread", pa->opts.probe_spread, "probe heads spread over the KV groups");
   pipecmd->add_flag("--no-write-order{false}", pa->opts.write_order, "store the document's chunks in token order");
+  pipecmd
+      ->add_option("--select-group", pa->opts.select_group,
+                   "I/O-aware selection: tokens kept in read groups of N slots (-1: whole 4 KiB blocks; 0: per token)")
+      ->check(CLI::Range(-1, 4096));
   pipecmd->callback([=] {
     ConfigureLogging(*common);
     PipelineBenchOptions opts = pa->opts;
@@ -302,6 +306,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"alpha", opts.alpha},
                      {"probe_spread", opts.probe_spread},
                      {"write_order", opts.write_order},
+                     {"select_group", opts.select_group},
                      {"recomp_ttft_ms", r->recomp_ttft_ms},
                      {"impress_vs_as_bytes", r->impress_vs_as_bytes},
                      {"impress_vs_h2o_lfu_bytes", r->impress_vs_h2o_bytes},
@@ -316,11 +321,13 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       return;
     }
     std::cout << fmt::format(
-        "CPU {}; document {} tokens, {} questions, keep {:.2f}, alpha {:.2f}, probe heads {}{}, {}, I/O {}{}\n",
+        "CPU {}; document {} tokens, {} questions, keep {:.2f}, alpha {:.2f}, probe heads {}{}, {}, selection {}, "
+        "I/O {}{}\n",
         CpuModelName(), r->n_document_tokens, r->n_questions, opts.keep, opts.alpha, opts.probe_heads,
         opts.probe_spread ? " spread over the KV groups" : " (the first)",
-        opts.write_order ? "chunks written in importance order" : "chunks written in token order", r->io_engine,
-        r->direct_io ? " + O_DIRECT" : "");
+        opts.write_order ? "chunks written in importance order" : "chunks written in token order",
+        opts.select_group == 0 ? std::string("per token") : fmt::format("in read groups ({})", opts.select_group),
+        r->io_engine, r->direct_io ? " + O_DIRECT" : "");
     std::cout << fmt::format("{:<24} {:>10} {:>10} {:>12} {:>12} {:>8} {:>8} {:>8}\n", "system", "TTFT ms", "p99 ms",
                              "SSD MB/req", "KV MB/req", "agree", "RA", "passed");
     for (const SystemSummary& s : r->systems) {

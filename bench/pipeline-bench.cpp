@@ -167,6 +167,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
       s.alpha = o.alpha;
       s.probe_heads = o.probe_heads;
       s.probe_spread = o.probe_spread;
+      s.select_group = o.select_group;
       s.report_importance = systems[i] == SystemKind::kImpress;  // reorder follows IMPRESS's verdicts
       IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[q].tokens, prompts[q].n_prefix}, s, 0, &logits));
       if (r.n_matched != prompts[q].n_prefix) {
@@ -188,6 +189,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
     s.alpha = o.alpha;
     s.probe_heads = o.probe_heads;
     s.probe_spread = o.probe_spread;
+    s.select_group = o.select_group;
     s.report_importance = false;
     IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[q].tokens, prompts[q].n_prefix}, s, 0, &logits));
     acc.back().Add(r, Argmax(logits) == full_first[q]);

@@ -25,6 +25,7 @@ struct PipelineBenchOptions {
   int probe_heads = 3;
   bool probe_spread = false;  // probe heads spread over the KV groups (PipelineSettings::probe_spread)
   bool write_order = true;    // the ingest stores chunks in its attention's importance order
+  int select_group = 0;       // PipelineSettings::select_group for the IMPRESS and AS+H2O rows
   ProgressFn progress;
 };
 

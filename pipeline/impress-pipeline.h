@@ -61,6 +61,11 @@ struct PipelineSettings {
   // tokens (H2O column sums); StoreAsync hands it to the store, which writes each layer's chunks in
   // that order (packed from the first write), attention sinks and the recent window first.
   bool write_order = true;
+  // I/O-aware selection: the unit selected is the unit read. > 1: tokens are kept in groups of this
+  // many consecutive stored slots (SelectGroups: whole groups by summed importance, up to the
+  // importance mass token-level selection keeps); -1: the store's block group (whole 4 KiB blocks,
+  // PrefixStore::BlockGroupTokens); 0 or 1: token by token (SelectTokens).
+  int select_group = 0;
 };
 
 // The query heads that probe each layer: `probe_heads` of them (clamped to [1, n_head]),
@@ -151,6 +156,8 @@ class ImpressPipeline {
   // Reads K/V of job.selected into the layer's buffers; `keys` (all keys of the layer, token-major)
   // when the fallback already has them, so only values are read.
   Status LoadSelected(LayerJob& job, const std::vector<f16_t>* keys);
+  // job.selected from job.score: token by token, or in read groups (PipelineSettings::select_group).
+  Status ChooseTokens(LayerJob& job);
   void RecordSelection(LayerJob& job);  // for the report and the store's statistics
   Result<store::ReadResult> WaitRead(LayerJob& job, store::ReadTicket ticket, double* bucket);
   std::optional<store::ReadTicket> TakePrefetch(int il);

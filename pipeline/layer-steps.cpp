@@ -147,7 +147,7 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   job.lr.passed = verdict.passed;
   if (verdict.passed) {
     job.score = SumNormalisedImportance(probe_imp, n_probe, n);
-    job.selected = SelectTokens(job.score, job.k, job.run.s.sinks, job.run.s.recent);
+    IMPRESS_RETURN_IF_ERROR(ChooseTokens(job));
   }
   job.run.sw.Lap(&bd.probe_compute_ms);
   return verdict;
@@ -174,9 +174,21 @@ Status ImpressPipeline::SelectByAllHeads(LayerJob& job) {
       job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = FirstN(c.n_head_kv)},
       FirstN(c.n_head), imp.data()));
   job.score = SumNormalisedImportance(imp, c.n_head, n);
-  job.selected = SelectTokens(job.score, job.k, job.run.s.sinks, job.run.s.recent);
+  IMPRESS_RETURN_IF_ERROR(ChooseTokens(job));
   job.run.sw.Lap(&bd.probe_compute_ms);
   return LoadSelected(job, &keys.k);
+}
+
+Status ImpressPipeline::ChooseTokens(LayerJob& job) {
+  const PipelineSettings& s = job.run.s;
+  const int group = s.select_group < 0 ? int(store_->BlockGroupTokens()) : s.select_group;
+  if (group <= 1) {
+    job.selected = SelectTokens(job.score, job.k, s.sinks, s.recent);
+    return Status::Ok();
+  }
+  IMPRESS_ASSIGN_OR_RETURN(const std::vector<uint32_t> groups, store_->ReadGroups(handle_, job.il, uint32_t(group)));
+  job.selected = SelectGroups(job.score, job.k, s.sinks, s.recent, groups);
+  return Status::Ok();
 }
 
 Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* keys) {

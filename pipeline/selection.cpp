@@ -117,4 +117,34 @@ std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sink
   return out;
 }
 
+std::vector<uint32_t> SelectGroups(std::span<const float> score, int k, int sinks, int recent,
+                                   std::span<const uint32_t> group) {
+  const size_t n = score.size();
+  if (group.size() != n || n == 0) return SelectTokens(score, k, sinks, recent);
+  const uint32_t n_groups = *std::max_element(group.begin(), group.end()) + 1;
+  std::vector<double> mass(n_groups, 0.0);
+  for (size_t i = 0; i < n; ++i) mass[group[i]] += score[i];
+  // The target: what token-level selection keeps; its sinks and recent tokens force their groups.
+  double target = 0;
+  std::vector<uint8_t> keep(n_groups, 0);
+  const int n_forced = std::clamp(sinks, 0, int(n)) + std::clamp(recent, 0, int(n));
+  for (uint32_t i : SelectTokens(score, k, sinks, recent)) target += score[i];
+  for (uint32_t i : SelectTokens(std::vector<float>(n, 0.0f), std::min(k, n_forced), sinks, recent)) keep[group[i]] = 1;
+  double kept = 0;
+  for (uint32_t g = 0; g < n_groups; ++g) kept += keep[g] ? mass[g] : 0.0;
+  std::vector<uint32_t> order;
+  for (uint32_t g = 0; g < n_groups; ++g)
+    if (!keep[g]) order.push_back(g);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return mass[a] > mass[b]; });
+  // Compared with a relative tolerance: the same tokens summed in another order differ in the last bits.
+  for (size_t j = 0; j < order.size() && kept < target * (1 - 1e-6); ++j) {
+    keep[order[j]] = 1;
+    kept += mass[order[j]];
+  }
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < n; ++i)
+    if (keep[group[i]]) out.push_back(uint32_t(i));
+  return out;
+}
+
 }  // namespace impress

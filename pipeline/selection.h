@@ -58,4 +58,13 @@ ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int
 // k is clamped to [0, n] (n = score.size()); negative sinks or recent mean none.
 std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sinks, int recent);
 
+// I/O-aware selection: the unit selected is the unit read. `group[i]` names token i's read group
+// (tokens whose K and V records share disk blocks; ids in [0, n_groups)). The target is the
+// importance mass M that SelectTokens(score, k, sinks, recent) keeps. Whole groups are kept: first
+// every group holding one of SelectTokens' sinks or recent tokens, then groups by descending
+// summed score (ties: lower id), until the kept mass reaches M (or every group is kept). Returns
+// every member of every kept group, ascending: more tokens than k, in fewer blocks.
+std::vector<uint32_t> SelectGroups(std::span<const float> score, int k, int sinks, int recent,
+                                   std::span<const uint32_t> group);
+
 }  // namespace impress

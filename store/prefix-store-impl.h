@@ -275,6 +275,8 @@ struct PrefixStore::Impl {
   Result<ReadTicket> SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions, bool want_k,
                                   bool want_v) EXCLUDES(mu);
   Result<ReadTicket> SubmitReadAllKeys(const MatchHandle& h, int il) EXCLUDES(mu);
+  Result<std::vector<uint32_t>> ReadGroups(const MatchHandle& h, int il, uint32_t group_tokens) EXCLUDES(mu);
+  uint32_t BlockGroupTokens() const;
   Result<ReadResult> Wait(ReadTicket t) EXCLUDES(mu);
   Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) EXCLUDES(mu);
   Status ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,

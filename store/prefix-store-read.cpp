@@ -113,6 +113,34 @@ Result<ReadTicket> PrefixStore::Impl::SubmitReadAllKeys(const MatchHandle& h, in
   return SubmitReadKV(h, il, pos, true, false);
 }
 
+Result<std::vector<uint32_t>> PrefixStore::Impl::ReadGroups(const MatchHandle& h, int il, uint32_t group_tokens) {
+  if (group_tokens == 0) return Status::InvalidArgument("store: read groups of 0 tokens");
+  const uint32_t g = std::min(group_tokens, C);  // a group never spans two chunks
+  MutexLock lk(&mu);
+  IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
+  std::vector<uint32_t> out(hs->n_matched);
+  uint32_t next = 0;
+  for (const auto& sv : hs->spans) {
+    // Slot s of chunk c lies in group (c, (s % C) / g): numbered densely per span, in slot order.
+    std::map<uint32_t, uint32_t> ids;
+    for (uint64_t r = 0; r < sv.span.length; ++r) {
+      const uint32_t slot = sv.layout->Slot(uint32_t(il), sv.span.seg_begin + r);
+      ids.emplace((slot / C) * ((C + g - 1) / g) + (slot % C) / g, 0);
+    }
+    for (auto& [key, id] : ids) id = next++;
+    for (uint64_t r = 0; r < sv.span.length; ++r) {
+      const uint32_t slot = sv.layout->Slot(uint32_t(il), sv.span.seg_begin + r);
+      out[sv.span.depth + r] = ids.at((slot / C) * ((C + g - 1) / g) + (slot % C) / g);
+    }
+  }
+  return out;
+}
+
+uint32_t PrefixStore::Impl::BlockGroupTokens() const {
+  const uint32_t g = uint32_t(kBlockBytes / std::gcd(uint64_t(k_bytes), uint64_t(kBlockBytes)));
+  return std::clamp(g, 1u, C);
+}
+
 Result<ReadTicket> PrefixStore::Impl::SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
                                                    bool want_k, bool want_v) {
   MutexLock lk(&mu);

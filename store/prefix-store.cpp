@@ -28,6 +28,10 @@ Result<ReadTicket> PrefixStore::SubmitReadKV(const MatchHandle& h, int il, std::
 Result<ReadTicket> PrefixStore::SubmitReadAllKeys(const MatchHandle& h, int il) {
   return impl_->SubmitReadAllKeys(h, il);
 }
+Result<std::vector<uint32_t>> PrefixStore::ReadGroups(const MatchHandle& h, int il, uint32_t group_tokens) {
+  return impl_->ReadGroups(h, il, group_tokens);
+}
+uint32_t PrefixStore::BlockGroupTokens() const { return impl_->BlockGroupTokens(); }
 Result<ReadResult> PrefixStore::Wait(ReadTicket t) { return impl_->Wait(t); }
 Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) {
   return impl_->WaitInto(t, k_out, v_out);

@@ -223,6 +223,12 @@ class PrefixStore {
                                   bool want_v);
   // All keys of layer il (the fallback path): positions 0..n_matched-1, K only.
   Result<ReadTicket> SubmitReadAllKeys(const MatchHandle& h, int il);
+  // The read unit of layer il, for I/O-aware selection: for each matched position, the id of its
+  // group of `group_tokens` consecutive slots of one chunk (in the layer's stored order, so their
+  // K records, and their V records, share disk blocks). Ids are dense from 0. Reads nothing.
+  Result<std::vector<uint32_t>> ReadGroups(const MatchHandle& h, int il, uint32_t group_tokens);
+  // The smallest group of slots whose K (or V) records fill whole 4 KiB blocks, at most a chunk.
+  uint32_t BlockGroupTokens() const;
   Result<ReadResult> Wait(ReadTicket t);
   // The same, gathering into caller memory (e.g. the compute arena): k_out / v_out must hold
   // n_pos * n_head_kv * head_dim halves if wanted (probe reads: n_matched * n_probe * head_dim in

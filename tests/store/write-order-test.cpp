@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -150,6 +151,52 @@ TEST(WriteOrder, TheImportantQuarterReadsFewerBlocksThanInTheOriginalOrder) {
   }
   // Packed: the quarter fills a quarter of the chunks (plus headers); scattered: nearly all blocks.
   EXPECT_LT(bytes[1] * 2, bytes[0]) << "ordered " << bytes[1] << " vs original order " << bytes[0];
+}
+
+// ReadGroups names runs of `g` consecutive stored slots of one chunk: in an importance-ordered
+// layout, a group's members are tokens of similar importance; reading a whole group touches only
+// the blocks its slots fill (with the block group, K + V of g tokens: whole blocks, nothing more).
+TEST(WriteOrder, ReadGroupsAreRunsOfStoredSlotsThatFillWholeBlocks) {
+  const std::string dir = TempDir("order-groups");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(53);
+  auto s = OpenOrDie(Options(dir));
+  ASSERT_TRUE(s);
+  const auto t = RandomTokens(rng, 600);
+  const auto imp = RandomImportance(rng, t.size());
+  ASSERT_TRUE(InsertWithImportance(*s, kv, t, 0, &imp).ok());
+  const uint32_t g = s->BlockGroupTokens();
+  EXPECT_EQ(g * uint32_t(kHeads * kDim * 2) % 4096, 0u) << "a group's K records fill whole blocks";
+  MatchHandle h = s->Match(t);
+  for (int il = 0; il < kLayers; ++il) {
+    auto groups = s->ReadGroups(h, il, g);
+    ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+    ASSERT_EQ(groups->size(), t.size());
+    std::map<uint32_t, std::vector<uint32_t>> members;
+    for (uint32_t p = 0; p < t.size(); ++p) members[(*groups)[p]].push_back(p);
+    EXPECT_EQ(members.size(), (t.size() + g - 1) / g) << "dense ids, full groups but the last";
+    EXPECT_EQ(members.rbegin()->first + 1, members.size());
+    // The stored order is descending importance: group j holds ranks [j * g, (j + 1) * g).
+    std::vector<uint32_t> rank(t.size());
+    std::vector<uint32_t> by_imp(t.size());
+    std::iota(by_imp.begin(), by_imp.end(), 0u);
+    std::stable_sort(by_imp.begin(), by_imp.end(),
+                     [&](uint32_t a, uint32_t b) { return imp[size_t(il)][a] > imp[size_t(il)][b]; });
+    for (uint32_t r = 0; r < t.size(); ++r) rank[by_imp[r]] = r;
+    for (auto& [id, ps] : members) {
+      EXPECT_LE(ps.size(), g);
+      for (uint32_t p : ps) EXPECT_EQ(rank[p] / g, id) << "layer " << il << " position " << p;
+    }
+    // Reading one whole group (not the last) reads exactly its blocks: K and V of g tokens.
+    auto r = s->Wait(*s->SubmitReadKV(h, il, members[1], true, true));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(kv.Check(t, il, members[1], *r, true, true));
+    EXPECT_EQ(r->stats.ssd_bytes, 2ull * g * kHeads * kDim * 2);
+  }
+  EXPECT_TRUE(s->Release(h).ok());
+  EXPECT_FALSE(s->ReadGroups(h, 0, 16).ok()) << "a released handle";
+  s.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
