@@ -22,7 +22,6 @@ struct PrefixStore::Impl::InsertJob {
   WrittenChunks written;
   std::vector<ProbeRow> probes;                // [layer]
   std::vector<std::vector<uint32_t>> mapping;  // [layer] slot -> original offset; empty = identity
-  std::vector<float> imp;                      // [layer * n + offset] write-time importance; empty = none
 };
 
 namespace {
@@ -104,8 +103,6 @@ Status PrefixStore::Impl::WriteInsert(std::span<const LayerKV> layers, uint64_t 
     const f16_t* k = layers[size_t(il)].k + skip * row_elems;
     const f16_t* v = layers[size_t(il)].v + skip * row_elems;
     if (const float* imp = layers[size_t(il)].importance) {
-      if (job->imp.empty()) job->imp.assign(size_t(opt.n_layer) * n, 0.0f);
-      std::copy_n(imp + skip, n, job->imp.begin() + std::ptrdiff_t(size_t(il) * n));
       job->mapping[size_t(il)] = ImportanceOrder(imp + skip, n);
     }
     for (uint32_t t = 0; t < n; ++t)
@@ -154,18 +151,10 @@ Result<InsertSummary> PrefixStore::Impl::PublishInsertLocked(std::span<const Tok
   ss.n_tokens = n;
   ss.imp_sum.assign(size_t(opt.n_layer) * n, 0.0f);
   ss.imp_count.assign(size_t(opt.n_layer) * n, 0);
-  for (size_t i = 0; i < job->imp.size(); ++i) {  // the write-time importance: the first report
-    ss.imp_sum[i] = job->imp[i];
-    ss.imp_count[i] = 1;
-  }
   SegmentRow row;
   row.id = seg;
   row.n_tokens = n;
   row.mapping = l->Flat(n);
-  if (!job->imp.empty()) {  // else nothing to persist yet (the catalog stays small)
-    row.imp_sum = ss.imp_sum;
-    row.imp_count = ss.imp_count;
-  }
   b.upsert_segments.push_back(std::move(row));
   b.upsert_chunks = job->written.rows;
   b.upsert_probes = job->probes;

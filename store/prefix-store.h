@@ -70,7 +70,7 @@ struct PrefixStoreOptions {
 // `importance` (optional, n_tokens values, larger = more important) is what the computation that
 // produced the KV saw (e.g. H2O column sums over the prompt's last part): the layer's chunks are
 // then written in that order, with the layer's mapping list (the first write is already packed,
-// as a reorder would pack it), and it counts as the tokens' first importance report.
+// as a reorder would pack it). It is not an importance report: the reorder learns from questions.
 struct LayerKV {
   const f16_t* k = nullptr;
   const f16_t* v = nullptr;

@@ -124,8 +124,8 @@ TEST(WriteOrder, ImportanceOrderedChunksRoundTripBitExactly) {
   ASSERT_TRUE(InsertWithImportance(*s, kv, a, 0, &imp).ok());
   EXPECT_TRUE(ReadsExact(*s, kv, a, a.size()));
   EXPECT_EQ(s->Stats().ssd_bytes_read, 0u);
-  // The write-time importance counts as the first report: a reorder with no other report (one
-  // node, nothing split) finds the order it would write already there.
+  // The write-time order is no importance report: a reorder before any question changes nothing
+  // (it learns the order from the questions' reports).
   auto re = s->ReorderNow();
   ASSERT_TRUE(re.ok()) << re.status().ToString();
   EXPECT_EQ(re->segments_reordered, 0u);
