@@ -1,5 +1,7 @@
 #include "app/app-options.h"
 
+#include "app/progress-bar.h"
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -75,6 +77,12 @@ ChatSessionOptions SessionOptionsFor(const CommonOptions& c) {
   o.ssd_bytes = uint64_t(c.ssd_budget_mb * (1 << 20));
   o.probe_heads_stored = c.probe_heads;
   return o;
+}
+
+Result<std::unique_ptr<ModelContext>> LoadModelShowingProgress(const CommonOptions& c) {
+  ProgressBar bar("loading model");
+  return ModelContext::Load(ResolveModelPath(c), ModelContextOptions{.n_threads = c.threads, .backend = c.backend},
+                            bar.AsFn());
 }
 
 AskOptions AskOptionsFor(const CommonOptions& c) {

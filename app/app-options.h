@@ -57,6 +57,9 @@ std::string ResolveModelPath(const CommonOptions& opts);
 // --no-store) and tier budgets.
 ChatSessionOptions SessionOptionsFor(const CommonOptions& opts);
 
+// Loads the model the options name (--model, --threads, --backend) with a progress bar on stderr.
+Result<std::unique_ptr<ModelContext>> LoadModelShowingProgress(const CommonOptions& opts);
+
 // The per-request settings the options describe: system, keep, alpha, probe heads, sinks,
 // recent, sampling, raw. max_tokens and cancel stay at their defaults.
 AskOptions AskOptionsFor(const CommonOptions& opts);

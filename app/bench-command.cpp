@@ -1,4 +1,4 @@
-// impress bench engine|store|pipeline|kernels [--json]: the benchmarks, each printing a table
+// impress bench engine|store|pipeline|kernels|workload [--json]: the benchmarks, each printing a table
 // and, with --json, one JSON object with its numbers, always with the CPU model they were measured
 // on. Not tests: the numbers are for people and the README.
 #include <spdlog/spdlog.h>
@@ -275,22 +275,15 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     opts.keep = common->keep;
     opts.alpha = common->alpha;
     opts.probe_heads = common->probe_heads;
-    std::unique_ptr<ModelContext> ctx;
-    {
-      ProgressBar bar("loading model");
-      auto c =
-          ModelContext::Load(ResolveModelPath(*common),
-                             ModelContextOptions{.n_threads = common->threads, .backend = common->backend}, bar.AsFn());
-      if (!c.ok()) {
-        spdlog::error("{}", c.status().ToString());
-        *exit_code = 1;
-        return;
-      }
-      ctx = std::move(*c);
+    auto ctx = LoadModelShowingProgress(*common);
+    if (!ctx.ok()) {
+      spdlog::error("{}", ctx.status().ToString());
+      *exit_code = 1;
+      return;
     }
     ProgressBar bar("benchmark");
     opts.progress = bar.AsFn();
-    auto r = RunPipelineBenchmark(*ctx, opts);
+    auto r = RunPipelineBenchmark(**ctx, opts);
     bar.Finish();
     if (!r.ok()) {
       spdlog::error("{}", r.status().ToString());
@@ -405,13 +398,15 @@ void RegisterKernelBench(CLI::App* bench, int* exit_code) {
 }  // namespace
 
 void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code) {
-  CLI::App* bench =
-      app.add_subcommand("bench", "benchmarks (engine speed, store bandwidth, the IMPRESS pipeline, kernels)");
+  CLI::App* bench = app.add_subcommand(
+      "bench",
+      "benchmarks (engine speed, store bandwidth, the IMPRESS pipeline, kernels, the multi-document workload)");
   bench->require_subcommand(1);
   RegisterEngineBench(bench, common, exit_code);
   RegisterStoreBench(bench, common, exit_code);
   RegisterPipelineBench(bench, common, exit_code);
   RegisterKernelBench(bench, exit_code);
+  RegisterWorkloadBench(bench, common, exit_code);
 }
 
 }  // namespace impress::app

@@ -10,8 +10,10 @@ namespace impress::app {
 
 void RegisterTokenizeCommand(CLI::App& app, CommonOptions* common, int* exit_code);
 void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_code);  // generate, chat
-void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code);     // bench engine|store
-void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code);        // gui (also the default)
-void RegisterServeCommand(CLI::App& app, CommonOptions* common, int* exit_code);      // serve (OpenAI-compatible)
+void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code);     // bench engine|store|...
+// bench workload (app/bench-workload-command.cpp), added by RegisterBenchCommands
+void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_code);
+void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code);    // gui (also the default)
+void RegisterServeCommand(CLI::App& app, CommonOptions* common, int* exit_code);  // serve (OpenAI-compatible)
 
 }  // namespace impress::app

@@ -1,0 +1,63 @@
+// The multi-document workload of `impress bench workload`: documents cut from plain texts, and a
+// request sequence over them with Zipf-distributed popularity and follow-up questions (the
+// shape of the IMPRESS paper's evaluation: many documents whose KV does not fit the fast tiers,
+// a few of them asked about most of the time).
+//
+// Everything here is a pure function of its inputs and the seed: the same texts, token counts
+// and seed give the same documents and the same requests on every machine. Thread-safe (no
+// shared state).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace impress {
+
+struct WorkloadSpec {
+  int n_docs = 24;
+  int min_doc_tokens = 2000;  // each document's length is drawn uniformly in [min, max]
+  int max_doc_tokens = 8000;
+  int n_requests = 120;
+  double zipf_s = 1.0;     // popularity of the document ranked i is proportional to 1 / i^s
+  double follow_up = 0.3;  // probability that a request asks again about the previous document
+  uint64_t seed = 1;
+};
+
+struct SourceText {
+  std::string name;  // where it came from (a file name)
+  std::string text;
+};
+
+struct WorkloadDocument {
+  std::string name;  // "<source> part N"
+  std::string text;
+  int target_tokens = 0;  // the length it was cut for (the tokenizer decides the exact count)
+};
+
+// Cuts documents from `sources`, in order, each starting and ending at a line boundary, with
+// lengths drawn from the spec. `count_tokens` measures a text (the model's tokenizer); a source
+// too short for the next document starts the next source. Returns fewer than n_docs documents
+// only when the texts run out (the caller says so); InvalidArgument for an unusable spec.
+Result<std::vector<WorkloadDocument>> CutDocuments(const std::vector<SourceText>& sources, const WorkloadSpec& spec,
+                                                   const std::function<int(const std::string&)>& count_tokens);
+
+struct WorkloadRequest {
+  int doc = 0;       // index into the documents
+  int question = 0;  // index into the questions
+  bool follow_up = false;
+};
+
+// The request sequence: a first request on a Zipf-drawn document, then each request either a
+// follow-up (same document as the previous request, another question) with probability
+// spec.follow_up, or a new Zipf draw. Documents are ranked by a seeded permutation, so the most
+// popular one is not always the first cut.
+std::vector<WorkloadRequest> MakeRequests(const WorkloadSpec& spec, int n_docs, int n_questions);
+
+// The Zipf probabilities of ranks 1..n (sum 1), for tests and reports.
+std::vector<double> ZipfProbabilities(int n, double s);
+
+}  // namespace impress

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Draws the results of `impress bench workload` (its --out folder) as PNG plots.
+
+Usage: plot-workload.py RESULTS_DIR
+Reads RESULTS_DIR/workload.json and writes, next to it:
+  ttft.png       mean / p50 / p99 time to first token per system
+  ttft-cdf.png   the distribution of TTFT per system
+  ssd-bytes.png  SSD megabytes read per request, and read amplification
+  hit-rates.png  where the chunks came from (device / host / SSD) per system
+Each title names the CPU and the workload the numbers were measured with.
+Run it with the reference venv's python (scripts/setup.sh installs matplotlib there).
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def subtitle(r):
+    return (f"{r['documents']} documents, {r['document_tokens']} tokens, {r['requests']} requests "
+            f"(Zipf s={r['zipf_s']:.2f}); device {r['device_bytes'] / 1e6:.0f} MB, host "
+            f"{r['host_bytes'] / 1e6:.0f} MB; keep {r['keep']:.2f}\n{r['cpu']}")
+
+
+def save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(path)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out = sys.argv[1]
+    with open(os.path.join(out, "workload.json")) as f:
+        r = json.load(f)
+    systems = r["systems"]
+    names = [s["system"] for s in systems]
+    x = range(len(names))
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    w = 0.27
+    for i, (key, label) in enumerate([("mean_ttft_ms", "mean"), ("p50_ttft_ms", "p50"), ("p99_ttft_ms", "p99")]):
+        ax.bar([j + (i - 1) * w for j in x], [s[key] for s in systems], w, label=label)
+    ax.set_xticks(list(x), names, rotation=20)
+    ax.set_ylabel("TTFT (ms)")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.set_title("Time to first token\n" + subtitle(r), fontsize=9)
+    save(fig, os.path.join(out, "ttft.png"))
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for s in systems:
+        t = sorted(s["ttft_ms"])
+        if t:
+            ax.plot(t, [(i + 1) / len(t) for i in range(len(t))], label=s["system"])
+    ax.set_xscale("log")
+    ax.set_xlabel("TTFT (ms)")
+    ax.set_ylabel("share of requests")
+    ax.legend(fontsize=8)
+    ax.set_title("TTFT distribution\n" + subtitle(r), fontsize=9)
+    save(fig, os.path.join(out, "ttft-cdf.png"))
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.bar(x, [s["mean_ssd_bytes"] / 1e6 for s in systems], 0.5, label="SSD MB per request")
+    ax.set_xticks(list(x), names, rotation=20)
+    ax.set_ylabel("MB read from the SSD per request")
+    ax2 = ax.twinx()
+    ax2.plot(list(x), [s["read_amplification"] for s in systems], "o-", color="black", label="read amplification")
+    ax2.set_ylabel("read amplification")
+    ax.set_title("SSD reads\n" + subtitle(r), fontsize=9)
+    save(fig, os.path.join(out, "ssd-bytes.png"))
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    bottom = [0.0] * len(systems)
+    for key, label in [("hit_device", "device"), ("hit_host", "host"), ("hit_ssd", "SSD")]:
+        vals = [s[key] * 100 for s in systems]
+        ax.bar(x, vals, 0.5, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(list(x), names, rotation=20)
+    ax.set_ylabel("% of chunks read")
+    ax.legend()
+    ax.set_title("Where the KV came from\n" + subtitle(r), fontsize=9)
+    save(fig, os.path.join(out, "hit-rates.png"))
+
+
+if __name__ == "__main__":
+    main()
