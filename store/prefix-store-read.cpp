@@ -319,11 +319,13 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
     const size_t pe = probe_rec_bytes / 2;
     std::vector<uint8_t> tmp;
     for (auto& s : pr->sources) {
-      const uint8_t* recs = s.img.data() + kChunkHeaderBytes;  // (n_slots, n_probe, head_dim)
-      if (s.block) {
+      const uint8_t* recs;  // (n_slots, n_probe, head_dim)
+      if (s.block) {        // from a memory tier: no image was read (img is empty)
         tmp.resize(s.block->n);
         s.block->mem->CopyOut(tmp.data(), s.block->p, s.block->n);
         recs = tmp.data();
+      } else {
+        recs = s.img.data() + kChunkHeaderBytes;
       }
       for (auto [row, rec] : s.rows)
         std::memcpy(k_out + size_t(row) * pe, recs + size_t(rec) * probe_rec_bytes, probe_rec_bytes);

@@ -8,6 +8,10 @@
 
 #include "engine/quant/kernel-table.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace impress::quant {
 
 int SlotOf(WeightType type) {
@@ -140,6 +144,14 @@ const char* KernelPathName(KernelPath path) {
   return "unknown";
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+static bool HasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 const char* MissingCpuFeature(KernelPath path) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
@@ -155,7 +167,7 @@ const char* MissingCpuFeature(KernelPath path) {
     case KernelPath::kAvx2:
       if (!__builtin_cpu_supports("avx2")) return "avx2";
       if (!__builtin_cpu_supports("fma")) return "fma";
-      if (!__builtin_cpu_supports("f16c")) return "f16c";
+      if (!HasF16c()) return "f16c";
       return nullptr;
   }
   return "an unknown path";
