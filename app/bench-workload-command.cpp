@@ -1,15 +1,20 @@
 // impress bench workload: many documents, Zipf popularity, fast tiers smaller than the KV, every
-// system side by side (bench/workload-bench.h). Prints a table with the CPU model and writes
-// workload.json, workload-systems.csv and workload-requests.csv to --out; scripts/plot-workload.py
-// draws them.
+// system side by side (bench/workload-bench.h), or one system over a sweep of one setting. Prints
+// a table with the CPU model, first-token agreement, continuation match and fact accuracy next to
+// the speed figures, and writes workload.json and CSV files (sweep-NAME.* for a sweep) to --out;
+// scripts/plot-workload.py draws them. The ingested documents' store stays in --ingest-dir and is
+// reused by the next run over the same documents.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
+#include "app/app-options.h"
 #include "app/commands.h"
 #include "app/progress-bar.h"
 #include "base/cpu-info.h"
@@ -25,6 +30,9 @@ namespace fs = std::filesystem;
 struct WorkloadArgs {
   std::vector<std::string> texts;  // files or folders of plain text
   std::string questions;
+  std::string facts;       // empty: the default set; "none": no facts
+  std::string ingest_dir;  // empty: <out>/ingested
+  std::string sweep;       // NAME=v1,v2,...
   std::vector<std::string> systems;
   std::string out = "workload-results";
   bool json = false;
@@ -70,12 +78,56 @@ Result<std::vector<std::string>> LoadQuestions(const std::string& path) {
   return out;
 }
 
+Result<std::vector<WorkloadFact>> LoadFacts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot open the facts file " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto facts = ParseFacts(text.str());
+  if (!facts.ok()) return Status::InvalidArgument(path + ": " + facts.status().ToString());
+  return facts;
+}
+
+// "alpha=0.2,0.4,0.6" -> {alpha, {0.2, 0.4, 0.6}}.
+Result<WorkloadSweep> ParseSweep(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  WorkloadSweep sw;
+  sw.name = arg.substr(0, eq);
+  const auto& names = WorkloadSweepNames();
+  if (eq == std::string::npos || std::find(names.begin(), names.end(), sw.name) == names.end())
+    return Status::InvalidArgument(
+        fmt::format("--sweep wants NAME=v1,v2,... with NAME one of {}; got \"{}\"", fmt::join(names, ", "), arg));
+  std::stringstream vals(arg.substr(eq + 1));
+  for (std::string v; std::getline(vals, v, ',');) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0') return Status::InvalidArgument("--sweep: \"" + v + "\" is not a number");
+    sw.values.push_back(x);
+  }
+  if (sw.values.empty()) return Status::InvalidArgument("--sweep " + sw.name + ": no values");
+  return sw;
+}
+
+std::string Share(double x) { return x < 0 ? std::string("-") : fmt::format("{:.0f}%", x * 100); }
+
 nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
   nlohmann::json systems = nlohmann::json::array();
   for (const WorkloadSystemResult& s : r.systems) {
     nlohmann::json ttft = nlohmann::json::array();
     for (const WorkloadRequestResult& x : s.requests) ttft.push_back(x.ttft_ms);
+    nlohmann::json facts = nlohmann::json::array();
+    for (const WorkloadFactResult& f : s.facts)
+      facts.push_back({{"fact", f.fact},
+                       {"doc", f.doc},
+                       {"depth", f.depth},
+                       {"correct", f.correct},
+                       {"continuation_match", f.continuation_match},
+                       {"output", f.output}});
     systems.push_back({{"system", s.system},
+                       {"sweep_value", s.sweep_value},
+                       {"fact_accuracy", s.fact_accuracy},
+                       {"continuation_match", s.continuation_match},
+                       {"facts", facts},
                        {"requests", s.requests.size()},
                        {"mean_ttft_ms", s.mean_ttft_ms},
                        {"p50_ttft_ms", s.p50_ttft_ms},
@@ -99,59 +151,86 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
           {"zipf_s", o.spec.zipf_s},
           {"follow_up", o.spec.follow_up},
           {"seed", o.spec.seed},
-          {"keep", o.keep},
-          {"alpha", o.alpha},
-          {"probe_heads", o.probe_heads},
+          {"keep", o.settings.keep},
+          {"alpha", o.settings.alpha},
+          {"probe_heads", o.settings.probe_heads},
+          {"n_continue", o.n_continue},
+          {"continuation_reference", r.continuation_reference},
+          {"sweep", r.sweep},
+          {"ingest_reused", r.ingest_reused},
           {"ingest_s", r.ingest_s},
           {"io_engine", r.io_engine},
           {"direct_io", r.direct_io},
           {"systems", systems}};
 }
 
+// workload.json, workload-systems.csv, workload-requests.csv, workload-facts.csv; a sweep writes
+// sweep-NAME.* instead.
 Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, const nlohmann::json& j) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return Status::IOError(fmt::format("cannot create {}: {}", out_dir, ec.message()));
-  std::ofstream(out_dir + "/workload.json") << j.dump(2) << "\n";
-  std::ofstream sys(out_dir + "/workload-systems.csv");
-  sys << "system,requests,mean_ttft_ms,p50_ttft_ms,p99_ttft_ms,hit_device,hit_host,hit_ssd,mean_ssd_bytes,"
-         "read_amplification,unhidden_io_share,first_token_agreement\n";
+  const std::string stem = out_dir + "/" + (r.sweep.empty() ? std::string("workload") : "sweep-" + r.sweep);
+  std::ofstream(stem + ".json") << j.dump(2) << "\n";
+  std::ofstream sys(stem + "-systems.csv");
+  sys << "system,sweep_value,requests,mean_ttft_ms,p50_ttft_ms,p99_ttft_ms,hit_device,hit_host,hit_ssd,mean_ssd_bytes,"
+         "read_amplification,unhidden_io_share,first_token_agreement,continuation_match,fact_accuracy\n";
   for (const WorkloadSystemResult& s : r.systems)
-    sys << fmt::format("{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},{:.4f}\n", s.system,
-                       s.requests.size(), s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms, s.hit_device, s.hit_host,
-                       s.hit_ssd, s.mean_ssd_bytes, s.mean_read_amplification, s.unhidden_io_share,
-                       s.first_token_agreement);
-  std::ofstream req(out_dir + "/workload-requests.csv");
-  req << "system,request,doc,follow_up,n_prefix,n_matched,ttft_ms,io_wait_ms,ssd_bytes,chunks_device,chunks_host,"
+    sys << fmt::format("{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}\n",
+                       s.system, s.sweep_value, s.requests.size(), s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms,
+                       s.hit_device, s.hit_host, s.hit_ssd, s.mean_ssd_bytes, s.mean_read_amplification,
+                       s.unhidden_io_share, s.first_token_agreement, s.continuation_match, s.fact_accuracy);
+  std::ofstream facts(stem + "-facts.csv");
+  facts << "system,sweep_value,fact,doc,depth,correct,continuation_match\n";
+  for (const WorkloadSystemResult& s : r.systems)
+    for (const WorkloadFactResult& f : s.facts)
+      facts << fmt::format("{},{},{},{},{:.2f},{},{}\n", s.system, s.sweep_value, f.fact, f.doc, f.depth,
+                           f.correct ? 1 : 0, f.continuation_match);
+  std::ofstream req(stem + "-requests.csv");
+  req << "system,sweep_value,request,doc,follow_up,n_prefix,n_matched,ttft_ms,io_wait_ms,ssd_bytes,chunks_device,"
+         "chunks_host,"
          "chunks_ssd,read_amplification,layers_passed,layers,first_token,agrees\n";
   for (const WorkloadSystemResult& s : r.systems)
     for (size_t i = 0; i < s.requests.size(); ++i) {
       const WorkloadRequestResult& x = s.requests[i];
-      req << fmt::format("{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{:.4f},{},{},{},{}\n", s.system, i, x.doc,
-                         x.follow_up ? 1 : 0, x.n_prefix, x.n_matched, x.ttft_ms, x.io_wait_ms, x.ssd_bytes,
+      req << fmt::format("{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{:.4f},{},{},{},{}\n", s.system, s.sweep_value,
+                         i, x.doc, x.follow_up ? 1 : 0, x.n_prefix, x.n_matched, x.ttft_ms, x.io_wait_ms, x.ssd_bytes,
                          x.chunks_device, x.chunks_host, x.chunks_ssd, x.read_amplification, x.layers_passed, x.layers,
                          x.first_token, x.agrees);
     }
-  if (!sys || !req) return Status::IOError("cannot write the results to " + out_dir);
+  if (!sys || !req || !facts) return Status::IOError("cannot write the results to " + out_dir);
   return Status::Ok();
 }
 
 void PrintTable(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
   std::cout << fmt::format(
       "CPU {}; {} documents, {} tokens, KV {:.0f} MB; device tier {:.0f} MB, host {:.0f} MB; {} requests (Zipf "
-      "s={:.2f}, follow-ups {:.0f}%); keep {:.2f}, alpha {:.2f}; ingest {:.0f} s; I/O {}{}\n",
+      "s={:.2f}, follow-ups {:.0f}%); keep {:.2f}, alpha {:.2f}; ingest {:.0f} s{}; I/O {}{}\n",
       CpuModelName(), r.n_docs, r.doc_tokens, double(r.kv_bytes) / 1e6, double(r.device_bytes) / 1e6,
-      double(r.host_bytes) / 1e6, r.requests.size(), o.spec.zipf_s, o.spec.follow_up * 100, o.keep, o.alpha, r.ingest_s,
-      r.io_engine, r.direct_io ? " + O_DIRECT" : "");
-  std::cout << fmt::format("{:<16} {:>5} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>10} {:>6} {:>8} {:>6}\n", "system",
-                           "reqs", "TTFT ms", "p50", "p99", "device", "host", "SSD", "SSD MB/req", "RA", "unhid.IO",
-                           "agree");
-  for (const WorkloadSystemResult& s : r.systems)
+      double(r.host_bytes) / 1e6, r.requests.size(), o.spec.zipf_s, o.spec.follow_up * 100, o.settings.keep,
+      o.settings.alpha, r.ingest_s, r.ingest_reused ? " (reused)" : "", r.io_engine, r.direct_io ? " + O_DIRECT" : "");
+  if (!r.facts.empty())
     std::cout << fmt::format(
-        "{:<16} {:>5} {:>9.0f} {:>8.0f} {:>8.0f} {:>6.1f}% {:>6.1f}% {:>6.1f}% {:>10.2f} {:>6.2f} {:>7.1f}% {:>6}\n",
-        s.system, s.requests.size(), s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms, s.hit_device * 100, s.hit_host * 100,
+        "fidelity: agree = first token equal to AS-like's; cont = greedy tokens equal to {}'s before the first "
+        "divergence (of {}); facts = {} hidden facts answered right\n",
+        r.continuation_reference, o.n_continue, r.facts.size());
+  const bool sweep = !r.sweep.empty();
+  std::cout << fmt::format("{:<24} {:>5} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>10} {:>6} {:>8} {:>6} {:>6} {:>6}\n",
+                           sweep ? "system " + r.sweep : std::string("system"), "reqs", "TTFT ms", "p50", "p99",
+                           "device", "host", "SSD", "SSD MB/req", "RA", "unhid.IO", "agree", "cont", "facts");
+  for (const WorkloadSystemResult& s : r.systems) {
+    const int right = int(std::count_if(s.facts.begin(), s.facts.end(), [](const auto& f) { return f.correct; }));
+    const std::string name =
+        sweep && s.system != SystemName(SystemKind::kAsLike) ? fmt::format("{} {}", s.system, s.sweep_value) : s.system;
+    std::cout << fmt::format(
+        "{:<24} {:>5} {:>9.0f} {:>8.0f} {:>8.0f} {:>6.1f}% {:>6.1f}% {:>6.1f}% {:>10.2f} {:>6.2f} {:>7.1f}% {:>6} "
+        "{:>6} "
+        "{:>6}\n",
+        name, s.requests.size(), s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms, s.hit_device * 100, s.hit_host * 100,
         s.hit_ssd * 100, s.mean_ssd_bytes / 1e6, s.mean_read_amplification, s.unhidden_io_share * 100,
-        s.first_token_agreement < 0 ? std::string("-") : fmt::format("{:.0f}%", s.first_token_agreement * 100));
+        Share(s.first_token_agreement), Share(s.continuation_match),
+        s.facts.empty() ? std::string("-") : fmt::format("{}/{}", right, s.facts.size()));
+  }
 }
 
 }  // namespace
@@ -181,6 +260,23 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
   cmd->add_option("--reorder-every", wa->opts.reorder_every, "requests between reorders (the +RO systems)")
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--out", wa->out, "results folder (JSON, CSV)");
+  cmd->add_option("--ingest-dir", wa->ingest_dir,
+                  "where the ingested documents' store is kept and reused by later runs (default: OUT/ingested)");
+  cmd->add_option("--facts", wa->facts,
+                  "facts hidden in the documents and asked for (default: assets/eval/workload-facts.txt; none: no "
+                  "facts)");
+  cmd->add_option("--fact-depths", wa->opts.fact_depths, "depths (0..1) the facts are hidden at, in turn")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--continue", wa->opts.n_continue, "greedy tokens per fact question")->check(CLI::Range(1, 4096));
+  cmd->add_option("--chunk-tokens", wa->opts.chunk_tokens, "the store's chunk size in tokens")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--select-group", wa->opts.settings.select_group,
+                  "I/O-aware selection group (tokens; -1: the store's block group; 0: per token)")
+      ->check(CLI::Range(-1, 1 << 16));
+  cmd->add_option("--sweep", wa->sweep,
+                  "run one system (the first of --systems, default impress) over values of one setting: NAME=v1,v2,... "
+                  "with NAME alpha, keep, probe-heads, select-group, chunk-tokens, device-fraction or host-fraction");
   cmd->add_flag("--json", wa->json, "print JSON");
   cmd->callback([=] {
     ConfigureLogging(*common);
@@ -203,10 +299,21 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       if (!ParseSystem(name, &k)) return fail(Status::InvalidArgument("unknown system " + name));
       o.systems.push_back(k);
     }
+    if (wa->facts != "none") {
+      auto facts = LoadFacts(wa->facts.empty() ? AssetsDir() + "/eval/workload-facts.txt" : wa->facts);
+      if (!facts.ok()) return fail(facts.status());
+      o.facts = std::move(*facts);
+    }
+    if (!wa->sweep.empty()) {
+      auto sweep = ParseSweep(wa->sweep);
+      if (!sweep.ok()) return fail(sweep.status());
+      o.sweep = std::move(*sweep);
+    }
     o.scratch_dir = common->store_dir.empty() ? DefaultStoreDir() : common->store_dir;
-    o.keep = common->keep;
-    o.alpha = common->alpha;
-    o.probe_heads = common->probe_heads;
+    o.ingest_dir = wa->ingest_dir.empty() ? wa->out + "/ingested" : wa->ingest_dir;
+    const int select_group = o.settings.select_group;
+    o.settings = AskOptionsFor(*common).pipeline;
+    o.settings.select_group = select_group;
     auto ctx = LoadModelShowingProgress(*common);
     if (!ctx.ok()) return fail(ctx.status());
     ProgressBar bar("workload");
@@ -221,7 +328,8 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       return;
     }
     PrintTable(*r, o);
-    std::cout << fmt::format("results in {}/ (plots: scripts/plot-workload.py {})\n", wa->out, wa->out);
+    std::cout << fmt::format("results in {}/ (plots: scripts/plot-workload.py {}); ingested store in {}\n", wa->out,
+                             wa->out, o.ingest_dir);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "chat/conversation.h"
 #include "pipeline/impress-pipeline.h"
@@ -46,14 +47,140 @@ struct Scratch {
   }
 };
 
-PipelineSettings SettingsFor(SystemKind s, const WorkloadBenchOptions& o) {
-  PipelineSettings p;
-  p.system = s;
-  p.keep = o.keep;
-  p.alpha = o.alpha;
-  p.probe_heads = o.probe_heads;
-  p.report_importance = true;  // the store's statistics drive LFU, score caching and reorder
-  return p;
+// One run: a system with its settings, store shape and budgets (a sweep changes one of them).
+struct RunSpec {
+  SystemKind system = SystemKind::kImpress;
+  PipelineSettings settings;
+  int chunk_tokens = 64;
+  double device_fraction = 0, host_fraction = 0;
+  double sweep_value = 0;
+  bool swept = false;
+};
+
+RunSpec BaseRun(SystemKind s, const WorkloadBenchOptions& o) {
+  RunSpec r;
+  r.system = s;
+  r.settings = o.settings;
+  r.settings.system = s;
+  r.settings.report_importance = true;  // the store's statistics drive LFU, score caching and reorder
+  r.chunk_tokens = o.chunk_tokens;
+  r.device_fraction = o.device_fraction;
+  r.host_fraction = o.host_fraction;
+  return r;
+}
+
+Status ApplySweep(const std::string& name, double v, RunSpec* r) {
+  r->sweep_value = v;
+  r->swept = true;
+  if (name == "alpha") {
+    r->settings.alpha = float(v);
+  } else if (name == "keep") {
+    if (v <= 0 || v > 1) return Status::InvalidArgument(fmt::format("sweep keep: {} is not in (0, 1]", v));
+    r->settings.keep = float(v);
+  } else if (name == "probe-heads") {
+    r->settings.probe_heads = std::max(1, int(v));
+  } else if (name == "select-group") {
+    r->settings.select_group = int(v);
+  } else if (name == "chunk-tokens") {
+    if (v < 1) return Status::InvalidArgument(fmt::format("sweep chunk-tokens: {} is not a chunk size", v));
+    r->chunk_tokens = int(v);
+  } else if (name == "device-fraction") {
+    r->device_fraction = std::max(0.0, v);
+  } else if (name == "host-fraction") {
+    r->host_fraction = std::max(0.0, v);
+  } else {
+    return Status::InvalidArgument("unknown sweep " + name);
+  }
+  return Status::Ok();
+}
+
+// What every run shares: each document's prompt (the ingest), each request's, each fact's.
+struct Prompts {
+  std::vector<PromptTokens> docs, requests, facts;
+};
+
+store::PrefixStoreOptions StoreOptionsForRun(const ModelContext& ctx, const RunSpec& r) {
+  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), r.settings.probe_heads, r.settings.probe_spread);
+  so.chunk_tokens = r.chunk_tokens;
+  so.reorder_interval = std::chrono::milliseconds(0);
+  return so;
+}
+
+// FNV-1a over the documents' tokens and everything that shapes the stored bytes: a folder name
+// that changes whenever the ingest would.
+std::string IngestKey(const Prompts& w, const store::PrefixStoreOptions& so) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ull;
+  };
+  mix(so.model_fingerprint.data(), so.model_fingerprint.size());
+  const int shape[] = {so.n_layer, so.n_head_kv, so.head_dim, so.chunk_tokens, 1};  // 1: this key's version
+  mix(shape, sizeof shape);
+  mix(so.probe_kv_heads.data(), so.probe_kv_heads.size() * sizeof(int));
+  for (const PromptTokens& p : w.docs) {
+    mix(&p.n_prefix, sizeof p.n_prefix);
+    mix(p.tokens.data(), size_t(p.n_prefix) * sizeof(int32_t));
+  }
+  return fmt::format("{:016x}", h);
+}
+
+// Ingests every document into a store at `dir` (fast tiers off: all of it lands on the SSD).
+Status Ingest(ModelContext& ctx, const Prompts& w, store::PrefixStoreOptions so, const WorkloadBenchOptions& o,
+              const std::string& dir, WorkloadBenchResult* result) {
+  so.dir = dir;
+  so.device_bytes = 0;
+  so.host_bytes = 0;
+  IMPRESS_ASSIGN_OR_RETURN(auto st, store::PrefixStore::Open(so));
+  ImpressPipeline pipe(ctx, st.get());
+  PipelineSettings s = o.settings;
+  s.system = SystemKind::kRecomp;
+  s.report_importance = false;
+  std::vector<float> logits;
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t done = 0;
+  for (const PromptTokens& p : w.docs) {
+    IMPRESS_RETURN_IF_ERROR(pipe.Prefill({p.tokens, p.n_prefix}, s, 0, &logits).status());
+    pipe.StoreAsync(size_t(p.n_prefix));
+    IMPRESS_RETURN_IF_ERROR(pipe.WaitForStore().status());
+    done += uint64_t(p.n_prefix);
+    if (!ReportProgress(o.progress, done, result->doc_tokens, "ingest")) return Status::Cancelled("cancelled");
+  }
+  IMPRESS_RETURN_IF_ERROR(pipe.ReleaseMatch());
+  result->ingest_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const store::StoreStats stats = st->Stats();
+  result->io_engine = stats.io_engine;
+  result->direct_io = stats.direct_io;
+  return Status::Ok();
+}
+
+// The ingested store for a run's store shape: reused from `root` when an earlier run (or an
+// earlier system of this one) made it, else made now. A marker file next to the store, written
+// last, says the ingest finished.
+Result<fs::path> EnsureIngested(ModelContext& ctx, const Prompts& w, const RunSpec& r, const WorkloadBenchOptions& o,
+                                const fs::path& root, WorkloadBenchResult* result) {
+  const store::PrefixStoreOptions so = StoreOptionsForRun(ctx, r);
+  const std::string key = IngestKey(w, so);
+  const fs::path dir = root / ("ingest-" + key), marker = root / ("ingest-" + key + ".done");
+  std::error_code ec;
+  if (fs::exists(marker, ec) && fs::is_directory(dir, ec)) {
+    std::ifstream in(marker);
+    std::string io;
+    int direct = 0;
+    double ingest_s = 0;
+    if (in >> ingest_s >> direct >> io) {
+      // The ingest time reported is this run's own when it ingested anything.
+      if (result->ingest_reused) result->ingest_s = ingest_s;
+      result->direct_io = direct != 0;
+      result->io_engine = io;
+      return dir;
+    }
+  }
+  fs::remove_all(dir, ec);
+  fs::create_directories(root, ec);
+  IMPRESS_RETURN_IF_ERROR(Ingest(ctx, w, so, o, dir.string(), result));
+  std::ofstream(marker) << result->ingest_s << " " << (result->direct_io ? 1 : 0) << " " << result->io_engine << "\n";
+  result->ingest_reused = false;
+  return dir;
 }
 
 WorkloadRequestResult FromReport(const RequestReport& r, const WorkloadRequest& q, int32_t first_token) {
@@ -75,80 +202,165 @@ WorkloadRequestResult FromReport(const RequestReport& r, const WorkloadRequest& 
   return x;
 }
 
-// Ingests every document into a store at `dir` (fast tiers off: all of it lands on the SSD).
-Status Ingest(ModelContext& ctx, const std::vector<PromptTokens>& docs, const WorkloadBenchOptions& o,
-              const std::string& dir, WorkloadBenchResult* result) {
-  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), o.probe_heads);
-  so.dir = dir;
-  so.device_bytes = 0;
-  so.host_bytes = 0;
-  so.reorder_interval = std::chrono::milliseconds(0);
-  IMPRESS_ASSIGN_OR_RETURN(auto st, store::PrefixStore::Open(so));
-  ImpressPipeline pipe(ctx, st.get());
-  PipelineSettings s;
-  s.system = SystemKind::kRecomp;
+// Each hidden fact's question, answered greedily with n_continue tokens; nothing is stored and
+// the store's statistics are left alone (the requests before already shaped the tiers).
+Status AskFacts(ImpressPipeline& pipe, const RunSpec& r, const Prompts& w, const WorkloadBenchOptions& o,
+                const WorkloadBenchResult& result, WorkloadSystemResult* out, uint64_t* step, uint64_t total) {
+  PipelineSettings s = r.settings;
   s.report_importance = false;
+  const Tokenizer& tok = pipe.context().tokenizer();
   std::vector<float> logits;
-  const auto t0 = std::chrono::steady_clock::now();
-  uint64_t done = 0;
-  for (size_t i = 0; i < docs.size(); ++i) {
-    const PromptTokens& p = docs[i];
-    IMPRESS_RETURN_IF_ERROR(pipe.Prefill({p.tokens, p.n_prefix}, s, 0, &logits).status());
-    pipe.StoreAsync(size_t(p.n_prefix));
-    IMPRESS_RETURN_IF_ERROR(pipe.WaitForStore().status());
-    done += uint64_t(p.n_prefix);
-    if (!ReportProgress(o.progress, done, result->doc_tokens, "ingest")) return Status::Cancelled("cancelled");
+  for (size_t i = 0; i < w.facts.size(); ++i) {
+    const PromptTokens& p = w.facts[i];
+    const PlacedFact& placed = result.facts[i];
+    IMPRESS_RETURN_IF_ERROR(pipe.Prefill({p.tokens, p.n_prefix}, s, o.n_continue, &logits).status());
+    WorkloadFactResult f;
+    f.fact = placed.fact;
+    f.doc = placed.doc;
+    f.depth = placed.depth;
+    for (int t = 0; t < o.n_continue; ++t) {
+      f.tokens.push_back(Argmax(logits));
+      if (t + 1 < o.n_continue) IMPRESS_RETURN_IF_ERROR(pipe.Decode(f.tokens.back(), &logits));
+    }
+    IMPRESS_RETURN_IF_ERROR(pipe.ReleaseMatch());
+    const auto eog =
+        std::find_if(f.tokens.begin(), f.tokens.end(), [&](int32_t t) { return tok.IsEndOfGeneration(t); });
+    f.output = tok.Decode(std::vector<int32_t>(f.tokens.begin(), eog), true);
+    f.correct = AnswerMatches(f.output, o.facts[size_t(placed.fact)].answers);
+    out->facts.push_back(std::move(f));
+    if (!ReportProgress(o.progress, ++*step, total, out->system + " facts")) return Status::Cancelled("cancelled");
   }
-  IMPRESS_RETURN_IF_ERROR(pipe.ReleaseMatch());
-  result->ingest_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const store::StoreStats stats = st->Stats();
-  result->io_engine = stats.io_engine;
-  result->direct_io = stats.direct_io;
   return Status::Ok();
 }
 
-// One system over the whole request sequence, from a fresh copy of the ingested store.
-Result<WorkloadSystemResult> RunSystem(ModelContext& ctx, SystemKind sys, const std::vector<PromptTokens>& prompts,
+// One run over the whole request sequence (ReComp: the first few), from a fresh copy of the
+// ingested store, then the fact questions.
+Result<WorkloadSystemResult> RunSystem(ModelContext& ctx, const RunSpec& r, const Prompts& w,
                                        const WorkloadBenchOptions& o, const fs::path& base, const fs::path& dir,
-                                       const std::vector<int32_t>& reference_first, WorkloadBenchResult* result,
-                                       uint64_t* step, uint64_t total_steps) {
+                                       const WorkloadBenchResult& result, uint64_t* step, uint64_t total) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::copy(base, dir, fs::copy_options::recursive, ec);
   if (ec) return Status::IOError(fmt::format("cannot copy the ingested store to {}: {}", dir.string(), ec.message()));
-  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), o.probe_heads);
+  store::PrefixStoreOptions so = StoreOptionsForRun(ctx, r);
   so.dir = dir.string();
-  so.device_bytes = result->device_bytes;
-  so.host_bytes = result->host_bytes;
-  so.reorder_interval = std::chrono::milliseconds(0);
+  so.device_bytes = uint64_t(double(result.kv_bytes) * r.device_fraction);
+  so.host_bytes = uint64_t(double(result.kv_bytes) * r.host_fraction);
   IMPRESS_ASSIGN_OR_RETURN(auto st, store::PrefixStore::Open(so));
   ImpressPipeline pipe(ctx, st.get());
   WorkloadSystemResult out;
-  out.system = SystemName(sys);
-  const int n =
-      sys == SystemKind::kRecomp ? std::min<int>(o.recomp_requests, int(prompts.size())) : int(prompts.size());
-  const PipelineSettings settings = SettingsFor(sys, o);
+  out.system = SystemName(r.system);
+  out.sweep_value = r.sweep_value;
+  const int n_all = int(w.requests.size());
+  const int n = r.system == SystemKind::kRecomp ? std::min(o.recomp_requests, n_all) : n_all;
   std::vector<float> logits;
   for (int i = 0; i < n; ++i) {
-    const PromptTokens& p = prompts[size_t(i)];
-    IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({p.tokens, p.n_prefix}, settings, 0, &logits));
+    const PromptTokens& p = w.requests[size_t(i)];
+    IMPRESS_ASSIGN_OR_RETURN(RequestReport rep, pipe.Prefill({p.tokens, p.n_prefix}, r.settings, 0, &logits));
     IMPRESS_RETURN_IF_ERROR(pipe.ReleaseMatch());
-    WorkloadRequestResult x = FromReport(r, result->requests[size_t(i)], Argmax(logits));
-    if (!reference_first.empty()) x.agrees = x.first_token == reference_first[size_t(i)] ? 1 : 0;
-    out.requests.push_back(x);
-    if (Reorders(sys) && o.reorder_every > 0 && (i + 1) % o.reorder_every == 0) {
+    out.requests.push_back(FromReport(rep, result.requests[size_t(i)], Argmax(logits)));
+    if (Reorders(r.system) && o.reorder_every > 0 && (i + 1) % o.reorder_every == 0) {
       IMPRESS_RETURN_IF_ERROR(st->ReorderNow().status());
     }
-    if (!ReportProgress(o.progress, ++*step, total_steps, out.system)) return Status::Cancelled("cancelled");
+    if (!ReportProgress(o.progress, ++*step, total, out.system)) return Status::Cancelled("cancelled");
   }
-  *step += uint64_t(int(prompts.size()) - n);
-  SummarizeWorkloadSystem(&out);
+  *step += uint64_t(n_all - n);
+  IMPRESS_RETURN_IF_ERROR(AskFacts(pipe, r, w, o, result, &out, step, total));
   return out;
+}
+
+// First-token agreement with AS-like's requests, and the continuation match with the reference's
+// fact answers (ReComp when it ran, else AS-like); then the summaries.
+void CompareWithReferences(WorkloadBenchResult* result, int n_continue) {
+  const WorkloadSystemResult* as_like = nullptr;
+  const WorkloadSystemResult* full = nullptr;
+  for (const WorkloadSystemResult& s : result->systems) {
+    if (s.system == SystemName(SystemKind::kAsLike) && !as_like) as_like = &s;
+    if (s.system == SystemName(SystemKind::kRecomp) && !full) full = &s;
+  }
+  if (!full) full = as_like;
+  result->continuation_reference = full ? full->system : "";
+  std::vector<int32_t> first;
+  std::vector<std::vector<int32_t>> cont;
+  if (as_like)
+    for (const WorkloadRequestResult& x : as_like->requests) first.push_back(x.first_token);
+  if (full)
+    for (const WorkloadFactResult& f : full->facts) cont.push_back(f.tokens);
+  for (WorkloadSystemResult& s : result->systems) {
+    for (size_t i = 0; i < s.requests.size(); ++i)
+      s.requests[i].agrees = i < first.size() ? (s.requests[i].first_token == first[i] ? 1 : 0) : -1;
+    for (size_t i = 0; i < s.facts.size(); ++i)
+      s.facts[i].continuation_match = i < cont.size() ? ContinuationMatch(s.facts[i].tokens, cont[i]) : -1;
+    SummarizeWorkloadSystem(&s, n_continue);
+  }
+}
+
+// Builds the documents (facts placed) and every prompt.
+Status PreparePrompts(ModelContext& ctx, const WorkloadBenchOptions& o, Prompts* w, WorkloadBenchResult* result) {
+  const Tokenizer& tok = ctx.tokenizer();
+  IMPRESS_ASSIGN_OR_RETURN(
+      std::vector<WorkloadDocument> docs,
+      CutDocuments(o.sources, o.spec, [&](const std::string& t) { return int(tok.EncodeLiteral(t).size()); }));
+  if (docs.empty()) return Status::InvalidArgument("workload: the texts given are too short for one document");
+  if (int(docs.size()) < o.spec.n_docs)
+    spdlog::warn("workload: the texts give {} documents of the {} asked for", docs.size(), o.spec.n_docs);
+  result->facts = PlaceFacts(&docs, o.facts, o.fact_depths);
+  result->n_docs = int(docs.size());
+  result->requests = MakeRequests(o.spec, result->n_docs, int(o.questions.size()));
+  auto build = [&](const WorkloadDocument& d, const std::string& question) -> Result<PromptTokens> {
+    Conversation c;
+    c.AddDocument(Document{d.name, d.name, d.text});
+    PromptTokens p = c.Build(question, tok, ctx.chat_template());
+    if (int64_t(p.tokens.size()) + o.n_continue > ctx.config().n_ctx_train)
+      return Status::OutOfRange(fmt::format("workload: document {} does not fit the model's context ({} tokens)",
+                                            d.name, ctx.config().n_ctx_train));
+    return p;
+  };
+  for (const WorkloadDocument& d : docs) {
+    IMPRESS_ASSIGN_OR_RETURN(PromptTokens p, build(d, o.questions[0]));
+    result->doc_tokens += uint64_t(p.n_prefix);
+    result->doc_names.push_back(d.name);
+    w->docs.push_back(std::move(p));
+  }
+  for (const WorkloadRequest& q : result->requests) {
+    IMPRESS_ASSIGN_OR_RETURN(PromptTokens p, build(docs[size_t(q.doc)], o.questions[size_t(q.question)]));
+    w->requests.push_back(std::move(p));
+  }
+  for (const PlacedFact& f : result->facts) {
+    IMPRESS_ASSIGN_OR_RETURN(PromptTokens p, build(docs[size_t(f.doc)], o.facts[size_t(f.fact)].question));
+    w->facts.push_back(std::move(p));
+  }
+  result->kv_bytes = result->doc_tokens * KvBytesPerToken(ctx.config());
+  result->device_bytes = uint64_t(double(result->kv_bytes) * o.device_fraction);
+  result->host_bytes = uint64_t(double(result->kv_bytes) * o.host_fraction);
+  return Status::Ok();
+}
+
+// The runs of a benchmark: AS-like first (the first-token reference), ReComp next, then the
+// others; a sweep runs AS-like once, then its system once per value.
+Result<std::vector<RunSpec>> PlanRuns(const WorkloadBenchOptions& o) {
+  std::vector<SystemKind> systems = o.systems.empty() ? AllSystems() : o.systems;
+  std::vector<RunSpec> runs;
+  if (!o.sweep.name.empty()) {
+    if (o.sweep.values.empty()) return Status::InvalidArgument("sweep " + o.sweep.name + ": no values");
+    const SystemKind swept = o.systems.empty() ? SystemKind::kImpress : o.systems.front();
+    if (swept != SystemKind::kAsLike) runs.push_back(BaseRun(SystemKind::kAsLike, o));
+    for (double v : o.sweep.values) {
+      RunSpec r = BaseRun(swept, o);
+      IMPRESS_RETURN_IF_ERROR(ApplySweep(o.sweep.name, v, &r));
+      runs.push_back(r);
+    }
+    return runs;
+  }
+  auto rank = [](SystemKind s) { return s == SystemKind::kAsLike ? 0 : s == SystemKind::kRecomp ? 1 : 2; };
+  std::stable_sort(systems.begin(), systems.end(), [&](SystemKind a, SystemKind b) { return rank(a) < rank(b); });
+  for (SystemKind s : systems) runs.push_back(BaseRun(s, o));
+  return runs;
 }
 
 }  // namespace
 
-void SummarizeWorkloadSystem(WorkloadSystemResult* s) {
+void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
   std::vector<double> ttft;
   double dev = 0, host = 0, ssd = 0, bytes = 0, amp = 0, io = 0, sum_ttft = 0, agree = 0;
   int compared = 0;
@@ -178,71 +390,59 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s) {
   s->mean_read_amplification = amp / n;
   s->unhidden_io_share = sum_ttft > 0 ? io / sum_ttft : 0;
   s->first_token_agreement = compared > 0 ? agree / compared : -1;
+  int right = 0, n_cont = 0;
+  double cont = 0;
+  for (const WorkloadFactResult& f : s->facts) {
+    right += f.correct ? 1 : 0;
+    if (f.continuation_match >= 0) {
+      ++n_cont;
+      cont += double(f.continuation_match) / double(std::max(1, n_continue));
+    }
+  }
+  s->fact_accuracy = s->facts.empty() ? -1 : double(right) / double(s->facts.size());
+  s->continuation_match = n_cont > 0 ? cont / n_cont : -1;
+}
+
+const std::vector<std::string>& WorkloadSweepNames() {
+  static const std::vector<std::string> names = {
+      "alpha", "keep", "probe-heads", "select-group", "chunk-tokens", "device-fraction", "host-fraction"};
+  return names;
 }
 
 Result<WorkloadBenchResult> RunWorkloadBenchmark(ModelContext& ctx, const WorkloadBenchOptions& o) {
   if (o.questions.empty()) return Status::InvalidArgument("workload: no questions");
+  if (o.n_continue < 1) return Status::InvalidArgument("workload: n_continue must be at least 1");
+  IMPRESS_ASSIGN_OR_RETURN(const std::vector<RunSpec> runs, PlanRuns(o));
   WorkloadBenchResult result;
-  const Tokenizer& tok = ctx.tokenizer();
-  IMPRESS_ASSIGN_OR_RETURN(
-      std::vector<WorkloadDocument> docs,
-      CutDocuments(o.sources, o.spec, [&](const std::string& t) { return int(tok.EncodeLiteral(t).size()); }));
-  if (docs.empty()) return Status::InvalidArgument("workload: the texts given are too short for one document");
-  if (int(docs.size()) < o.spec.n_docs)
-    spdlog::warn("workload: the texts give {} documents of the {} asked for", docs.size(), o.spec.n_docs);
-  result.n_docs = int(docs.size());
-  result.requests = MakeRequests(o.spec, result.n_docs, int(o.questions.size()));
-
-  // Prompts: each document alone (the ingest), and each request's document + question.
-  std::vector<PromptTokens> doc_prompts, prompts;
-  for (const WorkloadDocument& d : docs) {
-    Conversation c;
-    c.AddDocument(Document{d.name, d.name, d.text});
-    doc_prompts.push_back(c.Build(o.questions[0], tok, ctx.chat_template()));
-    result.doc_tokens += uint64_t(doc_prompts.back().n_prefix);
-    result.doc_names.push_back(d.name);
-  }
-  for (const WorkloadRequest& q : result.requests) {
-    Conversation c;
-    const WorkloadDocument& d = docs[size_t(q.doc)];
-    c.AddDocument(Document{d.name, d.name, d.text});
-    prompts.push_back(c.Build(o.questions[size_t(q.question)], tok, ctx.chat_template()));
-    if (int64_t(prompts.back().tokens.size()) > ctx.config().n_ctx_train)
-      return Status::OutOfRange(fmt::format("workload: document {} does not fit the model's context ({} tokens)",
-                                            d.name, ctx.config().n_ctx_train));
-  }
-  result.kv_bytes = result.doc_tokens * KvBytesPerToken(ctx.config());
-  result.device_bytes = uint64_t(double(result.kv_bytes) * o.device_fraction);
-  result.host_bytes = uint64_t(double(result.kv_bytes) * o.host_fraction);
+  result.sweep = o.sweep.name;
+  result.ingest_reused = true;  // until a run ingests
+  Prompts w;
+  IMPRESS_RETURN_IF_ERROR(PreparePrompts(ctx, o, &w, &result));
 
   Scratch scratch{fs::path(o.scratch_dir) / fmt::format("workload-bench-{}", ::getpid())};
   std::error_code ec;
   fs::remove_all(scratch.dir, ec);
   fs::create_directories(scratch.dir, ec);
   if (ec) return Status::IOError(fmt::format("cannot create {}: {}", scratch.dir.string(), ec.message()));
-  const fs::path base = scratch.dir / "ingested";
-  IMPRESS_RETURN_IF_ERROR(Ingest(ctx, doc_prompts, o, base.string(), &result));
+  const fs::path ingest_root = o.ingest_dir.empty() ? scratch.dir : fs::path(o.ingest_dir);
 
-  // AS-like (full KV) first: its first tokens are the reference for the others' agreement.
-  std::vector<SystemKind> systems = o.systems.empty() ? AllSystems() : o.systems;
-  std::stable_partition(systems.begin(), systems.end(), [](SystemKind s) { return s == SystemKind::kAsLike; });
   uint64_t step = 0;
-  const uint64_t total = uint64_t(systems.size() * prompts.size());
-  std::vector<int32_t> reference;
-  for (SystemKind sys : systems) {
-    IMPRESS_ASSIGN_OR_RETURN(
-        WorkloadSystemResult r,
-        RunSystem(ctx, sys, prompts, o, base, scratch.dir / SystemName(sys), reference, &result, &step, total));
-    if (sys == SystemKind::kAsLike)
-      for (const WorkloadRequestResult& x : r.requests) reference.push_back(x.first_token);
-    fs::remove_all(scratch.dir / SystemName(sys), ec);
-    result.systems.push_back(std::move(r));
+  const uint64_t total = uint64_t(runs.size() * (w.requests.size() + w.facts.size()));
+  for (const RunSpec& r : runs) {
+    IMPRESS_ASSIGN_OR_RETURN(const fs::path base, EnsureIngested(ctx, w, r, o, ingest_root, &result));
+    const fs::path dir = scratch.dir / "run";
+    IMPRESS_ASSIGN_OR_RETURN(WorkloadSystemResult s, RunSystem(ctx, r, w, o, base, dir, result, &step, total));
+    s.sweep_value = r.sweep_value;
+    fs::remove_all(dir, ec);
+    result.systems.push_back(std::move(s));
   }
+  CompareWithReferences(&result, o.n_continue);
+  if (!o.sweep.name.empty()) return result;
   // Report in the usual order (ReComp first).
   std::vector<WorkloadSystemResult> ordered;
-  for (SystemKind s : AllSystems())
-    for (WorkloadSystemResult& r : result.systems)
-      if (r.system == SystemName(s)) ordered.push_back(std::move(r));
+  for (SystemKind k : AllSystems())
+    for (WorkloadSystemResult& s : result.systems)
+      if (s.system == SystemName(k)) ordered.push_back(std::move(s));
   result.systems = std::move(ordered);
   return result;
 }

@@ -4,7 +4,9 @@
 // starting from a copy of that store with empty fast tiers whose budgets are fractions of the
 // documents' total KV (default: device 10%, host 30%; the SSD holds everything). Per request it
 // records TTFT and its breakdown, chunks per tier, SSD bytes, read amplification, the I/O time
-// compute did not hide, and whether the first token equals the full-KV (AS-like) one.
+// compute did not hide, and whether the first token equals the full-KV (AS-like) one. After the
+// requests, each system answers questions about facts hidden in the documents (greedy, n_continue
+// tokens): answer accuracy, and the continuation match against full KV (ReComp, else AS-like).
 //
 // Systems: ReComp (only the first few requests: it recomputes everything), AS-like,
 // AS+H2O+LRU, AS+H2O+LFU, and IMPRESS with its ablations (+ITF, +ITF+RO, all); the reordering
@@ -20,23 +22,42 @@
 #include "base/status.h"
 #include "bench/workload.h"
 #include "engine/runtime/model-context.h"
+#include "pipeline/impress-pipeline.h"
 #include "pipeline/report.h"
 
 namespace impress {
 
+// One setting varied over a list of values (item "sweeps" of the evaluation): every value runs
+// one system over the same requests, from the same ingested documents.
+struct WorkloadSweep {
+  std::string name;  // empty: no sweep; else one of WorkloadSweepNames()
+  std::vector<double> values;
+};
+
+// alpha, keep, probe-heads, select-group, chunk-tokens, device-fraction, host-fraction.
+const std::vector<std::string>& WorkloadSweepNames();
+
 struct WorkloadBenchOptions {
   std::string scratch_dir;  // a fresh directory is made inside it and removed afterwards
+  // Non-empty: the ingested store is kept in a folder under it named after what it holds (model,
+  // documents' tokens, store shape) and reused by every later run that would ingest the same.
+  std::string ingest_dir;
   std::vector<SourceText> sources;
   std::vector<std::string> questions;
+  // Hidden in the documents before ingest (PlaceFacts at fact_depths) and asked after each
+  // system's requests, n_continue greedy tokens each: answer accuracy and continuation match.
+  std::vector<WorkloadFact> facts;
+  std::vector<double> fact_depths = {0.1, 0.5, 0.9};
+  int n_continue = 32;
   WorkloadSpec spec;
   double device_fraction = 0.10;  // fast-tier budgets as fractions of the documents' total KV
   double host_fraction = 0.30;
-  std::vector<SystemKind> systems;  // empty: all, in the order above
+  std::vector<SystemKind> systems;  // empty: all, in the order above (a sweep: the first one)
   int recomp_requests = 8;
   int reorder_every = 10;
-  float keep = 0.25f;
-  float alpha = 0.6f;
-  int probe_heads = 3;
+  int chunk_tokens = 64;      // the store's chunk (C)
+  PipelineSettings settings;  // keep, alpha, probe heads, ...; system and report_importance set per run
+  WorkloadSweep sweep;
   ProgressFn progress;
 };
 
@@ -54,15 +75,29 @@ struct WorkloadRequestResult {
   int agrees = -1;  // 1/0: first token equals AS-like's; -1: no AS-like run to compare with
 };
 
+// One hidden fact asked after a system's requests.
+struct WorkloadFactResult {
+  int fact = 0, doc = 0;
+  double depth = 0;
+  bool correct = false;         // the expected answer is in the greedy output
+  int continuation_match = -1;  // leading tokens equal to the full-KV reference's; -1: no reference
+  std::string output;           // the greedy output, up to the end of generation
+  std::vector<int32_t> tokens;  // n_continue greedy tokens
+};
+
 struct WorkloadSystemResult {
   std::string system;
+  double sweep_value = 0;  // the swept setting's value (sweeps only)
   std::vector<WorkloadRequestResult> requests;
+  std::vector<WorkloadFactResult> facts;
   double mean_ttft_ms = 0, p50_ttft_ms = 0, p99_ttft_ms = 0;
   double hit_device = 0, hit_host = 0, hit_ssd = 0;  // shares of the chunks read
   double mean_ssd_bytes = 0;
   double mean_read_amplification = 0;
   double unhidden_io_share = 0;       // sum io_wait / sum TTFT
   double first_token_agreement = -1;  // -1: not compared
+  double fact_accuracy = -1;          // share of facts answered right; -1: no facts asked
+  double continuation_match = -1;     // mean share of the n_continue tokens before the first divergence
 };
 
 struct WorkloadBenchResult {
@@ -71,8 +106,12 @@ struct WorkloadBenchResult {
   uint64_t kv_bytes = 0;  // the documents' K and V as stored
   uint64_t device_bytes = 0, host_bytes = 0;
   double ingest_s = 0;
+  bool ingest_reused = false;  // the ingested store came from an earlier run
   std::vector<WorkloadRequest> requests;
   std::vector<std::string> doc_names;
+  std::vector<PlacedFact> facts;
+  std::string continuation_reference;  // the system the continuation match compares with
+  std::string sweep;                   // the swept setting (empty: none)
   std::vector<WorkloadSystemResult> systems;
   std::string io_engine;
   bool direct_io = false;
@@ -80,7 +119,8 @@ struct WorkloadBenchResult {
 
 Result<WorkloadBenchResult> RunWorkloadBenchmark(ModelContext& ctx, const WorkloadBenchOptions& options);
 
-// Fills the summary fields of `s` from its requests.
-void SummarizeWorkloadSystem(WorkloadSystemResult* s);
+// Fills the summary fields of `s` from its requests and facts; `n_continue` scales the
+// continuation match to a share.
+void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue = 32);
 
 }  // namespace impress

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
@@ -100,6 +101,113 @@ std::vector<WorkloadRequest> MakeRequests(const WorkloadSpec& spec, int n_docs, 
     out.push_back(q);
   }
   return out;
+}
+
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (size_t at = 0;;) {
+    const size_t next = s.find(sep, at);
+    out.push_back(Trim(s.substr(at, next == std::string_view::npos ? std::string_view::npos : next - at)));
+    if (next == std::string_view::npos) return out;
+    at = next + 1;
+  }
+}
+
+// Lower-case letters and digits, every other run of bytes one space, and one space at either end
+// (so a search for " word" finds it at a word's start).
+std::string Normalize(std::string_view s) {
+  std::string out(1, ' ');
+  bool gap = false;
+  for (unsigned char c : s) {
+    if (std::isalnum(c)) {
+      if (gap && out.size() > 1) out += ' ';
+      out += char(std::tolower(c));
+      gap = false;
+    } else {
+      gap = true;
+    }
+  }
+  out += ' ';
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<WorkloadFact>> ParseFacts(std::string_view text) {
+  std::vector<WorkloadFact> out;
+  int line_no = 0;
+  for (std::string_view line : Split(text, '\n')) {
+    ++line_no;
+    if (line.empty() || line.front() == '#') continue;
+    const std::vector<std::string_view> f = Split(line, '|');
+    if (f.size() != 3 || f[0].empty() || f[1].empty() || f[2].empty())
+      return Status::InvalidArgument(
+          fmt::format("facts line {}: expected \"statement | question | answer\", got \"{}\"", line_no, line));
+    WorkloadFact fact{std::string(f[0]), std::string(f[1]), {}};
+    for (std::string_view a : Split(f[2], ';'))
+      if (!a.empty()) fact.answers.emplace_back(a);
+    if (fact.answers.empty()) return Status::InvalidArgument(fmt::format("facts line {}: no answer", line_no));
+    out.push_back(std::move(fact));
+  }
+  return out;
+}
+
+std::vector<PlacedFact> PlaceFacts(std::vector<WorkloadDocument>* docs, const std::vector<WorkloadFact>& facts,
+                                   std::span<const double> depths) {
+  std::vector<PlacedFact> out;
+  if (docs->empty() || facts.empty() || depths.empty()) return out;
+  const int n_docs = int(docs->size());
+  for (int i = 0; i < int(facts.size()); ++i) {
+    PlacedFact p;
+    p.fact = i;
+    p.doc = int((int64_t(i) * 7) % n_docs);
+    p.depth = std::clamp(depths[size_t(i) % depths.size()], 0.0, 1.0);
+    std::string& t = (*docs)[size_t(p.doc)].text;
+    const size_t target = size_t(p.depth * double(t.size()));
+    // The start of the first line beginning at or after `target`.
+    size_t at = target == 0 ? 0 : LineEnd(t, target - 1);
+    if (at > 0 && t[at - 1] != '\n') {  // the text's end without a final newline
+      t += '\n';
+      at = t.size();
+    }
+    const std::string line = facts[size_t(i)].statement + "\n";
+    t.insert(at, line);
+    for (PlacedFact& q : out)
+      if (q.doc == p.doc && q.offset >= at) q.offset += line.size();
+    p.offset = at;
+    out.push_back(p);
+  }
+  return out;
+}
+
+bool AnswerMatches(std::string_view output, const std::vector<std::string>& answers) {
+  const std::string o = Normalize(output);
+  for (const std::string& a : answers) {
+    std::string n = Normalize(a);
+    n.pop_back();  // " answer": from a word's start, to anywhere
+    if (n.size() <= 1) continue;
+    // From a word's start; a number must end there too ("11" is not in "110", "14" is in "14th").
+    for (size_t at = o.find(n); at != std::string::npos; at = o.find(n, at + 1)) {
+      const bool digit_end = std::isdigit(static_cast<unsigned char>(n.back()));
+      if (!digit_end || !std::isdigit(static_cast<unsigned char>(o[at + n.size()]))) return true;
+    }
+  }
+  return false;
+}
+
+int ContinuationMatch(std::span<const int32_t> a, std::span<const int32_t> b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return int(i);
 }
 
 }  // namespace impress

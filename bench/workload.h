@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -59,5 +61,44 @@ std::vector<WorkloadRequest> MakeRequests(const WorkloadSpec& spec, int n_docs, 
 
 // The Zipf probabilities of ranks 1..n (sum 1), for tests and reports.
 std::vector<double> ZipfProbabilities(int n, double s);
+
+// A natural-language fact the bench hides in a document, the question that asks for it and the
+// answer expected in the model's output (alternatives: any of them counts).
+struct WorkloadFact {
+  std::string statement;  // "The annual review meeting is on March 14 in Room 508."
+  std::string question;
+  std::vector<std::string> answers;
+};
+
+// Parses "statement | question | answer[;answer...]" lines ('#' starts a comment line, blank
+// lines are skipped). InvalidArgument naming the line for one without three non-empty fields.
+Result<std::vector<WorkloadFact>> ParseFacts(std::string_view text);
+
+// Where a fact went: document `doc`, byte `offset` of its text (the statement starts there, as a
+// line of its own), asked to sit at `depth` (0 = start, 1 = end) of the document.
+struct PlacedFact {
+  int fact = 0;
+  int doc = 0;
+  double depth = 0;
+  size_t offset = 0;
+};
+
+// Inserts fact i into document (i * 7) % n_docs (spread over the documents, several per document
+// when there are more facts than documents) at depth depths[i % depths.size()]: at the start of
+// the first line that begins at or after that share of the document's bytes (the end when none
+// does). Offsets are final: a later insertion in the same document shifts the earlier ones it
+// precedes. Returns one PlacedFact per fact, in fact order; empty when docs, facts or depths are.
+std::vector<PlacedFact> PlaceFacts(std::vector<WorkloadDocument>* docs, const std::vector<WorkloadFact>& facts,
+                                   std::span<const double> depths);
+
+// True when `output` contains one of `answers`, both compared lower-case with every run of
+// characters other than letters and digits read as one space (so "Room  508." matches "room
+// 508"). A match starts at a word's start; an answer ending in a digit must not run on into more
+// digits ("11" is not in "110", "14" is in "14th").
+bool AnswerMatches(std::string_view output, const std::vector<std::string>& answers);
+
+// The greedy-continuation match: how many leading tokens of `a` and `b` are equal (tokens before
+// the first divergence), at most min(a.size(), b.size()).
+int ContinuationMatch(std::span<const int32_t> a, std::span<const int32_t> b);
 
 }  // namespace impress

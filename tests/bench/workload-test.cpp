@@ -1,13 +1,17 @@
 // The multi-document workload's generator (bench/workload.h) and its summary: deterministic for a
 // seed, Zipf popularity as specified, follow-ups on the previous document with a new question,
-// documents cut at line boundaries within the asked lengths; the summary against sums by hand.
+// documents cut at line boundaries within the asked lengths; the summary against sums by hand;
+// facts parsed, hidden where they say, answers and continuations scored right on known outputs.
 #include "bench/workload.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "bench/workload-bench.h"
@@ -180,6 +184,132 @@ TEST(Workload, SummaryMatchesSumsByHand) {
   EXPECT_DOUBLE_EQ(s.mean_ssd_bytes, 2000);
   EXPECT_NEAR(s.unhidden_io_share, 0.1, 1e-12);
   EXPECT_DOUBLE_EQ(s.first_token_agreement, 0.9);
+}
+
+TEST(Workload, SummaryScoresFactsAndContinuations) {
+  WorkloadSystemResult s;
+  for (int i = 0; i < 4; ++i) {
+    WorkloadFactResult f;
+    f.correct = i < 3;                           // 3 of 4 right
+    f.continuation_match = i == 3 ? -1 : 8 * i;  // 0, 8, 16 of 32; the last not compared
+    s.facts.push_back(f);
+  }
+  SummarizeWorkloadSystem(&s, 32);
+  EXPECT_DOUBLE_EQ(s.fact_accuracy, 0.75);
+  EXPECT_DOUBLE_EQ(s.continuation_match, (0 + 0.25 + 0.5) / 3);
+  WorkloadSystemResult none;
+  SummarizeWorkloadSystem(&none, 32);
+  EXPECT_EQ(none.fact_accuracy, -1);
+  EXPECT_EQ(none.continuation_match, -1);
+}
+
+TEST(Workload, ContinuationMatchCountsTokensBeforeTheFirstDivergence) {
+  const std::vector<int32_t> a = {5, 6, 7, 8, 9};
+  EXPECT_EQ(ContinuationMatch(a, a), 5);
+  EXPECT_EQ(ContinuationMatch(a, std::vector<int32_t>{5, 6, 0, 8, 9}), 2);  // equal again after: not counted
+  EXPECT_EQ(ContinuationMatch(a, std::vector<int32_t>{1, 6, 7, 8, 9}), 0);
+  EXPECT_EQ(ContinuationMatch(a, std::vector<int32_t>{5, 6, 7}), 3);  // the shorter one ends the count
+  EXPECT_EQ(ContinuationMatch({}, a), 0);
+}
+
+TEST(Workload, FactsParseAndBadLinesAreNamed) {
+  auto f = ParseFacts(
+      "# comment\n\nThe cat is Tom. | What is the cat called? | Tom\n"
+      "  Room 5 is blue.|Which room is blue?| 5 ; five \n");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_EQ(f->size(), 2u);
+  EXPECT_EQ((*f)[0].statement, "The cat is Tom.");
+  EXPECT_EQ((*f)[0].question, "What is the cat called?");
+  EXPECT_EQ((*f)[1].answers, (std::vector<std::string>{"5", "five"}));
+  auto bad = ParseFacts("a | b | c\nonly two | fields\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().ToString().find("line 2"), std::string::npos) << bad.status().ToString();
+  EXPECT_FALSE(ParseFacts("a | | c\n").ok());
+  EXPECT_FALSE(ParseFacts("a | b | ;\n").ok());
+}
+
+TEST(Workload, ShippedFactsParseAndEachAnswerIsInItsStatement) {
+  std::ifstream in(std::string(IMPRESS_SOURCE_DIR) + "/assets/eval/workload-facts.txt");
+  ASSERT_TRUE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  auto facts = ParseFacts(text.str());
+  ASSERT_TRUE(facts.ok()) << facts.status().ToString();
+  EXPECT_GE(facts->size(), 20u);
+  // The statement itself, as an output, answers its question (the checker finds the first
+  // alternative in it); another fact's statement does not.
+  for (size_t i = 0; i < facts->size(); ++i) {
+    const WorkloadFact& f = (*facts)[i];
+    EXPECT_TRUE(AnswerMatches(f.statement, {f.answers[0]})) << f.statement;
+    EXPECT_FALSE(AnswerMatches((*facts)[(i + 1) % facts->size()].statement, f.answers)) << f.statement;
+  }
+}
+
+TEST(Workload, AnswerCheckerScoresKnownOutputs) {
+  const std::vector<std::string> date = {"March 14"};
+  EXPECT_TRUE(AnswerMatches("The meeting is on March 14 in Room 508.", date));
+  EXPECT_TRUE(AnswerMatches("It is held on march  14th.", date));  // case, spacing, suffix
+  EXPECT_TRUE(AnswerMatches("**March-14**", date));                // punctuation reads as a space
+  EXPECT_FALSE(AnswerMatches("The meeting is on March 4.", date));
+  EXPECT_FALSE(AnswerMatches("It is in March, on the 14th.", date));
+  const std::vector<std::string> eleven = {"eleven", "11"};
+  EXPECT_TRUE(AnswerMatches("The committee has 11 members.", eleven));
+  EXPECT_TRUE(AnswerMatches("Eleven.", eleven));
+  EXPECT_FALSE(AnswerMatches("The committee has 110 members.", eleven));  // a number ends where it ends
+  EXPECT_FALSE(AnswerMatches("It has 211 members.", eleven));             // and starts at a word's start
+  EXPECT_FALSE(AnswerMatches("", eleven));
+  EXPECT_FALSE(AnswerMatches("anything", {""}));
+}
+
+TEST(Workload, FactsAreInsertedAsLinesAtTheirDepths) {
+  std::vector<WorkloadDocument> docs;
+  for (int d = 0; d < 3; ++d) docs.push_back({fmt::format("d{}", d), Text(100, 8, fmt::format("d{}", d)), 800});
+  const std::vector<std::string> before = {docs[0].text, docs[1].text, docs[2].text};
+  std::vector<WorkloadFact> facts;
+  for (int i = 0; i < 7; ++i) facts.push_back({fmt::format("FACT {} is here.", i), "q", {"x"}});
+  const std::vector<double> depths = {0.1, 0.5, 0.9};
+  const auto placed = PlaceFacts(&docs, facts, depths);
+  ASSERT_EQ(placed.size(), 7u);
+  std::map<int, int> per_doc;
+  for (size_t i = 0; i < placed.size(); ++i) {
+    const PlacedFact& p = placed[i];
+    EXPECT_EQ(p.fact, int(i));
+    EXPECT_EQ(p.doc, int(i * 7 % 3));
+    EXPECT_DOUBLE_EQ(p.depth, depths[i % 3]);
+    ++per_doc[p.doc];
+    const std::string& t = docs[size_t(p.doc)].text;
+    // The statement is a line of its own at the offset reported.
+    ASSERT_LE(p.offset + facts[i].statement.size() + 1, t.size());
+    EXPECT_EQ(t.substr(p.offset, facts[i].statement.size() + 1), facts[i].statement + "\n");
+    EXPECT_TRUE(p.offset == 0 || t[p.offset - 1] == '\n');
+    // At its depth of the document, within a line or two of the others (a line is ~90 bytes,
+    // each fact line ~20; three facts share a document).
+    EXPECT_NEAR(double(p.offset) / double(t.size()), p.depth, 0.05) << "fact " << i;
+  }
+  EXPECT_EQ(per_doc.size(), 3u);
+  // Nothing else changed: removing the fact lines gives the text back.
+  for (int d = 0; d < 3; ++d) {
+    std::string t = docs[size_t(d)].text;
+    for (const WorkloadFact& f : facts)
+      if (size_t at = t.find(f.statement + "\n"); at != std::string::npos) t.erase(at, f.statement.size() + 1);
+    EXPECT_EQ(t, before[size_t(d)]) << "doc " << d;
+  }
+  // Deterministic, and nothing to place is nothing placed.
+  std::vector<WorkloadDocument> again;
+  for (int d = 0; d < 3; ++d) again.push_back({"d", before[size_t(d)], 800});
+  const auto placed2 = PlaceFacts(&again, facts, depths);
+  for (size_t i = 0; i < placed.size(); ++i) EXPECT_EQ(placed2[i].offset, placed[i].offset);
+  EXPECT_TRUE(PlaceFacts(&again, {}, depths).empty());
+  EXPECT_TRUE(PlaceFacts(&again, facts, {}).empty());
+}
+
+TEST(Workload, AFactAtTheEndOfATextWithoutANewlineGetsALineOfItsOwn) {
+  std::vector<WorkloadDocument> docs = {{"d", "one line without end", 4}};
+  const std::vector<double> end = {1.0};
+  const auto placed = PlaceFacts(&docs, {{"Fact.", "q", {"a"}}}, end);
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(docs[0].text, "one line without end\nFact.\n");
+  EXPECT_EQ(placed[0].offset, 21u);
 }
 
 }  // namespace
