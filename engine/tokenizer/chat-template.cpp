@@ -1,7 +1,10 @@
 #include "engine/tokenizer/chat-template.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
+#include "engine/tokenizer/jinja.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace impress {
@@ -45,6 +48,7 @@ const char* ChatFormatName(ChatFormat f) {
   switch (f) {
     case ChatFormat::kChatMl: return "chatml";
     case ChatFormat::kLlama2: return "llama2";
+    case ChatFormat::kLlama3: return "llama3";
     case ChatFormat::kPlain: return "plain";
   }
   return "?";
@@ -58,28 +62,80 @@ ChatTemplate::ChatTemplate(ChatFormat format, std::string default_system, std::s
   switch (format_) {
     case ChatFormat::kChatMl: stop_strings_ = {"<|im_end|>", "<|im_start|>"}; break;
     case ChatFormat::kLlama2: stop_strings_ = {eos_text_, "[INST]"}; break;
+    case ChatFormat::kLlama3: stop_strings_ = {"<|eot_id|>", "<|eom_id|>", "<|start_header_id|>"}; break;
     case ChatFormat::kPlain: stop_strings_ = {"\nUser:"}; break;
   }
 }
 
-ChatTemplate ChatTemplate::FromMetadata(std::string_view src, std::string_view arch) {
-  if (src.find("<|im_start|>") != std::string_view::npos) {
-    return ChatTemplate(ChatFormat::kChatMl, ExtractDefaultSystem(src));
+ChatTemplate ChatTemplate::FromMetadata(std::string_view src, std::string_view arch, std::string bos_text,
+                                        std::string eos_text) {
+  ChatFormat format = ChatFormat::kPlain;  // OPT and every model without a recognised template
+  std::string default_system;
+  if (arch != "opt") {
+    if (src.find("<|im_start|>") != std::string_view::npos) {
+      format = ChatFormat::kChatMl;
+      default_system = ExtractDefaultSystem(src);
+    } else if (src.find("[INST]") != std::string_view::npos) {
+      format = ChatFormat::kLlama2;
+    } else if (src.find("<|start_header_id|>") != std::string_view::npos) {
+      format = ChatFormat::kLlama3;
+    }
   }
-  if (src.find("[INST]") != std::string_view::npos) return ChatTemplate(ChatFormat::kLlama2);
-  (void)arch;  // OPT and every model without a recognised template: plain
-  return ChatTemplate(ChatFormat::kPlain);
+  ChatTemplate t(format, std::move(default_system), std::move(bos_text), std::move(eos_text));
+  if (src.empty()) return t;
+  auto parsed = jinja::Template::Parse(src);
+  if (!parsed.ok()) {
+    spdlog::warn("the model's chat template cannot be rendered ({}); using the built-in {} format",
+                 parsed.status().ToString(), ChatFormatName(format));
+    return t;
+  }
+  t.jinja_ = std::make_shared<const jinja::Template>(std::move(*parsed));
+  // A probe conversation: a template that cannot render the conversations we build (an
+  // unsupported filter in the main path) is no better than an unparsable one.
+  const std::vector<ChatMessage> probe = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "Q"}};
+  std::vector<ByteRange> markup;
+  std::string rendered;
+  for (bool gen : {true, false}) {
+    jinja::Dict vars;
+    jinja::List msgs;
+    for (const ChatMessage& m : probe) {
+      msgs.push_back(
+          jinja::Value::MakeDict({{"role", jinja::Value::Str(m.role)}, {"content", jinja::Value::Data(m.content)}}));
+    }
+    vars = {{"messages", jinja::Value::MakeList(std::move(msgs))},
+            {"add_generation_prompt", jinja::Value::Bool(gen)},
+            {"bos_token", jinja::Value::Str(t.bos_text_)},
+            {"eos_token", jinja::Value::Str(t.eos_text_)}};
+    auto r = t.jinja_->Render(vars);
+    if (!r.ok()) {
+      spdlog::warn("the model's chat template fails on a plain conversation ({}); using the built-in {} format",
+                   r.status().ToString(), ChatFormatName(format));
+      t.jinja_.reset();
+      return t;
+    }
+    if (gen) rendered = std::move(*r);
+  }
+  // The template writes the bos itself when it prints bos_token first (Llama-2/3); a template
+  // whose first marker merely equals the bos text (SmolLM2's <|im_start|>) leaves it to the
+  // tokenizer's rule, as before.
+  t.jinja_renders_bos_ =
+      src.find("bos_token") != std::string_view::npos && !t.bos_text_.empty() && rendered.starts_with(t.bos_text_);
+  return t;
 }
 
 ChatTemplate ChatTemplate::ForTokenizer(const Tokenizer& tok) {
-  ChatTemplate t = FromMetadata(tok.chat_template(), tok.arch());
-  if (t.format_ == ChatFormat::kPlain && tok.arch() != "opt" && tok.chat_template().empty() &&
-      tok.TokenId("<|im_start|>") >= 0 && tok.TokenId("<|im_end|>") >= 0) {
-    t = ChatTemplate(ChatFormat::kChatMl);
-  }
   const std::string bos = tok.bos_id() >= 0 ? tok.Piece(tok.bos_id()) : "<s>";
   const std::string eos = tok.eos_id() >= 0 ? tok.Piece(tok.eos_id()) : "</s>";
-  return ChatTemplate(t.format_, t.default_system_, bos, eos);
+  if (tok.arch() != "opt" && tok.chat_template().empty() && tok.TokenId("<|im_start|>") >= 0 &&
+      tok.TokenId("<|im_end|>") >= 0) {
+    return ChatTemplate(ChatFormat::kChatMl, "", bos, eos);
+  }
+  return FromMetadata(tok.chat_template(), tok.arch(), bos, eos);
+}
+
+bool ChatTemplate::renders_bos() const {
+  if (jinja_) return jinja_renders_bos_;
+  return format_ == ChatFormat::kLlama2 || format_ == ChatFormat::kLlama3;
 }
 
 namespace {
@@ -132,6 +188,39 @@ void Write(const Pieces& pieces, PromptWriter* w) {
 std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                  std::vector<ByteRange>* markup) const {
   if (markup) markup->clear();
+  if (jinja_) {
+    // The context transformers gives a template: messages, bos/eos texts, the flag. Contents
+    // are data: they never become markup.
+    jinja::List msgs;
+    for (const ChatMessage& m : messages) {
+      msgs.push_back(
+          jinja::Value::MakeDict({{"role", jinja::Value::Str(m.role)}, {"content", jinja::Value::Data(m.content)}}));
+    }
+    const jinja::Dict vars = {{"messages", jinja::Value::MakeList(std::move(msgs))},
+                              {"add_generation_prompt", jinja::Value::Bool(add_generation_prompt)},
+                              {"bos_token", jinja::Value::Str(bos_text_)},
+                              {"eos_token", jinja::Value::Str(eos_text_)}};
+    std::vector<ByteRange> data;
+    auto text = jinja_->Render(vars, &data);
+    if (text.ok()) {
+      if (markup) {
+        size_t at = 0;
+        for (const ByteRange& d : data) {
+          if (d.begin > at) markup->push_back({at, d.begin});
+          at = d.end;
+        }
+        if (at < text->size()) markup->push_back({at, text->size()});
+      }
+      return std::move(*text);
+    }
+    spdlog::warn("the model's chat template failed ({}); using the built-in {} format", text.status().ToString(),
+                 ChatFormatName(format_));
+  }
+  return RenderBuiltIn(messages, add_generation_prompt, markup);
+}
+
+std::string ChatTemplate::RenderBuiltIn(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                        std::vector<ByteRange>* markup) const {
   PromptWriter w(markup);
   switch (format_) {
     case ChatFormat::kChatMl: {
@@ -177,6 +266,20 @@ std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages, bool 
         }
       }
       break;  // the prompt already ends with [/INST]: nothing to add for generation
+    }
+    case ChatFormat::kLlama3: {
+      // Meta's Llama-3 format: every message in a header block, contents trimmed as the
+      // template's `| trim` does.
+      w.Markup(bos_text_);
+      for (const auto& m : messages) {
+        w.Markup("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+        Pieces content = {{m.content, false}};
+        StripPieces(&content);
+        Write(content, &w);
+        w.Markup("<|eot_id|>");
+      }
+      if (add_generation_prompt) w.Markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
+      break;
     }
     case ChatFormat::kPlain: {
       for (const auto& m : messages) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "chat/conversation.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/tokenizer/reference-cache.h"
 
@@ -17,6 +18,32 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using testing_tokenizer::DefaultModel;
+
+// Markup ranges are sorted, disjoint, non-empty and inside the text.
+void ExpectMarkupWellFormed(const std::string& text, const std::vector<ByteRange>& markup) {
+  size_t prev_end = 0;
+  for (const ByteRange& r : markup) {
+    EXPECT_LE(prev_end, r.begin);
+    EXPECT_LT(r.begin, r.end);
+    EXPECT_LE(r.end, text.size());
+    prev_end = r.end;
+  }
+}
+
+// Every non-empty message content the rendering holds verbatim lies in one stretch of text
+// outside the markup ranges (the template's own bytes): content never becomes special tokens.
+void ExpectContentOutsideMarkup(const std::string& text, const std::vector<ByteRange>& markup,
+                                const std::vector<ChatMessage>& msgs) {
+  ExpectMarkupWellFormed(text, markup);
+  for (const ChatMessage& m : msgs) {
+    if (m.content.size() < 4) continue;  // short contents also occur inside markers
+    const size_t at = text.find(m.content);
+    if (at == std::string::npos) continue;  // trimmed by the template
+    for (const ByteRange& r : markup) {
+      EXPECT_FALSE(at < r.end && r.begin < at + m.content.size()) << "content \"" << m.content << "\" is marked up";
+    }
+  }
+}
 
 class ChatReferenceTest : public ::testing::Test {
  protected:
@@ -34,14 +61,17 @@ class ChatReferenceTest : public ::testing::Test {
     const std::string source = ref_["templates"][name].get<std::string>();
     const ChatTemplate t = ChatTemplate::FromMetadata(source, "llama");
     EXPECT_EQ(t.format(), want_format) << name;
+    EXPECT_TRUE(t.renders_jinja()) << name;
     int n = 0;
     for (const auto& c : ref_["cases"]) {
       if (c["template"] != name) continue;
       std::vector<ChatMessage> msgs;
       for (const auto& m : c["messages"]) msgs.push_back({m["role"], m["content"]});
       const bool gen = c["add_generation_prompt"].get<bool>();
-      EXPECT_EQ(t.Render(msgs, gen), c["text"].get<std::string>())
-          << name << " case " << n << " add_generation_prompt=" << gen;
+      std::vector<ByteRange> markup;
+      const std::string text = t.Render(msgs, gen, &markup);
+      EXPECT_EQ(text, c["text"].get<std::string>()) << name << " case " << n << " add_generation_prompt=" << gen;
+      ExpectContentOutsideMarkup(text, markup, msgs);
       ++n;
     }
     EXPECT_GE(n, 10);
@@ -62,6 +92,98 @@ TEST_F(ChatReferenceTest, PlainChatMlTemplateMatchesJinja) {
   EXPECT_TRUE(ChatTemplate::FromMetadata(ref_["templates"]["chatml"].get<std::string>(), "llama")
                   .default_system_prompt()
                   .empty());
+}
+
+TEST_F(ChatReferenceTest, Llama3TemplateMatchesJinja) {
+  ExpectTemplateMatches("llama3", ChatFormat::kLlama3);
+  EXPECT_TRUE(ChatTemplate::FromMetadata(ref_["templates"]["llama3"].get<std::string>(), "llama").renders_bos());
+}
+
+TEST_F(ChatReferenceTest, Llama31TemplateMatchesJinja) { ExpectTemplateMatches("llama31", ChatFormat::kLlama3); }
+
+TEST_F(ChatReferenceTest, Qwen2TemplateMatchesJinja) { ExpectTemplateMatches("qwen2", ChatFormat::kChatMl); }
+
+TEST_F(ChatReferenceTest, Qwen25TemplateMatchesJinja) {
+  ExpectTemplateMatches("qwen25", ChatFormat::kChatMl);
+  EXPECT_FALSE(ChatTemplate::FromMetadata(ref_["templates"]["qwen25"].get<std::string>(), "qwen2").renders_bos());
+}
+
+// Loops, namespaces, filters, tests, tojson, slicing, arithmetic and whitespace control as
+// jinja2 renders them.
+TEST_F(ChatReferenceTest, InterpreterFeaturesMatchJinja) { ExpectTemplateMatches("features", ChatFormat::kPlain); }
+
+// The KV store reuses the prompt's prefix across questions: with every template, the tokens up
+// to and including the documents are the same for each question and each later turn.
+TEST_F(ChatReferenceTest, DocumentPrefixIsStableAcrossQuestions) {
+  auto tok = Tokenizer::Load(DefaultModel());
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  for (const char* name : {"smollm", "llama2", "chatml", "llama3", "llama31", "qwen2", "qwen25"}) {
+    SCOPED_TRACE(name);
+    const ChatTemplate t = ChatTemplate::FromMetadata(ref_["templates"][name].get<std::string>(), "llama");
+    ASSERT_TRUE(t.renders_jinja());
+    Conversation c;
+    c.AddDocument({"notes.txt", "notes.txt", "The launch is on Tuesday.\nBring the blue folder.  "});
+    c.AddDocument({"faq.md", "faq.md", "# FAQ\n\nQ: Where? A: Room 4."});
+    std::vector<int32_t> doc_tokens;
+    const auto spans = c.DocumentSpans(*tok, t, false, &doc_tokens);
+    ASSERT_EQ(spans.size(), 2u);
+    const int doc_end = spans.back().end;
+    ASSERT_GT(doc_end, 0);
+    std::vector<int32_t> first;
+    for (const std::string& q : {std::string("When is the launch?"), std::string("What should I bring?")}) {
+      for (int turns = 0; turns < 2; ++turns) {
+        if (turns == 1) {
+          c.AddTurn("user", "Hello?");
+          c.AddTurn("assistant", "  Hi there.\n");
+        }
+        const PromptTokens p = c.Build(q, *tok, t);
+        ASSERT_GE(p.n_prefix, doc_end) << q << " turns " << turns;
+        ASSERT_GE(int(p.tokens.size()), doc_end);
+        const std::vector<int32_t> head(p.tokens.begin(), p.tokens.begin() + doc_end);
+        EXPECT_EQ(head, std::vector<int32_t>(doc_tokens.begin(), doc_tokens.begin() + doc_end));
+        if (first.empty()) first = head;
+        EXPECT_EQ(head, first);
+      }
+      c.ClearTurns();
+    }
+  }
+}
+
+TEST(ChatTemplateTest, UnrenderableTemplatesFallBackToTheBuiltInFormat) {
+  // A macro (unsupported) in a ChatML template: the built-in ChatML format renders instead.
+  const ChatTemplate macro = ChatTemplate::FromMetadata(
+      "{% macro m(x) %}{{ x }}{% endmacro %}{% for message in messages %}<|im_start|>{{ m(message.content) }}{% endfor "
+      "%}",
+      "llama");
+  EXPECT_FALSE(macro.renders_jinja());
+  EXPECT_EQ(macro.format(), ChatFormat::kChatMl);
+  EXPECT_EQ(macro.Render({{"user", "Hi"}}, true), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // Parses, but fails on every conversation (an unknown filter): built-in Llama-3.
+  const ChatTemplate filter = ChatTemplate::FromMetadata(
+      "{% for message in messages %}<|start_header_id|>{{ message.content | no_such_filter }}{% endfor %}", "llama",
+      "<|begin_of_text|>", "<|end_of_text|>");
+  EXPECT_FALSE(filter.renders_jinja());
+  EXPECT_EQ(filter.format(), ChatFormat::kLlama3);
+  EXPECT_TRUE(filter.renders_bos());
+  EXPECT_EQ(filter.Render({{"user", " Hi "}}, true),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  // raise_exception on these messages only (roles must alternate): this rendering falls back.
+  const ChatTemplate strict = ChatTemplate::FromMetadata(
+      "{% for message in messages %}{% if message.role == 'user' and loop.index0 > 3 %}{{ raise_exception('no') }}"
+      "{% endif %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}",
+      "llama");
+  EXPECT_TRUE(strict.renders_jinja());
+  const std::vector<ChatMessage> many = {
+      {"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}, {"user", "e"}};
+  EXPECT_EQ(strict.Render(many, false), ChatTemplate(ChatFormat::kChatMl).Render(many, false));
+  // Garbage and hostile nesting: errors, never a crash.
+  for (const std::string& bad :
+       {std::string("{{"), std::string("{% if %}"), std::string("{% for x in %}"),
+        "{{ " + std::string(5000, '(') + std::string(5000, ')') + " }}<|im_start|>", std::string("{{ 'unterminated }}"),
+        std::string("{% for i in range(100000000) %}x{% endfor %}<|im_start|>")}) {
+    EXPECT_FALSE(ChatTemplate::FromMetadata(bad, "llama").renders_jinja()) << bad.substr(0, 40);
+  }
 }
 
 TEST(ChatTemplateTest, OptAndTemplatelessModelsArePlain) {
@@ -95,13 +217,7 @@ TEST(ChatTemplateTest, MarkupCoversTheTemplatesTextAndNeverTheContent) {
     const std::string text = t.Render(msgs, true, &markup);
     EXPECT_EQ(text, t.Render(msgs, true)) << "the markup does not change the text";
     ASSERT_FALSE(markup.empty());
-    size_t prev_end = 0;
-    for (const ByteRange& r : markup) {
-      EXPECT_LE(prev_end, r.begin);
-      EXPECT_LT(r.begin, r.end);
-      EXPECT_LE(r.end, text.size());
-      prev_end = r.end;
-    }
+    ExpectMarkupWellFormed(text, markup);
     auto in_markup = [&](size_t b, size_t e) {
       for (const ByteRange& r : markup)
         if (b < r.end && r.begin < e) return true;

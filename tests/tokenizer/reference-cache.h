@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/support/default-model.h"
 
@@ -54,8 +56,16 @@ inline std::string CachedReference(const std::string& script_name, std::string* 
     *skip_reason = "no default model at " + model;
     return "";
   }
-  const size_t key = std::hash<std::string>()(ReadAll(script) + model + std::to_string(fs::file_size(model)) +
-                                              ReadAll(fs::path(SourceDir()) / "assets/docs/gpl-3.0.txt"));
+  std::string inputs = ReadAll(script) + model + std::to_string(fs::file_size(model)) +
+                       ReadAll(fs::path(SourceDir()) / "assets/docs/gpl-3.0.txt");
+  // Assets the scripts read (chat templates): a change reruns them.
+  const fs::path assets = fs::path(SourceDir()) / "tests/tokenizer/templates";
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(assets, ec)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& f : files) inputs += f.filename().string() + ReadAll(f);
+  const size_t key = std::hash<std::string>()(inputs);
   const fs::path dir = fs::temp_directory_path() / ("impress-" + script.stem().string() + "-" + std::to_string(key));
   if (fs::exists(dir / "done")) return dir.string();
   const fs::path tmp = dir.string() + ".tmp" + std::to_string(getpid());
@@ -66,7 +76,6 @@ inline std::string CachedReference(const std::string& script_name, std::string* 
     ADD_FAILURE() << "reference script failed (rc " << rc << "): " << cmd;
     return "";
   }
-  std::error_code ec;
   fs::rename(tmp, dir, ec);  // another process may have won the race: use its copy
   if (ec) fs::remove_all(tmp, ec);
   return dir.string();
