@@ -102,7 +102,8 @@ void SplitGpt2(const Decoded& d, size_t b, size_t e, std::vector<TextSpan>* out)
   }
 }
 
-void SplitLlama3(const Decoded& d, std::vector<TextSpan>* out) {
+// The Llama-3 regex; max_digits is the n of its \p{N}{1,n} (3; Qwen2's \p{N} is 1).
+void SplitLlama3(const Decoded& d, size_t max_digits, std::vector<TextSpan>* out) {
   auto emit = [&](size_t s, size_t t) { out->push_back({d.off[s], d.off[t] - d.off[s]}); };
   const size_t n = d.n();
   size_t k = 0;
@@ -123,10 +124,10 @@ void SplitLlama3(const Decoded& d, std::vector<TextSpan>* out) {
         continue;
       }
     }
-    // \p{N}{1,3}
+    // \p{N}{1,3} (Qwen2: \p{N})
     if (IsN(d, k)) {
       size_t j = k;
-      while (j < k + 3 && IsN(d, j)) ++j;
+      while (j < k + max_digits && IsN(d, j)) ++j;
       emit(k, j);
       k = j;
       continue;
@@ -171,6 +172,7 @@ const char* PreTokenizerName(PreTokenizerType t) {
     case PreTokenizerType::kGpt2: return "gpt2";
     case PreTokenizerType::kDigitsGpt2: return "digits+gpt2";
     case PreTokenizerType::kLlama3: return "llama3";
+    case PreTokenizerType::kQwen2: return "qwen2";
   }
   return "?";
 }
@@ -196,7 +198,8 @@ void PreTokenize(PreTokenizerType type, std::string_view text, std::vector<TextS
       if (b < d.n()) SplitGpt2(d, b, d.n(), out);
       break;
     }
-    case PreTokenizerType::kLlama3: SplitLlama3(d, out); break;
+    case PreTokenizerType::kLlama3: SplitLlama3(d, 3, out); break;
+    case PreTokenizerType::kQwen2: SplitLlama3(d, 1, out); break;
     case PreTokenizerType::kNone: break;
   }
 }

@@ -5,6 +5,9 @@
 //                 (SmolLM2 / StarCoder: GGUF tokenizer.ggml.pre = "smollm", "starcoder", ...)
 //   kLlama3 (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //           ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//           (Llama-3/3.1/3.2: GGUF tokenizer.ggml.pre = "llama-bpe", ...)
+//   kQwen2  the Llama-3 regex with \p{N} (one digit per piece) for \p{N}{1,3}
+//           (Qwen2/2.5: GGUF tokenizer.ggml.pre = "qwen2")
 //   kNone   the whole text is one piece
 // Invalid UTF-8 bytes are single "other" characters (neither letter, number nor space).
 //
@@ -17,7 +20,7 @@
 
 namespace impress {
 
-enum class PreTokenizerType { kNone, kGpt2, kDigitsGpt2, kLlama3 };
+enum class PreTokenizerType { kNone, kGpt2, kDigitsGpt2, kLlama3, kQwen2 };
 
 const char* PreTokenizerName(PreTokenizerType t);
 

@@ -24,6 +24,8 @@ constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr std::string_view kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct PreName {
   const char* name;
@@ -40,6 +42,8 @@ constexpr PreName kGgufPre[] = {
     {"llama3", PreTokenizerType::kLlama3, true},      {"llama-v3", PreTokenizerType::kLlama3, true},
     {"llama-bpe", PreTokenizerType::kLlama3, true},   {"falcon3", PreTokenizerType::kLlama3, true},
     {"dbrx", PreTokenizerType::kLlama3, false},       {"smaug-bpe", PreTokenizerType::kLlama3, false},
+    {"qwen2", PreTokenizerType::kQwen2, false},       {"deepseek-r1-qwen", PreTokenizerType::kQwen2, false},
+    {"megrez", PreTokenizerType::kQwen2, false},
 };
 
 std::string SupportedPreNames() {
@@ -177,7 +181,7 @@ Status ParsePreTokenizer(const json& pt, const std::string& where, TokenizerVoca
   auto unsupported = [&](const std::string& what) {
     return Status::Unsupported(where + ": pre_tokenizer " + what +
                                " is not supported (supported: ByteLevel; Digits(individual_digits) + "
-                               "ByteLevel; Split(GPT-2 or Llama-3 regex) + ByteLevel)");
+                               "ByteLevel; Split(GPT-2, Llama-3 or Qwen2 regex) + ByteLevel)");
   };
   auto is_type = [](const json& j, const char* t) { return j.is_object() && j.value("type", "") == t; };
   auto check_byte_level = [&](const json& bl, bool expect_regex) -> Status {
@@ -214,6 +218,10 @@ Status ParsePreTokenizer(const json& pt, const std::string& where, TokenizerVoca
     }
     if (pat == kLlama3Pattern) {
       v->pre = PreTokenizerType::kLlama3;
+      return Status::Ok();
+    }
+    if (pat == kQwen2Pattern) {
+      v->pre = PreTokenizerType::kQwen2;
       return Status::Ok();
     }
     return unsupported("Split with regex " + pat);

@@ -152,6 +152,53 @@ TEST_F(ReferenceTest, Llama3RegexTokenizerJsonMatches) {
   ExpectAllEqual(*tok, Cases("plain"), LoadJson(fs::path(dir_) / "llama3.json")["ids"], true, true);
 }
 
+TEST_F(ReferenceTest, Qwen2RegexTokenizerJsonMatches) {
+  auto tok = Tokenizer::FromHfFolder((fs::path(dir_) / "qwen2-hf").string());
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  EXPECT_EQ(tok->pre_tokenizer(), PreTokenizerType::kQwen2);
+  ExpectAllEqual(*tok, Cases("plain"), LoadJson(fs::path(dir_) / "qwen2.json")["ids"], true, true);
+}
+
+// tokenizer.ggml.pre picks the pre-tokenizer of a GGUF vocabulary: the same vocabularies as
+// GGUFs encode as HF tokenizers does with their tokenizer.json.
+TEST_F(ReferenceTest, GgufPreTokenizerNamesSelectLlama3AndQwen2) {
+  for (const auto& [name, want] : {std::pair<std::string, PreTokenizerType>{"llama3", PreTokenizerType::kLlama3},
+                                   {"qwen2", PreTokenizerType::kQwen2}}) {
+    SCOPED_TRACE(name);
+    auto tok = Tokenizer::Load((fs::path(dir_) / (name + ".gguf")).string());
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    EXPECT_EQ(tok->pre_tokenizer(), want);
+    ExpectAllEqual(*tok, Cases("plain"), LoadJson(fs::path(dir_) / (name + ".json"))["ids"], true, true);
+  }
+}
+
+// The splitting alone, against HF's Split(regex) on every case: pieces equal, in order.
+TEST_F(ReferenceTest, PreTokenizerPiecesMatchHfSplit) {
+  const json ref = LoadJson(fs::path(dir_) / "pretok.json");
+  const std::vector<std::string> cases = Cases("plain");
+  for (const auto& [name, type] : {std::pair<const char*, PreTokenizerType>{"gpt2", PreTokenizerType::kGpt2},
+                                   {"llama3", PreTokenizerType::kLlama3},
+                                   {"qwen2", PreTokenizerType::kQwen2}}) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(ref[name].size(), cases.size());
+    size_t n_equal = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      std::vector<TextSpan> spans;
+      PreTokenize(type, cases[i], &spans);
+      std::vector<std::string> pieces;
+      for (const TextSpan& sp : spans) pieces.push_back(cases[i].substr(sp.offset, sp.length));
+      const auto want = ref[name][i].get<std::vector<std::string>>();
+      if (pieces == want) {
+        ++n_equal;
+      } else if (n_equal + 5 > i) {
+        ADD_FAILURE() << "case " << i << " " << json(cases[i]).dump() << "\n got " << json(pieces).dump() << "\nwant "
+                      << json(want).dump();
+      }
+    }
+    EXPECT_EQ(n_equal, cases.size());
+  }
+}
+
 TEST_F(ReferenceTest, SentencePieceModelMatchesPythonSentencepiece) {
   auto tok = Tokenizer::Load((fs::path(dir_) / "spm" / "tokenizer.model").string());
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();

@@ -8,7 +8,12 @@ Writes into OUT_DIR:
                       and smollm-hf/tokenizer.json (the same tokenizer saved)
   gpt2.json           ids from a small byte-level BPE trained here with the GPT-2 pre-tokenizer,
                       saved as gpt2-hf/tokenizer.json and gpt2-vocab/{vocab.json,merges.txt}
-  llama3.json         the same with the Llama-3 Split regex (llama3-hf/tokenizer.json)
+  llama3.json         the same with the Llama-3 Split regex (llama3-hf/tokenizer.json), and
+                      llama3.gguf: that vocabulary as a GGUF with tokenizer.ggml.pre = "llama-bpe"
+  qwen2.json          the same with Qwen2's Split regex (qwen2-hf/tokenizer.json, qwen2.gguf with
+                      tokenizer.ggml.pre = "qwen2")
+  pretok.json         the pieces HF's Split pre-tokenizer cuts every case into, per regex
+                      (gpt2, llama3, qwen2): the splitting alone, independent of any vocabulary
   spm.json            ids from python `sentencepiece` for a tiny BPE model with byte fallback
                       trained here: spm/tokenizer.model, and spm.gguf (tokenizer.ggml.model=llama)
   bad-*.gguf          GGUF files with broken tokenizer metadata
@@ -27,6 +32,10 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers, Ad
 SEED = 1234
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen2/2.5's tokenizer.json Split regex: Llama-3's with one digit per piece.
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 WORDS = [
     "hello", "world", "The", "quick", "brown", "fox", "jumps", "über", "naïve", "café", "résumé",
@@ -167,11 +176,56 @@ def gpt2_reference(out, cases):
         json.dump({"model_type": "opt", "architectures": ["OPTForCausalLM"]}, f)
 
 
-def llama3_reference(out, cases):
-    pre = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+def write_bpe_gguf(out, name, pre):
+    """The trained vocabulary of OUT/NAME-hf as a GGUF (llama.cpp's layout for byte-level BPE)."""
+    j = json.load(open(os.path.join(out, name + "-hf", "tokenizer.json"), encoding="utf-8"))
+    vocab = j["model"]["vocab"]
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+        tokens[i] = t
+    specials = {a["content"] for a in j["added_tokens"] if a["special"]}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
+    w = gguf.GGUFWriter(os.path.join(out, name + ".gguf"), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in specials else 1 for t in tokens])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(vocab["<s>"])
+    w.add_eos_token_id(vocab["</s>"])
+    w.add_add_bos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def split_then_bytes(pattern):
+    """A regex Split followed by a regex-less ByteLevel, as Llama-3's and Qwen2's tokenizer.json."""
+    return pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
+def llama3_reference(out, cases):
+    pre = split_then_bytes(LLAMA3_PATTERN)
     trained_bpe(out, "llama3", cases, pre, ignore_merges=True)  # as Llama-3's tokenizer.json
+    write_bpe_gguf(out, "llama3", "llama-bpe")
+
+
+def qwen2_reference(out, cases):
+    pre = split_then_bytes(QWEN2_PATTERN)
+    trained_bpe(out, "qwen2", cases, pre, ignore_merges=False)  # as Qwen2's tokenizer.json
+    write_bpe_gguf(out, "qwen2", "qwen2")
+
+
+def pretok_reference(out, cases):
+    pieces = {}
+    for name, pattern in (("gpt2", GPT2_PATTERN), ("llama3", LLAMA3_PATTERN), ("qwen2", QWEN2_PATTERN)):
+        split = pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False)
+        pieces[name] = [[p for p, _ in split.pre_tokenize_str(c)] for c in cases]
+    with open(os.path.join(out, "pretok.json"), "w") as f:
+        json.dump(pieces, f)
 
 
 def spm_reference(out, cases):
@@ -237,6 +291,8 @@ def main():
     smollm_reference(gguf_path, out, cases_special)
     gpt2_reference(out, cases_plain)
     llama3_reference(out, cases_plain)
+    qwen2_reference(out, cases_plain)
+    pretok_reference(out, cases_plain)
     spm_reference(out, cases_plain)
     with open(os.path.join(out, "done"), "w") as f:
         f.write("ok\n")
