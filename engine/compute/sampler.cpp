@@ -7,6 +7,42 @@
 
 namespace impress {
 
+SamplerOptions ChatSamplerDefaults() {
+  SamplerOptions o;
+  o.temperature = 0.7f;
+  o.top_k = 40;
+  o.top_p = 0.9f;
+  o.min_p = 0.05f;
+  return o;
+}
+
+RepetitionGuard::RepetitionGuard(const RepetitionGuardOptions& options) :
+    opt_(options),
+    recent_(size_t(std::max(1, options.max_period)), -1),
+    run_(size_t(std::max(1, options.max_period)) + 1, 0) {}
+
+bool RepetitionGuard::Push(int32_t token) {
+  if (period_ > 0) return true;
+  const size_t cap = recent_.size();
+  // run_[p] counts the tokens in a row that equal the token p positions earlier: a block of p
+  // tokens repeated r times leaves run_[p] = (r - 1) * p.
+  for (size_t p = 1; p <= cap && p <= n_; ++p) {
+    const int32_t earlier = recent_[(n_ - p) % cap];
+    run_[p] = earlier == token ? run_[p] + 1 : 0;
+  }
+  recent_[n_ % cap] = token;
+  ++n_;
+  if (!opt_.enabled) return false;
+  for (size_t p = 1; p <= cap && p <= n_; ++p) {
+    const int64_t span = int64_t(run_[p]) + int64_t(p);
+    if (span >= opt_.min_tokens && span >= int64_t(opt_.min_repeats) * int64_t(p)) {
+      period_ = int(p);
+      return true;
+    }
+  }
+  return false;
+}
+
 Sampler::Sampler(const SamplerOptions& options) : opt_(options), rng_(options.seed) {}
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
@@ -38,6 +74,18 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   double sum = 0;
   for (int i = 0; i < k; ++i) sum += p[i] = std::exp(double(work_[idx_[i]] - mx) / opt_.temperature);
   for (double& v : p) v /= sum;
+  // Min-p: the candidates at least min_p times as likely as the best (p is sorted).
+  if (opt_.min_p > 0.0f) {
+    const double floor = p[0] * double(opt_.min_p);
+    int keep = 1;
+    while (keep < k && p[keep] >= floor) ++keep;
+    if (keep < k) {
+      k = keep;
+      p.resize(k);
+      sum = std::accumulate(p.begin(), p.end(), 0.0);
+      for (double& v : p) v /= sum;
+    }
+  }
   // Top-p: the smallest prefix reaching top_p (at least one token).
   if (opt_.top_p < 1.0f) {
     double acc = 0;
