@@ -68,6 +68,7 @@ int RunCpuEngineBench(const Model& model, const ForwardTimingOptions& forward, i
                              {"prefill_tok_s_512", r->speed.prefill_tok_s_short},
                              {"prefill_tok_s_4096", r->speed.prefill_tok_s_long},
                              {"decode_tok_s", r->speed.decode_tok_s},
+                             {"decode_cpu_ms_per_token", r->speed.decode_cpu_ms_per_token},
                              {"decode_ctx_tokens", r->speed.n_decode_ctx},
                              {"decode_tok_s_long_ctx", r->speed.decode_tok_s_long_ctx},
                              {"kernel_path", r->kernel_path},

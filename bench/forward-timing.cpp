@@ -1,6 +1,8 @@
 // TimeForward and the shape-derived sizes: see forward-timing.h.
 #include "bench/forward-timing.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <random>
 #include <span>
@@ -12,6 +14,12 @@ namespace impress {
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
 Status BenchStep(const ProgressFn& progress, uint64_t done, uint64_t total, std::string_view what) {
@@ -74,9 +82,11 @@ Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const For
 
   IMPRESS_RETURN_IF_ERROR(step(2, "decode"));  // continues the last short prefill's cache
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = ProcessCpuSeconds();
   for (int i = 0; i < r.n_decode; ++i)
     IMPRESS_RETURN_IF_ERROR(gen->Eval(all.subspan(size_t(r.n_prefill_short + i), 1), &logits));
   const double decode_s = SecondsSince(t0);
+  r.decode_cpu_ms_per_token = (ProcessCpuSeconds() - cpu0) * 1e3 / r.n_decode;
   r.decode_tok_s = r.n_decode / decode_s;
   r.decode_ms_per_token = decode_s * 1e3 / r.n_decode;
 

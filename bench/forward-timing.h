@@ -41,6 +41,9 @@ struct ForwardSpeed {
   double prefill_tok_s_long = 0;                              // at n_prefill_long tokens
   double decode_tok_s = 0;
   double decode_ms_per_token = 0;
+  // Process CPU time per decoded token (every thread, spinning included): on a shared machine
+  // wall time also counts other programs' turns; with one thread this is the cost of a token.
+  double decode_cpu_ms_per_token = 0;
   int n_decode_ctx = 0;              // as run (0: not timed)
   double decode_tok_s_long_ctx = 0;  // decode after n_decode_ctx tokens of context
   double prefill_flop_s = 0;         // the backend's counted operations over the fastest short prefill
@@ -55,6 +58,7 @@ Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const For
                                  const std::function<Status()>& check_backend = {});
 
 double SecondsSince(std::chrono::steady_clock::time_point t0);
+double ProcessCpuSeconds();  // CPU time of every thread of this process so far
 
 // Reports step `done` of `total`; Cancelled ("benchmark cancelled") when progress says stop.
 Status BenchStep(const ProgressFn& progress, uint64_t done, uint64_t total, std::string_view what);

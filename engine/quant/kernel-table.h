@@ -32,8 +32,13 @@ struct KernelTable {
   using DotFn = float (*)(const uint8_t* w_row, const void* x, int64_t n);
   // The per-block integer parts of the same dot (nullptr for F16/BF16).
   using PartsFn = void (*)(const uint8_t* w_row, const void* x, int64_t n, int32_t* parts);
+  // GEMV over n_rows consecutive rows (row_bytes apart): y[r] = row r . x. nullptr where the
+  // path has no multi-row kernel for the type (the caller then loops over `dot`). Where set,
+  // `dot` is this function on one row, so a row's value never depends on how rows are grouped.
+  using RowsFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t n_rows, const void* x, int64_t n, float* y);
   DotFn dot[kNumSlots];
   PartsFn parts[kNumSlots];
+  RowsFn rows[kNumSlots] = {};
 };
 
 const KernelTable& ScalarKernels();

@@ -7,6 +7,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "engine/quant/block-formats.h"
 
 namespace impress::quant {
@@ -55,11 +57,155 @@ float DotHalf512(const uint8_t* w, const void* xv, int64_t n) {
   return head + DotHalf256<Load8, Load1>(w + 2 * i, x + i, n - i);
 }
 
+// ---- multi-row GEMV for the 32-element block types ----------------------------------------
+//
+// Two blocks fill one 512-bit vector (lanes 0..7: block 2p, lanes 8..15: block 2p + 1). Each
+// step loads the activation pair once and multiplies it with the same pair of blocks of up to
+// kRows weight rows (4, or 1 where a type says grouping does not pay); a row keeps one fp32 accumulator (plus one for a
+// min term) and is summed horizontally once at the end. Integer parts are the scalar ones: offsets (-8 of Q4_0, -16 of
+// Q5_0, the +128 that makes Q8_0 unsigned for vpdpbusd) are folded into the int32 lanes through
+// the activation block sums, as the 256-bit code does.
+
+// The 4-bit values of two Q4/Q5 blocks in element order (low nibbles, then high nibbles).
+inline __m512i Nibbles64(const uint8_t* q0, const uint8_t* q1) {
+  const __m256i q =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0))),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)), 1);
+  const __m512i z = _mm512_castsi256_si512(q);
+  const __m512i dup = _mm512_shuffle_i64x2(z, z, 0x50);  // 128-bit lanes: q0, q0, q1, q1
+  const __m512i both = _mm512_mask_blend_epi64(0xcc, dup, _mm512_srli_epi16(dup, 4));
+  return _mm512_and_si512(both, _mm512_set1_epi8(0x0f));
+}
+
+inline __m512i Join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+// Per type: the unsigned byte values of a pair of blocks, the offset subtracted from them, and
+// whether a min term m * sum(x) follows (Q4_1/Q5_1: m is the half after d).
+struct PairQ8_0 {
+  using W = BlockQ8_0;
+  static constexpr int kOffset = 128;
+  static constexpr bool kMin = false;
+  // One row at a time: four interleaved streams of 68-byte pairs ran at half speed on a
+  // matrix larger than L2 (the output head), where one sequential stream keeps the prefetchers
+  // ahead. The 40..48-byte pairs of the 4/5-bit types gain from grouping at every size.
+  static constexpr bool kGroup4 = false;
+  static __m512i Quants(const W& b0, const W& b1) {
+    return _mm512_xor_si512(Join256(LoadBytes32(b0.qs), LoadBytes32(b1.qs)), _mm512_set1_epi8(int8_t(0x80)));
+  }
+};
+
+template <class Blk, bool kHasQh, int kOff>
+struct PairNibbles {
+  using W = Blk;
+  static constexpr int kOffset = kOff;
+  static constexpr bool kMin = kOff == 0;
+  static constexpr bool kGroup4 = true;
+  static __m512i Quants(const W& b0, const W& b1) {
+    const __m512i q = Nibbles64(b0.qs, b1.qs);
+    if constexpr (kHasQh) {
+      const __mmask64 fifth = uint64_t(LoadQh32(b0.qh)) | uint64_t(LoadQh32(b1.qh)) << 32;
+      return _mm512_or_si512(q, _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(16)));
+    } else {
+      return q;
+    }
+  }
+};
+using PairQ4_0 = PairNibbles<BlockQ4_0, false, 8>;
+using PairQ4_1 = PairNibbles<BlockQ4_1, false, 0>;
+using PairQ5_0 = PairNibbles<BlockQ5_0, true, 16>;
+using PairQ5_1 = PairNibbles<BlockQ5_1, true, 0>;
+
+inline int32_t Load32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Rows [0, kRows) of `w` . the activation blocks a[0..nb) into y[0..kRows). Every row runs the
+// same instruction sequence whatever kRows is, so grouping never changes a result.
+template <class T, int kRows>
+void RowGroup32(const uint8_t* w, int64_t row_bytes, const ActBlock32* a, int64_t nb, float* y) {
+  using W = typename T::W;
+  __m512 acc[kRows];
+  __m128 acc_min[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    acc_min[r] = _mm_setzero_ps();
+  }
+  const __m512i pick_d = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  // One step: blocks ib and ib + 1 (`pair`), or block ib alone (its lanes 8..15 masked off).
+  auto step = [&](int64_t ib, bool pair) {
+    const ActBlock32& a0 = a[ib];
+    const ActBlock32& a1 = a[pair ? ib + 1 : ib];
+    const __m512i aq = Join256(LoadBytes32(a0.qs), LoadBytes32(a1.qs));
+    const __m512 ad = _mm512_insertf32x8(_mm512_set1_ps(a0.d), _mm256_set1_ps(a1.d), 1);
+    __m512i offset = _mm512_setzero_si512();
+    if constexpr (T::kOffset != 0)
+      offset = _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(1, T::kOffset * a0.sum), 0x100, T::kOffset * a1.sum);
+    __m128 dsum = _mm_setzero_ps();  // lanes 1 and 3: a.d * sum(a.qs), against m0 and m1
+    if constexpr (T::kMin) dsum = _mm_setr_ps(0.0f, a0.d * float(a0.sum), 0.0f, pair ? a1.d * float(a1.sum) : 0.0f);
+    const __mmask16 lanes_used = pair ? 0xffff : 0x00ff;
+    for (int r = 0; r < kRows; ++r) {
+      const W* b = reinterpret_cast<const W*>(w + r * row_bytes) + ib;
+      const W& b1 = pair ? b[1] : b[0];
+      __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), T::Quants(b[0], b1), aq);
+      lanes = _mm512_maskz_sub_epi32(lanes_used, lanes, offset);
+      // d0, m0, d1, m1 (the m halves are other bytes for types without a min: never used then).
+      const __m128 dm = _mm_cvtph_ps(_mm_setr_epi32(Load32(&b[0]), Load32(&b1), 0, 0));
+      const __m512 dw = _mm512_permutexvar_ps(pick_d, _mm512_castps128_ps512(dm));
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, ad), _mm512_cvtepi32_ps(lanes), acc[r]);
+      if constexpr (T::kMin) acc_min[r] = _mm_fmadd_ps(dm, dsum, acc_min[r]);
+    }
+  };
+  int64_t ib = 0;
+  for (; ib + 2 <= nb; ib += 2) step(ib, true);
+  if (ib < nb) step(ib, false);
+  for (int r = 0; r < kRows; ++r) {
+    float v = _mm512_reduce_add_ps(acc[r]);
+    if constexpr (T::kMin) {  // lanes 1 and 3 (0 and 2 hold d * 0)
+      const __m128 m = acc_min[r];
+      v += _mm_cvtss_f32(_mm_shuffle_ps(m, m, 1)) + _mm_cvtss_f32(_mm_shuffle_ps(m, m, 3));
+    }
+    y[r] = v;
+  }
+}
+
+template <class T>
+void Rows32(const uint8_t* w, int64_t row_bytes, int64_t n_rows, const void* x, int64_t n, float* y) {
+  const auto* a = static_cast<const ActBlock32*>(x);
+  const int64_t nb = n / kQK32;
+  int64_t r = 0;
+  for (; r + 4 <= n_rows && T::kGroup4; r += 4) RowGroup32<T, 4>(w + r * row_bytes, row_bytes, a, nb, y + r);
+  for (; r < n_rows; ++r) RowGroup32<T, 1>(w + r * row_bytes, row_bytes, a, nb, y + r);
+}
+
+template <class T>
+float Dot32(const uint8_t* w_row, const void* x, int64_t n) {
+  float y = 0.0f;
+  RowGroup32<T, 1>(w_row, 0, static_cast<const ActBlock32*>(x), n / kQK32, &y);
+  return y;
+}
+
+KernelTable MakeAvx512Table() {
+  KernelTable t =
+      MakeX86Table(DotHalf512<LoadF16x16, LoadF16x8, LoadF16x1>, DotHalf512<LoadBF16x16, LoadBF16x8, LoadBF16x1>);
+  t.dot[kSlotQ8_0] = Dot32<PairQ8_0>;
+  t.dot[kSlotQ4_0] = Dot32<PairQ4_0>;
+  t.dot[kSlotQ4_1] = Dot32<PairQ4_1>;
+  t.dot[kSlotQ5_0] = Dot32<PairQ5_0>;
+  t.dot[kSlotQ5_1] = Dot32<PairQ5_1>;
+  t.rows[kSlotQ8_0] = Rows32<PairQ8_0>;
+  t.rows[kSlotQ4_0] = Rows32<PairQ4_0>;
+  t.rows[kSlotQ4_1] = Rows32<PairQ4_1>;
+  t.rows[kSlotQ5_0] = Rows32<PairQ5_0>;
+  t.rows[kSlotQ5_1] = Rows32<PairQ5_1>;
+  return t;
+}
+
 }  // namespace
 
 const KernelTable& Avx512Kernels() {
-  static const KernelTable table =
-      MakeX86Table(DotHalf512<LoadF16x16, LoadF16x8, LoadF16x1>, DotHalf512<LoadBF16x16, LoadBF16x8, LoadBF16x1>);
+  static const KernelTable table = MakeAvx512Table();
   return table;
 }
 

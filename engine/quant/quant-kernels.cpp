@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -199,12 +200,20 @@ void DotIntegerParts(KernelPath path, WeightType type, const uint8_t* w_row, con
 
 namespace {
 
+// MissingCpuFeature asked once per path: GEMV checks it on every call, hundreds of times a token.
+const char* CachedMissingFeature(KernelPath path) {
+  static const char* const missing[] = {MissingCpuFeature(KernelPath::kScalar), MissingCpuFeature(KernelPath::kAvx2),
+                                        MissingCpuFeature(KernelPath::kAvx512)};
+  const int i = static_cast<int>(path);
+  return i >= 0 && i < 3 ? missing[i] : "an unknown path";
+}
+
 Status CheckGemv(const WeightMatrix& w, const ActivationRow* xs, int n_x, int64_t r0, int64_t r1, KernelPath path) {
   if (SlotOf(w.type) < 0) {
     return Status::Unsupported("weight type id " + std::to_string(uint32_t(w.type)) +
                                " has no kernels (supported: " + SupportedWeightTypes() + ")");
   }
-  if (const char* missing = MissingCpuFeature(path)) {
+  if (const char* missing = CachedMissingFeature(path)) {
     return Status::Unsupported(std::string("kernel path ") + KernelPathName(path) + " needs " + missing);
   }
   const char* name = WeightTypeName(w.type);
@@ -234,9 +243,19 @@ Status Gemv(const WeightMatrix& w, const ActivationRow& x, int64_t r0, int64_t r
 Status GemvBatch(const WeightMatrix& w, const ActivationRow* xs, int n_x, int64_t r0, int64_t r1, float* y,
                  KernelPath path) {
   if (Status st = CheckGemv(w, xs, n_x, r0, r1, path); !st.ok()) return st;
-  const KernelTable::DotFn dot = TableFor(path).dot[SlotOf(w.type)];
+  const KernelTable& table = TableFor(path);
+  const KernelTable::DotFn dot = table.dot[SlotOf(w.type)];
   const int64_t row_bytes = w.RowBytes();
   const uint8_t* row = w.data + r0 * row_bytes;
+  if (const KernelTable::RowsFn rows = table.rows[SlotOf(w.type)]) {
+    // Chunks of rows small enough to stay in L1 while every activation passes over them.
+    constexpr int64_t kChunk = 16;
+    for (int64_t r = r0; r < r1; r += kChunk, row += kChunk * row_bytes) {
+      const int64_t nr = std::min(kChunk, r1 - r);
+      for (int k = 0; k < n_x; ++k) rows(row, row_bytes, nr, xs[k].data(), w.n_cols, y + k * w.n_rows + r);
+    }
+    return Status::Ok();
+  }
   for (int64_t r = r0; r < r1; ++r, row += row_bytes) {
     for (int k = 0; k < n_x; ++k) y[k * w.n_rows + r] = dot(row, xs[k].data(), w.n_cols);
   }

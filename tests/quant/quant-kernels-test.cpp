@@ -234,6 +234,42 @@ TEST_P(QuantPath, GemvIsTheRowDotsAndBatchIsGemvPerActivation) {
   }
 }
 
+// Multi-row GEMV (rows in groups, two blocks per vector on AVX-512): odd block counts (a lone
+// last block) and row counts that are not multiples of the group, each row equal to its own
+// DotRow exactly and within the rounding bound of the exact dot of the scalar integer parts.
+TEST_P(QuantPath, GemvOnOddBlockAndRowCountsIsTheExactRowDots) {
+  std::mt19937 rng(505);
+  for (WeightType t : test::kQuantizedTypes) {
+    if (BlockElements(t) != 32) continue;
+    for (int64_t n_cols : {int64_t(32), int64_t(96), int64_t(608)}) {
+      for (int64_t n_rows : {int64_t(1), int64_t(3), int64_t(11)}) {
+        SCOPED_TRACE(std::string(WeightTypeName(t)) + " " + std::to_string(n_rows) + "x" + std::to_string(n_cols));
+        std::vector<uint8_t> data;
+        for (int64_t r = 0; r < n_rows; ++r) {
+          const auto row = test::RandomRow(t, n_cols, rng);
+          data.insert(data.end(), row.begin(), row.end());
+        }
+        const WeightMatrix w{t, data.data(), n_rows, n_cols};
+        const auto xf = test::RandomActivations(n_cols, rng);
+        ActivationRow x;
+        ASSERT_TRUE(x.Prepare(ActivationFormatFor(t), xf.data(), n_cols).ok());
+        std::vector<float> y(size_t(n_rows), NAN);
+        ASSERT_TRUE(Gemv(w, x, 0, n_rows, y.data(), GetParam()).ok());
+        for (int64_t r = 0; r < n_rows; ++r) {
+          const uint8_t* row = data.data() + r * w.RowBytes();
+          EXPECT_EQ(y[size_t(r)], DotRow(GetParam(), t, row, x)) << r;
+          std::vector<int32_t> parts(size_t(n_cols / 32));
+          DotIntegerParts(KernelPath::kScalar, t, row, x, parts.data());
+          double exact = 0, magnitude = 0;
+          ExactFromParts(t, row, x, parts, &exact, &magnitude);
+          EXPECT_LE(std::fabs(double(y[size_t(r)]) - exact), double(n_cols / 32 + 10) * kU * magnitude)
+              << "row " << r << ": " << y[size_t(r)] << " vs exact " << exact;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, QuantPath,
                          ::testing::Values(KernelPath::kScalar, KernelPath::kAvx2, KernelPath::kAvx512),
                          [](const ::testing::TestParamInfo<KernelPath>& p) { return KernelPathName(p.param); });
