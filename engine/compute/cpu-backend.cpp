@@ -12,6 +12,7 @@
 #include <new>
 #include <vector>
 
+#include "engine/compute/decode-attention.h"
 #include "engine/compute/thread-pool.h"
 #include "engine/quant/quant-kernels.h"
 
@@ -93,58 +94,6 @@ void SoftmaxRow(float* row, int n_valid, int n) {
   for (; j + 8 <= n_valid; j += 8) _mm256_storeu_ps(row + j, _mm256_mul_ps(_mm256_loadu_ps(row + j), vinv));
   for (; j < n_valid; ++j) row[j] *= inv;
   if (n > n_valid) std::memset(row + n_valid, 0, sizeof(float) * size_t(n - n_valid));
-}
-
-// dot(q (fp32), k (fp16)) over n values.
-inline float DotF16(const float* q, const f16_t* k, int n) {
-  __m256 acc = _mm256_setzero_ps();
-  int c = 0;
-  for (; c + 8 <= n; c += 8)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c),
-                          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + c))), acc);
-  float s = HorizontalSum(acc);
-  for (; c < n; ++c) s += q[c] * Fp16ToFp32(k[c]);
-  return s;
-}
-
-// acc[0..n) += p * v (fp16)
-inline void AxpyF16(float* acc, float p, const f16_t* v, int n) {
-  const __m256 vp = _mm256_set1_ps(p);
-  int c = 0;
-  for (; c + 8 <= n; c += 8)
-    _mm256_storeu_ps(acc + c,
-                     _mm256_fmadd_ps(vp, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c))),
-                                     _mm256_loadu_ps(acc + c)));
-  for (; c < n; ++c) acc[c] += p * Fp16ToFp32(v[c]);
-}
-
-// s[x * ld] = scale * q_x . k for the group's heads x < group (q_x = q0 + x * hd), each k
-// vector converted from fp16 once.
-inline void GroupScores(const float* q0, const f16_t* k, int hd, int group, float scale, float* s, int ld) {
-  if (hd % 8 != 0 || group > 8) {
-    for (int x = 0; x < group; ++x) s[x * ld] = scale * DotF16(q0 + x * hd, k, hd);
-    return;
-  }
-  __m256 acc[8];
-  for (int x = 0; x < group; ++x) acc[x] = _mm256_setzero_ps();
-  for (int c = 0; c < hd; c += 8) {
-    const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + c)));
-    for (int x = 0; x < group; ++x) acc[x] = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + x * hd + c), kv, acc[x]);
-  }
-  for (int x = 0; x < group; ++x) s[x * ld] = scale * HorizontalSum(acc[x]);
-}
-
-// accs[x][0..hd) += p[x * ld] * v for the group's heads, v converted from fp16 once.
-inline void GroupAxpy(float* const* accs, const float* p, int ld, const f16_t* v, int hd, int group) {
-  if (hd % 8 != 0) {
-    for (int x = 0; x < group; ++x) AxpyF16(accs[x], p[x * ld], v, hd);
-    return;
-  }
-  for (int c = 0; c < hd; c += 8) {
-    const __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + c)));
-    for (int x = 0; x < group; ++x)
-      _mm256_storeu_ps(accs[x] + c, _mm256_fmadd_ps(_mm256_set1_ps(p[x * ld]), vv, _mm256_loadu_ps(accs[x] + c)));
-  }
 }
 
 // ---- the backend ---------------------------------------------------------------------------
@@ -506,9 +455,11 @@ void CpuBackend::GetWeightRows(DevPtr<float> out, const WeightRef& w, DevPtr<con
   ForRows(n_rows, k, [&](int64_t r) { quant::DequantizeRow(wm.type, wm.data + id[r] * row_bytes, o + r * k, k); });
 }
 
-// Flash-decoding: a task (kv head g, key block b) keeps, for each query row of g's heads, the
-// block's largest score, its sum of exp(score - max) and the value sum weighted by those; the
-// merge rescales every block to the row's global max. Exact softmax, any split.
+// Flash-decoding: for each key block b and kv head g, a task keeps, per query row of g's heads,
+// the block's largest score, its sum of exp(score - max) and the value sum weighted by those;
+// the merge rescales every block to the row's global max. Exact softmax, any split. A task is
+// one key block for every kv head: the rows of all heads of a token sit together, so each task
+// streams one contiguous stretch of the cache.
 void CpuBackend::DirectAttention(const AttentionArgs& a, const std::vector<float*>& imp_row) {
   const int hd = a.head_dim, group = a.n_head / a.n_head_kv, n_new = a.n_new, n_prefix = a.n_prefix;
   const int n_keys = n_prefix + n_new, n_kv = a.n_head_kv;
@@ -516,9 +467,8 @@ void CpuBackend::DirectAttention(const AttentionArgs& a, const std::vector<float
   constexpr int kMaxBlock = 1024, kMinBlock = 256;
   const int64_t work = int64_t(n_keys) * a.n_head * hd * n_new;
   const int want_tasks = (pool_.n_threads() == 1 || work < 200000) ? 1 : pool_.n_threads() * 4;
-  const int per_head = std::max((n_keys + kMaxBlock - 1) / kMaxBlock,
-                                std::min((want_tasks + n_kv - 1) / n_kv, (n_keys + kMinBlock - 1) / kMinBlock));
-  const int n_blocks = std::max(1, per_head);
+  const int n_blocks =
+      std::max({1, (n_keys + kMaxBlock - 1) / kMaxBlock, std::min(want_tasks, (n_keys + kMinBlock - 1) / kMinBlock)});
   const int rows = group * n_new;  // query rows per kv head: x * n_new + i
   const size_t n_part = size_t(n_kv) * n_blocks * rows;
   part_max_.resize(n_part);
@@ -528,52 +478,56 @@ void CpuBackend::DirectAttention(const AttentionArgs& a, const std::vector<float
   for (float* p : imp_row) any_importance |= p != nullptr;
   if (any_importance) raw_scores_.resize(size_t(a.n_head) * n_new * n_keys);
   const int ld_q = a.n_head * hd;
-  const std::function<void(int64_t)> task = [&](int64_t t) {
-    const int g = int(t / n_blocks), b = int(t % n_blocks);
+  const int64_t stride = int64_t(n_kv) * hd;
+  const std::function<void(int64_t)> task = [&](int64_t b) {
     const int j0 = int(int64_t(n_keys) * b / n_blocks), j1 = int(int64_t(n_keys) * (b + 1) / n_blocks);
-    // Scores of every head of the group (x * kLd + j): each fp16 key and value row is
-    // converted once for all the heads that share it.
-    // The row stride is not a multiple of 4 KiB, so the heads' stores do not alias in the caches.
+    // Scores of every head of the group (x * kLd + j). The row stride is not a multiple of
+    // 4 KiB, so the heads' stores do not alias in the caches.
     constexpr int kLd = kMaxBlock + 16;
     alignas(32) float s[kDirectRows * kLd];
-    auto key = [&](int j) {
-      return j < n_prefix ? a.k_prefix.raw() + (int64_t(j) * n_kv + g) * hd
-                          : a.k_new.raw() + (int64_t(j - n_prefix) * n_kv + g) * hd;
-    };
-    auto val = [&](int j) {
-      return j < n_prefix ? a.v_prefix.raw() + (int64_t(j) * n_kv + g) * hd
-                          : a.v_new.raw() + (int64_t(j - n_prefix) * n_kv + g) * hd;
-    };
-    for (int i = 0; i < n_new; ++i) {
-      const int jend = std::min(j1, n_prefix + i + 1);  // causal among the new tokens
-      const int n = std::max(0, jend - j0);
-      const float* q0 = a.q.raw() + int64_t(i) * ld_q + int64_t(g) * group * hd;  // the group's heads, adjacent
-      for (int j = 0; j < n; ++j) GroupScores(q0, key(j0 + j), hd, group, a.scale, s + j, kLd);
-      float* accs[kDirectRows];
-      for (int x = 0; x < group; ++x) {
-        const int h = g * group + x;
-        const size_t idx = (size_t(t) * rows) + size_t(x) * n_new + i;
-        accs[x] = part_acc_.data() + idx * hd;
-        std::fill(accs[x], accs[x] + hd, 0.0f);
-        if (n == 0) {
-          part_max_[idx] = -INFINITY;
-          part_sum_[idx] = 0;
-          continue;
+    for (int g = 0; g < n_kv; ++g) {
+      const size_t t = size_t(g) * n_blocks + size_t(b);
+      // Keys [j0, j0 + n) as runs of equal stride: the prefix part, then the new tokens.
+      auto for_runs = [&](int n, const f16_t* prefix, const f16_t* fresh, auto&& fn) {
+        const int n_pre = std::clamp(n_prefix - j0, 0, n);
+        if (n_pre > 0) fn(0, prefix + (int64_t(j0) * n_kv + g) * hd, n_pre);
+        if (n > n_pre) fn(n_pre, fresh + (int64_t(j0 + n_pre - n_prefix) * n_kv + g) * hd, n - n_pre);
+      };
+      for (int i = 0; i < n_new; ++i) {
+        const int jend = std::min(j1, n_prefix + i + 1);  // causal among the new tokens
+        const int n = std::max(0, jend - j0);
+        const float* q0 = a.q.raw() + int64_t(i) * ld_q + int64_t(g) * group * hd;  // the group's heads, adjacent
+        for_runs(n, a.k_prefix.raw(), a.k_new.raw(), [&](int off, const f16_t* k, int len) {
+          DecodeScores(q0, group, hd, a.scale, k, stride, len, s + off, kLd);
+        });
+        float* accs[kDirectRows];
+        for (int x = 0; x < group; ++x) {
+          const int h = g * group + x;
+          const size_t idx = t * rows + size_t(x) * n_new + i;
+          accs[x] = part_acc_.data() + idx * hd;
+          std::fill(accs[x], accs[x] + hd, 0.0f);
+          if (n == 0) {
+            part_max_[idx] = -INFINITY;
+            part_sum_[idx] = 0;
+            continue;
+          }
+          float* sx = s + x * kLd;
+          if (any_importance && imp_row[h])
+            std::memcpy(raw_scores_.data() + (size_t(h) * n_new + i) * n_keys + j0, sx, sizeof(float) * n);
+          float sum = 0;
+          part_max_[idx] = ExpShift(sx, n, &sum);
+          part_sum_[idx] = sum;
         }
-        float* sx = s + x * kLd;
-        if (any_importance && imp_row[h])
-          std::memcpy(raw_scores_.data() + (size_t(h) * n_new + i) * n_keys + j0, sx, sizeof(float) * n);
-        float sum = 0;
-        part_max_[idx] = ExpShift(sx, n, &sum);
-        part_sum_[idx] = sum;
+        for_runs(n, a.v_prefix.raw(), a.v_new.raw(), [&](int off, const f16_t* v, int len) {
+          DecodeWeightedValues(accs, group, hd, s + off, kLd, v, stride, len);
+        });
       }
-      for (int j = 0; j < n; ++j) GroupAxpy(accs, s + j, kLd, val(j0 + j), hd, group);
     }
   };
-  if (n_kv * n_blocks == 1) {
+  if (n_blocks == 1) {
     task(0);
   } else {
-    pool_.ParallelFor(int64_t(n_kv) * n_blocks, task);
+    pool_.ParallelFor(n_blocks, task);
   }
   // Merge the blocks of each (head, row); importance from the kept raw scores.
   for (int g = 0; g < n_kv; ++g) {

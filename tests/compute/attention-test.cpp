@@ -221,11 +221,17 @@ TEST_P(AttentionTest, ScoreKeysEqualsAttentionImportance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
-                         ::testing::Values(Case{1, 4, 2, 16, 40},        // decode step
-                                           Case{7, 6, 2, 32, 0},         // no prefix at all
-                                           Case{19, 9, 3, 64, 37},       // SmolLM2's heads
-                                           Case{150, 4, 4, 32, 300},     // MHA, several token blocks
-                                           Case{300, 2, 1, 16, 3000}));  // long prefix, MQA
+                         ::testing::Values(Case{1, 4, 2, 16, 40},      // decode step
+                                           Case{7, 6, 2, 32, 0},       // no prefix at all
+                                           Case{19, 9, 3, 64, 37},     // SmolLM2's heads
+                                           Case{150, 4, 4, 32, 300},   // MHA, several token blocks
+                                           Case{300, 2, 1, 16, 3000},  // long prefix, MQA
+                                           // Decode over a long prefix split into key blocks:
+                                           Case{1, 9, 3, 64, 5000},   // SmolLM2
+                                           Case{2, 8, 2, 128, 1500},  // two rows, Llama-3's group of 4
+                                           Case{1, 14, 2, 64, 777},   // Qwen2.5's group of 7
+                                           Case{1, 3, 1, 20, 613},    // head size not whole vectors
+                                           Case{1, 5, 5, 8, 5}));     // fewer keys than a vector
 
 TEST(AttentionArgs, BadHeadsAreRejected) {
   auto be = MakeCpuBackend({1});
