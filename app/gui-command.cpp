@@ -1,6 +1,7 @@
 // impress gui (and `impress` with no subcommand): the desktop app (gui/app-window.h).
 // Options: the common ones, --doc FILE (repeatable), --script FILE (CI / demos), --config-dir,
-// --width/--height, --frame-stats, --check-display (exit 0 if a window can open here),
+// --width/--height, --frame-stats, --busy-fps (redraw cap while the model computes), --check-display (exit 0 if a
+// window can open here),
 // --conversations DB / --no-save (saved conversations).
 #include <spdlog/spdlog.h>
 
@@ -21,6 +22,7 @@ struct GuiArgs {
   bool no_save = false;
   int width = 1600, height = 900;
   int max_tokens = 256;
+  double busy_fps = 10;
   bool frame_stats = false;
   bool check_display = false;
 };
@@ -56,6 +58,8 @@ void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code) {
   cmd->add_option("--width", args->width, "window width")->check(CLI::Range(320, 16384));
   cmd->add_option("--height", args->height, "window height")->check(CLI::Range(240, 16384));
   cmd->add_option("--max-tokens", args->max_tokens, "most tokens per answer")->check(CLI::Range(1, 8192));
+  cmd->add_option("--busy-fps", args->busy_fps, "most frames per second drawn while the model computes")
+      ->check(CLI::Range(1.0, 240.0));
   cmd->add_flag("--frame-stats", args->frame_stats, "print UI frame-time statistics on exit");
   cmd->add_option("--conversations", args->conversations,
                   "saved conversations (SQLite; default: conversations.db beside the KV store directory)");
@@ -76,6 +80,7 @@ void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code) {
     o.width = args->width;
     o.height = args->height;
     o.print_frame_stats = args->frame_stats;
+    o.busy_redraw_hz = args->busy_fps;
     o.worker.settings_path = o.config_dir + "/gui.json";
     auto settings = Settings(*cmd, *common, *args, o.worker.settings_path);
     if (!settings.ok()) {

@@ -14,11 +14,11 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "gui/frame-profile.h"
 #include "gui/panels.h"
 #include "gui/png-image.h"
+#include "gui/redraw-pacer.h"
 #include "gui/script.h"
 #include "gui/snapshot-math.h"
 #include "gui/texture-cache.h"
@@ -28,7 +28,9 @@ namespace impress::gui {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kFrameBudgetMs = 1000.0 / 60.0;  // the loop sleeps the rest of a 60 Hz frame
+constexpr double kIdleRedrawHz = 60;  // frames follow input at most this often while the worker waits
+
+bool WorkerBusy(WorkerPhase p) { return p != WorkerPhase::kIdle && p != WorkerPhase::kFailed; }
 
 void OnGlfwError(int code, const char* what) { spdlog::warn("glfw error {}: {}", code, what); }
 
@@ -203,19 +205,24 @@ Result<int> RunGui(const GuiOptions& o) {
     Host host(worker);
     UiState ui;
     FrameTimes times;
+    RedrawPacer pacer({.busy_hz = o.busy_redraw_hz, .idle_hz = kIdleRedrawHz, .idle_wait = 0.1});
     auto last = Clock::now();
     bool first = true;
     uint64_t drawn_version = 0;
     int settle_frames = 3;  // ImGui needs a few frames after input (hover, layout) to settle
     while (!glfwWindowShouldClose(window)) {
-      // Poll. Without a script, frames are drawn only when something changed: input, a new
-      // snapshot, or ImGui still settling; otherwise the loop sleeps in glfwWaitEventsTimeout and
-      // leaves the cores to the model.
-      if (!script && settle_frames == 0 && worker.Snapshot()->version == drawn_version) {
-        glfwWaitEventsTimeout(0.1);
-        first = true;  // the idle gap is not a frame time
+      // Draw only when something changed (input, a new snapshot, ImGui settling, a running
+      // script), at most busy_redraw_hz while the worker computes; otherwise wait for events
+      // (which input ends early) and leave the cores to the model.
+      const auto now = Clock::now();
+      const std::shared_ptr<const AppSnapshot> peek = worker.Snapshot();
+      const bool busy_now = WorkerBusy(peek->phase);
+      pacer.Observe(now, busy_now);
+      const bool wanted = script || settle_frames > 0 || events.input || peek->version != drawn_version;
+      if (const double wait = pacer.WaitSeconds(now, busy_now, wanted); wait > 0) {
+        glfwWaitEventsTimeout(wait);
+        if (!wanted) first = true;  // an idle gap is not a frame time (one held back by the cap is)
         if (events.input) settle_frames = 3;
-        events.input = false;
         continue;
       }
       const auto frame_start = Clock::now();
@@ -227,13 +234,14 @@ Result<int> RunGui(const GuiOptions& o) {
         sample.stage_ms[size_t(st)] = std::chrono::duration<double, std::milli>(now - stage_t).count();
         stage_t = now;
       };
-      const auto snap = worker.Snapshot();
+      const auto snap = peek;
       const bool prefill = snap->phase == WorkerPhase::kPrefill;
+      pacer.FrameDrawn(frame_start, busy_now);
       if (!first) {
         const double ms = std::chrono::duration<double, std::milli>(frame_start - last).count();
         times.all_ms.push_back(ms);
         if (prefill) times.prefill_ms.push_back(ms);
-        if (snap->phase != WorkerPhase::kIdle && snap->phase != WorkerPhase::kFailed) times.busy_ms.push_back(ms);
+        if (busy_now) times.busy_ms.push_back(ms);
       }
       first = false;
       last = frame_start;
@@ -292,16 +300,13 @@ Result<int> RunGui(const GuiOptions& o) {
       sample.work_ms = work;
       sample.cpu_ms = ThreadCpuMs() - cpu_start;
       sample.prefill = prefill;
-      sample.busy = snap->phase != WorkerPhase::kIdle && snap->phase != WorkerPhase::kFailed;
+      sample.busy = busy_now;
       times.samples.push_back(sample);
 
       // Send what the panels asked for.
       if (actions.stop) worker.Stop();
       for (Command& c : actions.commands) worker.Send(std::move(c));
       if (!keep_running) break;
-      const double spent = std::chrono::duration<double, std::milli>(Clock::now() - frame_start).count();
-      if (spent < kFrameBudgetMs)
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(kFrameBudgetMs - spent));
     }
     if (script && script->failed()) {
       std::fprintf(stderr, "%s\n", script->error().c_str());
@@ -309,6 +314,11 @@ Result<int> RunGui(const GuiOptions& o) {
     }
     if (script || o.print_frame_stats) {
       times.Print(stdout);
+      std::fprintf(
+          stdout,
+          "redraw: %llu frames; %llu while the worker was busy for %.1f s in %d span(s) (cap %.0f Hz: at most %.0f)\n",
+          static_cast<unsigned long long>(pacer.frames()), static_cast<unsigned long long>(pacer.busy_frames()),
+          pacer.busy_seconds(), pacer.busy_spans(), pacer.options().busy_hz, pacer.busy_frame_bound());
       std::fprintf(stdout, "textures: %llu uploads, %.1f ms building and uploading in all\n",
                    static_cast<unsigned long long>(textures.uploads()), textures.upload_ms());
     }

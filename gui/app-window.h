@@ -1,5 +1,6 @@
 // RunGui: the desktop window (GLFW + OpenGL 3 + Dear ImGui). Starts the worker, then runs the
-// frame loop on the calling thread: poll events, new frame, panels, render. Optionally runs a
+// frame loop on the calling thread: wait for input or a new snapshot, new frame, panels, render
+// (gui/redraw-pacer.h says how often). Optionally runs a
 // script (gui/script.h) and reports UI frame times.
 //
 // Thread contract: call from the main thread (GLFW requires it); returns when the window closes
@@ -19,6 +20,9 @@ struct GuiOptions {
   std::string script_path;  // empty: interactive
   int width = 1600, height = 900;
   bool print_frame_stats = false;  // also without a script
+  // Frames per second at most while the worker computes (software OpenGL draws on the model's
+  // cores); input and new snapshots are shown at the next allowed frame.
+  double busy_redraw_hz = 10;
 };
 
 // Whether a window can be opened here ($DISPLAY / $WAYLAND_DISPLAY set and glfwInit works).

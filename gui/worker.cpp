@@ -12,7 +12,9 @@
 namespace impress::gui {
 
 namespace {
-constexpr auto kStreamPublishInterval = std::chrono::milliseconds(33);
+// Streamed text is published as often as the window redraws while busy (10 Hz by default): a
+// snapshot the window never draws would only be a copy made on the model's time.
+constexpr auto kStreamPublishInterval = std::chrono::milliseconds(100);
 // Progress alone (prefill, ingestion) redraws less often: each frame costs the model CPU time.
 constexpr auto kProgressPublishInterval = std::chrono::milliseconds(100);
 constexpr size_t kMaxMessages = 50;

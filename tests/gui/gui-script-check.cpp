@@ -2,7 +2,8 @@
 // a clear message, nothing lost), asks two questions, changes alpha, asks again with the
 // fidelity check, and saves screenshots. Checks: exit status 0, three non-empty answers, the
 // second question's own report says it reused the cached prefix, frame times measured during
-// the prefill (printed, not judged: bench/gui-prefill-bench.sh measures them), and screenshots
+// the prefill (printed, not judged: bench/gui-prefill-bench.sh measures them), frames drawn
+// while the worker computed within the redraw cap (counted), and screenshots
 // that are real pictures (many colours, most pixels not background). Every `wait` waits for
 // the worker to finish (its hang guard is an hour), so a loaded machine is slower, not failing.
 // Skips when xvfb-run or the default model is missing.
@@ -99,6 +100,21 @@ TEST(GuiScript, SessionAnswersMeasuresFramesAndScreenshotsAreNotBlank) {
   EXPECT_GT(std::stoi(fm[1]), 0);
   // Printed only: frame times depend on the machine's load (bench/gui-prefill-bench.sh measures them).
   std::cout << "UI frame time during prefill: max " << fm[2] << " ms, p99 " << fm[3] << " ms\n";
+
+  // The redraw cap: frames drawn while the worker computed are at most cap x the busy time it
+  // observed, plus one per busy span (frames counted, not timed: a loaded machine only draws fewer).
+  std::smatch rm;
+  ASSERT_TRUE(std::regex_search(out, rm,
+                                std::regex("redraw: (\\d+) frames; (\\d+) while the worker was busy for ([0-9.]+) s in "
+                                           "(\\d+) span\\(s\\) \\(cap ([0-9.]+) Hz")))
+      << out;
+  const int busy_frames = std::stoi(rm[2]), spans = std::stoi(rm[4]);
+  const double busy_s = std::stod(rm[3]), cap_hz = std::stod(rm[5]);
+  EXPECT_EQ(cap_hz, 10.0);  // the default
+  EXPECT_GT(busy_frames, 0);
+  EXPECT_GT(spans, 0);
+  // +1 per span, and 0.1 s of rounding in the printed busy time.
+  EXPECT_LE(busy_frames, cap_hz * (busy_s + 0.1) + spans) << rm[0];
 
   for (const std::string& path : {shot1, shot2}) {
     auto im = ReadPng(path);

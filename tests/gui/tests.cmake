@@ -4,7 +4,7 @@
 # the answers, reuse and the screenshots' pixels. Mesa's GL driver does not pass LSan and the run
 # is slow under ASan: no-sanitizer. Frame times are measured by bench/gui-prefill-bench.sh, not
 # asserted here.
-foreach(t panels-test snapshot-math-test cache-view-test)
+foreach(t panels-test snapshot-math-test cache-view-test redraw-pacer-test text-format-test)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE impress_gui)
   endif()
