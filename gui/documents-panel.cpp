@@ -83,15 +83,17 @@ void DrawDocumentsPanel(const AppSnapshot& s, DocumentsPanelState& st, UiActions
       if (ImGui::IsItemHovered())
         ImGui::SetTooltip(s.retrieval ? "search this document's passages" : "attach as the conversation's context");
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(d.name.c_str());
-      if (ImGui::IsItemHovered())
-        ImGui::SetTooltip("%s\n%s\nKV: %s", d.path.c_str(), FormatBytes(d.bytes).c_str(), d.residency.c_str());
+      const float pin_w = d.pinned ? ImGui::CalcTextSize("[pinned]").x + ImGui::GetStyle().ItemSpacing.x : 0;
+      draw::TextElided(d.name, ImGui::GetContentRegionAvail().x - pin_w,
+                       fmt::format("{}\n{}\nKV: {}", d.path, FormatBytes(d.bytes), d.residency));
       if (d.pinned) {
         ImGui::SameLine();
         ImGui::TextColored(ImVec4(0.5f, 0.9f, 0.6f, 1), "[pinned]");
       }
       ResidencyBar(d);
-      ImGui::TextDisabled("%s", d.residency.c_str());
+      ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+      draw::TextElided(d.residency);
+      ImGui::PopStyleColor();
       if (!s.store_dir.empty() && d.span_begin >= 0) {
         if (ImGui::SmallButton(d.pinned ? "unpin" : "pin"))
           out.commands.push_back(MakeCommand(Command::Kind::kPinDocument, {}, int(i), !d.pinned));

@@ -1,5 +1,6 @@
 #include "gui/gui-config.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -25,8 +26,8 @@ Status ReadNumber(const nlohmann::json& j, const char* key, double lo, double hi
   if (!it->is_number()) return Status::InvalidArgument(std::string("settings key '") + key + "' must be a number");
   const double v = it->get<double>();
   if (!(v >= lo && v <= hi))
-    return Status::InvalidArgument(std::string("settings key '") + key + "' = " + it->dump() + " is outside [" +
-                                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return Status::InvalidArgument(
+        fmt::format("settings key '{}' = {} is outside [{:g}, {:g}]", key, it->dump(), lo, hi));
   *out = T(v);
   return Status::Ok();
 }

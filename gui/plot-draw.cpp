@@ -1,4 +1,4 @@
-// Drawing helpers shared by the inspector panels (colour ramps, request picker).
+// Drawing helpers shared by the panels (colour ramps, request picker, elided text).
 #include <imgui.h>
 #include <spdlog/fmt/fmt.h>
 
@@ -7,6 +7,7 @@
 
 #include "gui/panels.h"
 #include "gui/snapshot-math.h"
+#include "gui/text-format.h"
 
 namespace impress::gui::draw {
 
@@ -43,6 +44,15 @@ void RequestPicker(const char* label, const AppSnapshot& s, int* index) {
     }
     ImGui::EndCombo();
   }
+}
+
+void TextElided(const std::string& text, float width, const std::string& tooltip) {
+  if (width <= 0) width = ImGui::GetContentRegionAvail().x;
+  const std::string shown =
+      ElideMiddle(text, width, [](std::string_view t) { return ImGui::CalcTextSize(t.data(), t.data() + t.size()).x; });
+  ImGui::TextUnformatted(shown.c_str());
+  if (ImGui::IsItemHovered() && (shown != text || !tooltip.empty()))
+    ImGui::SetTooltip("%s", tooltip.empty() ? text.c_str() : tooltip.c_str());
 }
 
 }  // namespace impress::gui::draw

@@ -5,6 +5,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "gui/panels.h"
+#include "gui/text-format.h"
 
 namespace impress::gui {
 
@@ -14,6 +15,14 @@ const SystemKind kSystems[] = {SystemKind::kImpress,  SystemKind::kImpressItfRo,
                                SystemKind::kAsH2oLfu, SystemKind::kAsH2oLru,     SystemKind::kAsLike,
                                SystemKind::kRecomp};
 const store::PolicyKind kPolicies[] = {store::PolicyKind::kImpress, store::PolicyKind::kLru, store::PolicyKind::kLfu};
+
+// A budget in MiB: whole MiB in the field ("2048 MiB"), the size as read ("2 GiB") on hover.
+template <typename Done>
+void BudgetDrag(const char* label, double* mib, float speed, Done&& done) {
+  ImGui::DragScalar(label, ImGuiDataType_Double, mib, speed, nullptr, nullptr, "%.0f MiB");
+  done();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s (drag, or double-click to type)", FormatMib(*mib).c_str());
+}
 
 }  // namespace
 
@@ -57,12 +66,9 @@ void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& 
       }
     ImGui::EndCombo();
   }
-  ImGui::DragScalar("device MiB", ImGuiDataType_Double, &e.device_budget_mb, 1.0f);
-  done();
-  ImGui::DragScalar("host MiB", ImGuiDataType_Double, &e.host_budget_mb, 4.0f);
-  done();
-  ImGui::DragScalar("SSD MiB", ImGuiDataType_Double, &e.ssd_budget_mb, 16.0f);
-  done();
+  BudgetDrag("device budget", &e.device_budget_mb, 1.0f, done);
+  BudgetDrag("host budget", &e.host_budget_mb, 4.0f, done);
+  BudgetDrag("SSD budget", &e.ssd_budget_mb, 16.0f, done);
   ImGui::SliderInt("reorder every (min)", &e.reorder_interval_min, 0, 120);
   done();
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("takes effect at the next start; use 'Reorder now' in Tiers meanwhile");
