@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <iostream>
 
 #include "app/commands.h"
@@ -52,7 +53,13 @@ nlohmann::json SummaryJson(const SystemSummary& s) {
 // The CPU engine benchmark, printed; the exit status.
 int RunCpuEngineBench(const Model& model, const ForwardTimingOptions& forward, int n_threads, bool json) {
   ProgressBar bar("benchmark");
-  const EngineBenchOptions opts{.n_threads = n_threads, .forward = forward, .progress = bar.AsFn()};
+  std::error_code ec;
+  const auto file_bytes =
+      std::filesystem::is_regular_file(model.path, ec) ? std::filesystem::file_size(model.path, ec) : std::uintmax_t(0);
+  const EngineBenchOptions opts{.n_threads = n_threads,
+                                .model_file_bytes = ec ? 0.0 : double(file_bytes),
+                                .forward = forward,
+                                .progress = bar.AsFn()};
   auto r = RunEngineBenchmark(model, opts);
   bar.Finish();
   if (!r.ok()) {
@@ -79,6 +86,13 @@ int RunCpuEngineBench(const Model& model, const ForwardTimingOptions& forward, i
                              {"weights_mb", r->weights_mb},
                              {"kv_cache_mb", r->kv_cache_mb},
                              {"rss_vs_weights_kv", r->peak_rss_mb / std::max(1.0, r->weights_mb + r->kv_cache_mb)},
+                             {"decode_tok_s_8k", r->decode_tok_s_8k},
+                             {"weights_bytes_per_token", r->weights_bytes_per_token},
+                             {"decode_bytes_per_token", r->decode_bytes_per_token},
+                             {"mem_bw_gbs", r->mem_bw_gbs},
+                             {"decode_bw_fraction", r->decode_bw_fraction},
+                             {"model_file_mb", r->model_file_mb},
+                             {"rss_vs_file_kv", r->rss_vs_file_kv},
                          });
   return 0;
 }

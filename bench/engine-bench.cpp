@@ -1,12 +1,16 @@
 // RunEngineBenchmark: see engine-bench.h.
 #include "bench/engine-bench.h"
 
+#include <immintrin.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "bench/forward-timing.h"
@@ -51,6 +55,40 @@ double MeasureSgemm(const ModelConfig& c, int m) {
 
 }  // namespace
 
+double MeasureReadBandwidth(int n_threads, size_t bytes, int passes) {
+  n_threads = std::max(1, n_threads);
+  bytes = bytes / (size_t(n_threads) * 128) * (size_t(n_threads) * 128);
+  if (bytes == 0) return 0;
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return 0;
+  auto* buf = static_cast<const uint8_t*>(mem);
+  std::memset(mem, 1, bytes);
+  const size_t part = bytes / size_t(n_threads);
+  std::vector<int64_t> sink(size_t(n_threads) * 8);  // one cache line per thread
+  double best = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    std::vector<std::thread> threads;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int t = 0; t < n_threads; ++t) {
+      threads.emplace_back([&, t] {
+        const uint8_t* p = buf + part * size_t(t);
+        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                          _mm256_setzero_si256()};
+        for (size_t off = 0; off < part; off += 128) {
+          for (int k = 0; k < 4; ++k)
+            acc[k] = _mm256_add_epi64(acc[k], _mm256_load_si256(reinterpret_cast<const __m256i*>(p + off + 32 * k)));
+        }
+        const __m256i s = _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3]));
+        sink[size_t(t) * 8] = _mm256_extract_epi64(s, 0);  // keeps the loads
+      });
+    }
+    for (auto& th : threads) th.join();
+    best = std::max(best, double(bytes) / SecondsSince(t0) / 1e9);
+  }
+  munmap(mem, bytes);
+  return best;
+}
+
 Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBenchOptions& o) {
   const ModelConfig& c = model.config;
   EngineBenchResult r;
@@ -65,16 +103,25 @@ Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBen
   SetBlasThreads(o.n_threads);
   r.sgemm_gflops = MeasureSgemm(c, std::min(o.forward.ubatch, r.speed.n_prefill_short));
   r.prefill_vs_sgemm = r.sgemm_gflops > 0 ? r.prefill_gflops / r.sgemm_gflops : 0;
-  r.peak_rss_mb = PeakRssMb();
+  r.peak_rss_mb = PeakRssMb();  // before the probe, whose buffer is no part of the engine
   r.weights_mb = WeightsMb(model);
   r.kv_cache_mb = KvCacheMb(c, r.speed.n_cache);
+  r.model_file_mb = o.model_file_bytes > 0 ? o.model_file_bytes / (1 << 20) : r.weights_mb;
+  r.rss_vs_file_kv = r.peak_rss_mb / std::max(1.0, r.model_file_mb + r.kv_cache_mb);
+  r.weights_bytes_per_token = DecodeWeightBytes(model);
+  const double mean_ctx = r.speed.n_prefill_short + r.speed.n_decode / 2.0;
+  r.decode_bytes_per_token = r.weights_bytes_per_token + KvCacheMb(c, 1) * (1 << 20) * mean_ctx;
+  if (o.bw_probe_bytes > 0) r.mem_bw_gbs = MeasureReadBandwidth(o.n_threads, o.bw_probe_bytes);
+  if (r.mem_bw_gbs > 0) r.decode_bw_fraction = r.decode_bytes_per_token * r.speed.decode_tok_s / (r.mem_bw_gbs * 1e9);
+  if (r.speed.n_decode_ctx == 8000) r.decode_tok_s_8k = r.speed.decode_tok_s_long_ctx;
   IMPRESS_RETURN_IF_ERROR(BenchStep(o.progress, n_steps, n_steps, "done"));
   spdlog::info(
       "engine bench: prefill {:.0f} tok/s @{} , {:.0f} tok/s @{}, decode {:.1f} tok/s ({:.1f} @{}), prefill "
-      "{:.1f} GFLOP/s vs sgemm {:.1f} GFLOP/s, peak RSS {:.0f} MB, kernels {}",
+      "{:.1f} GFLOP/s vs sgemm {:.1f} GFLOP/s, peak RSS {:.0f} MB, kernels {}, memory {:.1f} GB/s (decode at {:.2f} "
+      "of it)",
       r.speed.prefill_tok_s_short, r.speed.n_prefill_short, r.speed.prefill_tok_s_long, r.speed.n_prefill_long,
       r.speed.decode_tok_s, r.speed.decode_tok_s_long_ctx, r.speed.n_decode_ctx, r.prefill_gflops, r.sgemm_gflops,
-      r.peak_rss_mb, r.kernel_path);
+      r.peak_rss_mb, r.kernel_path, r.mem_bw_gbs, r.decode_bw_fraction);
   return r;
 }
 

@@ -5,12 +5,13 @@
 // decode tokens/s (one token at a time after a 512-token prompt), as TimeForward measures them
 // (forward-timing.h), the achieved prefill GFLOP/s (the floating point operations the backend
 // actually performed, attention included, over the 512-token prefill time) and peak RSS
-// (getrusage).
+// (getrusage), and decode measured against a memory-bandwidth probe run afterwards (fields below).
 //
 // Thread contract: runs on the calling thread (plus the backend's workers); sets the
 // process-global OpenBLAS thread count.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "base/progress.h"
@@ -22,7 +23,9 @@ namespace impress {
 
 struct EngineBenchOptions {
   int n_threads = 2;
-  ForwardTimingOptions forward;  // lengths, ubatch, repeats
+  double model_file_bytes = 0;                // the model's file (0: the weights as held stand in for it)
+  size_t bw_probe_bytes = size_t(512) << 20;  // the memory-bandwidth probe's buffer (0: no probe)
+  ForwardTimingOptions forward;               // lengths, ubatch, repeats
   ProgressFn progress;
 };
 
@@ -36,7 +39,22 @@ struct EngineBenchResult {
   double weights_mb = 0;    // the matrices as held (stored type or fp32)
   std::string kernel_path;  // the typed kernels' SIMD path ("avx512", "avx2", "scalar")
   double kv_cache_mb = 0;   // the generator's fp16 KV cache
+  // Decode against memory speed. A decode token reads the weights (weights_bytes_per_token) and
+  // the KV of its context (decode_bytes_per_token adds the mean context of the timed decode);
+  // mem_bw_gbs is a read of bw_probe_bytes by n_threads threads in the same run (best of 3);
+  // decode_bw_fraction = decode_bytes_per_token * decode_tok_s / mem_bw_gbs.
+  double weights_bytes_per_token = 0;
+  double decode_bytes_per_token = 0;
+  double mem_bw_gbs = 0;
+  double decode_bw_fraction = 0;
+  double model_file_mb = 0;    // options.model_file_bytes, or weights_mb
+  double rss_vs_file_kv = 0;   // peak_rss_mb / (model_file_mb + kv_cache_mb), before the probe
+  double decode_tok_s_8k = 0;  // speed.decode_tok_s_long_ctx when that context was 8,000 tokens
 };
+
+// GB/s of n_threads threads reading disjoint parts of a `bytes` buffer (touched first), best of
+// `passes` passes. 0 when the buffer cannot be had.
+double MeasureReadBandwidth(int n_threads, size_t bytes, int passes = 3);
 
 Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBenchOptions& options = {});
 

@@ -120,6 +120,18 @@ double WeightsMb(const Model& model) {
   return double(n) / (1 << 20);
 }
 
+double DecodeWeightBytes(const Model& model) {
+  const ModelWeights& w = model.weights;
+  const Tensor& head = w.output.empty() ? w.tok_embd : w.output;
+  double n = double(TensorBytes(head)) + double(TensorBytes(w.output_norm));
+  if (w.tok_embd.rows() > 0) n += double(TensorBytes(w.tok_embd)) / double(w.tok_embd.rows());
+  for (const auto& l : w.layers) {
+    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.attn_norm, &l.ffn_norm})
+      n += double(TensorBytes(*t));
+  }
+  return n;
+}
+
 double KvCacheMb(const ModelConfig& c, int n_cache) {
   return 2.0 * c.n_layer * n_cache * c.n_head_kv * c.head_dim * 2.0 / (1 << 20);
 }

@@ -31,7 +31,7 @@ struct ForwardTimingOptions {
   int n_warmup = 64;  // tokens of the warm-up prefill; 0: n_prefill_short
   // Decode is also timed after this many tokens of context (a long document; the cache grows to
   // hold them); 0 or less than n_prefill_long: not timed.
-  int n_decode_ctx = 7700;
+  int n_decode_ctx = 8000;
 };
 
 struct ForwardSpeed {
@@ -70,7 +70,10 @@ struct LayerGemm {
 };
 std::vector<LayerGemm> LayerGemmShapes(const ModelConfig& c);
 
-double WeightsMb(const Model& model);                 // fp32 embeddings, output and layer matrices
+double WeightsMb(const Model& model);  // fp32 embeddings, output and layer matrices
+// Weight bytes one decode step reads: every layer matrix and the output head (the token
+// embeddings when tied) in the type held, plus the norms; one embedding row.
+double DecodeWeightBytes(const Model& model);
 double KvCacheMb(const ModelConfig& c, int n_cache);  // fp16 K and V of every layer
 
 }  // namespace impress
