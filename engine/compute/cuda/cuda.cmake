@@ -2,7 +2,8 @@
 # impress_compute. IMPRESS_CUDA defaults to ON when nvcc is found; it is always OFF in sanitizer
 # builds (ASan/TSan do not mix with the CUDA runtime). impress_cuda always exists: without CUDA
 # it holds entry points that say the build has no CUDA (cuda-unavailable.cpp), so callers such
-# as ModelContext (engine/runtime) need no #ifdef. With CUDA it defines IMPRESS_HAVE_CUDA=1 for its users.
+# as ModelContext (engine/runtime) need no #ifdef. With CUDA it holds the loader of the backend
+# module libimpress-cuda.so (cuda-module.h) and defines IMPRESS_HAVE_CUDA=1 for its users.
 include(CheckLanguage)
 set(_impress_cuda_found OFF)
 if(NOT IMPRESS_SANITIZE AND NOT IMPRESS_TSAN)
@@ -28,15 +29,30 @@ if(IMPRESS_CUDA)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   message(STATUS "IMPRESS_CUDA: ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES})")
-  add_library(impress_cuda STATIC ${_cuda_common} ${_cuda_dir}/cuda-kernels.cu ${_cuda_dir}/cuda-backend.cpp
-                                  ${_cuda_dir}/cuda-tier-memory.cpp)
-  target_link_libraries(impress_cuda PUBLIC impress_compute PRIVATE CUDA::cudart_static CUDA::cublas)
+  # The programs link the loader (cuda-loader.cpp): the backend itself is the module
+  # libimpress-cuda.so next to them (cuda-module.h), loaded on first use, so that a CPU-only run
+  # never maps cudart or cuBLAS. The module takes the engine symbols it uses from the executable,
+  # which therefore exports its symbols; the module's own are hidden and bound inside it.
+  set(CMAKE_ENABLE_EXPORTS ON)
+  add_library(impress_cuda STATIC ${_cuda_common} ${_cuda_dir}/cuda-loader.cpp)
+  target_link_libraries(impress_cuda PUBLIC impress_compute ${CMAKE_DL_LIBS})
   target_compile_definitions(impress_cuda PUBLIC IMPRESS_HAVE_CUDA=1)
+  add_library(impress_cuda_module MODULE ${_cuda_common} ${_cuda_dir}/cuda-kernels.cu ${_cuda_dir}/cuda-backend.cpp
+                                         ${_cuda_dir}/cuda-tier-memory.cpp ${_cuda_dir}/cuda-module.cpp)
+  set_target_properties(impress_cuda_module PROPERTIES OUTPUT_NAME impress-cuda LIBRARY_OUTPUT_DIRECTORY
+                        ${CMAKE_BINARY_DIR}/bin CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden
+                        VISIBILITY_INLINES_HIDDEN ON POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(impress_cuda_module PRIVATE ${CMAKE_SOURCE_DIR})
+  target_link_libraries(impress_cuda_module PRIVATE spdlog::spdlog CUDA::cudart_static CUDA::cublas)
+  target_compile_definitions(impress_cuda_module PRIVATE IMPRESS_HAVE_CUDA=1)
+  target_link_options(impress_cuda_module PRIVATE -Wl,-Bsymbolic)
   # Host-side warnings for the .cu file too (the C/C++ flags do not reach nvcc).
-  target_compile_options(impress_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
+  target_compile_options(impress_cuda_module PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
   if(IMPRESS_WERROR)
-    target_compile_options(impress_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
+    target_compile_options(impress_cuda_module PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
   endif()
+  # Every program that links the loader finds a current module beside it.
+  add_dependencies(impress_cuda impress_cuda_module)
 else()
   message(STATUS "IMPRESS_CUDA: OFF")
   add_library(impress_cuda STATIC ${_cuda_common} ${_cuda_dir}/cuda-unavailable.cpp)
