@@ -82,6 +82,7 @@ void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code) {
     o.print_frame_stats = args->frame_stats;
     o.busy_redraw_hz = args->busy_fps;
     o.worker.settings_path = o.config_dir + "/gui.json";
+    o.worker.recent_models_path = o.config_dir + "/models.json";  // the model picker's recent models
     auto settings = Settings(*cmd, *common, *args, o.worker.settings_path);
     if (!settings.ok()) {
       spdlog::warn("{}; using the defaults", settings.status().ToString());

@@ -111,6 +111,9 @@ struct AppSnapshot {
   std::string status;    // one line for the status bar
   double progress = -1;  // 0..1 while loading or prefilling; -1 when none
   std::string model_name;
+  std::string model_path;                  // the file or folder loaded
+  uint64_t model_bytes = 0;                // its estimated RAM (weights + KV for its context; gui/model-info.h)
+  std::vector<std::string> recent_models;  // most recent first (the model picker)
   int n_ctx = 0;
   int n_layer = 0;
   std::string store_dir;  // empty: no store

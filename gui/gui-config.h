@@ -1,5 +1,6 @@
 // Where the GUI keeps its files and how its settings are saved: $XDG_CONFIG_HOME/impress/
-// (~/.config/impress/) holds gui.json (the tuning knobs) and imgui.ini (window layout).
+// (~/.config/impress/) holds gui.json (the tuning knobs), imgui.ini (window layout) and
+// models.json (recently loaded models, gui/model-info.h).
 //
 // Thread contract: pure functions over files; call from one thread at a time per file.
 #pragma once

@@ -54,7 +54,10 @@ void DrawAllPanels(const AppSnapshot& s, UiState& ui, UiActions& out) {
   const float left_w = std::max(260.0f, d.x * 0.22f), mid_w = std::max(320.0f, d.x * 0.36f);
   const float right_x = left_w + mid_w, right_w = std::max(300.0f, d.x - right_x);
 
-  if (BeginPanel("Documents", 0, 0, left_w, H * 0.42f)) DrawDocumentsPanel(s, ui.documents, out);
+  if (BeginPanel("Documents", 0, 0, left_w, H * 0.42f)) {
+    DrawModelPicker(s, ui.model, out);
+    DrawDocumentsPanel(s, ui.documents, out);
+  }
   ImGui::End();
   if (BeginPanel("Settings", 0, H * 0.42f, left_w, H * 0.58f)) DrawSettingsPanel(s, ui.settings, out);
   ImGui::End();

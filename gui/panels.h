@@ -45,6 +45,19 @@ struct SimilarityPanelState {
   int history = 8;   // recent requests drawn as faint lines
 };
 
+// The model picker (gui/model-picker.cpp): the model row and its "Open model" dialog with a
+// file browser of its own.
+struct ModelPickerState {
+  bool open_requested = false;
+  std::string dir;       // the folder listed (empty: the loaded model's folder)
+  std::string filter;    // part of a name
+  std::string selected;  // a .gguf file or a Hugging Face folder
+  std::string estimate_for;
+  std::string estimate_text, estimate_error;  // the selection's RAM estimate, or why there is none
+  bool fits = false;
+  double estimated_at = -1;  // ImGui time of the estimate (MemAvailable is read again every 2 s)
+};
+
 struct TiersPanelState {};
 struct TtftPanelState {
   int max_bars = 12;
@@ -66,6 +79,7 @@ struct UiState {
   TtftPanelState ttft;
   TreePanelState tree;
   SettingsPanelState settings;
+  ModelPickerState model;
   int inspector_tab = 0;  // which inspector tab to select next frame (-1: leave as is)
 };
 
@@ -77,6 +91,8 @@ void DrawTiersPanel(const AppSnapshot& s, TiersPanelState& st, UiActions& out);
 void DrawTtftPanel(const AppSnapshot& s, TtftPanelState& st);
 void DrawTreePanel(const AppSnapshot& s, TreePanelState& st);
 void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& out);
+// The loaded model (name elided, path on hover) with an "Open model..." button and its dialog.
+void DrawModelPicker(const AppSnapshot& s, ModelPickerState& st, UiActions& out);
 
 // Inspector tabs, in order (the script's `tab NAME` uses these names, lower-case).
 const std::vector<std::string>& InspectorTabNames();

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "gui/gui-config.h"
+#include "gui/model-info.h"
 
 namespace impress::gui {
 
@@ -20,8 +21,9 @@ constexpr auto kProgressPublishInterval = std::chrono::milliseconds(100);
 constexpr size_t kMaxMessages = 50;
 }  // namespace
 
-Worker::Worker(WorkerOptions options) : options_(std::move(options)) {
+Worker::Worker(WorkerOptions options) : options_(std::move(options)), model_path_(options_.session.model_path) {
   draft_.settings = options_.settings;
+  if (!options_.recent_models_path.empty()) draft_.recent_models = LoadRecentModels(options_.recent_models_path);
   draft_.store_dir = options_.session.store_dir;
   draft_.status = "starting";
   published_ = std::make_shared<const AppSnapshot>(draft_);
@@ -89,7 +91,7 @@ void Worker::Run() {
   // Lower this thread's priority; threads it creates (the compute pool) inherit it, so the UI
   // thread wins the two cores when both want them.
   if (options_.worker_nice > 0) setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), options_.worker_nice);
-  OpenSession();
+  OpenSession(options_.documents);
   while (true) {
     Command c;
     {
@@ -108,12 +110,14 @@ void Worker::Run() {
   session_.reset();  // waits for the background store write
 }
 
-void Worker::OpenSession() {
+void Worker::OpenSession(const std::vector<std::string>& documents) {
   draft_.phase = WorkerPhase::kLoading;
-  draft_.status = "loading " + std::filesystem::path(options_.session.model_path).filename().string();
+  draft_.model_path = model_path_;
+  draft_.status = "loading " + std::filesystem::path(model_path_).filename().string();
   draft_.progress = 0;
   Publish();
   ChatSessionOptions so = options_.session;
+  so.model_path = model_path_;
   so.device_bytes = MibBytes(draft_.settings.device_budget_mb);
   so.host_bytes = MibBytes(draft_.settings.host_budget_mb);
   so.ssd_bytes = MibBytes(draft_.settings.ssd_budget_mb);
@@ -135,6 +139,8 @@ void Worker::OpenSession() {
   if (session_->store()) session_->store()->SetPolicy(draft_.settings.policy);
   const ModelConfig& cfg = session_->context().config();
   draft_.model_name = cfg.name;
+  auto estimate = EstimateModel(model_path_);
+  draft_.model_bytes = estimate.ok() ? estimate->total_bytes() : 0;
   draft_.n_layer = cfg.n_layer;
   draft_.n_ctx = cfg.n_ctx_train;
   // Idle only once the saved conversation and the start documents are in (a script's first
@@ -149,7 +155,7 @@ void Worker::OpenSession() {
     draft_.db_path = options_.db_path;
     if (!chat_->OpenDatabase(options_.db_path).ok()) draft_.db_path.clear();  // noticed
   }
-  for (const std::string& path : options_.documents) {
+  for (const std::string& path : documents) {
     AddDocument(path);
     draft_.phase = WorkerPhase::kIngesting;  // still starting (AddDocument ends idle)
   }
@@ -195,6 +201,10 @@ void Worker::Ready() {
 }
 
 void Worker::Execute(const Command& c) {
+  if (c.kind == Command::Kind::kLoadModel) {  // also when no model is loaded (another may load)
+    LoadModel(c.text);
+    return;
+  }
   if (!session_) {
     Message("the model is not loaded: " + draft_.status);
     return;
@@ -227,6 +237,7 @@ void Worker::Execute(const Command& c) {
     case K::kSettings: ApplySettings(c.settings); break;
     case K::kReorderNow: ReorderNow(); break;
     case K::kDropCache: DropCache(); break;
+    case K::kLoadModel: break;  // above
   }
   SyncChatState();
 }

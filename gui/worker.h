@@ -4,7 +4,7 @@
 // The chat's rules (context budget, saved conversations, retrieval, the documents' cache) are
 // ChatController's; the worker runs them on its thread and turns their outcomes into snapshots.
 // Its methods live in files by topic: worker.cpp (thread, queue, publishing, dispatch),
-// worker-documents.cpp, worker-conversations.cpp, worker-ask.cpp, worker-store.cpp.
+// worker-documents.cpp, worker-conversations.cpp, worker-ask.cpp, worker-store.cpp, worker-model.cpp.
 //
 // Thread contract: Send, Stop and Snapshot are internally synchronized and never block on
 // inference (they take a mutex held only for a queue push or a pointer swap). The ChatSession
@@ -32,6 +32,7 @@ struct WorkerOptions {
   std::vector<std::string> documents;  // attached at start
   std::string settings_path;           // where kSettings commands save the knobs; empty: not saved
   std::string db_path;                 // saved conversations (SQLite); empty: not saved
+  std::string recent_models_path;      // recently loaded models (JSON); empty: not remembered
   int worker_nice = 10;                // the worker (and the compute threads it starts) yield to the UI
   size_t max_requests = 64;            // request history kept for the panels
 };
@@ -54,6 +55,7 @@ struct Command {
     kDeleteConversation,  // id
     kRenameConversation,  // id, text
     kSetRetrieval,        // flag: retrieve passages per question instead of attaching documents
+    kLoadModel,           // text = a .gguf file or a Hugging Face folder: replaces the model when it fits
   };
   Kind kind = Kind::kAsk;
   std::string text;
@@ -105,7 +107,8 @@ class Worker {
   // worker.cpp: the thread, publishing, the dispatch.
   void Run();
   void Execute(const Command& c);
-  void OpenSession();
+  // Loads model_path_ with the store and saved conversations; then attaches `documents`.
+  void OpenSession(const std::vector<std::string>& documents);
   ChatEvents MakeChatEvents();
   void SyncChatState();  // the controller's ids, title, mode and context size into the draft
   void Message(std::string m);
@@ -117,6 +120,8 @@ class Worker {
   void RemoveDocument(int index);
   void SetAttached(int index, bool attached);
   void SetRetrieval(bool on);
+  // worker-model.cpp: switching the model (refused before unloading when it will not fit).
+  void LoadModel(const std::string& path);
   // worker-conversations.cpp: saved conversations and the transcript they show.
   void ShowConversation(const persist::SavedConversation& saved, ConversationChange change);
   void OpenConversation(int64_t id);
@@ -151,6 +156,7 @@ class Worker {
   std::atomic<bool> cancel_{false};
 
   // Worker thread only.
+  std::string model_path_;  // the model loaded (or being loaded)
   std::unique_ptr<ChatSession> session_;
   std::unique_ptr<ChatController> chat_;  // the chat's rules over session_ (destroyed first)
   AppSnapshot draft_;                     // the next snapshot, edited in place

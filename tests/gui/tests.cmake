@@ -4,7 +4,7 @@
 # the answers, reuse and the screenshots' pixels. Mesa's GL driver does not pass LSan and the run
 # is slow under ASan: no-sanitizer. Frame times are measured by bench/gui-prefill-bench.sh, not
 # asserted here.
-foreach(t panels-test snapshot-math-test cache-view-test redraw-pacer-test text-format-test)
+foreach(t panels-test snapshot-math-test cache-view-test redraw-pacer-test text-format-test model-info-test)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE impress_gui)
   endif()
@@ -30,3 +30,8 @@ impress_gui_check(gui-script-check 3600)
 # gui-session-check: saved conversations reopen after a restart and reuse their cached prefix;
 # pin / drop a document's cache; retrieval mode; bad files. Two scripted runs.
 impress_gui_check(gui-session-check 3600)
+# gui-model-check: the model picker's path: a tiny random model made by make-tiny-model.py (with
+# the reference Python's gguf package) is loaded in the running app, its KV kept apart; a model
+# that will not fit (a faked MemAvailable) is refused. Two scripted runs.
+impress_gui_check(gui-model-check 3600)
+target_compile_definitions(gui-model-check PRIVATE IMPRESS_PYTHON_DEFAULT="${IMPRESS_PYTHON}")
