@@ -128,6 +128,14 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
                        {"fact_accuracy", s.fact_accuracy},
                        {"continuation_match", s.continuation_match},
                        {"facts", facts},
+                       {"mean_breakdown_ms",
+                        {{"match", s.mean_breakdown.match_ms},
+                         {"probe_io", s.mean_breakdown.probe_io_ms},
+                         {"probe_compute", s.mean_breakdown.probe_compute_ms},
+                         {"kv_io", s.mean_breakdown.kv_io_ms},
+                         {"copy", s.mean_breakdown.copy_ms},
+                         {"compute", s.mean_breakdown.compute_ms},
+                         {"other", s.mean_breakdown.other_ms}}},
                        {"requests", s.requests.size()},
                        {"mean_ttft_ms", s.mean_ttft_ms},
                        {"p50_ttft_ms", s.p50_ttft_ms},
@@ -189,14 +197,17 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
   std::ofstream req(stem + "-requests.csv");
   req << "system,sweep_value,request,doc,follow_up,n_prefix,n_matched,ttft_ms,io_wait_ms,ssd_bytes,chunks_device,"
          "chunks_host,"
-         "chunks_ssd,read_amplification,layers_passed,layers,first_token,agrees\n";
+         "chunks_ssd,read_amplification,layers_passed,layers,first_token,agrees,probe_io_ms,probe_compute_ms,kv_io_ms,"
+         "copy_ms,compute_ms\n";
   for (const WorkloadSystemResult& s : r.systems)
     for (size_t i = 0; i < s.requests.size(); ++i) {
       const WorkloadRequestResult& x = s.requests[i];
-      req << fmt::format("{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{:.4f},{},{},{},{}\n", s.system, s.sweep_value,
-                         i, x.doc, x.follow_up ? 1 : 0, x.n_prefix, x.n_matched, x.ttft_ms, x.io_wait_ms, x.ssd_bytes,
-                         x.chunks_device, x.chunks_host, x.chunks_ssd, x.read_amplification, x.layers_passed, x.layers,
-                         x.first_token, x.agrees);
+      const TtftBreakdown& b = x.breakdown;
+      req << fmt::format(
+          "{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{:.4f},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f}\n",
+          s.system, s.sweep_value, i, x.doc, x.follow_up ? 1 : 0, x.n_prefix, x.n_matched, x.ttft_ms, x.io_wait_ms,
+          x.ssd_bytes, x.chunks_device, x.chunks_host, x.chunks_ssd, x.read_amplification, x.layers_passed, x.layers,
+          x.first_token, x.agrees, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms, b.compute_ms);
     }
   if (!sys || !req || !facts) return Status::IOError("cannot write the results to " + out_dir);
   return Status::Ok();

@@ -191,6 +191,7 @@ WorkloadRequestResult FromReport(const RequestReport& r, const WorkloadRequest& 
   x.n_matched = r.n_matched;
   x.ttft_ms = r.ttft_ms;
   x.io_wait_ms = r.breakdown.io_wait_ms;
+  x.breakdown = r.breakdown;
   x.ssd_bytes = r.ssd_bytes_read;
   x.chunks_device = r.chunks_device;
   x.chunks_host = r.chunks_host;
@@ -389,6 +390,18 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
   s->mean_ssd_bytes = bytes / n;
   s->mean_read_amplification = amp / n;
   s->unhidden_io_share = sum_ttft > 0 ? io / sum_ttft : 0;
+  TtftBreakdown& b = s->mean_breakdown;
+  b = {};
+  for (const WorkloadRequestResult& r : s->requests) {
+    b.match_ms += r.breakdown.match_ms / n;
+    b.probe_io_ms += r.breakdown.probe_io_ms / n;
+    b.probe_compute_ms += r.breakdown.probe_compute_ms / n;
+    b.kv_io_ms += r.breakdown.kv_io_ms / n;
+    b.copy_ms += r.breakdown.copy_ms / n;
+    b.compute_ms += r.breakdown.compute_ms / n;
+    b.io_wait_ms += r.breakdown.io_wait_ms / n;
+    b.other_ms += r.breakdown.other_ms / n;
+  }
   s->first_token_agreement = compared > 0 ? agree / compared : -1;
   int right = 0, n_cont = 0;
   double cont = 0;

@@ -67,6 +67,7 @@ struct WorkloadRequestResult {
   int n_prefix = 0, n_matched = 0;
   double ttft_ms = 0;
   double io_wait_ms = 0;  // I/O time compute waited for
+  TtftBreakdown breakdown;
   uint64_t ssd_bytes = 0;
   uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
   double read_amplification = 0;
@@ -95,6 +96,7 @@ struct WorkloadSystemResult {
   double mean_ssd_bytes = 0;
   double mean_read_amplification = 0;
   double unhidden_io_share = 0;       // sum io_wait / sum TTFT
+  TtftBreakdown mean_breakdown;       // where the TTFT went, per request on average
   double first_token_agreement = -1;  // -1: not compared
   double fact_accuracy = -1;          // share of facts answered right; -1: no facts asked
   double continuation_match = -1;     // mean share of the n_continue tokens before the first divergence
