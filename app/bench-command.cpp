@@ -42,6 +42,8 @@ nlohmann::json SummaryJson(const SystemSummary& s) {
           {"mean_ssd_bytes", s.mean_ssd_bytes},
           {"mean_kv_bytes", s.mean_kv_bytes},
           {"first_token_agreement", s.first_token_agreement},
+          {"mean_kl", s.mean_kl},
+          {"max_kl", s.max_kl},
           {"mean_read_amplification", s.mean_read_amplification},
           {"mean_chunks_ssd", s.mean_chunks_ssd},
           {"layers_passed", s.layers_passed},
@@ -265,6 +267,7 @@ void RegisterStoreBench(CLI::App* bench, CommonOptions* common, int* exit_code) 
 void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_code) {
   struct PipeArgs {
     bool json = false;
+    std::string kv_encoding = "fp16";
     PipelineBenchOptions opts;
   };
   auto pa = std::make_shared<PipeArgs>();
@@ -280,9 +283,14 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       ->add_option("--select-group", pa->opts.select_group,
                    "I/O-aware selection: tokens kept in read groups of N slots (-1: whole 4 KiB blocks; 0: per token)")
       ->check(CLI::Range(-1, 4096));
+  pipecmd
+      ->add_option("--kv-encoding", pa->kv_encoding,
+                   "KV at rest: fp16 or int8 (int8: fidelity judged against an fp16 copy of the same ingest)")
+      ->check(CLI::IsMember({"fp16", "int8"}));
   pipecmd->callback([=] {
     ConfigureLogging(*common);
     PipelineBenchOptions opts = pa->opts;
+    opts.kv_encoding = *store::ParseKVEncoding(pa->kv_encoding);
     const std::string assets = AssetsDir();
     if (opts.document.empty()) opts.document = assets + "/docs/gpl-3.0.txt";
     if (opts.questions.empty()) opts.questions = assets + "/eval/gpl-questions.txt";
@@ -315,8 +323,10 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"probe_spread", opts.probe_spread},
                      {"write_order", opts.write_order},
                      {"select_group", opts.select_group},
+                     {"kv_encoding", store::KVEncodingName(opts.kv_encoding)},
                      {"recomp_ttft_ms", r->recomp_ttft_ms},
                      {"impress_vs_as_bytes", r->impress_vs_as_bytes},
+                     {"reorder_vs_as_bytes", r->reorder_vs_as_bytes},
                      {"impress_vs_h2o_lfu_bytes", r->impress_vs_h2o_bytes},
                      {"read_amp_before_reorder", r->read_amp_before_reorder},
                      {"read_amp_after_reorder", r->read_amp_after_reorder},
@@ -330,24 +340,26 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     }
     std::cout << fmt::format(
         "CPU {}; document {} tokens, {} questions, keep {:.2f}, alpha {:.2f}, probe heads {}{}, {}, selection {}, "
-        "I/O {}{}\n",
+        "KV at rest {}, I/O {}{}\n",
         CpuModelName(), r->n_document_tokens, r->n_questions, opts.keep, opts.alpha, opts.probe_heads,
         opts.probe_spread ? " spread over the KV groups" : " (the first)",
         opts.write_order ? "chunks written in importance order" : "chunks written in token order",
         opts.select_group == 0 ? std::string("per token") : fmt::format("in read groups ({})", opts.select_group),
-        r->io_engine, r->direct_io ? " + O_DIRECT" : "");
-    std::cout << fmt::format("{:<24} {:>10} {:>10} {:>12} {:>12} {:>8} {:>8} {:>8}\n", "system", "TTFT ms", "p99 ms",
-                             "SSD MB/req", "KV MB/req", "agree", "RA", "passed");
+        store::KVEncodingName(opts.kv_encoding), r->io_engine, r->direct_io ? " + O_DIRECT" : "");
+    std::cout << fmt::format("{:<24} {:>10} {:>10} {:>12} {:>12} {:>8} {:>9} {:>8} {:>8}\n", "system", "TTFT ms",
+                             "p99 ms", "SSD MB/req", "KV MB/req", "agree", "KL", "RA", "passed");
     for (const SystemSummary& s : r->systems) {
-      std::cout << fmt::format("{:<24} {:>10.0f} {:>10.0f} {:>12.2f} {:>12.2f} {:>7.0f}% {:>8.2f} {:>7.0f}%\n",
+      std::cout << fmt::format("{:<24} {:>10.0f} {:>10.0f} {:>12.2f} {:>12.2f} {:>7.0f}% {:>9.4f} {:>8.2f} {:>7.0f}%\n",
                                s.system, s.mean_ttft_ms, s.p99_ttft_ms, s.mean_ssd_bytes / 1e6, s.mean_kv_bytes / 1e6,
-                               s.first_token_agreement * 100, s.mean_read_amplification, s.layers_passed * 100);
+                               s.first_token_agreement * 100, s.mean_kl, s.mean_read_amplification,
+                               s.layers_passed * 100);
     }
     std::cout << fmt::format(
-        "ReComp TTFT {:.0f} ms; IMPRESS reads {:.0f}% of AS-like's bytes and {:.0f}% of "
-        "AS+H2O+LFU's; read amplification {:.2f} -> {:.2f} after reorder\n",
-        r->recomp_ttft_ms, r->impress_vs_as_bytes * 100, r->impress_vs_h2o_bytes * 100, r->read_amp_before_reorder,
-        r->read_amp_after_reorder);
+        "ReComp TTFT {:.0f} ms; IMPRESS reads {:.2f}x the bytes of {} ({:.2f}x after reorder) and {:.2f}x "
+        "AS+H2O+LFU's; read amplification {:.2f} -> {:.2f} after reorder; agreement and KL vs full fp16 KV\n",
+        r->recomp_ttft_ms, r->impress_vs_as_bytes,
+        opts.kv_encoding == store::KVEncoding::kF16 ? "AS-like" : "fp16 AS-like", r->reorder_vs_as_bytes,
+        r->impress_vs_h2o_bytes, r->read_amp_before_reorder, r->read_amp_after_reorder);
   });
 }
 

@@ -32,13 +32,31 @@ Result<std::vector<std::string>> ReadQuestions(const std::string& path, int n) {
 
 int32_t Argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
+// KL(p || q) of the softmax distributions of two logit vectors, in nats.
+double SoftmaxKl(const std::vector<float>& p_logits, const std::vector<float>& q_logits) {
+  auto log_softmax = [](const std::vector<float>& x) {
+    const double m = *std::max_element(x.begin(), x.end());
+    double z = 0;
+    for (float v : x) z += std::exp(double(v) - m);
+    std::vector<double> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = double(x[i]) - m - std::log(z);
+    return out;
+  };
+  const std::vector<double> lp = log_softmax(p_logits), lq = log_softmax(q_logits);
+  double kl = 0;
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  return std::max(kl, 0.0);
+}
+
 struct Accumulator {
   std::string system;
   std::vector<double> ttft;
-  double ssd = 0, kv = 0, err_sum = 0, err_max = 0, agree = 0, amp = 0, chunks = 0, passed = 0;
+  double ssd = 0, kv = 0, err_sum = 0, err_max = 0, agree = 0, amp = 0, chunks = 0, passed = 0, kl = 0, kl_max = 0;
   TtftBreakdown bd;
 
-  void Add(const RequestReport& r, bool agrees) {
+  void Add(const RequestReport& r, bool agrees, double kl_ref) {
+    kl += kl_ref;
+    kl_max = std::max(kl_max, kl_ref);
     ttft.push_back(r.ttft_ms);
     ssd += double(r.ssd_bytes_read);
     for (const LayerReport& l : r.layers) kv += double(l.key_bytes + l.value_bytes);
@@ -76,6 +94,8 @@ struct Accumulator {
     s.mean_breakdown_error = err_sum / n;
     s.max_breakdown_error = err_max;
     s.first_token_agreement = agree / n;
+    s.mean_kl = kl / n;
+    s.max_kl = kl_max;
     s.mean_read_amplification = amp / n;
     s.mean_chunks_ssd = chunks / n;
     s.layers_passed = passed / n;
@@ -110,14 +130,26 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
     }
   } cleanup{dir};
 
-  // The document lives only on the SSD: no device or host tier.
+  // The document lives only on the SSD: no device or host tier. A compact encoding also gets an
+  // fp16 copy of the same ingest, the reference every question is judged against.
+  const bool compact = o.kv_encoding != store::KVEncoding::kF16;
   store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), o.probe_heads, o.probe_spread);
-  so.dir = dir.string();
+  so.dir = (dir / "main").string();
   so.device_bytes = 0;
   so.host_bytes = 0;
   so.reorder_interval = std::chrono::milliseconds(0);
+  so.kv_encoding = o.kv_encoding;
   IMPRESS_ASSIGN_OR_RETURN(auto st, store::PrefixStore::Open(so));
+  std::unique_ptr<store::PrefixStore> ref_st;
+  if (compact) {
+    store::PrefixStoreOptions ro = so;
+    ro.dir = (dir / "fp16").string();
+    ro.kv_encoding = store::KVEncoding::kF16;
+    IMPRESS_ASSIGN_OR_RETURN(ref_st, store::PrefixStore::Open(ro));
+  }
   ImpressPipeline pipe(ctx, st.get());
+  std::unique_ptr<ImpressPipeline> ref_pipe;
+  if (compact) ref_pipe = std::make_unique<ImpressPipeline>(ctx, ref_st.get());
 
   Conversation conv;
   conv.AddDocument(std::move(doc));
@@ -125,13 +157,13 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   for (const std::string& q : questions) prompts.push_back(conv.Build(q, ctx.tokenizer(), ctx.chat_template()));
   result.n_document_tokens = prompts[0].n_prefix;
 
-  const int total_steps = 1 + result.n_questions * 5;
+  const int total_steps = 1 + result.n_questions * (compact ? 6 : 5);
   int step = 0;
   auto tick = [&](const char* what) {
     return ReportProgress(o.progress, uint64_t(++step), uint64_t(total_steps), what);
   };
 
-  // Ingest: one full prefill of the document, stored.
+  // Ingest: one full prefill of the document, stored (in both stores when compact).
   std::vector<float> logits;
   PipelineSettings s;
   s.system = SystemKind::kRecomp;
@@ -144,38 +176,61 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
                                                            }));
     result.ingest_ms = r.ttft_ms;
     result.recomp_ttft_ms = r.ttft_ms;
-    pipe.StoreAsync(size_t(prompts[0].n_prefix));
-    IMPRESS_ASSIGN_OR_RETURN(uint64_t stored, pipe.WaitForStore());
-    if (stored != uint64_t(prompts[0].n_prefix)) {
-      return Status::Internal(fmt::format("stored {} of {} document tokens", stored, prompts[0].n_prefix));
+    for (store::PrefixStore* into : {st.get(), ref_st.get()}) {
+      if (!into) continue;
+      pipe.StoreAsync(size_t(prompts[0].n_prefix), into);
+      IMPRESS_ASSIGN_OR_RETURN(uint64_t stored, pipe.WaitForStore());
+      if (stored != uint64_t(prompts[0].n_prefix)) {
+        return Status::Internal(fmt::format("stored {} of {} document tokens", stored, prompts[0].n_prefix));
+      }
     }
   }
   tick("ingest");
 
   const std::vector<SystemKind> systems = {SystemKind::kAsLike, SystemKind::kAsH2oLru, SystemKind::kAsH2oLfu,
                                            SystemKind::kImpress};
-  std::vector<Accumulator> acc(systems.size() + 1);
+  // Rows: the systems, IMPRESS after reorder, then the fp16 reference when compact.
+  std::vector<Accumulator> acc(systems.size() + (compact ? 2 : 1));
   for (size_t i = 0; i < systems.size(); ++i) acc[i].system = SystemName(systems[i]);
-  acc.back().system = "impress (after reorder)";
-  std::vector<int32_t> full_first(prompts.size());
+  acc[systems.size()].system = "impress (after reorder)";
+  if (compact) acc.back().system = "as (fp16 reference)";
+  std::vector<int32_t> ref_first(prompts.size());
+  std::vector<std::vector<float>> ref_logits(prompts.size());
+  auto settings_for = [&](SystemKind sys) {
+    PipelineSettings ps;
+    ps.system = sys;
+    ps.keep = o.keep;
+    ps.alpha = o.alpha;
+    ps.probe_heads = o.probe_heads;
+    ps.probe_spread = o.probe_spread;
+    ps.select_group = o.select_group;
+    ps.report_importance = sys == SystemKind::kImpress;  // reorder follows IMPRESS's verdicts
+    return ps;
+  };
+  auto run = [&](ImpressPipeline& p, size_t q, const PipelineSettings& ps) -> Result<RequestReport> {
+    IMPRESS_ASSIGN_OR_RETURN(RequestReport r, p.Prefill({prompts[q].tokens, prompts[q].n_prefix}, ps, 0, &logits));
+    if (r.n_matched != prompts[q].n_prefix) {
+      return Status::Internal(
+          fmt::format("question {}: matched {} of {} prefix tokens", q, r.n_matched, prompts[q].n_prefix));
+    }
+    return r;
+  };
 
   for (size_t q = 0; q < prompts.size(); ++q) {
+    if (compact) {
+      IMPRESS_ASSIGN_OR_RETURN(RequestReport r, run(*ref_pipe, q, settings_for(SystemKind::kAsLike)));
+      ref_first[q] = Argmax(logits);
+      ref_logits[q] = logits;
+      acc.back().Add(r, true, 0.0);
+      tick("reference");
+    }
     for (size_t i = 0; i < systems.size(); ++i) {
-      s = PipelineSettings{};
-      s.system = systems[i];
-      s.keep = o.keep;
-      s.alpha = o.alpha;
-      s.probe_heads = o.probe_heads;
-      s.probe_spread = o.probe_spread;
-      s.select_group = o.select_group;
-      s.report_importance = systems[i] == SystemKind::kImpress;  // reorder follows IMPRESS's verdicts
-      IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[q].tokens, prompts[q].n_prefix}, s, 0, &logits));
-      if (r.n_matched != prompts[q].n_prefix) {
-        return Status::Internal(
-            fmt::format("question {}: matched {} of {} prefix tokens", q, r.n_matched, prompts[q].n_prefix));
+      IMPRESS_ASSIGN_OR_RETURN(RequestReport r, run(pipe, q, settings_for(systems[i])));
+      if (!compact && systems[i] == SystemKind::kAsLike) {
+        ref_first[q] = Argmax(logits);
+        ref_logits[q] = logits;
       }
-      if (systems[i] == SystemKind::kAsLike) full_first[q] = Argmax(logits);
-      acc[i].Add(r, Argmax(logits) == full_first[q]);
+      acc[i].Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
       tick(SystemName(systems[i]));
     }
   }
@@ -183,27 +238,23 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   IMPRESS_ASSIGN_OR_RETURN(store::ReorderReport rr, st->ReorderNow());
   result.segments_reordered = rr.segments_reordered;
   for (size_t q = 0; q < prompts.size(); ++q) {
-    s = PipelineSettings{};
-    s.system = SystemKind::kImpress;
-    s.keep = o.keep;
-    s.alpha = o.alpha;
-    s.probe_heads = o.probe_heads;
-    s.probe_spread = o.probe_spread;
-    s.select_group = o.select_group;
-    s.report_importance = false;
-    IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[q].tokens, prompts[q].n_prefix}, s, 0, &logits));
-    acc.back().Add(r, Argmax(logits) == full_first[q]);
+    PipelineSettings ps = settings_for(SystemKind::kImpress);
+    ps.report_importance = false;
+    IMPRESS_ASSIGN_OR_RETURN(RequestReport r, run(pipe, q, ps));
+    acc[systems.size()].Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
     tick("impress after reorder");
   }
 
   for (const Accumulator& a : acc) result.systems.push_back(a.Summary());
-  const SystemSummary& as = result.systems[0];
+  const SystemSummary& as = compact ? result.systems.back() : result.systems[0];
   const SystemSummary& lfu = result.systems[2];
   const SystemSummary& imp = result.systems[3];
+  const SystemSummary& imp_ro = result.systems[4];
   result.impress_vs_as_bytes = as.mean_ssd_bytes > 0 ? imp.mean_ssd_bytes / as.mean_ssd_bytes : 0;
+  result.reorder_vs_as_bytes = as.mean_ssd_bytes > 0 ? imp_ro.mean_ssd_bytes / as.mean_ssd_bytes : 0;
   result.impress_vs_h2o_bytes = lfu.mean_ssd_bytes > 0 ? imp.mean_ssd_bytes / lfu.mean_ssd_bytes : 0;
   result.read_amp_before_reorder = imp.mean_read_amplification;
-  result.read_amp_after_reorder = result.systems.back().mean_read_amplification;
+  result.read_amp_after_reorder = imp_ro.mean_read_amplification;
   const store::StoreStats stats = st->Stats();
   result.io_engine = stats.io_engine;
   result.direct_io = stats.direct_io;

@@ -334,10 +334,11 @@ Status ImpressPipeline::Decode(int32_t token, std::vector<float>* logits) {
   return Status::Ok();
 }
 
-void ImpressPipeline::StoreAsync(size_t n_tokens) {
+void ImpressPipeline::StoreAsync(size_t n_tokens, store::PrefixStore* into) {
   if (store_thread_.joinable()) store_thread_.join();
   store_result_ = uint64_t{0};
-  if (!store_) return;
+  if (!into) into = store_;
+  if (!into) return;
   const ModelConfig& c = ctx_.config();
   const size_t n_total = n_tokens == 0 ? seq_.size() : std::min(n_tokens, seq_.size());
   if (n_total <= size_t(n_matched_)) return;
@@ -377,7 +378,7 @@ void ImpressPipeline::StoreAsync(size_t n_tokens) {
   }
   auto tokens = std::make_shared<std::vector<int32_t>>(seq_.begin(), seq_.begin() + std::ptrdiff_t(n_total));
   const uint64_t start = uint64_t(n_matched_);
-  store::PrefixStore* st = store_;
+  store::PrefixStore* st = into;
   store_thread_ = std::thread([this, st, k_host, v_host, imp, tokens, start]() {
     std::vector<store::LayerKV> layers(k_host->size());
     for (size_t il = 0; il < layers.size(); ++il)

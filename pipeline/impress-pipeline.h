@@ -112,8 +112,10 @@ class ImpressPipeline {
   // Writes the KV of every token after the matched prefix (prompt and decoded tokens, up to
   // `n_tokens` of them counted from the start of the sequence; 0 = all) to the store, on a
   // background thread. Returns at once; the result shows in the next report's tokens_stored
-  // and in WaitForStore().
-  void StoreAsync(size_t n_tokens = 0);
+  // and in WaitForStore(). `into`: another store to write to instead (nullptr: this pipeline's);
+  // it must hold the matched prefix (e.g. after a prefill that matched nothing), else the write
+  // fails with NotFound. The same KV may so go to stores of different encodings.
+  void StoreAsync(size_t n_tokens = 0, store::PrefixStore* into = nullptr);
   Result<uint64_t> WaitForStore();
   // Waits for the store write, then releases the lock the last Prefill took on its matched
   // prefix (otherwise held until the next Prefill), so the store may evict, drop or reorder it.

@@ -59,16 +59,16 @@ Status VerifyChunk(const uint8_t* buf, const ChunkExtent& ext, const ChunkHeader
   ChunkHeader h;
   std::memcpy(&h, buf, sizeof(h));
   if (h.magic != kChunkMagic) return Status::Corruption(what + ": bad chunk magic");
-  if (h.version != kFormatVersion)
+  if (h.version < kOldestReadableVersion || h.version > kFormatVersion)
     return Status::Corruption(what + ": chunk format version " + std::to_string(h.version) + ", expected " +
-                              std::to_string(kFormatVersion));
+                              std::to_string(kOldestReadableVersion) + ".." + std::to_string(kFormatVersion));
   if (h.header_checksum != XXH3_64bits(&h, offsetof(ChunkHeader, header_checksum)))
     return Status::Corruption(what + ": header checksum mismatch");
   if (h.kind != expect.kind || h.fingerprint_hash != expect.fingerprint_hash || h.node_id != expect.node_id ||
       h.generation != expect.generation || h.layer != expect.layer || h.index != expect.index ||
       h.slot_begin != ext.slot_begin || h.n_slots != ext.n_slots || h.n_heads != expect.n_heads ||
-      h.head_dim != expect.head_dim || h.record_bytes != expect.record_bytes || h.k_offset != LayoutOf(h).k_offset ||
-      h.v_offset != LayoutOf(h).v_offset || ext.length != LayoutOf(h).length)
+      h.head_dim != expect.head_dim || h.encoding != expect.encoding || h.record_bytes != expect.record_bytes ||
+      h.k_offset != LayoutOf(h).k_offset || h.v_offset != LayoutOf(h).v_offset || ext.length != LayoutOf(h).length)
     return Status::Corruption(what + ": header names another chunk (node " + std::to_string(h.node_id) + ", layer " +
                               std::to_string(h.layer) + ", index " + std::to_string(h.index) + ", generation " +
                               std::to_string(h.generation) + ")");

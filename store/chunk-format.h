@@ -3,10 +3,13 @@
 // A chunk is one extent, 4 KiB-aligned, zero-padded to a 4 KiB multiple.
 //   kind kKV:    block 0 holds the 128-byte header alone; the K region (n_slots records of
 //                (n_head_kv, head_dim) fp16, token-major) starts at 4 KiB; the V region (same
-//                shape) starts at the next 4 KiB boundary after K. So a key-only read touches
-//                only K blocks and a value-only read only V blocks (format version 2; version 1
-//                interleaved K and V per token).
-//   kind kProbe: the header, then records of K of the probe KV heads, fp16: (n_probe, head_dim).
+//                shape) starts at the next 4 KiB boundary after K (fp16; compact records: right
+//                after K). So a key-only read touches only K blocks and a value-only read only V
+//                blocks, but for the one a compact chunk's K and V share (format version 2;
+//                version 1 interleaved K and V per token).
+//   kind kProbe: the header, then records of K of the probe KV heads: (n_probe, head_dim).
+// Records are fp16 or a compact encoding (store/kv-codec.h), named by the header's `encoding`
+// (format version 3; a version 2 chunk has zero there, i.e. fp16, and is read as such).
 // Regions are token-major, so the bytes of any set of tokens (K, V or both) map to a few 4 KiB
 // blocks that can be read and verified on their own. Every 4 KiB block has an
 // XXH3-64 checksum kept in the catalog; the chunk checksum is XXH3-64 of that array. The header
@@ -24,7 +27,8 @@
 namespace impress::store {
 
 constexpr uint32_t kChunkMagic = 0x564b4d49;  // "IMKV"
-constexpr uint16_t kFormatVersion = 2;
+constexpr uint16_t kFormatVersion = 3;
+constexpr uint16_t kOldestReadableVersion = 2;  // same layout, always fp16
 constexpr uint32_t kChunkHeaderBytes = 128;
 constexpr uint32_t kBlockBytes = 4096;
 
@@ -48,7 +52,8 @@ struct ChunkHeader {
   uint32_t reordered;     // 1 when slots are not original positions (see the layer's mapping list)
   uint32_t k_offset;      // chunk-relative start of the K region (kKV) or of the probe records
   uint32_t v_offset;      // chunk-relative start of the V region (kKV); 0 for kProbe
-  uint8_t reserved[48];
+  uint16_t encoding;      // KVEncoding of the records (0 = fp16)
+  uint8_t reserved[46];
   uint64_t header_checksum;  // XXH3-64 of the bytes before this field
 };
 #pragma pack(pop)
@@ -77,11 +82,15 @@ struct ChunkLayout {
   uint32_t length = 0;    // 4 KiB multiple
 };
 
-// A KV chunk of n tokens, `region_record_bytes` per token in each of the K and V regions.
-inline ChunkLayout KVChunkLayout(uint32_t n_slots, uint32_t region_record_bytes) {
+// A KV chunk of n tokens, `region_record_bytes` per token in each of the K and V regions. fp16
+// regions each start on a block (formats 2 and 3 alike); compact records (`packed`) have sizes
+// prime to 4 KiB, so their V region follows K at once, sharing at most one block, rather than
+// padding both to whole blocks.
+inline ChunkLayout KVChunkLayout(uint32_t n_slots, uint32_t region_record_bytes, bool packed = false) {
   ChunkLayout l;
   l.k_offset = kBlockBytes;
-  l.v_offset = uint32_t(AlignBlock(uint64_t(l.k_offset) + uint64_t(n_slots) * region_record_bytes));
+  const uint64_t k_end = uint64_t(l.k_offset) + uint64_t(n_slots) * region_record_bytes;
+  l.v_offset = uint32_t(packed ? k_end : AlignBlock(k_end));
   l.length = uint32_t(AlignBlock(uint64_t(l.v_offset) + uint64_t(n_slots) * region_record_bytes));
   return l;
 }
@@ -95,7 +104,7 @@ inline ChunkLayout ProbeChunkLayout(uint32_t n_slots, uint32_t record_bytes) {
 }
 
 inline ChunkLayout LayoutOf(const ChunkHeader& h) {
-  return h.kind == uint16_t(ChunkKind::kKV) ? KVChunkLayout(h.n_slots, h.record_bytes)
+  return h.kind == uint16_t(ChunkKind::kKV) ? KVChunkLayout(h.n_slots, h.record_bytes, h.encoding != 0)
                                             : ProbeChunkLayout(h.n_slots, h.record_bytes);
 }
 

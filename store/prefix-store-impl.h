@@ -248,7 +248,9 @@ struct PrefixStore::Impl {
   ChunkId ProbeCid(uint64_t seg, uint32_t layer) const { return Cid(seg, layer, kProbeIndex); }
   uint64_t ProbeMemBytes(const ExtentPtr& e) const { return uint64_t(e->ext.n_slots) * probe_rec_bytes; }
   uint64_t ChunkMemBytes(const ExtentPtr& e) const { return uint64_t(e->ext.n_slots) * rec_bytes; }
-  ChunkLayout KVLayout(uint32_t n_slots) const { return KVChunkLayout(n_slots, k_bytes); }
+  ChunkLayout KVLayout(uint32_t n_slots) const {
+    return KVChunkLayout(n_slots, k_bytes, opt.kv_encoding != KVEncoding::kF16);
+  }
   ChunkHeader HeaderFor(ChunkKind kind, uint64_t seg, uint64_t gen, uint32_t layer, uint32_t index, uint32_t slot_begin,
                         uint32_t n_slots, bool reordered) const;
   ExtentPtr Own(const ChunkExtent& e) const;

@@ -18,6 +18,8 @@ Status ValidateOptions(const PrefixStoreOptions& o) {
                                    std::to_string(o.n_head_kv) + " head_dim=" + std::to_string(o.head_dim));
   if (o.chunk_tokens <= 0 || o.chunk_tokens > 4096)
     return Status::InvalidArgument("store: chunk_tokens must be in [1, 4096]");
+  if (o.kv_encoding != KVEncoding::kF16 && o.kv_encoding != KVEncoding::kInt8)
+    return Status::InvalidArgument("store: unknown KV encoding " + std::to_string(int(o.kv_encoding)));
   if (o.probe_kv_heads.empty()) return Status::InvalidArgument("store: at least one probe KV head is needed");
   for (int h : o.probe_kv_heads)
     if (h < 0 || h >= o.n_head_kv)
@@ -62,9 +64,9 @@ PrefixStore::Impl::Impl(PrefixStoreOptions o) :
     ns(opt.model_fingerprint),
     fp_hash(FingerprintHash(opt.model_fingerprint)),
     C(uint32_t(opt.chunk_tokens)),
-    k_bytes(uint32_t(opt.n_head_kv * opt.head_dim * 2)),
+    k_bytes(RecordBytes(opt.kv_encoding, opt.n_head_kv, opt.head_dim)),
     rec_bytes(2 * k_bytes),
-    probe_rec_bytes(uint32_t(opt.probe_kv_heads.size() * size_t(opt.head_dim) * 2)),
+    probe_rec_bytes(RecordBytes(opt.kv_encoding, int(opt.probe_kv_heads.size()), opt.head_dim)),
     device_mem(opt.device_memory ? opt.device_memory : std::make_shared<HostMemorySpace>("device (host stand-in)")),
     host_mem(opt.host_memory ? opt.host_memory : std::make_shared<HostMemorySpace>("host")),
     tiers(MakeCachePolicy(opt.policy), opt.device_bytes, opt.host_bytes),
@@ -91,6 +93,7 @@ ChunkHeader PrefixStore::Impl::HeaderFor(ChunkKind kind, uint64_t seg, uint64_t 
   h.n_heads = kind == ChunkKind::kKV ? uint32_t(opt.n_head_kv) : uint32_t(opt.probe_kv_heads.size());
   h.head_dim = uint32_t(opt.head_dim);
   h.record_bytes = kind == ChunkKind::kKV ? k_bytes : probe_rec_bytes;
+  h.encoding = uint16_t(opt.kv_encoding);
   h.reordered = reordered ? 1 : 0;
   return h;
 }
@@ -122,7 +125,12 @@ Result<std::unique_ptr<PrefixStore::Impl>> PrefixStore::Impl::Open(PrefixStoreOp
 }
 
 std::string PrefixStore::Impl::ModelKey() const {
-  return opt.model_fingerprint + "|" + Geometry() + "|f" + std::to_string(kFormatVersion);
+  // fp16 chunks keep the key of format version 2 (whose layout they share), so stores written
+  // before compact encodings existed are still read; other encodings have keys of their own, so
+  // KV is never read under an encoding it was not written with.
+  if (opt.kv_encoding == KVEncoding::kF16) return opt.model_fingerprint + "|" + Geometry() + "|f2";
+  return opt.model_fingerprint + "|" + Geometry() + "|f" + std::to_string(kFormatVersion) + "." +
+         KVEncodingName(opt.kv_encoding);
 }
 
 // The catalog, created private. One that is not a usable SQLite catalog (garbage, truncated,

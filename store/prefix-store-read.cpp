@@ -137,8 +137,11 @@ Result<std::vector<uint32_t>> PrefixStore::Impl::ReadGroups(const MatchHandle& h
 }
 
 uint32_t PrefixStore::Impl::BlockGroupTokens() const {
+  // The fewest tokens whose records fill whole blocks; when that passes a chunk (records of a
+  // size prime to 4 KiB, e.g. int8 with its scales), about one block's worth.
   const uint32_t g = uint32_t(kBlockBytes / std::gcd(uint64_t(k_bytes), uint64_t(kBlockBytes)));
-  return std::clamp(g, 1u, C);
+  if (g > C) return std::clamp(kBlockBytes / k_bytes, 1u, C);
+  return std::max(g, 1u);
 }
 
 Result<ReadTicket> PrefixStore::Impl::SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
@@ -283,7 +286,7 @@ Result<ReadResult> PrefixStore::Impl::Wait(ReadTicket t) {
     if (it == reads.end())
       return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
     const PendingRead& pr = *it->second;
-    const size_t row = pr.probe ? probe_rec_bytes / 2 : size_t(opt.n_head_kv) * size_t(opt.head_dim);
+    const size_t row = (pr.probe ? opt.probe_kv_heads.size() : size_t(opt.n_head_kv)) * size_t(opt.head_dim);
     n_k = pr.probe || pr.want_k ? pr.n_rows * row : 0;
     n_v = !pr.probe && pr.want_v ? pr.n_rows * row : 0;
   }
@@ -316,7 +319,8 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
   if (!io_st.ok()) return io_st.WithContext("store read");
   IMPRESS_RETURN_IF_ERROR(VerifyRead(*pr));  // before serving a byte of it
   if (pr->probe) {
-    const size_t pe = probe_rec_bytes / 2;
+    const int n_probe = int(opt.probe_kv_heads.size());
+    const size_t pe = size_t(n_probe) * size_t(opt.head_dim);
     std::vector<uint8_t> tmp;
     for (auto& s : pr->sources) {
       const uint8_t* recs;  // (n_slots, n_probe, head_dim)
@@ -328,7 +332,8 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
         recs = s.img.data() + kChunkHeaderBytes;
       }
       for (auto [row, rec] : s.rows)
-        std::memcpy(k_out + size_t(row) * pe, recs + size_t(rec) * probe_rec_bytes, probe_rec_bytes);
+        DecodeRecord(opt.kv_encoding, recs + size_t(rec) * probe_rec_bytes, n_probe, opt.head_dim,
+                     k_out + size_t(row) * pe);
     }
   } else {
     GatherKV(*pr, k_out, v_out);
@@ -364,7 +369,8 @@ Status PrefixStore::Impl::VerifyRead(PendingRead& pr) {
 
 // Copies each requested row's K and/or V, in the caller's order, from tier blocks or chunk images.
 void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) const {
-  const size_t row_elems = size_t(opt.n_head_kv) * size_t(opt.head_dim);
+  const int nh = opt.n_head_kv, hd = opt.head_dim;
+  const size_t row_elems = size_t(nh) * size_t(hd);
   std::vector<uint8_t> tmp;
   size_t n_done = 0;
   for (auto& s : pr.sources) {
@@ -381,8 +387,8 @@ void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) co
       vb = s.img.data() + lay.v_offset;
     }
     for (auto [row, w] : s.rows) {
-      if (pr.want_k) std::memcpy(k_out + size_t(row) * row_elems, kb + size_t(w) * k_bytes, k_bytes);
-      if (pr.want_v) std::memcpy(v_out + size_t(row) * row_elems, vb + size_t(w) * k_bytes, k_bytes);
+      if (pr.want_k) DecodeRecord(opt.kv_encoding, kb + size_t(w) * k_bytes, nh, hd, k_out + size_t(row) * row_elems);
+      if (pr.want_v) DecodeRecord(opt.kv_encoding, vb + size_t(w) * k_bytes, nh, hd, v_out + size_t(row) * row_elems);
     }
   }
 }

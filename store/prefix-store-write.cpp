@@ -94,10 +94,11 @@ Status PrefixStore::Impl::WriteInsert(std::span<const LayerKV> layers, uint64_t 
   const uint32_t n = job->n;
   const uint64_t skip = job->seg_start - start;  // KV rows given for tokens now already cached
   const size_t row_elems = size_t(opt.n_head_kv) * size_t(opt.head_dim);
-  const size_t head_bytes = size_t(opt.head_dim) * 2;
   job->probes.resize(size_t(opt.n_layer));
   job->mapping.assign(size_t(opt.n_layer), {});
+  // Each layer's records in their at-rest encoding, original order; chunks take them by slot.
   std::vector<uint8_t> probe_recs(size_t(n) * probe_rec_bytes);
+  std::vector<uint8_t> krecs(size_t(n) * k_bytes), vrecs(size_t(n) * k_bytes);
   const std::vector<bool> all(NChunks(n), true);
   for (int il = 0; il < opt.n_layer; ++il) {
     const f16_t* k = layers[size_t(il)].k + skip * row_elems;
@@ -105,15 +106,15 @@ Status PrefixStore::Impl::WriteInsert(std::span<const LayerKV> layers, uint64_t 
     if (const float* imp = layers[size_t(il)].importance) {
       job->mapping[size_t(il)] = ImportanceOrder(imp + skip, n);
     }
-    for (uint32_t t = 0; t < n; ++t)
-      for (size_t p = 0; p < opt.probe_kv_heads.size(); ++p)
-        std::memcpy(probe_recs.data() + size_t(t) * probe_rec_bytes + p * head_bytes,
-                    k + t * row_elems + size_t(opt.probe_kv_heads[p]) * size_t(opt.head_dim), head_bytes);
+    EncodeRecords(opt.kv_encoding, k, row_elems, n, opt.n_head_kv, opt.head_dim, nullptr, krecs.data());
+    EncodeRecords(opt.kv_encoding, v, row_elems, n, opt.n_head_kv, opt.head_dim, nullptr, vrecs.data());
+    EncodeRecords(opt.kv_encoding, k, row_elems, n, int(opt.probe_kv_heads.size()), opt.head_dim,
+                  opt.probe_kv_heads.data(), probe_recs.data());
     IMPRESS_RETURN_IF_ERROR(WriteLayer(
         job->seg, 0, uint32_t(il), n, job->mapping[size_t(il)], all,
-        [&](uint32_t o) { return reinterpret_cast<const uint8_t*>(k + size_t(o) * row_elems); },
-        [&](uint32_t o) { return reinterpret_cast<const uint8_t*>(v + size_t(o) * row_elems); }, probe_recs.data(),
-        &job->probes[size_t(il)], &job->written));
+        [&](uint32_t o) { return krecs.data() + size_t(o) * k_bytes; },
+        [&](uint32_t o) { return vrecs.data() + size_t(o) * k_bytes; }, probe_recs.data(), &job->probes[size_t(il)],
+        &job->written));
   }
   return Status::Ok();
 }
@@ -192,16 +193,13 @@ void PrefixStore::Impl::AdmitInsertedLocked(const InsertJob& job, std::span<cons
   const LayoutPtr l = sit->second.layout;
   const uint64_t skip = job.seg_start - start;  // rows of `layers` before the segment's first token
   const size_t row_elems = size_t(opt.n_head_kv) * size_t(opt.head_dim);
-  const size_t head_bytes = size_t(opt.head_dim) * 2;
+  const int n_probe = int(opt.probe_kv_heads.size());
   // Probe keys first: every IMPRESS request reads all of them, and they are small.
   for (uint32_t il = 0; il < l->probes.size(); ++il) {
     if (!l->probes[il]) continue;
     const f16_t* k = layers[il].k + skip * row_elems;
     AdmitFreshLocked(ProbeCid(job.seg, il), l->generation, uint64_t(job.n) * probe_rec_bytes, [&](uint8_t* out) {
-      for (uint32_t t = 0; t < job.n; ++t)
-        for (size_t p = 0; p < opt.probe_kv_heads.size(); ++p)
-          std::memcpy(out + size_t(t) * probe_rec_bytes + p * head_bytes,
-                      k + size_t(t) * row_elems + size_t(opt.probe_kv_heads[p]) * size_t(opt.head_dim), head_bytes);
+      EncodeRecords(opt.kv_encoding, k, row_elems, job.n, n_probe, opt.head_dim, opt.probe_kv_heads.data(), out);
     });
   }
   for (uint32_t il = 0; il < l->chunks.size(); ++il) {
@@ -210,13 +208,16 @@ void PrefixStore::Impl::AdmitInsertedLocked(const InsertJob& job, std::span<cons
     for (uint32_t i = 0; i < l->chunks[il].size(); ++i) {
       const ExtentPtr& e = l->chunks[il][i];
       if (!e) continue;
-      // The tier image: K records then V records, in slot order (the layer's mapping list).
+      // The tier image: K records then V records (at-rest encoding), in slot order (the layer's
+      // mapping list).
       AdmitFreshLocked(Cid(job.seg, il, i), l->generation, ChunkMemBytes(e), [&](uint8_t* out) {
         const size_t region = size_t(e->ext.n_slots) * k_bytes;
         for (uint32_t s = 0; s < e->ext.n_slots; ++s) {
           const uint32_t o = l->Orig(il, i * C + s);
-          std::memcpy(out + size_t(s) * k_bytes, k + size_t(o) * row_elems, k_bytes);
-          std::memcpy(out + region + size_t(s) * k_bytes, v + size_t(o) * row_elems, k_bytes);
+          EncodeRecords(opt.kv_encoding, k + size_t(o) * row_elems, row_elems, 1, opt.n_head_kv, opt.head_dim, nullptr,
+                        out + size_t(s) * k_bytes);
+          EncodeRecords(opt.kv_encoding, v + size_t(o) * row_elems, row_elems, 1, opt.n_head_kv, opt.head_dim, nullptr,
+                        out + region + size_t(s) * k_bytes);
         }
       });
     }

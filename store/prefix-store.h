@@ -33,6 +33,7 @@
 #include "base/status.h"
 #include "store/cache-policy.h"
 #include "store/env.h"
+#include "store/kv-codec.h"
 #include "store/radix-tree.h"
 #include "store/tier-manager.h"
 
@@ -46,6 +47,10 @@ struct PrefixStoreOptions {
   int head_dim = 0;
   std::vector<int> probe_kv_heads = {0};  // KV heads whose keys are stored separately
   int chunk_tokens = 64;                  // C
+  // How K/V and probe keys are kept on the SSD and in the device/host tiers (store/kv-codec.h);
+  // reads return fp16 either way. KV stored under another encoding is kept but not read (as
+  // another model's): its prefixes are recomputed.
+  KVEncoding kv_encoding = KVEncoding::kF16;
   uint64_t device_bytes = 256ull << 20;
   uint64_t host_bytes = 1ull << 30;
   uint64_t ssd_bytes = 16ull << 30;  // data files + catalog never grow past this

@@ -1,0 +1,290 @@
+// Compact KV at rest (store/kv-codec.h): int8 records with one fp16 scale per token and head.
+// Each decoded element lies within scale / 2 of its fp16 input (plus the output's fp16
+// rounding), where the bound is recomputed here from the input alone; the store returns such
+// values from the SSD, from the memory tiers and after a reorder; chunk headers name their
+// encoding; and KV written under one encoding is never read under another.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "store/chunk-format.h"
+#include "store/kv-codec.h"
+#include "store/prefix-store.h"
+#include "tests/store/store-test-util.h"
+
+namespace impress::store {
+namespace {
+
+using testing::OpenOrDie;
+using testing::RandomTokens;
+using testing::ReadsExact;
+using testing::SyntheticKV;
+using testing::TempDir;
+
+constexpr int kLayers = 2, kHeads = 3, kDim = 64;
+
+// The largest error int8 at-rest storage may add to element x of a head whose largest magnitude
+// is amax: half a quantization step (the scale is at most amax / 127 rounded up by one fp16
+// ulp, 2^-10 relative) plus the rounding of the decoded value to fp16 (half an ulp, 2^-11
+// relative, or half the smallest subnormal step).
+double Int8Bound(double amax, double x) {
+  const double scale = amax / 127.0 * (1.0 + 1.0 / 1024.0) + 6e-8;
+  return scale / 2.0 + std::fabs(x) * (1.0 / 2048.0) + scale * (1.0 / 2048.0) + 3e-8;
+}
+
+// fp16 rows (n, heads, dim) with a different magnitude per head and token, as real keys have.
+std::vector<f16_t> RandomRows(std::mt19937& rng, size_t n, int heads, int dim) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_real_distribution<float> mag(-6.0f, 6.0f);
+  std::vector<f16_t> out(n * size_t(heads) * size_t(dim));
+  for (size_t t = 0; t < n; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const float m = std::exp2(mag(rng));
+      for (int d = 0; d < dim; ++d)
+        out[(t * size_t(heads) + size_t(h)) * size_t(dim) + size_t(d)] = Fp32ToFp16(m * g(rng));
+    }
+  return out;
+}
+
+// Checks decoded rows against the originals, head by head: every element within Int8Bound.
+::testing::AssertionResult WithinInt8Bound(const f16_t* orig, const f16_t* got, size_t n, int heads, int dim) {
+  for (size_t t = 0; t < n; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const f16_t* o = orig + (t * size_t(heads) + size_t(h)) * size_t(dim);
+      const f16_t* r = got + (t * size_t(heads) + size_t(h)) * size_t(dim);
+      double amax = 0;
+      for (int d = 0; d < dim; ++d) amax = std::max(amax, std::fabs(double(Fp16ToFp32(o[d]))));
+      for (int d = 0; d < dim; ++d) {
+        const double x = Fp16ToFp32(o[d]), y = Fp16ToFp32(r[d]);
+        if (!(std::fabs(x - y) <= Int8Bound(amax, x)))
+          return ::testing::AssertionFailure() << "token " << t << " head " << h << " dim " << d << ": " << x
+                                               << " came back as " << y << " (head absmax " << amax << ")";
+      }
+    }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(KVCodec, Int8ErrorIsBoundedPerElement) {
+  std::mt19937 rng(7);
+  const size_t n = 200;
+  std::vector<f16_t> rows = RandomRows(rng, n, kHeads, kDim);
+  // Edge cases: an all-zero head, the largest finite half, a lone subnormal.
+  std::fill_n(rows.begin(), kDim, f16_t(0));
+  rows[size_t(kDim) + 3] = 0x7bff;
+  rows[size_t(kDim) + 4] = 0xfbff;
+  rows[2 * size_t(kDim) + 1] = 0x0001;
+  const uint32_t rb = RecordBytes(KVEncoding::kInt8, kHeads, kDim);
+  EXPECT_EQ(rb, uint32_t(kHeads * (kDim + 2)));
+  std::vector<uint8_t> recs(n * rb);
+  EncodeRecords(KVEncoding::kInt8, rows.data(), size_t(kHeads) * kDim, n, kHeads, kDim, nullptr, recs.data());
+  std::vector<f16_t> back(rows.size());
+  for (size_t t = 0; t < n; ++t)
+    DecodeRecord(KVEncoding::kInt8, recs.data() + t * rb, kHeads, kDim, back.data() + t * size_t(kHeads) * kDim);
+  EXPECT_TRUE(WithinInt8Bound(rows.data(), back.data(), n, kHeads, kDim));
+  for (int d = 0; d < kDim; ++d) EXPECT_EQ(back[size_t(d)], 0) << "a zero head stays zero";
+  EXPECT_EQ(Fp16ToFp32(back[size_t(kDim) + 3]), 65504.0f) << "the head's absmax is exact (q = 127)";
+}
+
+TEST(KVCodec, Fp16IsCopiedAndHeadsArePicked) {
+  std::mt19937 rng(8);
+  const size_t n = 5;
+  const std::vector<f16_t> rows = RandomRows(rng, n, kHeads, kDim);
+  const int pick[] = {2, 0};
+  std::vector<uint8_t> recs(n * RecordBytes(KVEncoding::kF16, 2, kDim));
+  EncodeRecords(KVEncoding::kF16, rows.data(), size_t(kHeads) * kDim, n, 2, kDim, pick, recs.data());
+  for (size_t t = 0; t < n; ++t)
+    for (int j = 0; j < 2; ++j)
+      EXPECT_EQ(0, std::memcmp(recs.data() + (t * 2 + size_t(j)) * kDim * 2,
+                               rows.data() + (t * kHeads + size_t(pick[j])) * kDim, kDim * 2));
+}
+
+TEST(ChunkFormat, HeaderNamesTheEncoding) {
+  ChunkHeader h{};
+  h.kind = uint16_t(ChunkKind::kKV);
+  h.n_slots = 4;
+  h.n_heads = kHeads;
+  h.head_dim = kDim;
+  h.record_bytes = RecordBytes(KVEncoding::kInt8, kHeads, kDim);
+  h.encoding = uint16_t(KVEncoding::kInt8);
+  std::vector<uint8_t> recs(size_t(h.n_slots) * h.record_bytes, 1);
+  std::vector<uint8_t> buf(LayoutOf(h).length);
+  ChunkExtent ext;
+  EncodeChunk(h, recs.data(), recs.data(), buf.data(), &ext);
+  EXPECT_TRUE(VerifyChunk(buf.data(), ext, h, "int8 chunk").ok());
+  ChunkHeader as_f16 = h;
+  as_f16.encoding = uint16_t(KVEncoding::kF16);
+  const Status s = VerifyChunk(buf.data(), ext, as_f16, "int8 chunk");
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+}
+
+PrefixStoreOptions Options(const std::string& dir, KVEncoding enc) {
+  PrefixStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = "model-compact";
+  o.n_layer = kLayers;
+  o.n_head_kv = kHeads;
+  o.head_dim = kDim;
+  o.probe_kv_heads = {0, 2};
+  o.chunk_tokens = 64;
+  o.device_bytes = 0;
+  o.host_bytes = 0;
+  o.reorder_interval = std::chrono::milliseconds(0);
+  o.data_file_bytes = 8ull << 20;
+  o.kv_encoding = enc;
+  return o;
+}
+
+struct Layers {
+  std::vector<std::vector<f16_t>> k, v;
+  std::vector<LayerKV> Views() {
+    std::vector<LayerKV> out(kLayers);
+    for (int il = 0; il < kLayers; ++il) out[size_t(il)] = {k[size_t(il)].data(), v[size_t(il)].data()};
+    return out;
+  }
+};
+
+Layers RandomLayers(std::mt19937& rng, size_t n) {
+  Layers l;
+  for (int il = 0; il < kLayers; ++il) {
+    l.k.push_back(RandomRows(rng, n, kHeads, kDim));
+    l.v.push_back(RandomRows(rng, n, kHeads, kDim));
+  }
+  return l;
+}
+
+// Reads K, V and probe keys of every layer at all n positions; checks them against the bound.
+::testing::AssertionResult ReadsWithinBound(PrefixStore& s, const std::vector<int32_t>& t, Layers& l,
+                                            uint64_t* ssd_bytes = nullptr) {
+  const size_t n = t.size();
+  MatchHandle h = s.Match(t);
+  if (h.n_matched != n) return ::testing::AssertionFailure() << "matched " << h.n_matched << " of " << n;
+  std::vector<uint32_t> pos(n);
+  std::iota(pos.begin(), pos.end(), 0u);
+  const std::vector<int>& probe = s.options().probe_kv_heads;
+  for (int il = 0; il < kLayers; ++il) {
+    auto kv = s.SubmitReadKV(h, il, pos, true, true);
+    if (!kv.ok()) return ::testing::AssertionFailure() << kv.status().ToString();
+    auto r = s.Wait(*kv);
+    if (!r.ok()) return ::testing::AssertionFailure() << r.status().ToString();
+    if (ssd_bytes) *ssd_bytes += r->stats.ssd_bytes;
+    if (auto c = WithinInt8Bound(l.k[size_t(il)].data(), r->k.data(), n, kHeads, kDim); !c) return c << " (K)";
+    if (auto c = WithinInt8Bound(l.v[size_t(il)].data(), r->v.data(), n, kHeads, kDim); !c) return c << " (V)";
+    auto pt = s.SubmitProbeKeys(h, il);
+    if (!pt.ok()) return ::testing::AssertionFailure() << pt.status().ToString();
+    auto pr = s.Wait(*pt);
+    if (!pr.ok()) return ::testing::AssertionFailure() << pr.status().ToString();
+    // The probe heads' keys, taken from the full rows: the same bound per head.
+    std::vector<f16_t> want(n * probe.size() * kDim);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < probe.size(); ++j)
+        std::memcpy(want.data() + (i * probe.size() + j) * kDim,
+                    l.k[size_t(il)].data() + (i * kHeads + size_t(probe[j])) * kDim, kDim * 2);
+    if (auto c = WithinInt8Bound(want.data(), pr->k.data(), n, int(probe.size()), kDim); !c) return c << " (probe)";
+  }
+  Status rs = s.Release(h);
+  if (!rs.ok()) return ::testing::AssertionFailure() << rs.ToString();
+  return ::testing::AssertionSuccess();
+}
+
+TEST(CompactKV, RoundTripsThroughTheStore) {
+  const std::string dir = TempDir("compact");
+  std::mt19937 rng(11);
+  const std::vector<int32_t> t = RandomTokens(rng, 300);
+  Layers l = RandomLayers(rng, t.size());
+  uint64_t int8_bytes = 0, f16_bytes = 0;
+  {
+    auto s = OpenOrDie(Options(dir, KVEncoding::kInt8));
+    ASSERT_TRUE(s);
+    auto views = l.Views();
+    ASSERT_TRUE(s->Insert(t, 0, views).ok());
+    EXPECT_TRUE(ReadsWithinBound(*s, t, l, &int8_bytes));
+    EXPECT_TRUE(s->CheckConsistency().ok());
+  }
+  {  // after a reopen (the catalog's extents and checksums), and after a reorder rewrote the chunks
+    auto s = OpenOrDie(Options(dir, KVEncoding::kInt8));
+    ASSERT_TRUE(s);
+    EXPECT_TRUE(ReadsWithinBound(*s, t, l));
+    MatchHandle h = s->Match(t);
+    std::vector<uint32_t> sel = {0, 1, 2, 3, 200, 201, 250, 299};
+    for (int il = 0; il < kLayers; ++il) ASSERT_TRUE(s->ReportImportance(h, il, sel).ok());
+    ASSERT_TRUE(s->Release(h).ok());
+    auto rr = s->ReorderNow();
+    ASSERT_TRUE(rr.ok()) << rr.status().ToString();
+    EXPECT_GT(rr->segments_reordered, 0u);
+    EXPECT_TRUE(ReadsWithinBound(*s, t, l));
+    EXPECT_TRUE(s->CheckConsistency().ok());
+  }
+  std::filesystem::remove_all(dir);
+  {  // the same KV as fp16: int8 reads about half the bytes
+    const std::string d2 = TempDir("compact-f16");
+    auto s = OpenOrDie(Options(d2, KVEncoding::kF16));
+    ASSERT_TRUE(s);
+    auto views = l.Views();
+    ASSERT_TRUE(s->Insert(t, 0, views).ok());
+    EXPECT_TRUE(ReadsWithinBound(*s, t, l, &f16_bytes));
+    s.reset();
+    std::filesystem::remove_all(d2);
+  }
+  EXPECT_GT(f16_bytes, 0u);
+  EXPECT_LT(double(int8_bytes), 0.6 * double(f16_bytes)) << int8_bytes << " vs " << f16_bytes;
+}
+
+TEST(CompactKV, MemoryTiersHoldTheCompactRecords) {
+  const std::string dir = TempDir("compact-tiers");
+  std::mt19937 rng(12);
+  const std::vector<int32_t> t = RandomTokens(rng, 130);
+  Layers l = RandomLayers(rng, t.size());
+  PrefixStoreOptions o = Options(dir, KVEncoding::kInt8);
+  o.device_bytes = 1ull << 20;
+  o.host_bytes = 1ull << 20;
+  auto s = OpenOrDie(o);
+  ASSERT_TRUE(s);
+  auto views = l.Views();
+  ASSERT_TRUE(s->Insert(t, 0, views).ok());  // admitted to the device tier on insert
+  uint64_t ssd = 0;
+  EXPECT_TRUE(ReadsWithinBound(*s, t, l, &ssd));
+  EXPECT_EQ(ssd, 0u) << "served from the memory tiers";
+  const StoreStats st = s->Stats();
+  // 130 tokens x 2 layers x (K + V) of 198 bytes, plus probe keys of 2 heads (132 bytes).
+  EXPECT_EQ(st.tiers.device.used_bytes + st.tiers.host.used_bytes, uint64_t(130) * kLayers * (2 * 198 + 132));
+  s.reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CompactKV, AStoreWrittenAsFp16IsNeverReadAsInt8) {
+  const std::string dir = TempDir("compact-switch");
+  std::mt19937 rng(13);
+  const SyntheticKV kv{kLayers, kHeads, kDim};
+  const std::vector<int32_t> t = RandomTokens(rng, 150);
+  {
+    auto s = OpenOrDie(Options(dir, KVEncoding::kF16));
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+    EXPECT_TRUE(ReadsExact(*s, kv, t, t.size()));
+  }
+  Layers l = RandomLayers(rng, t.size());
+  {  // the option changed: the fp16 KV is kept but not served; new KV is written as int8
+    auto s = OpenOrDie(Options(dir, KVEncoding::kInt8));
+    ASSERT_TRUE(s);
+    MatchHandle h = s->Match(t);
+    EXPECT_EQ(h.n_matched, 0u) << "fp16 KV must not be read as int8";
+    ASSERT_TRUE(s->Release(h).ok());
+    auto views = l.Views();
+    ASSERT_TRUE(s->Insert(t, 0, views).ok());
+    EXPECT_TRUE(ReadsWithinBound(*s, t, l));
+    EXPECT_TRUE(s->CheckConsistency().ok());
+  }
+  {  // and back: the fp16 KV reads bit for bit
+    auto s = OpenOrDie(Options(dir, KVEncoding::kF16));
+    ASSERT_TRUE(s);
+    EXPECT_TRUE(ReadsExact(*s, kv, t, t.size()));
+    EXPECT_TRUE(s->CheckConsistency().ok());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace impress::store
