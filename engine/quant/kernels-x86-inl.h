@@ -101,18 +101,40 @@ using SimdQ4_1 = SimdNibbles32<BlockQ4_1, false, 0>;
 using SimdQ5_0 = SimdNibbles32<BlockQ5_0, true, 16>;
 using SimdQ5_1 = SimdNibbles32<BlockQ5_1, true, 0>;
 
-// Q4_K/Q5_K: I1 in lanes; I2 = sum_j m_j * (bsums of sub-block j) in *second.
+// [sum(v[0]), ..., sum(v[7])] of eight int32 vectors, one tree of hadds.
+inline __m256i SumI32x8(const __m256i* v) {
+  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// The eight 6-bit scales (low word) and mins (high word) of a Q4_K/Q5_K block, one per byte, as
+// UnpackScaleMinK4 defines them, on 32-bit words of the 12 bytes: word 0 holds scales 0..3 and
+// the top bits of scales 4..7, word 1 mins 0..3 and the top bits of mins 4..7, word 2 the low
+// nibbles of scales 4..7 (low) and mins 4..7 (high).
+inline void UnpackScalesMinsK4(const uint8_t* s, uint64_t* scales, uint64_t* mins) {
+  uint32_t w[3];
+  std::memcpy(w, s, 12);
+  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+  *scales = uint64_t(w[0] & low6) | uint64_t((w[2] & low4) | (((w[0] >> 6) & low2) << 4)) << 32;
+  *mins = uint64_t(w[1] & low6) | uint64_t(((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4)) << 32;
+}
+
+// Q4_K/Q5_K: I1 in lanes; I2 = sum_j m_j * (bsums of sub-block j) in *second. The eight
+// sub-block sums are reduced to one vector and multiplied by the eight scales at once.
 template <class W, bool kHasQh>
 __m256i LanesK4or5(const W& w, const ActBlock256& a, int32_t* second) {
-  uint8_t sc[8], mn[8];
-  for (int j = 0; j < 8; ++j) UnpackScaleMinK4(j, w.scales, &sc[j], &mn[j]);
-  int32_t i2 = 0;
-  for (int j = 0; j < 8; ++j) i2 += int32_t(mn[j]) * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
-  *second = i2;
+  uint64_t scales = 0, mins = 0;
+  UnpackScalesMinsK4(w.scales, &scales, &mins);
+  // m_j against bsums 2j and 2j + 1: each min byte twice, widened to int16.
+  const __m128i mins8 = _mm_cvtsi64_si128(int64_t(mins));
+  const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins8, mins8));
+  *second = HsumI32(_mm256_madd_epi16(mins16, LoadBytes32(a.bsums)));
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   __m256i qh = _mm256_setzero_si256();
   if constexpr (kHasQh) qh = LoadBytes32(w.qh);
-  __m256i acc = _mm256_setzero_si256();
+  __m256i sub[8];  // per sub-block lanes, unscaled
   for (int i = 0; i < 4; ++i) {
     const __m256i q = LoadBytes32(w.qs + 32 * i);
     __m256i lo = _mm256_and_si256(q, low4);
@@ -122,12 +144,10 @@ __m256i LanesK4or5(const W& w, const ActBlock256& a, int32_t* second) {
       lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), one), 4));
       hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i + 1), one), 4));
     }
-    const __m256i p_lo = DotU8I8(lo, LoadBytes32(a.qs + 64 * i));
-    const __m256i p_hi = DotU8I8(hi, LoadBytes32(a.qs + 64 * i + 32));
-    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p_lo, _mm256_set1_epi32(sc[2 * i])));
-    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p_hi, _mm256_set1_epi32(sc[2 * i + 1])));
+    sub[2 * i] = DotU8I8(lo, LoadBytes32(a.qs + 64 * i));
+    sub[2 * i + 1] = DotU8I8(hi, LoadBytes32(a.qs + 64 * i + 32));
   }
-  return acc;
+  return _mm256_mullo_epi32(SumI32x8(sub), _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(scales))));
 }
 
 template <class Blk, bool kHasQh>
