@@ -166,8 +166,6 @@ struct SimdQ6_K : SimdNoExtra<BlockQ6_K, ActBlock256> {
   static __m256i Lanes(const W& w, const A& a, int32_t*) {
     const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
     __m256i acc = _mm256_setzero_si256();
-    int32_t offset = 0;
-    for (int k = 0; k < 16; ++k) offset += int32_t(w.scales[k]) * a.bsums[k];
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = LoadBytes32(w.ql + 64 * h), ql1 = LoadBytes32(w.ql + 64 * h + 32);
       const __m256i qh = LoadBytes32(w.qh + 32 * h);
@@ -177,13 +175,18 @@ struct SimdQ6_K : SimdNoExtra<BlockQ6_K, ActBlock256> {
       for (int c = 0; c < 4; ++c) {
         const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), two), 4);
         const __m256i q = _mm256_or_si256(lows[c], high);
-        const __m256i p = DotU8I8(q, LoadBytes32(a.qs + 128 * h + 32 * c));
-        const int8_t* s = w.scales + 8 * h + 2 * c;  // lanes 0..3: elements 0..15, lanes 4..7: 16..31
-        const __m256i scale = _mm256_set_m128i(_mm_set1_epi32(s[1]), _mm_set1_epi32(s[0]));
-        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p, scale));
+        // Pairs q * a as int16 (63 * 127 * 2 < 2^15: exact on every path), then each pair sum
+        // times its 16 elements' scale, added in pairs to int32 (no 32-bit multiply).
+        const __m256i pairs = _mm256_maddubs_epi16(q, LoadBytes32(a.qs + 128 * h + 32 * c));
+        const int8_t* s = w.scales + 8 * h + 2 * c;  // int16 lanes 0..7: elements 0..15, 8..15: 16..31
+        const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, scale));
       }
     }
-    return AddToLane0(acc, -32 * offset);
+    // -32 * sum_k scale_k * bsums_k, spread over the lanes: scales widened to int16 against the
+    // 16 activation sums in one multiply-add.
+    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales)));
+    return _mm256_sub_epi32(acc, _mm256_slli_epi32(_mm256_madd_epi16(scales16, LoadBytes32(a.bsums)), 5));
   }
 };
 
