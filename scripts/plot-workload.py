@@ -54,12 +54,15 @@ def plot_sweep(out, path):
     ref = next((s for s in r["systems"] if s["system"] == "as"), None)
     if not swept:
         return
-    xs = [s["sweep_value"] for s in swept]
+    # The values as categories, in the order they ran (select-group's -1 means "a block group").
+    xs = list(range(len(swept)))
+    ticks = [f"{s['sweep_value']:g}" for s in swept]
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.5))
     ax.plot(xs, [s["mean_ttft_ms"] for s in swept], "o-", label=f"{swept[0]['system']} mean TTFT")
     ax.plot(xs, [s["p99_ttft_ms"] for s in swept], "o--", label=f"{swept[0]['system']} p99 TTFT")
     if ref:
         ax.axhline(ref["mean_ttft_ms"], color="gray", linestyle=":", label="AS-like (full KV) mean")
+    ax.set_xticks(xs, ticks)
     ax.set_xlabel(name)
     ax.set_ylabel("TTFT (ms)")
     ax2 = ax.twinx()
@@ -76,6 +79,7 @@ def plot_sweep(out, path):
     bx.plot(xs, [max(0, s["fact_accuracy"]) * 100 for s in swept], "o-", label="facts answered")
     if ref and ref.get("fact_accuracy", -1) >= 0:
         bx.axhline(ref["fact_accuracy"] * 100, color="gray", linestyle=":", label="facts, full KV")
+    bx.set_xticks(xs, ticks)
     bx.set_xlabel(name)
     bx.set_ylabel("%")
     bx.set_ylim(0, 105)
