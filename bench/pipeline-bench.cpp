@@ -204,6 +204,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
     ps.probe_heads = o.probe_heads;
     ps.probe_spread = o.probe_spread;
     ps.select_group = o.select_group;
+    ps.cross_layer_prefetch = o.cross_layer_prefetch;
     ps.report_importance = sys == SystemKind::kImpress;  // reorder follows IMPRESS's verdicts
     return ps;
   };

@@ -136,6 +136,10 @@ void ImpressPipeline::DrainPrefetches() {
     if (t && store_) (void)store_->Wait(*t);
     t.reset();
   }
+  for (auto& t : kv_prefetch_) {
+    if (t && store_) (void)store_->Wait(t->ticket);
+    t.reset();
+  }
 }
 
 Result<RequestReport> ImpressPipeline::PrefillOnce(const PipelineRequest& req, const PipelineSettings& s,
@@ -213,6 +217,9 @@ void ImpressPipeline::BeginRequest(const PipelineRequest& req, Run& run) {
   selected_.assign(size_t(c.n_layer), {});
   selected_scores_.assign(size_t(c.n_layer), {});
   prefetch_.assign(size_t(c.n_layer), std::nullopt);
+  for (auto& t : kv_prefetch_)  // none survive a finished request; never leave a read unwaited
+    if (t && store_) (void)store_->Wait(t->ticket);
+  kv_prefetch_.assign(size_t(c.n_layer), std::nullopt);
   report.layers.resize(size_t(c.n_layer));
   for (int il = 0; il < c.n_layer; ++il) report.layers[size_t(il)].il = il;
   if (s.record_importance && n_matched_ > 0) {

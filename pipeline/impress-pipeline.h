@@ -66,6 +66,11 @@ struct PipelineSettings {
   // importance mass token-level selection keeps); -1: the store's block group (whole 4 KiB blocks,
   // PrefixStore::BlockGroupTokens); 0 or 1: token by token (SelectTokens).
   int select_group = 0;
+  // Cross-layer prefetch: once layer l has chosen its tokens, the K/V of the same positions in
+  // layer l+1 are read (they overlap strongly) while l computes and l+1 probes. Layer l+1's own
+  // selection still decides what is used: missing tokens are read then, extra ones dropped. Reads
+  // sooner, and more bytes (the extra ones); IMPRESS's probe path only.
+  bool cross_layer_prefetch = false;
 };
 
 // The query heads that probe each layer: `probe_heads` of them (clamped to [1, n_head]),
@@ -133,6 +138,11 @@ class ImpressPipeline {
   // One prefill in flight, and one layer's selection within it (pipeline/prefill-run.h).
   struct Run;
   struct LayerJob;
+  // A cross-layer prefetch in flight: K/V of a layer at the previous layer's selection.
+  struct KvPrefetch {
+    store::ReadTicket ticket = 0;
+    std::vector<uint32_t> positions;  // ascending
+  };
 
   // impress-pipeline.cpp: the request.
   // One attempt at Prefill (which retries after a corrupt stored chunk); TTFT counts from t_start.
@@ -161,6 +171,10 @@ class ImpressPipeline {
   // job.selected from job.score: token by token, or in read groups (PipelineSettings::select_group).
   Status ChooseTokens(LayerJob& job);
   void RecordSelection(LayerJob& job);  // for the report and the store's statistics
+  // Cross-layer prefetch: reads layer il + 1's K/V at layer il's selection.
+  Status PrefetchNextLayerKV(Run& run, int il);
+  // K/V of job.selected from a cross-layer prefetch plus a read of what it missed, in order.
+  Result<store::ReadResult> ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, bool read_keys);
   Result<store::ReadResult> WaitRead(LayerJob& job, store::ReadTicket ticket, double* bucket);
   std::optional<store::ReadTicket> TakePrefetch(int il);
   Status EnsureKeysScratch(size_t rows);
@@ -196,6 +210,8 @@ class ImpressPipeline {
 
   // Prefetch tickets for the next layer (probe keys, all keys, or full KV).
   std::vector<std::optional<store::ReadTicket>> prefetch_;
+  // Cross-layer prefetch: per layer, K/V of the previous layer's selection, read ahead.
+  std::vector<std::optional<KvPrefetch>> kv_prefetch_;
 
   std::thread store_thread_;
   Result<uint64_t> store_result_ = uint64_t{0};

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 
 #include "pipeline/impress-pipeline.h"
@@ -82,7 +83,58 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
       break;
   }
   RecordSelection(job);
+  if (run.s.cross_layer_prefetch && UsesProbe(run.s.system)) IMPRESS_RETURN_IF_ERROR(PrefetchNextLayerKV(run, il));
   return Status::Ok();
+}
+
+Status ImpressPipeline::PrefetchNextLayerKV(Run& run, int il) {
+  const int next = il + 1;
+  if (next >= ctx_.config().n_layer || selected_[size_t(il)].empty() || kv_prefetch_[size_t(next)]) {
+    return Status::Ok();
+  }
+  KvPrefetch pf;
+  pf.positions = selected_[size_t(il)];
+  IMPRESS_ASSIGN_OR_RETURN(pf.ticket, store_->SubmitReadKV(handle_, next, pf.positions, true, true));
+  kv_prefetch_[size_t(next)] = std::move(pf);
+  run.sw.Lap(&run.report.breakdown.kv_io_ms);
+  return Status::Ok();
+}
+
+Result<store::ReadResult> ImpressPipeline::ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, bool read_keys) {
+  const size_t row = size_t(ctx_.config().n_head_kv) * ctx_.config().head_dim;
+  const std::vector<uint32_t>& sel = job.selected;
+  // What the layer chose but the prefetch did not read: read it now, before waiting on the rest.
+  std::vector<uint32_t> missing;
+  std::set_difference(sel.begin(), sel.end(), pf.positions.begin(), pf.positions.end(), std::back_inserter(missing));
+  std::optional<store::ReadTicket> rest;
+  if (!missing.empty()) {
+    Result<store::ReadTicket> t = store_->SubmitReadKV(handle_, job.il, missing, read_keys, true);
+    if (!t.ok()) {
+      (void)store_->Wait(pf.ticket);  // the read ahead's buffers go back to the store
+      return t.status();
+    }
+    rest = *t;
+  }
+  auto ahead = WaitRead(job, pf.ticket, &job.run.report.breakdown.kv_io_ms);
+  Result<store::ReadResult> late = store::ReadResult{};
+  if (rest) late = WaitRead(job, *rest, &job.run.report.breakdown.kv_io_ms);  // waited even if `ahead` failed
+  if (!ahead.ok()) return ahead.status();
+  if (!late.ok()) return late.status();
+  job.lr.prefetched = int(pf.positions.size());
+  store::ReadResult out;
+  out.k.resize(read_keys ? sel.size() * row : 0);
+  out.v.resize(sel.size() * row);
+  size_t a = 0, m = 0;  // cursors into the prefetch's positions and the late read's rows
+  for (size_t j = 0; j < sel.size(); ++j) {
+    while (a < pf.positions.size() && pf.positions[a] < sel[j]) ++a;
+    const bool hit = a < pf.positions.size() && pf.positions[a] == sel[j];
+    const store::ReadResult& src = hit ? *ahead : *late;
+    const size_t at = (hit ? a : m++) * row;
+    if (read_keys) std::copy_n(src.k.data() + at, row, out.k.data() + j * row);
+    std::copy_n(src.v.data() + at, row, out.v.data() + j * row);
+    job.lr.prefetch_used += hit ? 1 : 0;
+  }
+  return out;
 }
 
 Status ImpressPipeline::LoadFullLayer(LayerJob& job) {
@@ -196,8 +248,14 @@ Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* ke
   const size_t row_bytes = row * sizeof(f16_t);
   const int n_sel = int(job.selected.size());
   const bool read_keys = keys == nullptr;
-  IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t, store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
-  IMPRESS_ASSIGN_OR_RETURN(store::ReadResult kv, WaitRead(job, t, &job.run.report.breakdown.kv_io_ms));
+  store::ReadResult kv;
+  if (std::optional<KvPrefetch> pf = std::move(kv_prefetch_[size_t(job.il)])) {
+    kv_prefetch_[size_t(job.il)].reset();
+    IMPRESS_ASSIGN_OR_RETURN(kv, ReadSelectedWithPrefetch(job, std::move(*pf), read_keys));
+  } else {
+    IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t, store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
+    IMPRESS_ASSIGN_OR_RETURN(kv, WaitRead(job, t, &job.run.report.breakdown.kv_io_ms));
+  }
   job.lr.value_bytes += uint64_t(n_sel) * row_bytes;
   if (read_keys) {
     job.lr.key_bytes += uint64_t(n_sel) * row_bytes;

@@ -49,6 +49,9 @@ struct LayerReport {
   uint64_t ssd_bytes = 0;  // bytes the store read from disk for this layer
   uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
   double io_wait_ms = 0;  // how long compute waited on this layer's reads
+  // Cross-layer prefetch (PipelineSettings::cross_layer_prefetch): rows read ahead on the previous
+  // layer's selection, and how many of them this layer's own selection used.
+  int prefetched = 0, prefetch_used = 0;
 };
 
 struct RequestReport {

@@ -327,6 +327,43 @@ TEST_F(PipelineOnModel, ImpressReadsFewerStoreBytesThanTheBaselines) {
   EXPECT_LT(imp_useful, h2o_useful);
 }
 
+// Cross-layer prefetch reads layer l+1's K/V at layer l's selection ahead of time; layer l+1's
+// own selection still decides. The same request with and without it uses the same tokens in
+// every layer and gives bit-identical logits, with the probe passing (alpha 2) and falling back
+// (alpha 0, the fallback brings its own keys) alike; the prefetch did serve some rows.
+TEST_F(PipelineOnModel, CrossLayerPrefetchChangesOnlyWhenKvArrives) {
+  ASSERT_NO_FATAL_FAILURE(OpenSsdOnlyStore());
+  const PromptTokens p = Prompt("What does the license say about warranty?");
+  ASSERT_NO_FATAL_FAILURE(Ingest(p));
+  for (const float alpha : {2.0f, 0.0f}) {
+    PipelineSettings s;
+    s.alpha = alpha;
+    s.record_importance = true;
+    s.report_importance = false;
+    std::vector<float> plain, ahead;
+    const RequestReport r0 = Run(p, s, &plain);
+    s.cross_layer_prefetch = true;
+    const RequestReport r1 = Run(p, s, &ahead);
+    ASSERT_EQ(r0.n_matched, p.n_prefix);
+    ASSERT_EQ(r1.n_matched, p.n_prefix);
+    EXPECT_EQ(r0.selected, r1.selected) << "alpha " << alpha;
+    EXPECT_EQ(plain, ahead) << "alpha " << alpha;
+    int used = 0;
+    for (size_t il = 0; il < r1.layers.size(); ++il) {
+      const LayerReport &a = r0.layers[il], &b = r1.layers[il];
+      EXPECT_EQ(a.k, b.k);
+      EXPECT_EQ(a.key_bytes, b.key_bytes);
+      EXPECT_EQ(a.value_bytes, b.value_bytes);
+      EXPECT_EQ(a.prefetched, 0);
+      if (il == 0) EXPECT_EQ(b.prefetched, 0) << "nothing before the first layer";
+      else EXPECT_EQ(b.prefetched, r1.layers[il - 1].k) << "layer " << il << " reads ahead the previous selection";
+      EXPECT_LE(b.prefetch_used, b.k);
+      used += b.prefetch_used;
+    }
+    EXPECT_GT(used, 0) << "alpha " << alpha;
+  }
+}
+
 TEST_F(PipelineOnModel, AnswerIsStoredAndReusedByTheNextRequest) {
   const PromptTokens p = Prompt("Is this program free software?");
   std::vector<float> logits;
