@@ -27,8 +27,29 @@ inline __m256i LanesQ8_0(const BlockQ8_0& w, const ActBlock32& a) {
 
 namespace impress::quant {
 
+namespace {
+
+// The 4/5-bit 32-element types: rows grouped by four for GEMV (1.1x on Q4_1 from cache or
+// memory). Q8_0 and the K-quants keep the two-accumulator row dot, which was as fast or faster.
+template <class T, int kGroup>
+void SetRows(KernelTable& t, int slot) {
+  t.dot[slot] = DotRowsSimd<T>;
+  t.rows[slot] = RowsSimd<T, kGroup>;
+}
+
+KernelTable MakeAvx2Table() {
+  KernelTable t = MakeX86Table(DotHalf256<LoadF16x8, LoadF16x1>, DotHalf256<LoadBF16x8, LoadBF16x1>);
+  SetRows<SimdQ4_0, 4>(t, kSlotQ4_0);
+  SetRows<SimdQ4_1, 4>(t, kSlotQ4_1);
+  SetRows<SimdQ5_0, 4>(t, kSlotQ5_0);
+  SetRows<SimdQ5_1, 4>(t, kSlotQ5_1);
+  return t;
+}
+
+}  // namespace
+
 const KernelTable& Avx2Kernels() {
-  static const KernelTable table = MakeX86Table(DotHalf256<LoadF16x8, LoadF16x1>, DotHalf256<LoadBF16x8, LoadBF16x1>);
+  static const KernelTable table = MakeAvx2Table();
   return table;
 }
 

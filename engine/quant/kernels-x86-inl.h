@@ -215,6 +215,46 @@ float DotSimd(const uint8_t* w_row, const void* x, int64_t n) {
   return HsumF32(_mm256_add_ps(acc[0], acc[1])) + (extra[0] + extra[1]);
 }
 
+// GEMV over kRows rows at once: each activation block is loaded once for all of them, one
+// accumulator per row, one horizontal sum per row. Every row runs the same sequence whatever
+// kRows is, so a row's value never depends on the grouping (DotRowsSimd is kRows = 1).
+template <class T, int kRows>
+void RowGroupSimd(const uint8_t* w, int64_t row_bytes, const void* x, int64_t n, float* y) {
+  const auto* a = static_cast<const typename T::A*>(x);
+  const int64_t nb = n / int64_t(sizeof(a->qs));
+  __m256 acc[kRows];
+  float extra[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    extra[r] = 0.0f;
+  }
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    for (int r = 0; r < kRows; ++r) {
+      const auto& b = reinterpret_cast<const typename T::W*>(w + r * row_bytes)[ib];
+      int32_t second = 0;
+      const __m256i lanes = T::Lanes(b, a[ib], &second);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(HalfToFloat(b.d) * a[ib].d), _mm256_cvtepi32_ps(lanes), acc[r]);
+      extra[r] += T::Extra(b, a[ib], second);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) y[r] = HsumF32(acc[r]) + extra[r];
+}
+
+template <class T>
+float DotRowsSimd(const uint8_t* w_row, const void* x, int64_t n) {
+  float y = 0.0f;
+  RowGroupSimd<T, 1>(w_row, 0, x, n, &y);
+  return y;
+}
+
+// kGroup rows at a time, the rest one by one.
+template <class T, int kGroup>
+void RowsSimd(const uint8_t* w, int64_t row_bytes, int64_t n_rows, const void* x, int64_t n, float* y) {
+  int64_t r = 0;
+  for (; r + kGroup <= n_rows; r += kGroup) RowGroupSimd<T, kGroup>(w + r * row_bytes, row_bytes, x, n, y + r);
+  for (; r < n_rows; ++r) RowGroupSimd<T, 1>(w + r * row_bytes, row_bytes, x, n, y + r);
+}
+
 template <class T>
 void PartsSimd(const uint8_t* w_row, const void* x, int64_t n, int32_t* parts) {
   const auto* w = reinterpret_cast<const typename T::W*>(w_row);
