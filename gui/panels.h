@@ -109,7 +109,7 @@ unsigned HeatColour(float v);
 unsigned PartColour(int part);
 // A combo to pick a request (-1 = latest).
 void RequestPicker(const char* label, const AppSnapshot& s, int* index);
-// `text` cut to fit `width` pixels (<= 0: the rest of the line) with "…" in the middle
+// `text` cut to fit `width` pixels (<= 0: the rest of the line) with "..." in the middle
 // (gui/text-format.h); on hover a tooltip with the full text, or with `tooltip` when given.
 void TextElided(const std::string& text, float width = 0, const std::string& tooltip = {});
 }  // namespace draw

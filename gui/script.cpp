@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -28,8 +29,8 @@ bool ParseDouble(const std::string& v, double* out) {
 
 const std::set<std::string> kNoArg = {"again", "regenerate", "new",  "reorder",      "expect-answer",
                                       "quit",  "docs",       "tree", "conversations"};
-const std::set<std::string> kWithArg = {"doc", "ask",   "set",      "frames", "sleep", "tab",  "screenshot",
-                                        "pin", "unpin", "drop-doc", "mode",   "open",  "model"};
+const std::set<std::string> kWithArg = {"doc", "ask",   "set",      "frames", "sleep", "tab",   "screenshot",
+                                        "pin", "unpin", "drop-doc", "mode",   "open",  "model", "picker"};
 
 }  // namespace
 
@@ -274,6 +275,17 @@ bool ScriptRunner::Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, S
       return true;
     } else if (l.verb == "sleep") {
       sleep_until_ = now + std::chrono::milliseconds(int64_t(std::stod(l.arg)));
+      return true;
+    } else if (l.verb == "picker") {
+      // The "Open model" dialog on a folder, or on a model's folder with that model selected.
+      std::error_code ec;
+      const bool folder = std::filesystem::is_directory(l.arg, ec) &&
+                          !std::filesystem::exists(std::filesystem::path(l.arg) / "config.json", ec);
+      ui.model.dir = folder ? l.arg : std::filesystem::path(l.arg).parent_path().string();
+      ui.model.selected = folder ? std::string() : l.arg;
+      ui.model.estimated_at = -1;
+      ui.model.open_requested = true;
+      frames_left_ = 3;  // the popup opens, lays out, then draws its listing
       return true;
     } else if (l.verb == "tab") {
       const auto& names = InspectorTabNames();

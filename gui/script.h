@@ -12,6 +12,7 @@
 //   docs / tree / conversations    (print the documents' residency, the radix tree's totals, the saved conversations)
 //   open N                    (reopen saved conversation N of the list, most recent first)
 //   model PATH                (switch to the model at PATH, as the model picker's Load does)
+//   picker PATH               (open the model picker on a folder, or with the model at PATH selected)
 // set keys: alpha keep probe_heads sinks recent system policy device_mb host_mb ssd_mb
 //           max_tokens temperature fidelity_tokens
 //

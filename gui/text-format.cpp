@@ -40,7 +40,8 @@ std::string FormatMib(double mib) {
 
 std::string ElideMiddle(std::string_view text, float max_width, const TextWidthFn& width) {
   if (width(text) <= max_width) return std::string(text);
-  static constexpr std::string_view kEllipsis = "\xE2\x80\xA6";  // U+2026
+  // Three dots, not U+2026: the UI font is loaded with the Latin ranges only.
+  static constexpr std::string_view kEllipsis = "...";
   // Keep `keep` bytes: a third from the start, two thirds from the end; shrink until it fits.
   size_t lo = 0, hi = text.size();  // the most bytes kept that fit is in [lo, hi)
   std::string best(kEllipsis);

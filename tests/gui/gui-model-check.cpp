@@ -4,7 +4,8 @@
 // from the default model's (nothing reused), and back on the default model the document's
 // cached prefix is reused again; the recent models list remembers both. A second run fakes a
 // small machine (IMPRESS_MEM_AVAILABLE_MB): the default model is refused with the numbers,
-// before the loaded one is unloaded, and the app goes on answering with it.
+// before the loaded one is unloaded, and the app goes on answering with it; the picker's
+// dialog, opened on that model, draws (a screenshot that is a real picture).
 // Skips without xvfb-run, the default model or the reference Python (the gguf package).
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <regex>
 
 #include "gui/model-info.h"
+#include "gui/png-image.h"
 #include "tests/gui/script-check-util.h"
 
 namespace impress::gui {
@@ -103,7 +105,10 @@ TEST_F(GuiModel, AModelThatWillNotFitIsRefusedBeforeUnloading) {
   ASSERT_GT(fake_mb << 20, small->total_bytes());
   ASSERT_LT((fake_mb << 20) + small->total_bytes(), big->total_bytes());
   int status = 0;
-  const std::string out = Run(tiny_, "model " + model_ + "\nwait\nask Hello?\nwait\nexpect-answer\nquit\n",
+  const std::string shot = (dir_ / "picker.png").string();
+  const std::string out = Run(tiny_,
+                              "model " + model_ + "\nwait\nask Hello?\nwait\nexpect-answer\npicker " + model_ +
+                                  "\nscreenshot " + shot + "\nquit\n",
                               "IMPRESS_MEM_AVAILABLE_MB=" + std::to_string(fake_mb), &status);
   ASSERT_EQ(status, 0) << out;
   std::smatch m;
@@ -114,6 +119,12 @@ TEST_F(GuiModel, AModelThatWillNotFitIsRefusedBeforeUnloading) {
   // Still the tiny model, answering.
   EXPECT_NE(AnswerReport(out, 1).find("TTFT"), std::string::npos) << out;
   EXPECT_TRUE(LoadRecentModels((dir_ / "config" / "models.json").string()).empty());
+  // The picker's dialog drew over the window (its listing, the estimate and the refusal).
+  auto im = ReadPng(shot);
+  ASSERT_TRUE(im.ok()) << im.status().ToString();
+  const ImageContent c = MeasureContent(*im);
+  EXPECT_GT(c.distinct_colours, 50u);
+  EXPECT_GT(c.non_background, 0.1);
 }
 
 }  // namespace
