@@ -336,6 +336,8 @@ struct PrefixStore::Impl {
   std::vector<uint64_t> NodeCutsLocked(uint64_t seg, uint32_t n) REQUIRES(mu);
   Status RewriteLayer(uint64_t seg, ReorderPlan& plan, uint32_t il, WrittenChunks* out) EXCLUDES(mu);
   Status SwapLayoutLocked(uint64_t seg, ReorderPlan& plan, WrittenChunks& w, ReorderReport* rep) REQUIRES(mu);
+  void KeepTierImages(uint64_t seg, ReorderPlan& plan, uint32_t il) EXCLUDES(mu);
+  void CarryOverChunkLocked(ChunkId cid, const ReorderPlan& plan, const ExtentPtr& now) REQUIRES(mu);
   void SetReorderInterval(std::chrono::milliseconds interval) EXCLUDES(worker_mu);
   void WorkerLoop() EXCLUDES(worker_mu);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <unordered_map>
 
 #include "store/prefix-store-impl.h"
 
@@ -20,6 +21,9 @@ struct PrefixStore::Impl::ReorderPlan {
   std::vector<std::vector<bool>> wanted;       // [layer][chunk] of the new layout holding a live offset
   uint64_t gen = 0;                            // the new layout's generation
   std::vector<uint8_t> krecs, vrecs;           // one layer's K and V in original order (scratch)
+  // Tier images (K records, then V records, in slot order) of the new chunks whose old copy a
+  // memory tier held when their layer was rewritten: the swap puts them where the old ones were.
+  std::unordered_map<ChunkId, std::vector<uint8_t>> images;
 };
 
 Result<ReorderReport> PrefixStore::Impl::ReorderNow() {
@@ -173,6 +177,7 @@ Status PrefixStore::Impl::RewriteLayer(uint64_t seg, ReorderPlan& plan, uint32_t
       std::memcpy(plan.vrecs.data() + o * k_bytes, s.img.data() + lay.v_offset + size_t(w) * k_bytes, k_bytes);
     }
   }
+  KeepTierImages(seg, plan, il);
   ProbeRow unused;
   Status w = WriteLayer(
       seg, plan.gen, il, plan.n, plan.mapping[il], plan.wanted[il],
@@ -180,6 +185,63 @@ Status PrefixStore::Impl::RewriteLayer(uint64_t seg, ReorderPlan& plan, uint32_t
       [&](uint32_t o) { return plan.vrecs.data() + size_t(o) * k_bytes; }, nullptr, &unused, out);
   if (!w.ok()) return w.WithContext("reorder write");
   return Status::Ok();
+}
+
+// The reordered segments are the popular ones, whose chunks the memory tiers hold: their new
+// images are made from this layer's records while they are at hand, so the swap can keep them in
+// those tiers instead of sending the next question back to the SSD.
+void PrefixStore::Impl::KeepTierImages(uint64_t seg, ReorderPlan& plan, uint32_t il) {
+  std::vector<uint32_t> resident;
+  {
+    MutexLock lk(&mu);
+    for (uint32_t i = 0; i < plan.wanted[il].size(); ++i)
+      if (plan.wanted[il][i] && ServedFromLocked(Cid(seg, il, i), plan.old->generation) != Tier::kSsd)
+        resident.push_back(i);
+  }
+  const std::vector<uint32_t>& m = plan.mapping[il];
+  for (uint32_t i : resident) {
+    const uint32_t n_slots = std::min(C, plan.n - i * C);
+    const size_t region = size_t(n_slots) * k_bytes;
+    std::vector<uint8_t>& img = plan.images[Cid(seg, il, i)];
+    img.resize(size_t(n_slots) * rec_bytes);
+    for (uint32_t s = 0; s < n_slots; ++s) {
+      const uint32_t slot = i * C + s, o = m.empty() ? slot : m[slot];
+      std::memcpy(img.data() + size_t(s) * k_bytes, plan.krecs.data() + size_t(o) * k_bytes, k_bytes);
+      std::memcpy(img.data() + region + size_t(s) * k_bytes, plan.vrecs.data() + size_t(o) * k_bytes, k_bytes);
+    }
+  }
+}
+
+// One chunk id across the swap: the new chunk takes the old one's place in its memory tier when
+// its image is at hand, and its access statistics (the chunk id is the same; its slots now hold
+// the layer's most important tokens first). Otherwise the stale copy leaves the tier, the
+// statistics stay, and the next read admits the new chunk by them. A chunk no longer stored is
+// forgotten.
+void PrefixStore::Impl::CarryOverChunkLocked(ChunkId cid, const ReorderPlan& plan, const ExtentPtr& now) {
+  if (!now) {
+    DropChunkLocked(cid);
+    return;
+  }
+  const Tier t = ServedFromLocked(cid, plan.old->generation);
+  auto img = plan.images.find(cid);
+  if (t != Tier::kSsd && tiers.Where(cid) == t && img != plan.images.end() &&
+      img->second.size() == ChunkMemBytes(now)) {
+    blocks[size_t(t)].erase(cid);  // a reader of the old layout keeps its own reference
+    auto& mem = t == Tier::kDevice ? device_mem : host_mem;
+    auto b = std::make_shared<TierBlock>();
+    b->mem = mem;
+    b->n = img->second.size();
+    b->generation = plan.gen;
+    b->p = mem->Alloc(b->n);
+    if (b->p) {
+      mem->CopyIn(b->p, img->second.data(), b->n);
+      blocks[size_t(t)][cid] = std::move(b);
+      return;
+    }
+  }
+  if (auto mv = tiers.Remove(cid, /*keep_stats=*/true)) ApplyMoveLocked(*mv);
+  blocks[size_t(Tier::kHost)].erase(cid);
+  blocks[size_t(Tier::kDevice)].erase(cid);
 }
 
 // Publishes the rewritten layout in one catalog transaction, unless the segment was evicted,
@@ -223,7 +285,7 @@ Status PrefixStore::Impl::SwapLayoutLocked(uint64_t seg, ReorderPlan& plan, Writ
   for (uint32_t il = 0; il < old->chunks.size(); ++il)
     for (uint32_t i = 0; i < old->chunks[il].size(); ++i) {
       if (old->chunks[il][i]) old->chunks[il][i]->retired = true;  // freed when the last reader lets go
-      DropChunkLocked(Cid(seg, il, i));
+      CarryOverChunkLocked(Cid(seg, il, i), plan, nl->chunks[il][i]);
     }
   it->second.layout = nl;
   RefreshPinsLocked({seg});  // same chunk ids, other tokens: pins follow the tokens
