@@ -203,8 +203,17 @@ Status PrefixStore::Impl::PlanKVSourcesLocked(const HandleState& hs, uint32_t il
 // from a memory tier when one holds it, else plans the disk blocks to read.
 void PrefixStore::Impl::PlanTierReadsLocked(PendingRead* pr) {
   for (auto& s : pr->sources) {
-    // The important ratio comes from ReportImportance (a fallback read of all keys says nothing).
-    AccessResult ar = tiers.Access(s.cid, ChunkMemBytes(s.ext));
+    // The important ratio comes from ReportImportance after the request. Until a chunk's first
+    // report, a read of part of its values is the selection and ranks it now; otherwise a chunk
+    // read once would rank with the optimistic prior (1.0) above a popular chunk read at a small
+    // fraction. A read of every slot, or of keys only (the fallback), says nothing.
+    std::optional<double> fraction;
+    const uint32_t n_slots = s.ext->ext.n_slots;
+    if (pr->want_v && n_slots > 0 && s.rows.size() < n_slots) {
+      auto cs = tiers.Stats(s.cid);
+      if (!cs || cs->n_importance_reports == 0) fraction = double(s.rows.size()) / double(n_slots);
+    }
+    AccessResult ar = tiers.Access(s.cid, ChunkMemBytes(s.ext), fraction);
     for (const auto& m : ar.moves) {
       if (m.chunk == s.cid && m.from == Tier::kSsd && m.to != Tier::kSsd) s.install = m.to;
       else ApplyMoveLocked(m);
