@@ -13,7 +13,8 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
 void RegisterBenchCommands(CLI::App& app, CommonOptions* common, int* exit_code);     // bench engine|store|...
 // bench workload (app/bench-workload-command.cpp), added by RegisterBenchCommands
 void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_code);
-void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code);    // gui (also the default)
-void RegisterServeCommand(CLI::App& app, CommonOptions* common, int* exit_code);  // serve (OpenAI-compatible)
+void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code);       // gui (also the default)
+void RegisterServeCommand(CLI::App& app, CommonOptions* common, int* exit_code);     // serve (OpenAI-compatible)
+void RegisterQuantizeCommand(CLI::App& app, CommonOptions* common, int* exit_code);  // quantize (GGUF writer)
 
 }  // namespace impress::app

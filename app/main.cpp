@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   RegisterBenchCommands(app, &common, &exit_code);
   RegisterGuiCommand(app, &common, &exit_code);
   RegisterServeCommand(app, &common, &exit_code);
+  RegisterQuantizeCommand(app, &common, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -69,6 +69,7 @@ std::vector<float> RopeInvFreq(const ModelConfig& c) {
         f = (1 - smooth) * f / s.factor + smooth * f;
       }
     }
+    if (size_t(i) < c.rope_freq_factors.size()) f /= c.rope_freq_factors[size_t(i)];  // GGUF rope_freqs
     inv[i] = float(f);
   }
   return inv;
@@ -116,15 +117,15 @@ Status ValidateModel(const Model& m) {
     IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wk, p + "wk", {nkv, e}));
     IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wv, p + "wv", {nkv, e}));
     IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wo, p + "wo", {e, nq}));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bq, p + "bq", {nq}, false));  // OPT and Qwen2
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bk, p + "bk", {nkv}, false));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bv, p + "bv", {nkv}, false));
     IMPRESS_RETURN_IF_ERROR(CheckTensor(l.ffn_norm, p + "ffn_norm", {e}));
     IMPRESS_RETURN_IF_ERROR(CheckTensor(l.w_up, p + "w_up", {c.n_ff, e}));
     IMPRESS_RETURN_IF_ERROR(CheckTensor(l.w_down, p + "w_down", {e, c.n_ff}));
     if (opt) {
       IMPRESS_RETURN_IF_ERROR(CheckTensor(l.attn_norm_b, p + "attn_norm_b", {e}));
       IMPRESS_RETURN_IF_ERROR(CheckTensor(l.ffn_norm_b, p + "ffn_norm_b", {e}));
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bq, p + "bq", {nq}, false));
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bk, p + "bk", {nkv}, false));
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bv, p + "bv", {nkv}, false));
       IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bo, p + "bo", {e}, false));
       IMPRESS_RETURN_IF_ERROR(CheckTensor(l.b_up, p + "b_up", {c.n_ff}, false));
       IMPRESS_RETURN_IF_ERROR(CheckTensor(l.b_down, p + "b_down", {e}, false));

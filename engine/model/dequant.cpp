@@ -147,6 +147,12 @@ void RowQ6_K(const uint8_t* src, float* dst, uint64_t n_blocks) {
 
 using RowFn = void (*)(const uint8_t* src, float* dst, uint64_t n_blocks);
 
+// Q5_0, Q5_1, Q5_K: the quantized kernels' block decoders (bit-exact against gguf-py too).
+template <quant::WeightType kType, int kBlock>
+void RowKernelDecode(const uint8_t* src, float* dst, uint64_t n_blocks) {
+  quant::DequantizeRow(kType, src, dst, int64_t(n_blocks) * kBlock);
+}
+
 // The converter of a type, in units of its blocks; nullptr when unsupported.
 RowFn RowFnFor(uint32_t type_id) {
   switch (static_cast<GgmlType>(type_id)) {
@@ -158,6 +164,9 @@ RowFn RowFnFor(uint32_t type_id) {
     case GgmlType::kQ4_1: return RowQ4_1;
     case GgmlType::kQ4_K: return RowQ4_K;
     case GgmlType::kQ6_K: return RowQ6_K;
+    case GgmlType::kQ5_0: return RowKernelDecode<quant::WeightType::kQ5_0, 32>;
+    case GgmlType::kQ5_1: return RowKernelDecode<quant::WeightType::kQ5_1, 32>;
+    case GgmlType::kQ5_K: return RowKernelDecode<quant::WeightType::kQ5_K, 256>;
     default: return nullptr;
   }
 }
@@ -166,7 +175,7 @@ RowFn RowFnFor(uint32_t type_id) {
 
 bool CanDequantize(uint32_t type_id) { return RowFnFor(type_id) != nullptr; }
 
-const char* SupportedDequantTypes() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K"; }
+const char* SupportedDequantTypes() { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"; }
 
 Result<uint64_t> GgmlByteSize(uint32_t type_id, uint64_t n_elements) {
   const GgmlTypeTraits* t = GgmlTypeInfo(type_id);

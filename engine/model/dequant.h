@@ -1,4 +1,5 @@
-// Dequantization: GGML tensor bytes -> fp32, for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
+// Dequantization: GGML tensor bytes -> fp32, for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K, Q5_K, Q6_K.
 //
 // Block layouts and arithmetic follow ggml's dequantize_row_* (and gguf-py's quants.py, the
 // reference the tests compare against bit for bit): no fused multiply-adds, the same order of
@@ -18,7 +19,7 @@ namespace impress {
 // True when Dequantize() handles `type_id`.
 bool CanDequantize(uint32_t type_id);
 
-// "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K": for error messages.
+// "F32, F16, BF16, Q8_0, Q4_0, ...": for error messages.
 const char* SupportedDequantTypes();
 
 // Bytes that n_elements of the type occupy. Errors: unknown type, n_elements not a multiple of

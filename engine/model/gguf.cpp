@@ -28,26 +28,6 @@ constexpr uint64_t kTensorBytes = sizeof(GgufTensorInfo) + kIndexEntryBytes + si
 // A heap string (longer than the small-string buffer) costs its bytes, a NUL and malloc's header.
 uint64_t HeapStringBytes(std::string_view s) { return s.size() < 16 ? 0 : s.size() + 1 + 16; }
 
-// Byte size of a fixed-size metadata value type; 0 for string/array.
-uint64_t ScalarSize(GgufType t) {
-  switch (t) {
-    case GgufType::kU8:
-    case GgufType::kI8:
-    case GgufType::kBool: return 1;
-    case GgufType::kU16:
-    case GgufType::kI16: return 2;
-    case GgufType::kU32:
-    case GgufType::kI32:
-    case GgufType::kF32: return 4;
-    case GgufType::kU64:
-    case GgufType::kI64:
-    case GgufType::kF64: return 8;
-    case GgufType::kString:
-    case GgufType::kArray: return 0;
-  }
-  return 0;
-}
-
 bool IsValidType(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kF64); }
 
 bool IsIntegerType(GgufType t) {
@@ -106,6 +86,25 @@ int64_t ElemAsInt64(GgufType t, const uint8_t* p, bool* overflow) {
 }
 
 }  // namespace
+
+uint64_t GgufScalarSize(GgufType t) {
+  switch (t) {
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool: return 1;
+    case GgufType::kU16:
+    case GgufType::kI16: return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32: return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64: return 8;
+    case GgufType::kString:
+    case GgufType::kArray: return 0;
+  }
+  return 0;
+}
 
 const char* GgufTypeName(GgufType t) {
   switch (t) {
@@ -332,7 +331,7 @@ class GgufFile::Parser {
     v->type = static_cast<GgufType>(type);
     if (v->type == GgufType::kString) return ReadString(&v->str, what);
     if (v->type != GgufType::kArray) {
-      const uint64_t n = ScalarSize(v->type);
+      const uint64_t n = GgufScalarSize(v->type);
       IMPRESS_RETURN_IF_ERROR(Need(n, what));
       DecodeScalar(*v, base_ + pos_);
       pos_ += n;
@@ -357,7 +356,7 @@ class GgufFile::Parser {
     // Minimum bytes per element: fixed size, 8 for a string (its length), 12 for an array.
     const uint64_t min_elem = v->elem_type == GgufType::kString  ? 8
                               : v->elem_type == GgufType::kArray ? 12
-                                                                 : ScalarSize(v->elem_type);
+                                                                 : GgufScalarSize(v->elem_type);
     if (n > Remaining() / min_elem) {
       return Bad(Status::Code::kCorruption, what + ": array of " + std::to_string(n) + " " +
                                                 GgufTypeName(v->elem_type) + " elements cannot fit in the " +
@@ -548,7 +547,7 @@ Result<std::vector<int64_t>> GgufFile::GetInt64Array(std::string_view key) const
   if (v->type != GgufType::kArray || !IsIntegerType(v->elem_type)) {
     return IMPRESS_GGUF_WRONG_TYPE(v, key, "array of integers");
   }
-  const uint64_t es = ScalarSize(v->elem_type);
+  const uint64_t es = GgufScalarSize(v->elem_type);
   std::vector<int64_t> out(v->n_elems);
   for (uint64_t j = 0; j < v->n_elems; ++j) {
     bool overflow = false;
@@ -571,7 +570,7 @@ Result<std::vector<int32_t>> GgufFile::GetIntArray(std::string_view key) const {
     if (v->n_elems) std::memcpy(out.data(), v->raw, v->n_elems * 4);
     return out;
   }
-  const uint64_t es = ScalarSize(v->elem_type);
+  const uint64_t es = GgufScalarSize(v->elem_type);
   for (uint64_t j = 0; j < v->n_elems; ++j) {
     bool overflow = false;
     const int64_t x = ElemAsInt64(v->elem_type, v->raw + j * es, &overflow);
@@ -594,7 +593,7 @@ Result<std::vector<float>> GgufFile::GetFloatArray(std::string_view key) const {
     if (v->n_elems) std::memcpy(out.data(), v->raw, v->n_elems * 4);
     return out;
   }
-  const uint64_t es = ScalarSize(v->elem_type);
+  const uint64_t es = GgufScalarSize(v->elem_type);
   for (uint64_t j = 0; j < v->n_elems; ++j) {
     GgufValue e;
     e.type = v->elem_type;

@@ -52,6 +52,8 @@ enum class GgufType : uint32_t {
   kF64 = 12,
 };
 const char* GgufTypeName(GgufType t);
+// Byte size of a fixed-size metadata value type; 0 for string and array.
+uint64_t GgufScalarSize(GgufType t);
 
 // One metadata value. Scalars are decoded; arrays of numbers/bools are a view of the raw
 // little-endian bytes in the mapping (possibly unaligned: read them through the getters);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/model/dequant.h"
+#include "engine/model/gguf-config.h"
 #include "engine/model/gguf.h"
 #include "engine/model/json-file.h"
 #include "engine/model/safetensors.h"
@@ -24,15 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-// Sanity bounds for hyper-parameters read from files: far above any real model, low enough that
-// products of them cannot overflow 64 bits.
-constexpr int64_t kMaxEmbd = 1 << 18;
-constexpr int64_t kMaxLayers = 1 << 12;
-constexpr int64_t kMaxHeads = 1 << 12;
-constexpr int64_t kMaxFf = 1 << 20;
-constexpr int64_t kMaxVocab = 1 << 24;
-constexpr int64_t kMaxCtx = 1 << 24;
 
 std::string ShapeStr(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -201,126 +193,9 @@ class GgufLoader {
  public:
   GgufLoader(const GgufFile& f, Model* m, bool dequantize) : f_(f), m_(*m), dequantize_(dequantize) {}
 
-  Result<int64_t> PosInt(const std::string& key, int64_t max, const int64_t* def = nullptr) {
-    auto v = f_.GetInt(key);
-    if (!v.ok()) {
-      if (def && v.status().code() == Status::Code::kNotFound) return *def;
-      return v.status();
-    }
-    if (*v < 1 || *v > max) {
-      return Status::Corruption(f_.path() + ": metadata key '" + key + "' is " + std::to_string(*v) + ", expected 1.." +
-                                std::to_string(max));
-    }
-    return *v;
-  }
-
-  // A float hyperparameter: f64 values beyond float's range (1e300 -> inf) and NaN are
-  // refused here, naming the key, rather than reaching the forward pass as inf.
-  Result<double> FloatParam(const char* key) {
-    IMPRESS_ASSIGN_OR_RETURN(const double v, f_.GetFloat(key));
-    if (!std::isfinite(float(v))) {
-      return Status::Corruption(f_.path() + ": metadata key '" + key + "' is " + std::to_string(v) +
-                                ", not a finite 32-bit float");
-    }
-    return v;
-  }
-
   Status ReadConfig() {
-    ModelConfig& c = m_.config;
-    IMPRESS_ASSIGN_OR_RETURN(std::string arch, f_.GetString("general.architecture"));
-    if (arch != "llama") {
-      return Status::Unsupported(f_.path() + ": architecture '" + arch +
-                                 "' is not supported (GGUF files must be 'llama')");
-    }
-    c.arch = Arch::kLlama;
-    auto name = f_.GetString("general.name");
-    c.name = name.ok() ? *name : fs::path(f_.path()).stem().string();
-    IMPRESS_ASSIGN_OR_RETURN(int64_t n_embd, PosInt("llama.embedding_length", kMaxEmbd));
-    IMPRESS_ASSIGN_OR_RETURN(int64_t n_layer, PosInt("llama.block_count", kMaxLayers));
-    IMPRESS_ASSIGN_OR_RETURN(int64_t n_ff, PosInt("llama.feed_forward_length", kMaxFf));
-    IMPRESS_ASSIGN_OR_RETURN(int64_t n_head, PosInt("llama.attention.head_count", kMaxHeads));
-    IMPRESS_ASSIGN_OR_RETURN(int64_t n_head_kv, PosInt("llama.attention.head_count_kv", kMaxHeads, &n_head));
-    const int64_t def_ctx = 4096;
-    IMPRESS_ASSIGN_OR_RETURN(int64_t n_ctx, PosInt("llama.context_length", kMaxCtx, &def_ctx));
-    if (n_head % n_head_kv != 0) {
-      return Status::Corruption(f_.path() + ": attention.head_count " + std::to_string(n_head) +
-                                " is not a multiple of head_count_kv " + std::to_string(n_head_kv));
-    }
-    int64_t head_dim = n_embd / n_head;
-    if (f_.Has("llama.attention.key_length")) {
-      IMPRESS_ASSIGN_OR_RETURN(head_dim, PosInt("llama.attention.key_length", kMaxEmbd));
-    } else if (n_embd % n_head != 0) {
-      return Status::Corruption(f_.path() + ": embedding_length " + std::to_string(n_embd) +
-                                " is not a multiple of head_count " + std::to_string(n_head));
-    }
-    if (head_dim % 2 != 0)
-      return Status::Corruption(f_.path() + ": head dimension " + std::to_string(head_dim) + " is odd");
-    if (f_.Has("llama.rope.dimension_count")) {
-      IMPRESS_ASSIGN_OR_RETURN(int64_t rot, PosInt("llama.rope.dimension_count", kMaxEmbd));
-      if (rot != head_dim) {
-        return Status::Unsupported(f_.path() + ": rope.dimension_count " + std::to_string(rot) +
-                                   " differs from the head dimension " + std::to_string(head_dim) + " (partial RoPE)");
-      }
-    }
-    IMPRESS_ASSIGN_OR_RETURN(double eps, FloatParam("llama.attention.layer_norm_rms_epsilon"));
-    if (!(eps > 0 && eps < 1)) {
-      return Status::Corruption(f_.path() + ": attention.layer_norm_rms_epsilon " + std::to_string(eps) +
-                                " is not in (0, 1)");
-    }
-    double theta = 10000.0;
-    if (f_.Has("llama.rope.freq_base")) {
-      IMPRESS_ASSIGN_OR_RETURN(theta, FloatParam("llama.rope.freq_base"));
-      if (!(theta > 1 && std::isfinite(theta))) {
-        return Status::Corruption(f_.path() + ": rope.freq_base " + std::to_string(theta) +
-                                  " is not a finite number > 1");
-      }
-    }
-    if (f_.Has("llama.rope.scaling.type")) {
-      IMPRESS_ASSIGN_OR_RETURN(std::string type, f_.GetString("llama.rope.scaling.type"));
-      if (type == "linear") {
-        IMPRESS_ASSIGN_OR_RETURN(double factor, FloatParam("llama.rope.scaling.factor"));
-        if (!(factor >= 1 && std::isfinite(factor))) {
-          return Status::Corruption(f_.path() + ": rope.scaling.factor " + std::to_string(factor) + " is not >= 1");
-        }
-        c.rope_scaling.type = factor == 1 ? RopeScalingType::kNone : RopeScalingType::kLinear;
-        c.rope_scaling.factor = float(factor);
-      } else if (type != "none") {
-        return Status::Unsupported(f_.path() + ": rope.scaling.type '" + type + "' is not supported (linear or none)");
-      }
-    } else if (f_.Has("llama.rope.scale_linear")) {  // older converters
-      IMPRESS_ASSIGN_OR_RETURN(double factor, FloatParam("llama.rope.scale_linear"));
-      if (!(factor >= 1 && std::isfinite(factor))) {
-        return Status::Corruption(f_.path() + ": rope.scale_linear " + std::to_string(factor) + " is not >= 1");
-      }
-      if (factor != 1) {
-        c.rope_scaling.type = RopeScalingType::kLinear;
-        c.rope_scaling.factor = float(factor);
-      }
-    }
-    if (f_.FindTensor("rope_freqs.weight")) {
-      return Status::Unsupported(
-          f_.path() + ": tensor 'rope_freqs.weight' (per-dimension RoPE factors, Llama 3.1 style) is not supported");
-    }
-    const GgufTensorInfo* emb = f_.FindTensor("token_embd.weight");
-    if (!emb) return Status::NotFound(f_.path() + ": tensor 'token_embd.weight' is missing");
-    int64_t n_vocab = emb->n_dims == 2 ? emb->ne[1] : 0;
-    if (f_.Has("llama.vocab_size")) {
-      IMPRESS_ASSIGN_OR_RETURN(n_vocab, PosInt("llama.vocab_size", kMaxVocab));
-    }
-    if (n_vocab < 1 || n_vocab > kMaxVocab) {
-      return Status::Corruption(f_.path() + ": vocabulary size " + std::to_string(n_vocab) + " is out of range");
-    }
-    c.n_vocab = int(n_vocab);
-    c.n_ctx_train = int(n_ctx);
-    c.n_embd = int(n_embd);
-    c.n_layer = int(n_layer);
-    c.n_head = int(n_head);
-    c.n_head_kv = int(n_head_kv);
-    c.head_dim = int(head_dim);
-    c.n_ff = int(n_ff);
-    c.norm_eps = float(eps);
-    c.rope_theta = float(theta);
-    c.tied_embeddings = f_.FindTensor("output.weight") == nullptr;
+    IMPRESS_ASSIGN_OR_RETURN(arch_, ReadGgufConfig(f_, &m_.config));
+    m_.config.qkv_bias = arch_.qkv_bias;
     return Status::Ok();
   }
 
@@ -369,9 +244,14 @@ class GgufLoader {
       LayerWeights& l = w.layers[size_t(il)];
       const std::string p = "blk." + std::to_string(il) + ".";
       IMPRESS_RETURN_IF_ERROR(Add(p + "attn_norm.weight", &l.attn_norm, {E}));
-      IMPRESS_RETURN_IF_ERROR(Add(p + "attn_q.weight", &l.wq, {Q, E}, c.n_head));
-      IMPRESS_RETURN_IF_ERROR(Add(p + "attn_k.weight", &l.wk, {KV, E}, c.n_head_kv));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "attn_q.weight", &l.wq, {Q, E}, arch_.permuted_qk ? c.n_head : 0));
+      IMPRESS_RETURN_IF_ERROR(Add(p + "attn_k.weight", &l.wk, {KV, E}, arch_.permuted_qk ? c.n_head_kv : 0));
       IMPRESS_RETURN_IF_ERROR(Add(p + "attn_v.weight", &l.wv, {KV, E}));
+      if (arch_.qkv_bias) {
+        IMPRESS_RETURN_IF_ERROR(Add(p + "attn_q.bias", &l.bq, {Q}));
+        IMPRESS_RETURN_IF_ERROR(Add(p + "attn_k.bias", &l.bk, {KV}));
+        IMPRESS_RETURN_IF_ERROR(Add(p + "attn_v.bias", &l.bv, {KV}));
+      }
       IMPRESS_RETURN_IF_ERROR(Add(p + "attn_output.weight", &l.wo, {E, Q}));
       IMPRESS_RETURN_IF_ERROR(Add(p + "ffn_norm.weight", &l.ffn_norm, {E}));
       IMPRESS_RETURN_IF_ERROR(Add(p + "ffn_gate.weight", &l.w_gate, {F, E}));
@@ -387,6 +267,7 @@ class GgufLoader {
   const GgufFile& f_;
   Model& m_;
   const bool dequantize_;
+  GgufArch arch_{};
   std::vector<WeightJob> jobs_;
 };
 
@@ -482,8 +363,10 @@ class HfLoader {
     return Status::Ok();
   }
 
-  Status Llama() {
+  // LlamaForCausalLM, or Qwen2ForCausalLM (the same graph with Q/K/V biases) when qkv_bias.
+  Status Llama(bool qkv_bias) {
     ModelConfig& c = m_.config;
+    c.qkv_bias = qkv_bias;
     c.arch = Arch::kLlama;
     IMPRESS_ASSIGN_OR_RETURN(int64_t E, Int("hidden_size", kMaxEmbd));
     IMPRESS_ASSIGN_OR_RETURN(int64_t L, Int("num_hidden_layers", kMaxLayers));
@@ -567,6 +450,11 @@ class HfLoader {
       IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.q_proj.weight", &l.wq, {Q, E}));
       IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.k_proj.weight", &l.wk, {KV, E}));
       IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.v_proj.weight", &l.wv, {KV, E}));
+      if (qkv_bias) {
+        IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.q_proj.bias", &l.bq, {Q}));
+        IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.k_proj.bias", &l.bk, {KV}));
+        IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.v_proj.bias", &l.bv, {KV}));
+      }
       IMPRESS_RETURN_IF_ERROR(Add(p + "self_attn.o_proj.weight", &l.wo, {E, Q}));
       IMPRESS_RETURN_IF_ERROR(Add(p + "post_attention_layernorm.weight", &l.ffn_norm, {E}));
       IMPRESS_RETURN_IF_ERROR(Add(p + "mlp.gate_proj.weight", &l.w_gate, {F, E}));
@@ -678,9 +566,10 @@ Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, c
   if (auto a = cfg.find("architectures"); a != cfg.end() && a->is_array() && !a->empty() && (*a)[0].is_string()) {
     arch = (*a)[0].get<std::string>();
   } else if (auto t = cfg.find("model_type"); t != cfg.end() && t->is_string()) {
-    arch = t->get<std::string>() == "llama" ? "LlamaForCausalLM"
-           : t->get<std::string>() == "opt" ? "OPTForCausalLM"
-                                            : t->get<std::string>();
+    arch = t->get<std::string>() == "llama"   ? "LlamaForCausalLM"
+           : t->get<std::string>() == "qwen2" ? "Qwen2ForCausalLM"
+           : t->get<std::string>() == "opt"   ? "OPTForCausalLM"
+                                              : t->get<std::string>();
   } else {
     return Status::NotFound(cfg_path + ": neither 'architectures' nor 'model_type' says what the model is");
   }
@@ -689,13 +578,13 @@ Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, c
   m.path = dir;
   IMPRESS_ASSIGN_OR_RETURN(SafetensorsSet set, SafetensorsSet::OpenFolder(dir));
   HfLoader loader(dir, cfg, set, &m);
-  if (arch == "LlamaForCausalLM") {
-    IMPRESS_RETURN_IF_ERROR(loader.Llama());
+  if (arch == "LlamaForCausalLM" || arch == "Qwen2ForCausalLM") {
+    IMPRESS_RETURN_IF_ERROR(loader.Llama(arch == "Qwen2ForCausalLM"));
   } else if (arch == "OPTForCausalLM") {
     IMPRESS_RETURN_IF_ERROR(loader.Opt());
   } else {
     return Status::Unsupported(cfg_path + ": architecture '" + arch +
-                               "' is not supported (LlamaForCausalLM or OPTForCausalLM)");
+                               "' is not supported (LlamaForCausalLM, Qwen2ForCausalLM or OPTForCausalLM)");
   }
   auto nm = cfg.find("_name_or_path");
   m.config.name = nm != cfg.end() && nm->is_string() && !nm->get<std::string>().empty()
@@ -745,6 +634,9 @@ Status CheckNormWeights(const Model& model) {
     const std::string layer = "layer " + std::to_string(il) + "'s ";
     IMPRESS_RETURN_IF_ERROR(check(l.attn_norm, layer + "attention norm weight"));
     IMPRESS_RETURN_IF_ERROR(check(l.attn_norm_b, layer + "attention norm bias"));
+    IMPRESS_RETURN_IF_ERROR(check(l.bq, layer + "query bias"));
+    IMPRESS_RETURN_IF_ERROR(check(l.bk, layer + "key bias"));
+    IMPRESS_RETURN_IF_ERROR(check(l.bv, layer + "value bias"));
     IMPRESS_RETURN_IF_ERROR(check(l.ffn_norm, layer + "FFN norm weight"));
     IMPRESS_RETURN_IF_ERROR(check(l.ffn_norm_b, layer + "FFN norm bias"));
   }

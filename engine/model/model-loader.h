@@ -4,12 +4,11 @@
 // in that type, viewed in place in the file mapping (Model::storage keeps it); F32 tensors and
 // vectors become owned fp32 values.
 //
-// GGUF: architecture `llama` (llama.* keys; tensors token_embd, output_norm, output (absent =>
-// tied), blk.N.*). llama.cpp's converter permutes the rows of attn_q/attn_k for its interleaved
-// RoPE; the loader undoes it (UnpermuteRopeRows; for stored types a row-reordered copy of the
-// stored bytes), so GGUF and HF models come out alike.
-// Hugging Face folders: config.json + model.safetensors or sharded model.safetensors.index.json,
-// for LlamaForCausalLM and OPTForCausalLM (F32/F16/BF16 weights).
+// GGUF: architectures `llama` and `qwen2` (engine/model/gguf-config.h; tensors token_embd, output_norm, output (absent
+// => tied), blk.N.*). llama.cpp's converter permutes the rows of attn_q/attn_k for its interleaved RoPE; the loader
+// undoes it (UnpermuteRopeRows; for stored types a row-reordered copy of the stored bytes), so GGUF and HF models come
+// out alike. Hugging Face folders: config.json + model.safetensors or sharded model.safetensors.index.json, for
+// LlamaForCausalLM, Qwen2ForCausalLM (Q/K/V biases) and OPTForCausalLM (F32/F16/BF16 weights).
 //
 // Every tensor is checked against the config (missing or wrong-shaped tensors are named), every
 // config value is range-checked (float hyperparameters must be finite as floats), every norm

@@ -45,7 +45,11 @@ struct ModelConfig {
   // Llama
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling{};
+  // GGUF `rope_freqs.weight` (Llama 3.1/3.2): head_dim / 2 factors dividing the RoPE frequencies,
+  // on top of rope_scaling; empty when the file has none.
+  std::vector<float> rope_freq_factors{};
   bool tied_embeddings = false;  // output projection is tok_embd
+  bool qkv_bias = false;         // Qwen2: q/k/v projections carry biases (LayerWeights bq/bk/bv)
 
   // OPT
   int pos_offset = 2;                // learned positions are looked up at pos + offset
@@ -89,7 +93,7 @@ struct LayerWeights {
   Tensor wk;              // (n_head_kv*head_dim, n_embd)
   Tensor wv;              // (n_head_kv*head_dim, n_embd)
   Tensor wo;              // (n_embd, n_head*head_dim)
-  Tensor bq, bk, bv, bo;  // OPT biases (rows of the matching weight); empty for Llama
+  Tensor bq, bk, bv, bo;  // biases (rows of the matching weight): OPT; bq/bk/bv for Qwen2; else empty
   Tensor ffn_norm;        // (n_embd)            Llama post_attention_layernorm / OPT final_layer_norm
   Tensor ffn_norm_b;      // (n_embd)            OPT only
   Tensor w_gate;          // (n_ff, n_embd)      Llama only: gate_proj

@@ -69,6 +69,11 @@ class Planner {
       Linear(l.w_down, e, ff);
       if (!opt) {
         Linear(l.w_gate, ff, e);
+        if (c_.qkv_bias) {
+          Add(l.bq, {nq}, 0.1f);
+          Add(l.bk, {nkv}, 0.1f);
+          Add(l.bv, {nkv}, 0.1f);
+        }
         continue;
       }
       Add(l.attn_norm_b, {e}, 0.1f);
@@ -155,6 +160,8 @@ Result<Model> RandomModel(const ModelConfig& config, const RandomModelOptions& o
   return m;
 }
 
+const char* KnownModelShapeNames() { return "smollm2|llama2-7b|llama-3.2-1b|llama-3.1-8b|qwen2.5-0.5b"; }
+
 Result<ModelConfig> KnownModelShape(std::string_view name) {
   ModelConfig c;
   c.arch = Arch::kLlama;
@@ -167,8 +174,23 @@ Result<ModelConfig> KnownModelShape(std::string_view name) {
     c.name = "random (Llama-2-7B shapes)";
     c.n_vocab = 32000, c.n_ctx_train = 4096, c.n_embd = 4096, c.n_layer = 32, c.n_head = 32, c.n_head_kv = 32;
     c.head_dim = 128, c.n_ff = 11008, c.rope_theta = 10000.0f;
+  } else if (name == "llama-3.2-1b") {  // Llama-3.2-1B: tied, llama3 RoPE scaling
+    c.name = "random (Llama-3.2-1B shapes)";
+    c.n_vocab = 128256, c.n_ctx_train = 131072, c.n_embd = 2048, c.n_layer = 16, c.n_head = 32, c.n_head_kv = 8;
+    c.head_dim = 64, c.n_ff = 8192, c.rope_theta = 500000.0f, c.tied_embeddings = true;
+    c.rope_scaling = {RopeScalingType::kLlama3, 32.0f, 1.0f, 4.0f, 8192};
+  } else if (name == "llama-3.1-8b") {
+    c.name = "random (Llama-3.1-8B shapes)";
+    c.n_vocab = 128256, c.n_ctx_train = 131072, c.n_embd = 4096, c.n_layer = 32, c.n_head = 32, c.n_head_kv = 8;
+    c.head_dim = 128, c.n_ff = 14336, c.rope_theta = 500000.0f;
+    c.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 8192};
+  } else if (name == "qwen2.5-0.5b") {  // Qwen2.5-0.5B: tied, Q/K/V biases
+    c.name = "random (Qwen2.5-0.5B shapes)";
+    c.n_vocab = 151936, c.n_ctx_train = 32768, c.n_embd = 896, c.n_layer = 24, c.n_head = 14, c.n_head_kv = 2;
+    c.head_dim = 64, c.n_ff = 4864, c.rope_theta = 1000000.0f, c.tied_embeddings = true, c.qkv_bias = true;
+    c.norm_eps = 1e-6f;
   } else {
-    return Status::InvalidArgument("unknown model shape '" + std::string(name) + "' (smollm2|llama2-7b)");
+    return Status::InvalidArgument("unknown model shape '" + std::string(name) + "' (" + KnownModelShapeNames() + ")");
   }
   return c;
 }

@@ -99,7 +99,8 @@ TEST(Dequant, UnsupportedTypeNamesTypeAndTensor) {
   EXPECT_EQ(st.code(), Status::Code::kUnsupported);
   EXPECT_NE(st.message().find("IQ2_XXS"), std::string::npos);
   EXPECT_NE(st.message().find("blk.3.ffn_up.weight"), std::string::npos);
-  EXPECT_FALSE(CanDequantize(uint32_t(GgmlType::kQ5_K)));
+  EXPECT_FALSE(CanDequantize(uint32_t(GgmlType::kQ2_K)));
+  EXPECT_TRUE(CanDequantize(uint32_t(GgmlType::kQ5_K)));  // decoded by the quantized kernels' decoder
   EXPECT_TRUE(CanDequantize(uint32_t(GgmlType::kQ6_K)));
   st = Dequantize(77, raw.data(), raw.size(), out.data(), 32, "x");
   EXPECT_EQ(st.code(), Status::Code::kUnsupported);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent numpy forward pass for Llama and OPT: the reference the C++ engine is checked against.
+"""Independent numpy forward pass for Llama (and Qwen2: Llama with Q/K/V biases) and OPT: the reference the C++ engine is checked against.
 
 Reads a GGUF file with the `gguf` package (its own dequantization; Llama RoPE applied the
 llama.cpp way, on adjacent pairs, to the RAW permuted GGUF Q/K weights, so the engine's
@@ -52,8 +52,8 @@ def load_gguf(path):
         return f.contents()
 
     arch = meta("general.architecture")
-    if arch != "llama":
-        sys.exit(f"reference: GGUF architecture {arch!r} not supported (llama only)")
+    if arch not in ("llama", "qwen2"):
+        sys.exit(f"reference: GGUF architecture {arch!r} not supported (llama, qwen2)")
     c = Cfg()
     c.arch = "llama"
     c.n_embd = int(meta(f"{arch}.embedding_length"))
@@ -63,7 +63,9 @@ def load_gguf(path):
     c.head_dim = c.n_embd // c.n_head
     c.eps = float(meta(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
     c.theta = float(meta(f"{arch}.rope.freq_base", 10000.0))
-    c.rope_style = "interleaved"  # llama.cpp LLAMA_ROPE_TYPE_NORM on permuted weights
+    # llama: llama.cpp's LLAMA_ROPE_TYPE_NORM on permuted weights; qwen2: NEOX (rotate-half) on
+    # weights in Hugging Face order
+    c.rope_style = "interleaved" if arch == "llama" else "half"
     c.scaling = None
     stype = meta(f"{arch}.rope.scaling.type")
     if stype == "linear":
@@ -71,6 +73,10 @@ def load_gguf(path):
     elif stype not in (None, "none"):
         sys.exit(f"reference: rope scaling {stype!r} not supported for GGUF")
     tensors = {t.name: t for t in r.tensors}
+    c.freq_factors = None
+    if "rope_freqs.weight" in tensors:  # Llama 3.1: per-dimension divisors of the frequencies
+        t = tensors["rope_freqs.weight"]
+        c.freq_factors = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float64).reshape(-1)
 
     def T(name):
         t = tensors[name]
@@ -89,6 +95,8 @@ def load_gguf(path):
             "wv": T(p + "attn_v.weight"), "wo": T(p + "attn_output.weight"), "ffn_norm": T(p + "ffn_norm.weight"),
             "w_gate": T(p + "ffn_gate.weight"), "w_up": T(p + "ffn_up.weight"), "w_down": T(p + "ffn_down.weight"),
         })
+        if arch == "qwen2":
+            layers[-1].update({"bq": T(p + "attn_q.bias"), "bk": T(p + "attn_k.bias"), "bv": T(p + "attn_v.bias")})
     w["layers"] = layers
     return c, w
 
@@ -113,8 +121,10 @@ def load_hf(folder):
     c.n_embd = cfg["hidden_size"]
     c.n_layer = cfg["num_hidden_layers"]
     c.n_head = cfg["num_attention_heads"]
-    if "LlamaForCausalLM" in archs or cfg.get("model_type") == "llama":
+    qwen2 = "Qwen2ForCausalLM" in archs or cfg.get("model_type") == "qwen2"
+    if "LlamaForCausalLM" in archs or cfg.get("model_type") == "llama" or qwen2:
         c.arch = "llama"
+        c.freq_factors = None
         c.n_head_kv = cfg.get("num_key_value_heads", c.n_head)
         c.head_dim = cfg.get("head_dim", c.n_embd // c.n_head)
         c.eps = cfg.get("rms_norm_eps", 1e-6)
@@ -134,6 +144,9 @@ def load_hf(folder):
                 "w_gate": get(p + "mlp.gate_proj.weight"), "w_up": get(p + "mlp.up_proj.weight"),
                 "w_down": get(p + "mlp.down_proj.weight"),
             })
+            if qwen2:
+                layers[-1].update({"bq": get(p + "self_attn.q_proj.bias"), "bk": get(p + "self_attn.k_proj.bias"),
+                                   "bv": get(p + "self_attn.v_proj.bias")})
         w["layers"] = layers
     elif "OPTForCausalLM" in archs or cfg.get("model_type") == "opt":
         c.arch = "opt"
@@ -193,6 +206,8 @@ def inv_freq(c):
         f = np.where(medium, smoothed, scaled)
     elif kind not in (None, "default"):
         sys.exit(f"reference: rope scaling {kind!r} not supported")
+    if getattr(c, "freq_factors", None) is not None:
+        f = f / c.freq_factors
     return f.astype(F32).astype(np.float64)  # float32 frequencies, as transformers keeps them
 
 
@@ -260,9 +275,12 @@ def forward(c, w, tokens, pos, cache):
     for il, L in enumerate(w["layers"]):
         if c.arch == "llama":
             h = rms_norm(x, L["attn_norm"], c.eps)
-            q = (h @ L["wq"].T).reshape(n, c.n_head, c.head_dim)
-            k = (h @ L["wk"].T).reshape(n, c.n_head_kv, c.head_dim)
-            v = (h @ L["wv"].T).reshape(n, c.n_head_kv, c.head_dim)
+            q, k, v = h @ L["wq"].T, h @ L["wk"].T, h @ L["wv"].T
+            if "bq" in L:  # Qwen2
+                q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
+            q = q.reshape(n, c.n_head, c.head_dim)
+            k = k.reshape(n, c.n_head_kv, c.head_dim)
+            v = v.reshape(n, c.n_head_kv, c.head_dim)
             q, k = rope(q, pos, c), rope(k, pos, c)
         else:
             h = layer_norm(x, L["attn_norm"], L["attn_norm_b"], c.eps) if c.pre_ln else x
