@@ -1,7 +1,7 @@
 // impress quantize IN OUT --type T: a GGUF file or a Hugging Face Llama/Qwen2 folder -> a GGUF
 // in the chosen weight type (engine/model/quantize-model.h). With --random SHAPE instead of IN,
 // random weights of a known model's shape (llama-3.2-1b, qwen2.5-0.5b, llama-3.1-8b, ...), with
-// --layers / --vocab to keep test models small.
+// --layers / --vocab to keep test models small (--seed picks the weights).
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
@@ -17,7 +17,6 @@ void RegisterQuantizeCommand(CLI::App& app, CommonOptions* common, int* exit_cod
   struct Args {
     std::string in, out, type = "q4_k_m", random, tokenizer;
     int layers = 0, vocab = 0;
-    uint64_t seed = 1;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("quantize", "write a model as a GGUF file of a chosen weight type");
@@ -29,7 +28,6 @@ void RegisterQuantizeCommand(CLI::App& app, CommonOptions* common, int* exit_cod
                   std::string("random weights of a known shape instead of an input: ") + KnownModelShapeNames());
   cmd->add_option("--layers", args->layers, "with --random: this many layers (0: the shape's)");
   cmd->add_option("--vocab", args->vocab, "with --random: this vocabulary size (0: the shape's)");
-  cmd->add_option("--seed", args->seed, "with --random: the weights' seed")->capture_default_str();
   cmd->add_option("--tokenizer", args->tokenizer, "with --random: copy the tokenizer of this GGUF");
   cmd->callback([=] {
     ConfigureLogging(*common);
@@ -54,7 +52,7 @@ void RegisterQuantizeCommand(CLI::App& app, CommonOptions* common, int* exit_cod
       ModelConfig c = *shape;
       if (args->layers > 0) c.n_layer = args->layers;
       if (args->vocab > 0) c.n_vocab = args->vocab;
-      st = WriteRandomModel(c, args->out, opt, {.seed = args->seed, .tokenizer_from = args->tokenizer}, bar.AsFn());
+      st = WriteRandomModel(c, args->out, opt, {.seed = common->seed, .tokenizer_from = args->tokenizer}, bar.AsFn());
     } else {
       st = QuantizeModel(args->in, args->out, opt, bar.AsFn());
     }
