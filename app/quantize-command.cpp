@@ -4,7 +4,9 @@
 // --layers / --vocab to keep test models small (--seed picks the weights).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <utility>
 
 #include "app/commands.h"
 #include "app/progress-bar.h"
@@ -22,7 +24,7 @@ void RegisterQuantizeCommand(CLI::App& app, CommonOptions* common, int* exit_cod
   CLI::App* cmd = app.add_subcommand("quantize", "write a model as a GGUF file of a chosen weight type");
   AddCommonOptions(cmd, common);
   cmd->add_option("input", args->in, "GGUF file or Hugging Face folder (omit with --random)");
-  cmd->add_option("output", args->out, "GGUF file to write")->required();
+  cmd->add_option("output", args->out, "GGUF file to write");
   cmd->add_option("--type", args->type, std::string("weight type: ") + QuantizeRecipes())->capture_default_str();
   cmd->add_option("--random", args->random,
                   std::string("random weights of a known shape instead of an input: ") + KnownModelShapeNames());
@@ -32,7 +34,8 @@ void RegisterQuantizeCommand(CLI::App& app, CommonOptions* common, int* exit_cod
   cmd->callback([=] {
     ConfigureLogging(*common);
     *exit_code = 1;
-    if (args->random.empty() == args->in.empty()) {
+    if (!args->random.empty() && args->out.empty()) std::swap(args->in, args->out);  // the one path is the output
+    if (args->out.empty() || args->random.empty() == args->in.empty()) {
       spdlog::error("quantize: give either an input model or --random SHAPE");
       return;
     }
