@@ -26,7 +26,7 @@ struct PipelineBenchOptions {
   int probe_heads = 3;
   bool probe_spread = false;          // probe heads spread over the KV groups (PipelineSettings::probe_spread)
   bool write_order = true;            // the ingest stores chunks in its attention's importance order
-  int select_group = 0;               // PipelineSettings::select_group for the IMPRESS and AS+H2O rows
+  int select_group = -1;              // PipelineSettings::select_group for the IMPRESS and AS+H2O rows
   bool cross_layer_prefetch = false;  // PipelineSettings::cross_layer_prefetch for the IMPRESS rows
   // How the store keeps the KV at rest. Not fp16: the same ingest is also stored as fp16, and a
   // full-KV (AS-like) run over it is every question's reference (first token, logits).

@@ -64,8 +64,10 @@ struct PipelineSettings {
   // I/O-aware selection: the unit selected is the unit read. > 1: tokens are kept in groups of this
   // many consecutive stored slots (SelectGroups: whole groups by summed importance, up to the
   // importance mass token-level selection keeps); -1: the store's block group (whole 4 KiB blocks,
-  // PrefixStore::BlockGroupTokens); 0 or 1: token by token (SelectTokens).
-  int select_group = 0;
+  // PrefixStore::BlockGroupTokens); 0 or 1: token by token (SelectTokens). Block groups by default:
+  // on a fresh 7,700-token document they read 0.50x of AS-like's bytes against 0.62x per token,
+  // with the same first-token agreement (impress bench pipeline).
+  int select_group = -1;
   // Cross-layer prefetch: once layer l has chosen its tokens, the K/V of the same positions in
   // layer l+1 are read (they overlap strongly) while l computes and l+1 probes. Layer l+1's own
   // selection still decides what is used: missing tokens are read then, extra ones dropped. Reads

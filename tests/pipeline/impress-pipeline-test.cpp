@@ -227,6 +227,7 @@ TEST_F(PipelineOnModel, AlphaZeroFallsBackWhereProbeSetsDifferAndLargeAlphaAlway
   }
   EXPECT_GT(n_fallback, 0);
   s.alpha = 50.0f;
+  s.select_group = 0;  // token by token: exactly k tokens, whose bytes the report must account
   r = Run(p, s, &logits);
   for (const LayerReport& lr : r.layers) {
     EXPECT_TRUE(lr.passed) << "layer " << lr.il << " s=" << lr.s << " t=" << lr.t;

@@ -124,6 +124,7 @@ TEST_F(ProbeAgreement, SpreadProbeHeadsAgreeBetterWithAllHeadsThanTheFirstHeads)
     s.record_importance = true;
     s.report_importance = false;  // the store's statistics stay as they are between the runs
     s.keep = 0.25f;
+    s.select_group = 0;                // top-k sets of exactly k tokens, compared by recall
     s.system = SystemKind::kAsH2oLfu;  // every head scored: the reference
     auto all = pipe.Prefill({p.tokens, p.n_prefix}, s, 0, &logits);
     ASSERT_TRUE(all.ok()) << all.status().ToString();
