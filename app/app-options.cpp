@@ -36,10 +36,16 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
   cmd->add_option("--device-budget-mb", o->device_budget_mb, "device tier budget (MiB)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--host-budget-mb", o->host_budget_mb, "host tier budget (MiB)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--ssd-budget-mb", o->ssd_budget_mb, "SSD tier budget (MiB)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", o->temperature, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0, 10.0));
-  cmd->add_option("--top-k", o->top_k, "top-k sampling (0 = off)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", o->top_p, "top-p sampling")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--repeat-penalty", o->repeat_penalty, "repetition penalty (1 = off)")->check(CLI::Range(0.5, 5.0));
+  cmd->add_option("--temperature", o->temperature,
+                  "sampling temperature (0 = greedy; default: the model's recommendation, else 0.7)")
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--top-k", o->top_k, "top-k sampling (0 = off; default: the model's, else 40)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->top_p, "top-p sampling (default: the model's, else 0.9)")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-p", o->min_p, "min-p sampling (0 = off; default: the model's, else 0.05)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", o->repeat_penalty, "repetition penalty (1 = off; default: the model's, else 1)")
+      ->check(CLI::Range(0.5, 5.0));
   cmd->add_option("--seed", o->seed, "sampling seed");
   cmd->add_flag("--raw", o->raw, "no chat template: tokenize the prompt as given");
   cmd->add_option("--log-level", o->log_level, "trace|debug|info|warn|error|off")
@@ -85,7 +91,25 @@ Result<std::unique_ptr<ModelContext>> LoadModelShowingProgress(const CommonOptio
                             bar.AsFn());
 }
 
-AskOptions AskOptionsFor(const CommonOptions& c) {
+SamplerOptions SamplingFor(const CommonOptions& c, const GenerationDefaults& model) {
+  SamplerOptions o = ChatSamplerDefaults();
+  auto pick = [](const auto& cli, const auto& from_model, auto* out) {
+    if (cli) {
+      *out = *cli;
+    } else if (from_model) {
+      *out = *from_model;
+    }
+  };
+  pick(c.temperature, model.temperature, &o.temperature);
+  pick(c.top_k, model.top_k, &o.top_k);
+  pick(c.top_p, model.top_p, &o.top_p);
+  pick(c.min_p, model.min_p, &o.min_p);
+  pick(c.repeat_penalty, model.repeat_penalty, &o.repeat_penalty);
+  o.seed = c.seed;
+  return o;
+}
+
+AskOptions AskOptionsFor(const CommonOptions& c, const GenerationDefaults& model) {
   AskOptions o;
   SystemKind sys = SystemKind::kImpress;
   ParseSystem(c.system, &sys);  // CLI11 already checked the name
@@ -95,11 +119,7 @@ AskOptions AskOptionsFor(const CommonOptions& c) {
   o.pipeline.probe_heads = c.probe_heads;
   o.pipeline.sinks = c.sinks;
   o.pipeline.recent = c.recent;
-  o.sampling = SamplerOptions{.temperature = c.temperature,
-                              .top_k = c.top_k,
-                              .top_p = c.top_p,
-                              .repeat_penalty = c.repeat_penalty,
-                              .seed = c.seed};
+  o.sampling = SamplingFor(c, model);
   o.raw = c.raw;
   return o;
 }

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 
 #include "chat/chat-session.h"
@@ -26,10 +27,10 @@ struct CommonOptions {
   double device_budget_mb = 256;
   double host_budget_mb = 1024;
   double ssd_budget_mb = 16384;
-  float temperature = 0.0f;  // 0 = greedy
-  int top_k = 40;
-  float top_p = 0.95f;
-  float repeat_penalty = 1.0f;
+  // Sampling: unset = the model's recommendation (GGUF general.sampling.*, generation_config.json),
+  // else ChatSamplerDefaults(). --temperature 0 is greedy.
+  std::optional<float> temperature, top_p, min_p, repeat_penalty;
+  std::optional<int> top_k;
   uint64_t seed = 42;
   bool raw = false;  // no chat template
   std::string log_level = "warn";
@@ -60,8 +61,13 @@ ChatSessionOptions SessionOptionsFor(const CommonOptions& opts);
 // Loads the model the options name (--model, --threads, --backend) with a progress bar on stderr.
 Result<std::unique_ptr<ModelContext>> LoadModelShowingProgress(const CommonOptions& opts);
 
+// The sampling the options describe: each setting from the command line when given, else the
+// model's recommendation, else ChatSamplerDefaults(); --seed always.
+SamplerOptions SamplingFor(const CommonOptions& opts, const GenerationDefaults& model);
+
 // The per-request settings the options describe: system, keep, alpha, probe heads, sinks,
-// recent, sampling, raw. max_tokens and cancel stay at their defaults.
-AskOptions AskOptionsFor(const CommonOptions& opts);
+// recent, sampling (SamplingFor with the model's recommendation), raw. max_tokens and cancel
+// stay at their defaults.
+AskOptions AskOptionsFor(const CommonOptions& opts, const GenerationDefaults& model = {});
 
 }  // namespace impress::app

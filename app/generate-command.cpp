@@ -48,8 +48,8 @@ Result<std::unique_ptr<ChatSession>> OpenSession(const CommonOptions& c, const G
   return s;
 }
 
-AskOptions MakeAskOptions(const CommonOptions& c, const GenerateArgs& args) {
-  AskOptions o = AskOptionsFor(c);
+AskOptions MakeAskOptions(const CommonOptions& c, const GenerateArgs& args, ChatSession& s) {
+  AskOptions o = AskOptionsFor(c, s.context().tokenizer().generation_defaults());
   o.max_tokens = args.max_tokens;
   o.cancel = &g_interrupted;
   return o;
@@ -62,10 +62,10 @@ void PrintStats(const ChatAnswer& a) {
       "\n[{} | TTFT {:.0f} ms (match {:.0f}, probe I/O {:.0f}, probe {:.0f}, KV I/O {:.0f}, copy {:.0f}, compute "
       "{:.0f}) "
       "| reused {} of {} prompt tokens (chunks: device {}, host {}, SSD {}; {:.1f} MB read) | probe passed in {}/{} "
-      "layers | decode {:.1f} tok/s]\n",
+      "layers | decode {:.1f} tok/s | stop: {}]\n",
       SystemName(r.system), r.ttft_ms, b.match_ms, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms,
       b.compute_ms, r.n_matched, r.n_prompt, r.chunks_device, r.chunks_host, r.chunks_ssd,
-      double(r.ssd_bytes_read) / 1e6, r.n_layers_passed, r.layers.size(), r.decode_tok_s());
+      double(r.ssd_bytes_read) / 1e6, r.n_layers_passed, r.layers.size(), r.decode_tok_s(), a.stop_reason);
 }
 
 nlohmann::json FidelityJson(const FidelityReport& f) {
@@ -101,7 +101,7 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
     auto s = OpenSession(*common, *gargs);
     if (!s.ok()) return fail(s.status());
     std::signal(SIGINT, OnSigint);
-    AskOptions ao = MakeAskOptions(*common, *gargs);
+    AskOptions ao = MakeAskOptions(*common, *gargs, **s);
     ao.remember = false;
     std::unique_ptr<ProgressBar> bar;
     ao.on_prefill_progress = [&](uint64_t d, uint64_t t, std::string_view w) {
@@ -128,6 +128,7 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
       nlohmann::json j = RequestReportJson(a->report);
       j["text"] = a->text;
       j["tokens"] = a->tokens;
+      j["stop_reason"] = a->stop_reason;
       if (fidelity) j["fidelity"] = FidelityJson(*fidelity);
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
@@ -171,7 +172,7 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
         continue;
       }
       g_interrupted.store(false);
-      AskOptions ao = MakeAskOptions(*common, *cargs);
+      AskOptions ao = MakeAskOptions(*common, *cargs, **s);
       std::unique_ptr<ProgressBar> bar;
       ao.on_prefill_progress = [&](uint64_t d, uint64_t t, std::string_view w) {
         if (!bar && t > 512) bar = std::make_unique<ProgressBar>("prefill");

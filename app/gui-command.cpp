@@ -41,7 +41,7 @@ Result<gui::TuningSettings> Settings(const CLI::App& cmd, const CommonOptions& c
   if (cmd.count("--device-budget-mb")) s.device_budget_mb = c.device_budget_mb;
   if (cmd.count("--host-budget-mb")) s.host_budget_mb = c.host_budget_mb;
   if (cmd.count("--ssd-budget-mb")) s.ssd_budget_mb = c.ssd_budget_mb;
-  if (cmd.count("--temperature")) s.temperature = c.temperature;
+  if (c.temperature) s.temperature = *c.temperature;
   if (cmd.count("--max-tokens")) s.max_tokens = a.max_tokens;
   return s;
 }

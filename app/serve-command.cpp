@@ -51,7 +51,6 @@ int RunServe(const CommonOptions& c, const ServeArgs& a) {
   so.max_body_bytes = size_t(a.max_body_mb * (1 << 20));
   so.request_timeout_s = a.timeout_s;
   so.default_max_tokens = a.max_tokens;
-  so.defaults = AskOptionsFor(c);
 
   ProgressBar bar("loading model");
   auto session = ChatSession::Open(SessionOptionsFor(c), bar.AsFn());
@@ -60,6 +59,7 @@ int RunServe(const CommonOptions& c, const ServeArgs& a) {
     spdlog::error("{}", session.status().ToString());
     return 1;
   }
+  so.defaults = AskOptionsFor(c, (*session)->context().tokenizer().generation_defaults());
   int exit_code = 0;
   {
     serve::Server server(**session, so);

@@ -48,6 +48,7 @@ Result<ChatAnswer> ChatSession::AskPrompt(const PromptTokens& prompt, const AskO
   IMPRESS_ASSIGN_OR_RETURN(answer.report, pipeline_->Prefill({prompt.tokens, prompt.n_prefix}, o.pipeline, o.max_tokens,
                                                              &logits, o.on_prefill_progress, o.cancel));
   Sampler sampler(o.sampling);
+  RepetitionGuard loop_guard(o.repetition);
   std::vector<int32_t> history = prompt.tokens;
   StreamDecoder decoder(ctx_->tokenizer());
   const auto& stops = ctx_->stop_tokens();
@@ -64,13 +65,18 @@ Result<ChatAnswer> ChatSession::AskPrompt(const PromptTokens& prompt, const AskO
       if (o.on_text && !piece.empty() && !o.on_text(piece)) answer.stopped_by_user = true;
     }
     if (o.cancel && o.cancel->load()) answer.stopped_by_user = true;
+    const bool looping = !stop && loop_guard.Push(tok);
     // Feed the token so its KV exists (stored with the answer) even when it ends the turn.
     Status st = pipeline_->Decode(tok, &logits);
     if (!st.ok()) {
-      if (st.code() == Status::Code::kOutOfRange) break;  // context full: the answer ends here
-      return st;
+      if (st.code() != Status::Code::kOutOfRange) return st;
+      answer.stop_reason = "context";  // context full: the answer ends here
+      break;
     }
-    if (stop || answer.stopped_by_user) break;
+    if (stop || answer.stopped_by_user || looping) {
+      answer.stop_reason = stop ? "end" : answer.stopped_by_user ? "user" : "repetition";
+      break;
+    }
   }
   const std::string rest = decoder.Flush();
   answer.text += rest;

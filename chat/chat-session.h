@@ -37,6 +37,7 @@ struct ChatSessionOptions {
 struct AskOptions {
   PipelineSettings pipeline;
   SamplerOptions sampling;
+  RepetitionGuardOptions repetition;  // ends an answer that has fallen into a loop
   int max_tokens = 256;
   bool raw = false;                                       // no chat template
   bool remember = true;                                   // add the question and answer to the conversation
@@ -50,6 +51,9 @@ struct ChatAnswer {
   std::string text;
   std::vector<int32_t> tokens;  // generated, a stop token included when hit
   bool stopped_by_user = false;
+  // Why the answer ended: "end" (the model ended its turn), "max_tokens", "repetition" (the
+  // guard found a loop), "context" (the context is full) or "user".
+  std::string stop_reason = "max_tokens";
   RequestReport report;  // prefill report plus decode numbers
 };
 

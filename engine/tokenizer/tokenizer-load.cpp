@@ -2,6 +2,7 @@
 // (tokenizer.json; vocab.json + merges.txt; tokenizer.model via libsentencepiece).
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -81,6 +82,43 @@ std::string TokenContent(const json& j) {
   return {};
 }
 
+// A recommended sampling setting, kept when inside [lo, hi] (a hostile or odd file cannot
+// set a temperature of 1e9 or a negative top-p).
+template <class T>
+void SetIfIn(double x, double lo, double hi, std::optional<T>* out) {
+  if (std::isfinite(x) && x >= lo && x <= hi) *out = T(x);
+}
+
+// HF generation_config.json's sampling fields. do_sample is not read: export tools write the
+// library's default (false) into files whose model cards recommend sampling.
+void ReadGenerationConfig(const json& j, GenerationDefaults* g) {
+  auto number = [&](const char* key, double lo, double hi, auto* out) {
+    if (j.contains(key) && j[key].is_number()) SetIfIn(j[key].get<double>(), lo, hi, out);
+  };
+  number("temperature", 0, 10, &g->temperature);
+  number("top_p", 0, 1, &g->top_p);
+  number("min_p", 0, 1, &g->min_p);
+  number("top_k", 0, 1 << 20, &g->top_k);
+  number("repetition_penalty", 0.5, 5, &g->repeat_penalty);
+}
+
+// GGUF general.sampling.* (the keys llama.cpp's converter writes from generation_config.json).
+Status ReadGgufSampling(const GgufFile& g, GenerationDefaults* out) {
+  auto number = [&](const char* key, double lo, double hi, auto* dst) -> Status {
+    if (!g.Has(key)) return Status::Ok();
+    auto x = g.GetFloat(key);
+    if (!x.ok()) return x.status();
+    SetIfIn(*x, lo, hi, dst);
+    return Status::Ok();
+  };
+  IMPRESS_RETURN_IF_ERROR(number("general.sampling.temp", 0, 10, &out->temperature));
+  IMPRESS_RETURN_IF_ERROR(number("general.sampling.top_p", 0, 1, &out->top_p));
+  IMPRESS_RETURN_IF_ERROR(number("general.sampling.min_p", 0, 1, &out->min_p));
+  IMPRESS_RETURN_IF_ERROR(number("general.sampling.top_k", 0, 1 << 20, &out->top_k));
+  IMPRESS_RETURN_IF_ERROR(number("general.sampling.penalty_repeat", 0.5, 5, &out->repeat_penalty));
+  return Status::Ok();
+}
+
 // Reads tokenizer_config.json, special_tokens_map.json, config.json and generation_config.json
 // of a folder (all optional) into the vocabulary: chat template, special ids, add_bos, arch,
 // more end-of-generation ids.
@@ -146,6 +184,7 @@ Status ApplyFolderConfigsImpl(const fs::path& dir, TokenizerVocab* v, bool* add_
     IMPRESS_ASSIGN_OR_RETURN(json j, ReadJson(p));
     if (!j.is_object()) return Status::Corruption(p.string() + ": expected a JSON object");
     if (j.contains("model_type") && j["model_type"].is_string()) v->arch = j["model_type"].get<std::string>();
+    if (std::string_view(name) == "generation_config.json") ReadGenerationConfig(j, &v->generation);
     if (j.contains("eos_token_id")) {
       const json& e = j["eos_token_id"];
       auto add = [&](const json& x) {
@@ -518,6 +557,9 @@ Result<Tokenizer> Tokenizer::FromGguf(const GgufFile& g) {
   if (g.Has("general.architecture")) {
     auto a = g.GetString("general.architecture");
     if (a.ok()) v.arch = *a;
+  }
+  if (Status st = ReadGgufSampling(g, &v.generation); !st.ok()) {
+    return Status(st.code(), file + ": " + st.message());
   }
   return FromVocab(std::move(v), file);
 }

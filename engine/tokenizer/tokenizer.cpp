@@ -149,6 +149,7 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   tok.ignore_merges_ = v.ignore_merges;
   tok.chat_template_ = std::move(v.chat_template);
   tok.arch_ = std::move(v.arch);
+  tok.generation_ = v.generation;
   tok.sp_ = std::move(v.sp_backend);
   tok.types_ = std::move(v.types);
   tok.scores_ = std::move(v.scores);

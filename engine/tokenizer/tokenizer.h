@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -54,6 +55,14 @@ enum class TokenType : int32_t {
   kByte = 6,  // SentencePiece byte fallback <0xXX>
 };
 
+// What the model's files recommend for generation: GGUF general.sampling.* keys, or a Hugging
+// Face folder's generation_config.json. Each setting is unset when absent or out of range.
+struct GenerationDefaults {
+  std::optional<float> temperature, top_p, min_p, repeat_penalty;
+  std::optional<int> top_k;
+  bool any() const { return temperature || top_p || min_p || repeat_penalty || top_k; }
+};
+
 // Plain vocabulary data: what FromGguf / FromHfFolder read, and what tests may build directly.
 struct TokenizerVocab {
   TokenizerKind kind = TokenizerKind::kBytePairBpe;
@@ -73,6 +82,7 @@ struct TokenizerVocab {
   bool ignore_merges = false;      // BPE: a piece that is a whole token is not merged (Llama-3)
   std::string chat_template;       // Jinja source from the metadata, may be empty
   std::string arch;                // "llama", "opt", ... when the source says
+  GenerationDefaults generation;   // the model's recommended sampling
   std::vector<int32_t> extra_eog;  // more end-of-generation ids (config eos_token_id lists)
   // Set when loaded from a tokenizer.model: Encode runs libsentencepiece on text segments.
   std::shared_ptr<const class SentencePieceBackend> sp_backend;
@@ -144,6 +154,7 @@ class Tokenizer {
 
   const std::string& chat_template() const { return chat_template_; }
   const std::string& arch() const { return arch_; }
+  const GenerationDefaults& generation_defaults() const { return generation_; }
   const std::string& source() const { return source_; }
 
   // Merge steps done by byte-level BPE since construction (all threads): a work counter for
@@ -201,6 +212,7 @@ class Tokenizer {
   bool ignore_merges_ = false;
   std::string chat_template_;
   std::string arch_;
+  GenerationDefaults generation_;
   std::shared_ptr<const SentencePieceBackend> sp_;  // set when loaded from tokenizer.model
   std::unique_ptr<std::atomic<uint64_t>> merge_steps_;
 };

@@ -172,6 +172,30 @@ TEST_F(ReferenceTest, GgufPreTokenizerNamesSelectLlama3AndQwen2) {
   }
 }
 
+// The model's recommended sampling: GGUF general.sampling.*, HF generation_config.json; values
+// out of range are ignored, absent ones stay unset.
+TEST_F(ReferenceTest, RecommendedSamplingComesFromTheModelFiles) {
+  auto gguf = Tokenizer::Load((fs::path(dir_) / "llama3.gguf").string());
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+  const GenerationDefaults& g = gguf->generation_defaults();
+  EXPECT_FLOAT_EQ(g.temperature.value_or(-1), 0.6f);
+  EXPECT_FLOAT_EQ(g.top_p.value_or(-1), 0.9f);
+  EXPECT_EQ(g.top_k.value_or(-1), 50);
+  EXPECT_FALSE(g.min_p) << "3.0 is no probability";
+  EXPECT_FALSE(g.repeat_penalty);
+  auto hf = Tokenizer::FromHfFolder((fs::path(dir_) / "qwen2-hf").string());
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  const GenerationDefaults& h = hf->generation_defaults();
+  EXPECT_FLOAT_EQ(h.temperature.value_or(-1), 0.7f);
+  EXPECT_FLOAT_EQ(h.top_p.value_or(-1), 0.8f);
+  EXPECT_EQ(h.top_k.value_or(-1), 20);
+  EXPECT_FLOAT_EQ(h.repeat_penalty.value_or(-1), 1.05f);
+  EXPECT_FALSE(h.min_p);
+  auto none = Tokenizer::Load((fs::path(dir_) / "qwen2.gguf").string());
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->generation_defaults().any());
+}
+
 // The splitting alone, against HF's Split(regex) on every case: pieces equal, in order.
 TEST_F(ReferenceTest, PreTokenizerPiecesMatchHfSplit) {
   const json ref = LoadJson(fs::path(dir_) / "pretok.json");

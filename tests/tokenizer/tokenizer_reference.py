@@ -11,7 +11,8 @@ Writes into OUT_DIR:
   llama3.json         the same with the Llama-3 Split regex (llama3-hf/tokenizer.json), and
                       llama3.gguf: that vocabulary as a GGUF with tokenizer.ggml.pre = "llama-bpe"
   qwen2.json          the same with Qwen2's Split regex (qwen2-hf/tokenizer.json, qwen2.gguf with
-                      tokenizer.ggml.pre = "qwen2")
+                      tokenizer.ggml.pre = "qwen2"); llama3.gguf and qwen2-hf also carry recommended
+                      sampling (general.sampling.*, generation_config.json)
   pretok.json         the pieces HF's Split pre-tokenizer cuts every case into, per regex
                       (gpt2, llama3, qwen2): the splitting alone, independent of any vocabulary
   spm.json            ids from python `sentencepiece` for a tiny BPE model with byte fallback
@@ -176,7 +177,7 @@ def gpt2_reference(out, cases):
         json.dump({"model_type": "opt", "architectures": ["OPTForCausalLM"]}, f)
 
 
-def write_bpe_gguf(out, name, pre):
+def write_bpe_gguf(out, name, pre, sampling=None):
     """The trained vocabulary of OUT/NAME-hf as a GGUF (llama.cpp's layout for byte-level BPE)."""
     j = json.load(open(os.path.join(out, name + "-hf", "tokenizer.json"), encoding="utf-8"))
     vocab = j["model"]["vocab"]
@@ -194,6 +195,11 @@ def write_bpe_gguf(out, name, pre):
     w.add_bos_token_id(vocab["<s>"])
     w.add_eos_token_id(vocab["</s>"])
     w.add_add_bos_token(False)
+    for key, value in (sampling or {}).items():  # the model's recommended sampling
+        if isinstance(value, int):
+            w.add_uint32("general.sampling." + key, value)
+        else:
+            w.add_float32("general.sampling." + key, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -210,12 +216,16 @@ def split_then_bytes(pattern):
 def llama3_reference(out, cases):
     pre = split_then_bytes(LLAMA3_PATTERN)
     trained_bpe(out, "llama3", cases, pre, ignore_merges=True)  # as Llama-3's tokenizer.json
-    write_bpe_gguf(out, "llama3", "llama-bpe")
+    write_bpe_gguf(out, "llama3", "llama-bpe", sampling={"temp": 0.6, "top_p": 0.9, "top_k": 50, "min_p": 3.0})
 
 
 def qwen2_reference(out, cases):
     pre = split_then_bytes(QWEN2_PATTERN)
     trained_bpe(out, "qwen2", cases, pre, ignore_merges=False)  # as Qwen2's tokenizer.json
+    # Qwen2.5-Instruct's recommended sampling, and a setting out of range (ignored).
+    with open(os.path.join(out, "qwen2-hf", "generation_config.json"), "w") as f:
+        json.dump({"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05,
+                   "min_p": -1}, f)
     write_bpe_gguf(out, "qwen2", "qwen2")
 
 
