@@ -41,7 +41,16 @@ Result<gui::TuningSettings> Settings(const CLI::App& cmd, const CommonOptions& c
   if (cmd.count("--device-budget-mb")) s.device_budget_mb = c.device_budget_mb;
   if (cmd.count("--host-budget-mb")) s.host_budget_mb = c.host_budget_mb;
   if (cmd.count("--ssd-budget-mb")) s.ssd_budget_mb = c.ssd_budget_mb;
-  if (c.temperature) s.temperature = *c.temperature;
+  // Sampling given on the command line is the user's choice for this run.
+  auto set = [&s](const auto& cli, auto* knob) {
+    if (!cli) return;
+    *knob = *cli;
+    s.sampling.user_set = true;
+  };
+  set(c.temperature, &s.sampling.temperature);
+  set(c.top_k, &s.sampling.top_k);
+  set(c.top_p, &s.sampling.top_p);
+  set(c.min_p, &s.sampling.min_p);
   if (cmd.count("--max-tokens")) s.max_tokens = a.max_tokens;
   return s;
 }

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/compute/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "pipeline/fidelity.h"
 #include "pipeline/impress-pipeline.h"
 #include "pipeline/report.h"
@@ -31,9 +33,22 @@ struct TuningSettings {
   store::PolicyKind policy = store::PolicyKind::kImpress;
   int reorder_interval_min = 10;  // background reorder period (0: only "reorder now")
   int max_tokens = 256;
-  float temperature = 0.0f;  // 0 = greedy
-  int fidelity_tokens = 8;   // greedy tokens compared by "ask again" against full KV
+  // Answer sampling. Until the user sets it (user_set), it follows the loaded model's
+  // recommendation, else ChatSamplerDefaults(); temperature 0 is greedy.
+  struct Sampling {
+    float temperature = 0.7f;
+    int top_k = 40;
+    float top_p = 0.9f;
+    float min_p = 0.05f;
+    bool user_set = false;
+  } sampling;
+  int fidelity_tokens = 8;  // greedy tokens compared by "ask again" against full KV
 };
+
+// The knobs a chat starts from for a model: its recommended sampling over ChatSamplerDefaults().
+TuningSettings::Sampling ModelSampling(const GenerationDefaults& model);
+// What an answer samples with.
+SamplerOptions ToSamplerOptions(const TuningSettings::Sampling& s);
 
 // A budget knob (MiB, negative read as 0) in bytes.
 inline uint64_t MibBytes(double mb) { return uint64_t(std::max(0.0, mb) * double(1 << 20)); }
@@ -51,6 +66,7 @@ struct RequestRecord {
   int chunk_tokens = 64;                   // store chunk size: heatmap boundaries
   double tokens_per_s = 0;                 // decode speed
   double wall_ms = 0;                      // whole answer
+  std::string stop_reason;                 // ChatAnswer::stop_reason: end, max_tokens, repetition, context, user
   bool has_fidelity = false;
   FidelityReport fidelity;            // filled by "ask again" (reports inside are not drawn)
   std::vector<std::string> passages;  // retrieval mode: the passages the prompt carried ("name #k")

@@ -79,10 +79,10 @@ void DrawAnswerStats(const ChatEntry& e) {
   const RequestRecord& r = *e.request;
   const RequestReport& rep = r.report;
   ImGui::PushStyleColor(ImGuiCol_Text, IM_COL32(150, 160, 175, 255));
-  ImGui::TextWrapped(
-      "%s", fmt::format("{} | TTFT {:.0f} ms | {:.1f} tok/s | {} | probe passed {}/{} layers", r.label, rep.ttft_ms,
-                        r.tokens_per_s, ReuseSummary(rep), CountPassed(rep.layers), rep.layers.size())
-                .c_str());
+  ImGui::TextWrapped("%s", fmt::format("{} | TTFT {:.0f} ms | {:.1f} tok/s | {} | probe passed {}/{} layers{}", r.label,
+                                       rep.ttft_ms, r.tokens_per_s, ReuseSummary(rep), CountPassed(rep.layers),
+                                       rep.layers.size(), StopNote(r.stop_reason))
+                               .c_str());
   if (r.has_fidelity) {
     const FidelityReport& f = r.fidelity;
     ImGui::TextWrapped("%s", fmt::format("fidelity vs full KV: first token {}, KL {:.4f}, {}/{} greedy tokens equal",

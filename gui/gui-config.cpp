@@ -32,7 +32,38 @@ Status ReadNumber(const nlohmann::json& j, const char* key, double lo, double hi
   return Status::Ok();
 }
 
+// The sampling keys are written only once the user has set them, so a settings file without
+// them keeps following each model's recommendation.
+Status ReadSampling(const nlohmann::json& j, TuningSettings::Sampling* s) {
+  IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "temperature", 0, 5, &s->temperature));
+  IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "top_k", 0, 1 << 20, &s->top_k));
+  IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "top_p", 0, 1, &s->top_p));
+  IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "min_p", 0, 1, &s->min_p));
+  for (const char* key : {"temperature", "top_k", "top_p", "min_p"})
+    if (j.contains(key)) s->user_set = true;
+  return Status::Ok();
+}
+
 }  // namespace
+
+TuningSettings::Sampling ModelSampling(const GenerationDefaults& model) {
+  const SamplerOptions d = ChatSamplerDefaults();
+  TuningSettings::Sampling s;
+  s.temperature = model.temperature.value_or(d.temperature);
+  s.top_k = model.top_k.value_or(d.top_k);
+  s.top_p = model.top_p.value_or(d.top_p);
+  s.min_p = model.min_p.value_or(d.min_p);
+  return s;
+}
+
+SamplerOptions ToSamplerOptions(const TuningSettings::Sampling& s) {
+  SamplerOptions o = ChatSamplerDefaults();
+  o.temperature = s.temperature;
+  o.top_k = s.top_k;
+  o.top_p = s.top_p;
+  o.min_p = s.min_p;
+  return o;
+}
 
 Result<TuningSettings> ParseTuning(const std::string& text, const TuningSettings& defaults) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -50,7 +81,7 @@ Result<TuningSettings> ParseTuning(const std::string& text, const TuningSettings
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "ssd_budget_mb", 1, 1 << 24, &s.ssd_budget_mb));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "reorder_interval_min", 0, 24 * 60, &s.reorder_interval_min));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "max_tokens", 1, 8192, &s.max_tokens));
-  IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "temperature", 0, 5, &s.temperature));
+  IMPRESS_RETURN_IF_ERROR(ReadSampling(j, &s.sampling));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "fidelity_tokens", 0, 256, &s.fidelity_tokens));
   if (auto it = j.find("system"); it != j.end()) {
     if (!it->is_string() || !ParseSystem(it->get<std::string>(), &p.system))
@@ -80,8 +111,13 @@ std::string TuningToJson(const TuningSettings& s) {
                       {"policy", std::string(store::PolicyKindName(s.policy))},
                       {"reorder_interval_min", s.reorder_interval_min},
                       {"max_tokens", s.max_tokens},
-                      {"temperature", s.temperature},
                       {"fidelity_tokens", s.fidelity_tokens}};
+  if (s.sampling.user_set) {
+    j["temperature"] = s.sampling.temperature;
+    j["top_k"] = s.sampling.top_k;
+    j["top_p"] = s.sampling.top_p;
+    j["min_p"] = s.sampling.min_p;
+  }
   return j.dump(2) + "\n";
 }
 

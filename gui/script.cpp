@@ -83,7 +83,8 @@ Status ApplySetting(TuningSettings& s, const std::string& key, const std::string
     s.max_tokens = int(v);
   } else if (key == "temperature") {
     IMPRESS_RETURN_IF_ERROR(in(0, 5));
-    s.temperature = float(v);
+    s.sampling.temperature = float(v);
+    s.sampling.user_set = true;
   } else if (key == "fidelity_tokens") {
     IMPRESS_RETURN_IF_ERROR(in(0, 256));
     s.fidelity_tokens = int(v);
@@ -163,9 +164,9 @@ void ScriptRunner::PrintNewAnswers(const AppSnapshot& s) {
       std::fprintf(out_, "answer %d: %s\n", n_printed_, one_line.c_str());
       if (e.request) {
         const RequestReport& r = e.request->report;
-        std::fprintf(out_, "  [%s] TTFT %.0f ms, %.1f tok/s, %s, probe passed %d/%zu layers\n",
+        std::fprintf(out_, "  [%s] TTFT %.0f ms, %.1f tok/s, %s, probe passed %d/%zu layers, stop %s\n",
                      e.request->label.c_str(), r.ttft_ms, e.request->tokens_per_s, ReuseSummary(r).c_str(),
-                     CountPassed(r.layers), r.layers.size());
+                     CountPassed(r.layers), r.layers.size(), e.request->stop_reason.c_str());
         if (!e.request->passages.empty()) {
           std::string names;
           for (const std::string& n : e.request->passages) names += (names.empty() ? "" : "; ") + n;

@@ -24,6 +24,34 @@ void BudgetDrag(const char* label, double* mib, float speed, Done&& done) {
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s (drag, or double-click to type)", FormatMib(*mib).c_str());
 }
 
+// Answer sampling. Until the user moves a knob it shows (and follows) what the worker chose for
+// the loaded model; "model default" goes back to that.
+void DrawSampling(const TuningSettings::Sampling& current, TuningSettings::Sampling* e, bool* changed) {
+  if (!e->user_set) *e = current;
+  bool edited = false;
+  auto mark = [&] { edited |= ImGui::IsItemDeactivatedAfterEdit(); };
+  ImGui::SliderFloat("temperature", &e->temperature, 0.0f, 2.0f, "%.2f");
+  mark();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("0 = greedy (always the most likely token)");
+  ImGui::SliderInt("top-k", &e->top_k, 0, 200);
+  mark();
+  ImGui::SliderFloat("top-p", &e->top_p, 0.0f, 1.0f, "%.2f");
+  mark();
+  ImGui::SliderFloat("min-p", &e->min_p, 0.0f, 0.5f, "%.2f");
+  mark();
+  if (edited) e->user_set = true;
+  if (e->user_set) {
+    if (ImGui::SmallButton("model default")) {
+      e->user_set = false;
+      edited = true;
+    }
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("use the model's recommended sampling again");
+  } else {
+    ImGui::TextDisabled("sampling: the model's recommendation");
+  }
+  *changed |= edited;
+}
+
 }  // namespace
 
 void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& out) {
@@ -75,8 +103,7 @@ void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& 
   ImGui::Separator();
   ImGui::SliderInt("max tokens", &e.max_tokens, 1, 1024);
   done();
-  ImGui::SliderFloat("temperature", &e.temperature, 0.0f, 2.0f, "%.2f");
-  done();
+  DrawSampling(s.settings.sampling, &e.sampling, &changed);
   ImGui::SliderInt("fidelity tokens", &e.fidelity_tokens, 0, 64);
   done();
   ImGui::PopItemWidth();

@@ -187,6 +187,15 @@ int CountPassed(const std::vector<LayerReport>& layers) {
                            [](const LayerReport& l) { return ClassifyLayer(l) == ProbeVerdict::kPassed; }));
 }
 
+std::string StopNote(const std::string& stop_reason) {
+  if (stop_reason.empty() || stop_reason == "end") return "";
+  if (stop_reason == "max_tokens") return " | stopped: max tokens reached";
+  if (stop_reason == "repetition") return " | stopped: the answer was repeating itself";
+  if (stop_reason == "context") return " | stopped: the context is full";
+  if (stop_reason == "user") return " | stopped by you";
+  return " | stopped: " + stop_reason;
+}
+
 std::string ReuseSummary(const RequestReport& r) {
   if (r.n_matched <= 0) return fmt::format("nothing reused (computed {} tokens)", r.n_new);
   return fmt::format("{} of {} prefix tokens reused (chunks: device {} / host {} / SSD {})", r.n_matched, r.n_prefix,

@@ -103,6 +103,10 @@ int CountPassed(const std::vector<LayerReport>& layers);
 // (device 12 / host 0 / SSD 40 chunks)" or "nothing reused (computed 1,300 tokens)".
 std::string ReuseSummary(const RequestReport& r);
 
+// Why an answer ended, as a suffix for its stats line: empty when the model ended its turn,
+// else " | stopped: ..." (max tokens, repetition, context full, by the user).
+std::string StopNote(const std::string& stop_reason);
+
 // Frame-time statistics (milliseconds).
 struct FrameStats {
   size_t n = 0;

@@ -12,7 +12,7 @@ AskOptions Worker::MakeAskOptions() {
   AskOptions o;
   o.pipeline = t.pipeline;
   o.pipeline.record_importance = true;
-  o.sampling.temperature = t.temperature;
+  o.sampling = ToSamplerOptions(t.sampling);
   o.max_tokens = t.max_tokens;
   o.cancel = &cancel_;
   return o;
@@ -124,6 +124,7 @@ void Worker::FinishRequest(ChatAnswer& answer, size_t entry, std::shared_ptr<Req
 
   record->report = std::move(answer.report);
   record->tokens_per_s = record->report.decode_tok_s();
+  record->stop_reason = answer.stop_reason;
   const auto& seq = session_->pipeline().sequence();
   const Tokenizer& tok = session_->context().tokenizer();
   const int n_matched = std::min<int>(record->report.n_matched, int(seq.size()));

@@ -15,6 +15,7 @@ void Worker::RefreshStoreStats() {
 void Worker::ApplySettings(const TuningSettings& s) {
   const TuningSettings old = draft_.settings;
   draft_.settings = s;
+  FollowModelSampling();
   chat_->set_max_tokens(s.max_tokens);
   if (store::PrefixStore* st = session_->store()) {
     if (s.device_budget_mb != old.device_budget_mb)
@@ -29,6 +30,11 @@ void Worker::ApplySettings(const TuningSettings& s) {
   }
   if (!options_.settings_path.empty())
     if (Status r = SaveTuning(options_.settings_path, s); !r.ok()) Message("settings not saved: " + r.ToString());
+}
+
+void Worker::FollowModelSampling() {
+  if (draft_.settings.sampling.user_set || !session_) return;
+  draft_.settings.sampling = ModelSampling(session_->context().tokenizer().generation_defaults());
 }
 
 void Worker::ReorderNow() {

@@ -137,6 +137,7 @@ void Worker::OpenSession(const std::vector<std::string>& documents) {
   }
   session_ = std::move(*s);
   if (session_->store()) session_->store()->SetPolicy(draft_.settings.policy);
+  FollowModelSampling();
   const ModelConfig& cfg = session_->context().config();
   draft_.model_name = cfg.name;
   auto estimate = EstimateModel(model_path_);

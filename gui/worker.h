@@ -135,6 +135,8 @@ class Worker {
   void FinishRequest(ChatAnswer& answer, size_t entry, std::shared_ptr<RequestRecord> record);
   // worker-store.cpp: the store's knobs, commands and views.
   void ApplySettings(const TuningSettings& s);
+  // Unless the user set the sampling knobs, answers sample as the loaded model recommends.
+  void FollowModelSampling();
   void ReorderNow();
   void DropCache();
   void CacheDocument(int index, Command::Kind kind, bool flag);

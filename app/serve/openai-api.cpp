@@ -306,8 +306,8 @@ json UsageJson(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-const char* FinishReason(bool ended_by_model, bool stop_string) {
-  return ended_by_model || stop_string ? "stop" : "length";
+const char* FinishReason(bool ended_by_model, bool stop_string, std::string_view stop_reason) {
+  return ended_by_model || stop_string || stop_reason == "repetition" ? "stop" : "length";
 }
 
 json ChatCompletionJson(const ResponseId& rid, const std::string& text, const char* finish_reason, const Usage& usage,

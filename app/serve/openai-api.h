@@ -106,8 +106,10 @@ struct Usage {
 };
 nlohmann::json UsageJson(const Usage& u);
 
-// "stop" when the model ended its turn or a stop string appeared, otherwise "length".
-const char* FinishReason(bool ended_by_model, bool stop_string);
+// "stop" when the model ended its turn, a stop string appeared or the repetition guard ended a
+// loop (ChatAnswer::stop_reason "repetition": the answer is over, asking for more would loop);
+// otherwise "length" (max tokens, or the context is full).
+const char* FinishReason(bool ended_by_model, bool stop_string, std::string_view stop_reason = {});
 
 // Identity of one response: its id ("chatcmpl-..." / "cmpl-..."), creation time (Unix s), model.
 struct ResponseId {

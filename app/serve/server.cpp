@@ -173,8 +173,9 @@ std::string ResponseBody(const Job& job, const CompletionRequest& r, const Respo
   const Job::Outcome& o = job.outcome();
   if (!o.status.ok()) return Dump(ErrorJson(WorkerError(o)));
   const Usage usage{o.answer.report.n_prompt, int(o.answer.tokens.size()), o.answer.report.n_matched};
-  const char* finish = FinishReason(o.ended_by_model, o.stop_string);
-  const json report = r.impress.report ? RequestReportJson(o.answer.report) : json();
+  const char* finish = FinishReason(o.ended_by_model, o.stop_string, o.answer.stop_reason);
+  json report = r.impress.report ? RequestReportJson(o.answer.report) : json();
+  if (r.impress.report) report["stop_reason"] = o.answer.stop_reason;
   const json* rp = r.impress.report ? &report : nullptr;
   return Dump(r.chat ? ChatCompletionJson(rid, text, finish, usage, rp)
                      : TextCompletionJson(rid, text, finish, usage, rp));
@@ -256,10 +257,13 @@ void Server::Impl::Stream(const std::shared_ptr<Job>& job, const CompletionReque
         if (!o.status.ok()) {
           if (!write(SseEvent(ErrorJson(WorkerError(o))))) return false;
         } else {
-          const char* finish = FinishReason(o.ended_by_model, o.stop_string);
+          const char* finish = FinishReason(o.ended_by_model, o.stop_string, o.answer.stop_reason);
           json last = r.chat ? ChatChunkJson(rid, nullptr, nullptr, finish, usage_null)
                              : TextChunkJson(rid, "", finish, usage_null);
-          if (r.impress.report) last["impress_report"] = RequestReportJson(o.answer.report);
+          if (r.impress.report) {
+            last["impress_report"] = RequestReportJson(o.answer.report);
+            last["impress_report"]["stop_reason"] = o.answer.stop_reason;
+          }
           if (!write(SseEvent(last))) return false;
           if (r.include_usage) {
             const Usage usage{o.answer.report.n_prompt, int(o.answer.tokens.size()), o.answer.report.n_matched};

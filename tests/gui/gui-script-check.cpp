@@ -78,8 +78,11 @@ TEST(GuiScript, SessionAnswersMeasuresFramesAndScreenshotsAreNotBlank) {
   EXPECT_NE(out.find("missing.md"), std::string::npos) << out;
   // Each answer's checks read that answer's own report (check::AnswerReport), never a later one.
   const std::string report1 = AnswerReport(out, 1), report2 = AnswerReport(out, 2), report3 = AnswerReport(out, 3);
-  for (const std::string* r : {&report1, &report2, &report3})
+  for (const std::string* r : {&report1, &report2, &report3}) {
     ASSERT_NE(r->find("TTFT"), std::string::npos) << "an answer without its report:\n" << out;
+    // ... and says why it ended.
+    EXPECT_TRUE(std::regex_search(*r, std::regex("stop (end|max_tokens|repetition|context|user)\\b"))) << *r;
+  }
   // The first question found an empty store; the second reused the document's cached prefix
   // (answer 3's report always does).
   EXPECT_NE(report1.find("nothing reused"), std::string::npos) << report1;

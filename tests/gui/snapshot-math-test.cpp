@@ -366,6 +366,54 @@ TEST(TuningConfig, RoundTripsAndNamesBadKeys) {
   EXPECT_EQ(unknown_kept->pipeline.recent, 64);
 }
 
+TEST(TuningConfig, SamplingFollowsTheModelUntilTheUserSetsIt) {
+  // Without sampling keys the file keeps following the model, and writes none back.
+  auto plain = ParseTuning(R"({"recent": 64})", TuningSettings{});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->sampling.user_set);
+  EXPECT_EQ(TuningToJson(*plain).find("temperature"), std::string::npos);
+  // One sampling key marks the choice as the user's; all four round-trip.
+  auto set = ParseTuning(R"({"temperature": 0})", TuningSettings{});
+  ASSERT_TRUE(set.ok());
+  EXPECT_TRUE(set->sampling.user_set);
+  EXPECT_EQ(set->sampling.temperature, 0.0f);
+  set->sampling.top_k = 7;
+  set->sampling.top_p = 0.5f;
+  set->sampling.min_p = 0.25f;
+  auto back = ParseTuning(TuningToJson(*set), TuningSettings{});
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->sampling.user_set);
+  EXPECT_EQ(back->sampling.top_k, 7);
+  EXPECT_FLOAT_EQ(back->sampling.top_p, 0.5f);
+  EXPECT_FLOAT_EQ(back->sampling.min_p, 0.25f);
+  EXPECT_FALSE(ParseTuning(R"({"top_p": 1.5})", TuningSettings{}).ok());
+
+  // The model's recommendation wins over the chat defaults, key by key.
+  GenerationDefaults model;
+  model.temperature = 0.2f;
+  model.top_k = 20;
+  const TuningSettings::Sampling m = ModelSampling(model);
+  const SamplerOptions d = ChatSamplerDefaults();
+  EXPECT_FLOAT_EQ(m.temperature, 0.2f);
+  EXPECT_EQ(m.top_k, 20);
+  EXPECT_FLOAT_EQ(m.top_p, d.top_p);
+  EXPECT_FLOAT_EQ(m.min_p, d.min_p);
+  EXPECT_FALSE(m.user_set);
+  // A fresh settings object samples as a chat does, not greedily.
+  const SamplerOptions o = ToSamplerOptions(TuningSettings{}.sampling);
+  EXPECT_FLOAT_EQ(o.temperature, d.temperature);
+  EXPECT_EQ(o.top_k, d.top_k);
+}
+
+TEST(StopNote, SaysWhyAnAnswerEnded) {
+  EXPECT_EQ(StopNote("end"), "");
+  EXPECT_EQ(StopNote(""), "");
+  EXPECT_NE(StopNote("repetition").find("repeating"), std::string::npos);
+  EXPECT_NE(StopNote("max_tokens").find("max tokens"), std::string::npos);
+  EXPECT_NE(StopNote("context").find("context"), std::string::npos);
+  EXPECT_NE(StopNote("user").find("you"), std::string::npos);
+}
+
 TEST(TuningConfig, SaveThenLoadAndMissingFileGivesDefaults) {
   const auto dir = std::filesystem::temp_directory_path() / "impress-gui-config-test";
   std::filesystem::remove_all(dir);

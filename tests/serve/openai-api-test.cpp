@@ -187,6 +187,10 @@ TEST(OpenAiApi, ResponsesHaveTheOpenAiShape) {
   EXPECT_FALSE(j.contains("impress_report"));
   EXPECT_STREQ(FinishReason(false, false), "length");
   EXPECT_STREQ(FinishReason(false, true), "stop");
+  // The repetition guard ended a loop: the answer is over, not cut short.
+  EXPECT_STREQ(FinishReason(false, false, "repetition"), "stop");
+  EXPECT_STREQ(FinishReason(false, false, "max_tokens"), "length");
+  EXPECT_STREQ(FinishReason(false, false, "context"), "length");
   const std::string role = "assistant", text = "x";
   j = ChatChunkJson(rid, &role, nullptr, nullptr, true);
   EXPECT_EQ(j["choices"][0]["delta"]["role"], "assistant");
