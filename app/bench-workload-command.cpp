@@ -33,6 +33,7 @@ struct WorkloadArgs {
   std::string facts;       // empty: the default set; "none": no facts
   std::string ingest_dir;  // empty: <out>/ingested
   std::string sweep;       // NAME=v1,v2,...
+  std::string kv_encoding = "fp16";
   std::vector<std::string> systems;
   std::string out = "workload-results";
   bool json = false;
@@ -144,6 +145,7 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
                        {"hit_host", s.hit_host},
                        {"hit_ssd", s.hit_ssd},
                        {"mean_ssd_bytes", s.mean_ssd_bytes},
+                       {"mean_probe_key_bytes", s.mean_probe_key_bytes},
                        {"read_amplification", s.mean_read_amplification},
                        {"unhidden_io_share", s.unhidden_io_share},
                        {"first_token_agreement", s.first_token_agreement},
@@ -162,6 +164,8 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
           {"keep", o.settings.keep},
           {"alpha", o.settings.alpha},
           {"probe_heads", o.settings.probe_heads},
+          {"probe_spread", o.settings.probe_spread},
+          {"kv_encoding", store::KVEncodingName(o.kv_encoding)},
           {"n_continue", o.n_continue},
           {"continuation_reference", r.continuation_reference},
           {"sweep", r.sweep},
@@ -182,12 +186,14 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
   std::ofstream(stem + ".json") << j.dump(2) << "\n";
   std::ofstream sys(stem + "-systems.csv");
   sys << "system,sweep_value,requests,mean_ttft_ms,p50_ttft_ms,p99_ttft_ms,hit_device,hit_host,hit_ssd,mean_ssd_bytes,"
-         "read_amplification,unhidden_io_share,first_token_agreement,continuation_match,fact_accuracy\n";
+         "read_amplification,unhidden_io_share,first_token_agreement,continuation_match,fact_accuracy,"
+         "mean_probe_key_bytes\n";
   for (const WorkloadSystemResult& s : r.systems)
-    sys << fmt::format("{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}\n",
-                       s.system, s.sweep_value, s.requests.size(), s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms,
-                       s.hit_device, s.hit_host, s.hit_ssd, s.mean_ssd_bytes, s.mean_read_amplification,
-                       s.unhidden_io_share, s.first_token_agreement, s.continuation_match, s.fact_accuracy);
+    sys << fmt::format(
+        "{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f}\n",
+        s.system, s.sweep_value, s.requests.size(), s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms, s.hit_device,
+        s.hit_host, s.hit_ssd, s.mean_ssd_bytes, s.mean_read_amplification, s.unhidden_io_share,
+        s.first_token_agreement, s.continuation_match, s.fact_accuracy, s.mean_probe_key_bytes);
   std::ofstream facts(stem + "-facts.csv");
   facts << "system,sweep_value,fact,doc,depth,correct,continuation_match\n";
   for (const WorkloadSystemResult& s : r.systems)
@@ -215,31 +221,33 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
 
 void PrintTable(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
   std::cout << fmt::format(
-      "CPU {}; {} documents, {} tokens, KV {:.0f} MB; device tier {:.0f} MB, host {:.0f} MB; {} requests (Zipf "
-      "s={:.2f}, follow-ups {:.0f}%); keep {:.2f}, alpha {:.2f}; ingest {:.0f} s{}; I/O {}{}\n",
-      CpuModelName(), r.n_docs, r.doc_tokens, double(r.kv_bytes) / 1e6, double(r.device_bytes) / 1e6,
-      double(r.host_bytes) / 1e6, r.requests.size(), o.spec.zipf_s, o.spec.follow_up * 100, o.settings.keep,
-      o.settings.alpha, r.ingest_s, r.ingest_reused ? " (reused)" : "", r.io_engine, r.direct_io ? " + O_DIRECT" : "");
+      "CPU {}; {} documents, {} tokens, KV {:.0f} MB ({}); device tier {:.0f} MB, host {:.0f} MB; {} requests (Zipf "
+      "s={:.2f}, follow-ups {:.0f}%); keep {:.2f}, alpha {:.2f}, probe heads {}{}; ingest {:.0f} s{}; I/O {}{}\n",
+      CpuModelName(), r.n_docs, r.doc_tokens, double(r.kv_bytes) / 1e6, store::KVEncodingName(o.kv_encoding),
+      double(r.device_bytes) / 1e6, double(r.host_bytes) / 1e6, r.requests.size(), o.spec.zipf_s,
+      o.spec.follow_up * 100, o.settings.keep, o.settings.alpha, o.settings.probe_heads,
+      o.settings.probe_spread ? " spread" : "", r.ingest_s, r.ingest_reused ? " (reused)" : "", r.io_engine,
+      r.direct_io ? " + O_DIRECT" : "");
   if (!r.facts.empty())
     std::cout << fmt::format(
         "fidelity: agree = first token equal to AS-like's; cont = greedy tokens equal to {}'s before the first "
         "divergence (of {}); facts = {} hidden facts answered right\n",
         r.continuation_reference, o.n_continue, r.facts.size());
   const bool sweep = !r.sweep.empty();
-  std::cout << fmt::format("{:<24} {:>5} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>10} {:>6} {:>8} {:>6} {:>6} {:>6}\n",
-                           sweep ? "system " + r.sweep : std::string("system"), "reqs", "TTFT ms", "p50", "p99",
-                           "device", "host", "SSD", "SSD MB/req", "RA", "unhid.IO", "agree", "cont", "facts");
+  std::cout << fmt::format(
+      "{:<24} {:>5} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>10} {:>9} {:>6} {:>8} {:>6} {:>6} {:>6}\n",
+      sweep ? "system " + r.sweep : std::string("system"), "reqs", "TTFT ms", "p50", "p99", "device", "host", "SSD",
+      "SSD MB/req", "probe MB", "RA", "unhid.IO", "agree", "cont", "facts");
   for (const WorkloadSystemResult& s : r.systems) {
     const int right = int(std::count_if(s.facts.begin(), s.facts.end(), [](const auto& f) { return f.correct; }));
     const std::string name =
         sweep && s.system != SystemName(SystemKind::kAsLike) ? fmt::format("{} {}", s.system, s.sweep_value) : s.system;
     std::cout << fmt::format(
-        "{:<24} {:>5} {:>9.0f} {:>8.0f} {:>8.0f} {:>6.1f}% {:>6.1f}% {:>6.1f}% {:>10.2f} {:>6.2f} {:>7.1f}% {:>6} "
-        "{:>6} "
-        "{:>6}\n",
+        "{:<24} {:>5} {:>9.0f} {:>8.0f} {:>8.0f} {:>6.1f}% {:>6.1f}% {:>6.1f}% {:>10.2f} {:>9.2f} {:>6.2f} {:>7.1f}% "
+        "{:>6} {:>6} {:>6}\n",
         name, s.requests.size(), s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms, s.hit_device * 100, s.hit_host * 100,
-        s.hit_ssd * 100, s.mean_ssd_bytes / 1e6, s.mean_read_amplification, s.unhidden_io_share * 100,
-        Share(s.first_token_agreement), Share(s.continuation_match),
+        s.hit_ssd * 100, s.mean_ssd_bytes / 1e6, s.mean_probe_key_bytes / 1e6, s.mean_read_amplification,
+        s.unhidden_io_share * 100, Share(s.first_token_agreement), Share(s.continuation_match),
         s.facts.empty() ? std::string("-") : fmt::format("{}/{}", right, s.facts.size()));
   }
 }
@@ -285,9 +293,14 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
   cmd->add_option("--select-group", wa->opts.settings.select_group,
                   "I/O-aware selection group (tokens; -1: the store's block group; 0: per token)")
       ->check(CLI::Range(-1, 1 << 16));
+  cmd->add_option("--kv-encoding", wa->kv_encoding, "how the store keeps K/V: fp16 or int8 (budgets follow it)")
+      ->check(CLI::IsMember({"fp16", "int8"}));
+  cmd->add_flag("--probe-spread", wa->opts.settings.probe_spread,
+                "probe query heads spread over the KV groups (else the first ones)");
   cmd->add_option("--sweep", wa->sweep,
                   "run one system (the first of --systems, default impress) over values of one setting: NAME=v1,v2,... "
-                  "with NAME alpha, keep, probe-heads, select-group, chunk-tokens, device-fraction or host-fraction");
+                  "with NAME alpha, keep, probe-heads, probe-spread (0/1), select-group, chunk-tokens, "
+                  "device-fraction or host-fraction");
   cmd->add_flag("--json", wa->json, "print JSON");
   cmd->callback([=] {
     ConfigureLogging(*common);
@@ -320,11 +333,14 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       if (!sweep.ok()) return fail(sweep.status());
       o.sweep = std::move(*sweep);
     }
+    o.kv_encoding = *store::ParseKVEncoding(wa->kv_encoding);
     o.scratch_dir = common->store_dir.empty() ? DefaultStoreDir() : common->store_dir;
     o.ingest_dir = wa->ingest_dir.empty() ? wa->out + "/ingested" : wa->ingest_dir;
     const int select_group = o.settings.select_group;
+    const bool probe_spread = o.settings.probe_spread;
     o.settings = AskOptionsFor(*common).pipeline;
     o.settings.select_group = select_group;
+    o.settings.probe_spread = probe_spread;
     auto ctx = LoadModelShowingProgress(*common);
     if (!ctx.ok()) return fail(ctx.status());
     ProgressBar bar("workload");

@@ -12,6 +12,7 @@
 
 #include "chat/conversation.h"
 #include "pipeline/impress-pipeline.h"
+#include "store/kv-codec.h"
 
 namespace impress {
 
@@ -37,7 +38,11 @@ double Percentile(std::vector<double> v, double q) {
 }
 
 // K and V of one token over all layers, as the store keeps them (fp16).
-uint64_t KvBytesPerToken(const ModelConfig& c) { return uint64_t(c.n_layer) * 2 * c.n_head_kv * c.head_dim * 2; }
+// K and V of one token over every layer as the store holds them (its encoding): the tier budgets'
+// fractions are of what the tiers would hold, not of the fp16 size.
+uint64_t KvBytesPerToken(const ModelConfig& c, store::KVEncoding e) {
+  return uint64_t(c.n_layer) * 2 * store::RecordBytes(e, c.n_head_kv, c.head_dim);
+}
 
 struct Scratch {
   fs::path dir;
@@ -52,6 +57,7 @@ struct RunSpec {
   SystemKind system = SystemKind::kImpress;
   PipelineSettings settings;
   int chunk_tokens = 64;
+  store::KVEncoding kv_encoding = store::KVEncoding::kF16;
   double device_fraction = 0, host_fraction = 0;
   double sweep_value = 0;
   bool swept = false;
@@ -64,6 +70,7 @@ RunSpec BaseRun(SystemKind s, const WorkloadBenchOptions& o) {
   r.settings.system = s;
   r.settings.report_importance = true;  // the store's statistics drive LFU, score caching and reorder
   r.chunk_tokens = o.chunk_tokens;
+  r.kv_encoding = o.kv_encoding;
   r.device_fraction = o.device_fraction;
   r.host_fraction = o.host_fraction;
   return r;
@@ -79,6 +86,8 @@ Status ApplySweep(const std::string& name, double v, RunSpec* r) {
     r->settings.keep = float(v);
   } else if (name == "probe-heads") {
     r->settings.probe_heads = std::max(1, int(v));
+  } else if (name == "probe-spread") {
+    r->settings.probe_spread = v != 0;
   } else if (name == "select-group") {
     r->settings.select_group = int(v);
   } else if (name == "chunk-tokens") {
@@ -102,6 +111,7 @@ struct Prompts {
 store::PrefixStoreOptions StoreOptionsForRun(const ModelContext& ctx, const RunSpec& r) {
   store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), r.settings.probe_heads, r.settings.probe_spread);
   so.chunk_tokens = r.chunk_tokens;
+  so.kv_encoding = r.kv_encoding;
   so.reorder_interval = std::chrono::milliseconds(0);
   return so;
 }
@@ -117,6 +127,10 @@ std::string IngestKey(const Prompts& w, const store::PrefixStoreOptions& so) {
   const int shape[] = {so.n_layer, so.n_head_kv, so.head_dim, so.chunk_tokens, 1};  // 1: this key's version
   mix(shape, sizeof shape);
   mix(so.probe_kv_heads.data(), so.probe_kv_heads.size() * sizeof(int));
+  if (so.kv_encoding != store::KVEncoding::kF16) {  // fp16 keeps the key it had before encodings
+    const int enc = int(so.kv_encoding);
+    mix(&enc, sizeof enc);
+  }
   for (const PromptTokens& p : w.docs) {
     mix(&p.n_prefix, sizeof p.n_prefix);
     mix(p.tokens.data(), size_t(p.n_prefix) * sizeof(int32_t));
@@ -183,8 +197,11 @@ Result<fs::path> EnsureIngested(ModelContext& ctx, const Prompts& w, const RunSp
   return dir;
 }
 
-WorkloadRequestResult FromReport(const RequestReport& r, const WorkloadRequest& q, int32_t first_token) {
+WorkloadRequestResult FromReport(const RequestReport& r, const WorkloadRequest& q, int32_t first_token,
+                                 uint64_t probe_row_bytes) {
   WorkloadRequestResult x;
+  for (const LayerReport& l : r.layers)
+    if (l.probed) x.probe_key_bytes += uint64_t(l.n) * probe_row_bytes;
   x.doc = q.doc;
   x.follow_up = q.follow_up;
   x.n_prefix = r.n_prefix;
@@ -249,6 +266,13 @@ Result<WorkloadSystemResult> RunSystem(ModelContext& ctx, const RunSpec& r, cons
   so.host_bytes = uint64_t(double(result.kv_bytes) * r.host_fraction);
   IMPRESS_ASSIGN_OR_RETURN(auto st, store::PrefixStore::Open(so));
   ImpressPipeline pipe(ctx, st.get());
+  // The probe reads its KV heads' keys when the store keeps them, else every key of the layer.
+  const std::vector<int> probe_kv = ProbeKvHeads(ctx.config(), r.settings.probe_heads, r.settings.probe_spread);
+  const bool covered = std::all_of(probe_kv.begin(), probe_kv.end(), [&](int g) {
+    return std::find(so.probe_kv_heads.begin(), so.probe_kv_heads.end(), g) != so.probe_kv_heads.end();
+  });
+  const uint64_t probe_row_bytes =
+      uint64_t(covered ? so.probe_kv_heads.size() : size_t(ctx.config().n_head_kv)) * ctx.config().head_dim * 2;
   WorkloadSystemResult out;
   out.system = SystemName(r.system);
   out.sweep_value = r.sweep_value;
@@ -259,7 +283,7 @@ Result<WorkloadSystemResult> RunSystem(ModelContext& ctx, const RunSpec& r, cons
     const PromptTokens& p = w.requests[size_t(i)];
     IMPRESS_ASSIGN_OR_RETURN(RequestReport rep, pipe.Prefill({p.tokens, p.n_prefix}, r.settings, 0, &logits));
     IMPRESS_RETURN_IF_ERROR(pipe.ReleaseMatch());
-    out.requests.push_back(FromReport(rep, result.requests[size_t(i)], Argmax(logits)));
+    out.requests.push_back(FromReport(rep, result.requests[size_t(i)], Argmax(logits), probe_row_bytes));
     if (Reorders(r.system) && o.reorder_every > 0 && (i + 1) % o.reorder_every == 0) {
       IMPRESS_RETURN_IF_ERROR(st->ReorderNow().status());
     }
@@ -331,7 +355,7 @@ Status PreparePrompts(ModelContext& ctx, const WorkloadBenchOptions& o, Prompts*
     IMPRESS_ASSIGN_OR_RETURN(PromptTokens p, build(docs[size_t(f.doc)], o.facts[size_t(f.fact)].question));
     w->facts.push_back(std::move(p));
   }
-  result->kv_bytes = result->doc_tokens * KvBytesPerToken(ctx.config());
+  result->kv_bytes = result->doc_tokens * KvBytesPerToken(ctx.config(), o.kv_encoding);
   result->device_bytes = uint64_t(double(result->kv_bytes) * o.device_fraction);
   result->host_bytes = uint64_t(double(result->kv_bytes) * o.host_fraction);
   return Status::Ok();
@@ -363,7 +387,7 @@ Result<std::vector<RunSpec>> PlanRuns(const WorkloadBenchOptions& o) {
 
 void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
   std::vector<double> ttft;
-  double dev = 0, host = 0, ssd = 0, bytes = 0, amp = 0, io = 0, sum_ttft = 0, agree = 0;
+  double dev = 0, host = 0, ssd = 0, bytes = 0, probe = 0, amp = 0, io = 0, sum_ttft = 0, agree = 0;
   int compared = 0;
   for (const WorkloadRequestResult& r : s->requests) {
     ttft.push_back(r.ttft_ms);
@@ -372,6 +396,7 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
     host += r.chunks_host;
     ssd += r.chunks_ssd;
     bytes += double(r.ssd_bytes);
+    probe += double(r.probe_key_bytes);
     amp += r.read_amplification;
     io += r.io_wait_ms;
     if (r.agrees >= 0) {
@@ -388,6 +413,7 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
   s->hit_host = chunks > 0 ? host / chunks : 0;
   s->hit_ssd = chunks > 0 ? ssd / chunks : 0;
   s->mean_ssd_bytes = bytes / n;
+  s->mean_probe_key_bytes = probe / n;
   s->mean_read_amplification = amp / n;
   s->unhidden_io_share = sum_ttft > 0 ? io / sum_ttft : 0;
   TtftBreakdown& b = s->mean_breakdown;
@@ -417,8 +443,8 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
 }
 
 const std::vector<std::string>& WorkloadSweepNames() {
-  static const std::vector<std::string> names = {
-      "alpha", "keep", "probe-heads", "select-group", "chunk-tokens", "device-fraction", "host-fraction"};
+  static const std::vector<std::string> names = {"alpha",        "keep",         "probe-heads",     "probe-spread",
+                                                 "select-group", "chunk-tokens", "device-fraction", "host-fraction"};
   return names;
 }
 

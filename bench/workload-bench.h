@@ -24,6 +24,7 @@
 #include "engine/runtime/model-context.h"
 #include "pipeline/impress-pipeline.h"
 #include "pipeline/report.h"
+#include "store/kv-codec.h"
 
 namespace impress {
 
@@ -50,7 +51,11 @@ struct WorkloadBenchOptions {
   std::vector<double> fact_depths = {0.1, 0.5, 0.9};
   int n_continue = 32;
   WorkloadSpec spec;
-  double device_fraction = 0.10;  // fast-tier budgets as fractions of the documents' total KV
+  // How the store keeps K/V (fp16 or int8 with per-token-per-head scales).
+  store::KVEncoding kv_encoding = store::KVEncoding::kF16;
+  // Fast-tier budgets as fractions of the documents' total K/V as the store holds it (its
+  // encoding: int8 K/V is about half the fp16 bytes, and so are the budgets).
+  double device_fraction = 0.10;
   double host_fraction = 0.30;
   std::vector<SystemKind> systems;  // empty: all, in the order above (a sweep: the first one)
   int recomp_requests = 8;
@@ -69,6 +74,9 @@ struct WorkloadRequestResult {
   double io_wait_ms = 0;  // I/O time compute waited for
   TtftBreakdown breakdown;
   uint64_t ssd_bytes = 0;
+  // Keys the probe step scored (fp16 rows of the probe's KV heads over the matched prefix, every
+  // probed layer): the probe's I/O, whichever tier served it.
+  uint64_t probe_key_bytes = 0;
   uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
   double read_amplification = 0;
   int layers_passed = 0, layers = 0;
@@ -94,6 +102,7 @@ struct WorkloadSystemResult {
   double mean_ttft_ms = 0, p50_ttft_ms = 0, p99_ttft_ms = 0;
   double hit_device = 0, hit_host = 0, hit_ssd = 0;  // shares of the chunks read
   double mean_ssd_bytes = 0;
+  double mean_probe_key_bytes = 0;
   double mean_read_amplification = 0;
   double unhidden_io_share = 0;       // sum io_wait / sum TTFT
   TtftBreakdown mean_breakdown;       // where the TTFT went, per request on average
@@ -105,7 +114,7 @@ struct WorkloadSystemResult {
 struct WorkloadBenchResult {
   int n_docs = 0;
   uint64_t doc_tokens = 0;
-  uint64_t kv_bytes = 0;  // the documents' K and V as stored
+  uint64_t kv_bytes = 0;  // the documents' K and V as stored (in the store's encoding)
   uint64_t device_bytes = 0, host_bytes = 0;
   double ingest_s = 0;
   bool ingest_reused = false;  // the ingested store came from an earlier run

@@ -89,11 +89,18 @@ struct SegState {
 };
 
 // A chunk held by a memory tier: K region then V region (n_slots records each), no header.
+// A chunk admitted from a partial SSD read holds only the records that read brought (k_have /
+// v_have per slot; empty: every record), and later reads bring the rest from the SSD. The tier
+// reserves the whole chunk's bytes either way. A published block is never written again (filling
+// in records publishes a new one), so a reader copies from it without the store's mutex.
 struct TierBlock {
   std::shared_ptr<MemorySpace> mem;
   void* p = nullptr;
   size_t n = 0;
   uint64_t generation = 0;
+  std::vector<bool> k_have, v_have;
+  bool HasK(uint32_t slot) const { return k_have.empty() || k_have[slot]; }
+  bool HasV(uint32_t slot) const { return v_have.empty() || v_have[slot]; }
   ~TierBlock() {
     if (p) mem->Free(p);
   }
@@ -118,11 +125,11 @@ struct ReadSource {
   uint32_t layer = 0, index = 0;
   uint64_t generation = 0;
   ExtentPtr ext;                                    // disk source
-  BlockPtr block;                                   // memory source
+  BlockPtr block;                                   // memory source (may lack some records: TierBlock)
   AlignedBuffer img;                                // the chunk image (only the read blocks are valid)
-  std::vector<std::pair<uint32_t, uint32_t>> runs;  // (first block, n blocks) read from disk
-  bool whole = false;                               // whole chunk read (to install in a tier)
-  Tier install = Tier::kSsd;
+  std::vector<std::pair<uint32_t, uint32_t>> runs;  // (first block, n blocks) read from disk; none: memory only
+  bool whole = false;                               // whole chunk read
+  Tier install = Tier::kSsd;                        // admitted from the SSD: install what was read there
   std::vector<std::pair<uint32_t, uint32_t>> rows;  // (output row, record index inside the chunk)
 };
 
@@ -291,6 +298,7 @@ struct PrefixStore::Impl {
   Status VerifyRead(PendingRead& pr) EXCLUDES(mu);
   void GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) const;
   void InstallAdmittedLocked(PendingRead& pr) REQUIRES(mu);
+  void InstallKVLocked(const PendingRead& pr, const ReadSource& s, Tier t, const BlockPtr& base) REQUIRES(mu);
   void MarkCorruptLocked(const ReadSource& s, const Status& why) REQUIRES(mu);
   Status VerifySource(const ReadSource& s, bool probe) const;
   static std::vector<std::pair<uint32_t, uint32_t>> RunsFor(const std::vector<std::pair<uint64_t, uint64_t>>& ranges);

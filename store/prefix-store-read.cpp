@@ -200,7 +200,9 @@ Status PrefixStore::Impl::PlanKVSourcesLocked(const HandleState& hs, uint32_t il
 }
 
 // Per source: tells the tier manager of the access (applying the moves it decides), serves it
-// from a memory tier when one holds it, else plans the disk blocks to read.
+// from a memory tier when one holds it, and plans the disk blocks of the records it lacks. A chunk
+// admitted from the SSD costs only the blocks the request wanted (not a read of the whole chunk):
+// the tier keeps what was read, and later reads bring the rest.
 void PrefixStore::Impl::PlanTierReadsLocked(PendingRead* pr) {
   for (auto& s : pr->sources) {
     // The important ratio comes from ReportImportance after the request. Until a chunk's first
@@ -218,37 +220,42 @@ void PrefixStore::Impl::PlanTierReadsLocked(PendingRead* pr) {
       if (m.chunk == s.cid && m.from == Tier::kSsd && m.to != Tier::kSsd) s.install = m.to;
       else ApplyMoveLocked(m);
     }
+    Tier found = Tier::kSsd;
     for (Tier t : {Tier::kDevice, Tier::kHost}) {
       auto b = blocks[size_t(t)].find(s.cid);
       if (b != blocks[size_t(t)].end() && b->second->generation == s.generation) {
         s.block = b->second;
-        (t == Tier::kDevice ? pr->stats.chunks_device : pr->stats.chunks_host)++;
+        found = t;
         break;
       }
     }
-    if (s.block) continue;
-    ++pr->stats.chunks_ssd;
-    if (s.install != Tier::kSsd) {
-      s.whole = true;
-      s.runs = {{0, s.ext->ext.length / kBlockBytes}};
-    } else {
-      // Only the blocks of the wanted regions: a key-only read never touches a V block.
-      const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);
-      std::vector<std::pair<uint64_t, uint64_t>> ranges;
-      for (auto [row, w] : s.rows) {
-        const uint64_t at = uint64_t(w) * k_bytes;
-        if (pr->want_k) ranges.push_back({lay.k_offset + at, lay.k_offset + at + k_bytes});
-        if (pr->want_v) ranges.push_back({lay.v_offset + at, lay.v_offset + at + k_bytes});
-      }
-      s.runs = RunsFor(ranges);
+    // Only the blocks of the records wanted and not in memory: a key-only read never touches a
+    // V block, and a chunk a tier holds whole reads nothing.
+    const ChunkLayout lay = KVLayout(n_slots);
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (auto [row, w] : s.rows) {
+      const uint64_t at = uint64_t(w) * k_bytes;
+      if (pr->want_k && !(s.block && s.block->HasK(w)))
+        ranges.push_back({lay.k_offset + at, lay.k_offset + at + k_bytes});
+      if (pr->want_v && !(s.block && s.block->HasV(w)))
+        ranges.push_back({lay.v_offset + at, lay.v_offset + at + k_bytes});
     }
+    if (ranges.empty()) {
+      (found == Tier::kDevice ? pr->stats.chunks_device : pr->stats.chunks_host)++;
+      continue;
+    }
+    ++pr->stats.chunks_ssd;
+    // Every record of the chunk wanted and none in memory: the whole extent, in one run.
+    s.whole = s.install != Tier::kSsd && !s.block && pr->want_k && pr->want_v && s.rows.size() == n_slots;
+    s.runs =
+        s.whole ? std::vector<std::pair<uint32_t, uint32_t>>{{0, s.ext->ext.length / kBlockBytes}} : RunsFor(ranges);
   }
 }
 
 Result<ReadTicket> PrefixStore::Impl::SubmitLocked(std::unique_ptr<PendingRead> pr) {
   std::vector<ReadOp> ops;
   for (auto& s : pr->sources) {
-    if (s.block) continue;
+    if (s.runs.empty()) continue;  // served from a memory tier
     File* f = files->file(s.ext->ext.file);
     if (!f) return Status::Internal("store: data file " + std::to_string(s.ext->ext.file) + " is not open");
     s.img = GetBuffer(s.ext->ext.length);
@@ -357,7 +364,7 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
 Status PrefixStore::Impl::VerifyRead(PendingRead& pr) {
   size_t n_verified = 0;
   for (auto& s : pr.sources) {
-    if (s.block) continue;
+    if (s.runs.empty()) continue;
     if ((++n_verified & 7) == 0) io->Poll();
     Status v = VerifySource(s, pr.probe);
     if (v.ok()) continue;
@@ -376,57 +383,112 @@ Status PrefixStore::Impl::VerifyRead(PendingRead& pr) {
   return Status::Ok();
 }
 
-// Copies each requested row's K and/or V, in the caller's order, from tier blocks or chunk images.
+// Copies each requested row's K and/or V, in the caller's order, from tier blocks (the records
+// they hold) or chunk images (the rest).
 void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) const {
   const int nh = opt.n_head_kv, hd = opt.head_dim;
   const size_t row_elems = size_t(nh) * size_t(hd);
   std::vector<uint8_t> tmp;
   size_t n_done = 0;
   for (auto& s : pr.sources) {
-    if ((++n_done & 7) == 0) io->Poll();  // keep the queue full for the next batch meanwhile
-    const uint8_t *kb, *vb;               // the K and V regions
+    if ((++n_done & 7) == 0) io->Poll();         // keep the queue full for the next batch meanwhile
+    const uint8_t *kb = nullptr, *vb = nullptr;  // the K and V regions in memory
+    const uint8_t *kd = nullptr, *vd = nullptr;  // and in the disk image
     if (s.block) {
       tmp.resize(s.block->n);
       s.block->mem->CopyOut(tmp.data(), s.block->p, s.block->n);
       kb = tmp.data();
       vb = tmp.data() + size_t(s.ext->ext.n_slots) * k_bytes;
-    } else {
+    }
+    if (!s.runs.empty()) {
       const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);
-      kb = s.img.data() + lay.k_offset;
-      vb = s.img.data() + lay.v_offset;
+      kd = s.img.data() + lay.k_offset;
+      vd = s.img.data() + lay.v_offset;
     }
     for (auto [row, w] : s.rows) {
-      if (pr.want_k) DecodeRecord(opt.kv_encoding, kb + size_t(w) * k_bytes, nh, hd, k_out + size_t(row) * row_elems);
-      if (pr.want_v) DecodeRecord(opt.kv_encoding, vb + size_t(w) * k_bytes, nh, hd, v_out + size_t(row) * row_elems);
+      if (pr.want_k) {
+        const uint8_t* k = s.block && s.block->HasK(w) ? kb : kd;
+        DecodeRecord(opt.kv_encoding, k + size_t(w) * k_bytes, nh, hd, k_out + size_t(row) * row_elems);
+      }
+      if (pr.want_v) {
+        const uint8_t* v = s.block && s.block->HasV(w) ? vb : vd;
+        DecodeRecord(opt.kv_encoding, v + size_t(w) * k_bytes, nh, hd, v_out + size_t(row) * row_elems);
+      }
     }
   }
 }
 
-// Keeps the whole chunks the tier manager admitted during planning, if still current.
+// Keeps in the memory tiers what this read brought from the SSD: the chunks the tier manager
+// admitted during planning (if still current), and the records a tier's block lacked.
 void PrefixStore::Impl::InstallAdmittedLocked(PendingRead& pr) {
   for (auto& s : pr.sources) {
-    if (!s.whole || s.install == Tier::kSsd || tiers.Where(s.cid) != s.install) continue;
+    if (s.runs.empty()) continue;  // nothing read from the SSD
     auto sit = segs.find(s.segment);
     if (sit == segs.end() || (!pr.probe && sit->second.layout->generation != s.generation)) continue;
+    if (!pr.probe) {
+      if (s.block) {  // fill in the block, if a tier still holds this very one
+        for (Tier t : {Tier::kDevice, Tier::kHost}) {
+          auto b = blocks[size_t(t)].find(s.cid);
+          if (b != blocks[size_t(t)].end() && b->second == s.block) InstallKVLocked(pr, s, t, s.block);
+        }
+      } else if (s.install != Tier::kSsd && tiers.Where(s.cid) == s.install &&
+                 !blocks[size_t(s.install)].count(s.cid)) {
+        InstallKVLocked(pr, s, s.install, nullptr);
+      }
+      continue;
+    }
+    if (!s.whole || s.install == Tier::kSsd || tiers.Where(s.cid) != s.install) continue;
     if (blocks[size_t(s.install)].count(s.cid)) continue;
     auto& mem = s.install == Tier::kDevice ? device_mem : host_mem;
     auto b = std::make_shared<TierBlock>();
     b->mem = mem;
-    b->n = size_t(s.ext->ext.n_slots) * (pr.probe ? probe_rec_bytes : rec_bytes);
+    b->n = size_t(s.ext->ext.n_slots) * probe_rec_bytes;
     b->generation = s.generation;
     b->p = mem->Alloc(b->n);
     if (!b->p) continue;
-    if (pr.probe) {  // the probe records, without the header
-      mem->CopyIn(b->p, s.img.data() + kChunkHeaderBytes, b->n);
-      blocks[size_t(s.install)][s.cid] = std::move(b);
-      continue;
-    }
-    const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);
-    const size_t region = size_t(s.ext->ext.n_slots) * k_bytes;
-    mem->CopyIn(b->p, s.img.data() + lay.k_offset, region);
-    mem->CopyIn(static_cast<uint8_t*>(b->p) + region, s.img.data() + lay.v_offset, region);
+    mem->CopyIn(b->p, s.img.data() + kChunkHeaderBytes, b->n);  // the probe records, without the header
     blocks[size_t(s.install)][s.cid] = std::move(b);
   }
+}
+
+// Publishes a new block of tier `t` for chunk s: `base`'s records (none when null) plus those this
+// read brought (every one for a whole read).
+void PrefixStore::Impl::InstallKVLocked(const PendingRead& pr, const ReadSource& s, Tier t, const BlockPtr& base) {
+  const uint32_t n_slots = s.ext->ext.n_slots;
+  const size_t region = size_t(n_slots) * k_bytes;
+  auto& mem = t == Tier::kDevice ? device_mem : host_mem;
+  auto b = std::make_shared<TierBlock>();
+  b->mem = mem;
+  b->n = 2 * region;
+  b->generation = s.generation;
+  b->p = mem->Alloc(b->n);
+  if (!b->p) return;  // out of memory: the chunk is simply not cached
+  std::vector<uint8_t> tmp(b->n);
+  const ChunkLayout lay = KVLayout(n_slots);
+  if (s.whole) {
+    std::memcpy(tmp.data(), s.img.data() + lay.k_offset, region);
+    std::memcpy(tmp.data() + region, s.img.data() + lay.v_offset, region);
+  } else {
+    if (base) base->mem->CopyOut(tmp.data(), base->p, base->n);
+    b->k_have = base && !base->k_have.empty() ? base->k_have : std::vector<bool>(n_slots, base != nullptr);
+    b->v_have = base && !base->v_have.empty() ? base->v_have : std::vector<bool>(n_slots, base != nullptr);
+    for (auto [row, w] : s.rows) {
+      const size_t at = size_t(w) * k_bytes;
+      if (pr.want_k && !b->k_have[w]) {
+        std::memcpy(tmp.data() + at, s.img.data() + lay.k_offset + at, k_bytes);
+        b->k_have[w] = true;
+      }
+      if (pr.want_v && !b->v_have[w]) {
+        std::memcpy(tmp.data() + region + at, s.img.data() + lay.v_offset + at, k_bytes);
+        b->v_have[w] = true;
+      }
+    }
+    auto all = [](const std::vector<bool>& v) { return std::find(v.begin(), v.end(), false) == v.end(); };
+    if (all(b->k_have)) b->k_have.clear();
+    if (all(b->v_have)) b->v_have.clear();
+  }
+  mem->CopyIn(b->p, tmp.data(), b->n);
+  blocks[size_t(t)][s.cid] = std::move(b);
 }
 
 Status PrefixStore::Impl::VerifySource(const ReadSource& s, bool probe) const {
@@ -541,6 +603,8 @@ void PrefixStore::Impl::ApplyMoveLocked(const TierMove& m) {
   b->mem = mem;
   b->n = src->n;
   b->generation = src->generation;
+  b->k_have = src->k_have;
+  b->v_have = src->v_have;
   b->p = mem->Alloc(src->n);
   if (!b->p) return;  // out of memory: the chunk is simply not cached
   std::vector<uint8_t> tmp(src->n);

@@ -1,0 +1,142 @@
+// A chunk admitted to a memory tier from the SSD costs the blocks the request wanted, not a read
+// of the whole chunk: the tier keeps the records that read brought, serves them from memory
+// afterwards, and brings the missing ones from the SSD when a later request wants them. The tier
+// budgets count the bytes the tiers hold in the store's encoding (int8 records are smaller).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "store/chunk-format.h"
+#include "store/kv-codec.h"
+#include "store/prefix-store.h"
+#include "tests/store/store-test-util.h"
+
+namespace impress::store {
+namespace {
+
+using testing::OpenOrDie;
+using testing::RandomTokens;
+using testing::SyntheticKV;
+using testing::TempDir;
+
+// One layer, 2 KV heads of 32 dims: a K (or V) record is 128 bytes, so a 64-token chunk's K region
+// is two 4 KiB blocks (slots 0-31, 32-63), and so is its V region.
+constexpr int kHeads = 2, kDim = 32;
+constexpr uint32_t kChunk = 64;
+
+PrefixStoreOptions Options(const std::string& dir, KVEncoding enc, uint64_t device_bytes) {
+  PrefixStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = "model-partial-admission";
+  o.n_layer = 1;
+  o.n_head_kv = kHeads;
+  o.head_dim = kDim;
+  o.probe_kv_heads = {0};
+  o.chunk_tokens = kChunk;
+  o.kv_encoding = enc;
+  o.device_bytes = device_bytes;
+  o.host_bytes = 0;
+  o.admit_on_insert = false;  // every chunk starts on the SSD only
+  o.reorder_interval = std::chrono::milliseconds(0);
+  o.data_file_bytes = 8ull << 20;
+  return o;
+}
+
+std::vector<uint32_t> Range(uint32_t a, uint32_t b) {
+  std::vector<uint32_t> v(b - a);
+  std::iota(v.begin(), v.end(), a);
+  return v;
+}
+
+TEST(PartialAdmission, AdmitsWhatWasReadAndFillsInLater) {
+  const std::string dir = TempDir("partial-admission");
+  SyntheticKV kv{1, kHeads, kDim};
+  std::mt19937 rng(11);
+  auto s = OpenOrDie(Options(dir, KVEncoding::kF16, 16ull << 20));
+  ASSERT_TRUE(s);
+  const auto t = RandomTokens(rng, kChunk);  // one chunk
+  ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+  ASSERT_EQ(s->Stats().tiers.device.n_chunks, 0u);
+
+  auto read = [&](const std::vector<uint32_t>& pos, bool want_k, bool want_v) {
+    MatchHandle h = s->Match(t);
+    EXPECT_EQ(h.n_matched, t.size());
+    auto r = s->Wait(*s->SubmitReadKV(h, 0, pos, want_k, want_v));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(kv.Check(t, 0, pos, *r, want_k, want_v));
+    EXPECT_TRUE(s->Release(h).ok());
+    return r.ok() ? r->stats : ReadStats{};
+  };
+
+  // An eighth of the chunk (slots 0-7, in the first K block and the first V block): those two
+  // blocks, not the chunk's five (header, two K, two V).
+  ReadStats a = read(Range(0, 8), true, true);
+  EXPECT_EQ(a.ssd_bytes, 2u * kBlockBytes);
+  EXPECT_EQ(a.chunks_ssd, 1u);
+  const TierStats ts = s->Stats().tiers;
+  EXPECT_EQ(ts.device.n_chunks, 1u) << "the chunk is admitted with what was read";
+  EXPECT_EQ(ts.device.used_bytes, uint64_t(kChunk) * 2 * kHeads * kDim * 2) << "the tier reserves the whole chunk";
+
+  // The same records again: from the device tier, nothing from the SSD.
+  ReadStats b = read(Range(0, 8), true, true);
+  EXPECT_EQ(b.ssd_bytes, 0u);
+  EXPECT_EQ(b.chunks_device, 1u);
+  EXPECT_EQ(b.chunks_ssd, 0u);
+
+  // Keys only of slots 0-15: 0-7 in memory, 8-15 in the first K block.
+  ReadStats c = read(Range(0, 16), true, false);
+  EXPECT_EQ(c.ssd_bytes, 1u * kBlockBytes);
+  EXPECT_EQ(c.chunks_ssd, 1u);
+
+  // Every record: the missing ones come from the SSD (K blocks 1 and 2: slots 16-63; V blocks 1
+  // and 2: slots 8-63), the ones held from memory, and the values are the written ones.
+  ReadStats d = read(Range(0, kChunk), true, true);
+  EXPECT_EQ(d.ssd_bytes, 4u * kBlockBytes);
+  EXPECT_EQ(d.chunks_ssd, 1u);
+
+  // Now the tier holds the whole chunk: no more SSD reads of any kind.
+  ReadStats e = read(Range(0, kChunk), true, true);
+  EXPECT_EQ(e.ssd_bytes, 0u);
+  EXPECT_EQ(e.chunks_device, 1u);
+  EXPECT_EQ(read(Range(40, 50), false, true).ssd_bytes, 0u);
+  s.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// The device budget holds two int8 chunks, less than two fp16 ones: both are admitted, and the
+// tier serves the same values the SSD did.
+TEST(PartialAdmission, BudgetsCountTheEncodedBytes) {
+  const std::string dir = TempDir("partial-admission-int8");
+  SyntheticKV kv{1, kHeads, kDim};
+  std::mt19937 rng(12);
+  const uint64_t int8_chunk = uint64_t(kChunk) * 2 * RecordBytes(KVEncoding::kInt8, kHeads, kDim);
+  const uint64_t f16_chunk = uint64_t(kChunk) * 2 * RecordBytes(KVEncoding::kF16, kHeads, kDim);
+  ASSERT_LT(2 * int8_chunk, f16_chunk + f16_chunk / 2);
+  // Room for two int8 chunks: less than two fp16 chunks.
+  auto s = OpenOrDie(Options(dir, KVEncoding::kInt8, 2 * int8_chunk));
+  ASSERT_TRUE(s);
+  const auto t = RandomTokens(rng, 2 * kChunk);
+  ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+  MatchHandle h = s->Match(t);
+  ASSERT_EQ(h.n_matched, t.size());
+  auto r = s->Wait(*s->SubmitReadKV(h, 0, Range(0, 2 * kChunk), true, true));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stats.chunks_ssd, 2u);
+  const TierStats ts = s->Stats().tiers;
+  EXPECT_EQ(ts.device.n_chunks, 2u) << "both int8 chunks fit the budget of two int8 chunks";
+  EXPECT_EQ(ts.device.used_bytes, 2 * int8_chunk);
+  auto again = s->Wait(*s->SubmitReadKV(h, 0, Range(0, 2 * kChunk), true, true));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->stats.ssd_bytes, 0u);
+  EXPECT_EQ(again->stats.chunks_device, 2u);
+  EXPECT_EQ(again->k, r->k) << "the tier returns what the SSD did";
+  EXPECT_EQ(again->v, r->v);
+  ASSERT_TRUE(s->Release(h).ok());
+  s.reset();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace impress::store
