@@ -367,18 +367,61 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
   });
 }
 
+// impress bench kernels --gemm: the prefill GEMM per type and shape; 0 or 1 (the exit code).
+int PrintGemmBench(double seconds, bool json) {
+  using namespace quant;
+  auto rows = RunGemmBenchmark(seconds);
+  if (!rows.ok()) {
+    spdlog::error("{}", rows.status().ToString());
+    return 1;
+  }
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const GemmBenchRow& r : *rows)
+      out.push_back({{"m", r.m},
+                     {"n", r.n},
+                     {"k", r.k},
+                     {"type", WeightTypeName(r.type)},
+                     {"int8_gflops", r.int8_gflops},
+                     {"tiles_sgemm_gflops", r.tiles_gflops},
+                     {"fp32_sgemm_gflops", r.sgemm_gflops}});
+    std::cout << nlohmann::json{{"cpu", CpuModelName()},
+                                {"path", KernelPathName(ActiveKernelPath())},
+                                {"threads", 1},
+                                {"results", out}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::cout << fmt::format(
+      "CPU {}; path {}; one thread; GFLOP/s per thread-CPU second (quantizing or decoding included)\n"
+      "{:>5} {:>5} {:>5} {:<5} {:>10} {:>12} {:>12}\n",
+      CpuModelName(), KernelPathName(ActiveKernelPath()), "m", "n", "k", "type", "int8 GEMM", "tiles+sgemm",
+      "fp32 sgemm");
+  for (const GemmBenchRow& r : *rows)
+    std::cout << fmt::format("{:>5} {:>5} {:>5} {:<5} {:>10.1f} {:>12.1f} {:>12.1f}\n", r.m, r.n, r.k,
+                             WeightTypeName(r.type), r.int8_gflops, r.tiles_gflops, r.sgemm_gflops);
+  return 0;
+}
+
 // impress bench kernels: the quantized GEMV kernels (engine/quant), weight GB/s per type and path.
 void RegisterKernelBench(CLI::App* bench, int* exit_code) {
   struct KernelArgs {
     bool json = false;
+    bool gemm = false;
     double seconds = 0.3;
   };
   auto ka = std::make_shared<KernelArgs>();
   CLI::App* cmd = bench->add_subcommand("kernels", "quantized GEMV weight bandwidth per type and SIMD path");
   cmd->add_flag("--json", ka->json, "print JSON");
   cmd->add_option("--seconds", ka->seconds, "seconds per measurement")->check(CLI::Range(0.01, 60.0));
+  cmd->add_flag("--gemm", ka->gemm, "the prefill GEMM (512 rows) instead: GFLOP/s against OpenBLAS sgemm");
   cmd->callback([=] {
     using namespace quant;
+    if (ka->gemm) {
+      *exit_code = PrintGemmBench(ka->seconds, ka->json);
+      return;
+    }
     auto rows = RunKernelBenchmark(ka->seconds);
     if (!rows.ok()) {
       spdlog::error("{}", rows.status().ToString());

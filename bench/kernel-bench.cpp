@@ -1,9 +1,16 @@
 #include "bench/kernel-bench.h"
 
+#include <cblas.h>
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
 #include <vector>
+
+#include "engine/compute/cpu-backend.h"
+#include "engine/quant/gemm.h"
 
 namespace impress::quant {
 namespace {
@@ -113,6 +120,92 @@ Result<std::vector<KernelBenchRow>> RunKernelBenchmark(double min_seconds) {
         row.gbs.push_back(r->weight_gbs);
       }
       rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+namespace {
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+// The best thread-CPU seconds of one call of fn, over at least 3 calls and min_seconds in all.
+template <class Fn>
+Result<double> BestCpuSeconds(double min_seconds, Fn fn) {
+  if (Status st = fn(); !st.ok()) return st;  // warm-up
+  double best = 1e30, total = 0;
+  for (int i = 0; i < 3 || total < min_seconds; ++i) {
+    const double t0 = ThreadCpuSeconds();
+    if (Status st = fn(); !st.ok()) return st;
+    const double t = ThreadCpuSeconds() - t0;
+    best = std::min(best, t);
+    total += t;
+  }
+  return best;
+}
+
+}  // namespace
+
+Result<std::vector<GemmBenchRow>> RunGemmBenchmark(double min_seconds) {
+  SetBlasThreads(1);
+  const WeightType types[] = {WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ8_0,
+                              WeightType::kQ6_K};
+  // n (weight rows), k: SmolLM2-135M's (no K-quant fits 576 columns) and Llama-3.2-1B's q.
+  const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {2048, 2048}};
+  constexpr int64_t m = 512;
+  const KernelPath path = ActiveKernelPath();
+  std::vector<GemmBenchRow> rows;
+  for (const auto& shape : shapes) {
+    const int64_t n = shape[0], k = shape[1];
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(size_t(m * k)), y(size_t(m * n));
+    for (float& v : x) v = normal(rng);
+    for (WeightType t : types) {
+      if (k % BlockElements(t) != 0) continue;
+      WeightMatrix w{t, nullptr, n, k};
+      const std::vector<uint8_t> data = RandomMatrix(t, n * w.RowBytes());
+      w.data = data.data();
+      GemmBenchRow row{.m = m, .n = n, .k = k, .type = t};
+      const double flop = 2.0 * double(m) * double(n) * double(k);
+      if (GemmSupports(t, path)) {
+        GemmActivations acts;
+        auto int8 = BestCpuSeconds(min_seconds, [&]() -> Status {
+          IMPRESS_RETURN_IF_ERROR(acts.Reset(int(m), k));
+          acts.QuantizeRows(x.data(), k, 0, int(m));
+          return GemmRows(w, acts, 0, n, 0.0f, y.data(), n, path);
+        });
+        if (!int8.ok()) return int8.status();
+        row.int8_gflops = flop / *int8 / 1e9;
+      }
+      // Tiles of at most 4 MiB of fp32, as the CPU backend's fallback decodes them.
+      const int64_t tile = std::clamp<int64_t>(((int64_t(4) << 20) / (k * 4)) / 16 * 16, 16, n);
+      std::vector<float> wf(size_t(tile * k));
+      auto tiles = BestCpuSeconds(min_seconds, [&]() -> Status {
+        for (int64_t r0 = 0; r0 < n; r0 += tile) {
+          const int64_t nr = std::min(tile, n - r0);
+          for (int64_t r = 0; r < nr; ++r) DequantizeRow(t, w.data + (r0 + r) * w.RowBytes(), wf.data() + r * k, k);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(nr), int(k), 1.0f, x.data(), int(k),
+                      wf.data(), int(k), 0.0f, y.data() + r0, int(n));
+        }
+        return Status::Ok();
+      });
+      if (!tiles.ok()) return tiles.status();
+      row.tiles_gflops = flop / *tiles / 1e9;
+      std::vector<float> full(size_t(n * k));
+      for (int64_t r = 0; r < n; ++r) DequantizeRow(t, w.data + r * w.RowBytes(), full.data() + r * k, k);
+      auto sgemm = BestCpuSeconds(min_seconds, [&]() -> Status {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, x.data(), int(k),
+                    full.data(), int(k), 0.0f, y.data(), int(n));
+        return Status::Ok();
+      });
+      if (!sgemm.ok()) return sgemm.status();
+      row.sgemm_gflops = flop / *sgemm / 1e9;
+      rows.push_back(row);
     }
   }
   return rows;

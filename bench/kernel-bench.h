@@ -1,6 +1,7 @@
 // The quantized-kernel benchmark (`impress bench kernels`): weight bytes streamed per second by
 // the GEMV of engine/quant for each weight type and kernel path (scalar, AVX2, AVX-512) on the
-// calling thread. For benchmark reports (which path runs, how close to memory bandwidth); nothing
+// calling thread; and (`impress bench kernels --gemm`) the prefill GEMM's GFLOP/s against OpenBLAS
+// sgemm. For benchmark reports (which path runs, how close to memory bandwidth); nothing
 // asserts on its numbers. Safe from any thread; allocates its matrices.
 #pragma once
 
@@ -40,5 +41,27 @@ const std::vector<KernelPath>& KernelBenchPaths();
 // cache) and a 4096 x 4096 one (a Llama-8B-sized projection: streams from memory), every path the
 // CPU has, at least min_seconds each.
 Result<std::vector<KernelBenchRow>> RunKernelBenchmark(double min_seconds = 0.3);
+
+}  // namespace impress::quant
+
+namespace impress::quant {
+
+// The prefill GEMM on one thread: y (m x n) = x (m x k) W^T for a random W of `type`, three ways,
+// each timed in thread CPU time (a busy machine's other programs do not count), best of repeats
+// lasting at least min_seconds together, activation quantization / weight decoding included:
+//  - int8_gflops: the int8 GEMM (engine/quant/gemm.h) on the default path (0 where it lacks the
+//    type or path);
+//  - tiles_gflops: tiles of W decoded to fp32, each through OpenBLAS sgemm (the fallback);
+//  - sgemm_gflops: OpenBLAS sgemm on W already in fp32 (weights expanded at load).
+struct GemmBenchRow {
+  int64_t m = 0, n = 0, k = 0;
+  WeightType type = WeightType::kQ4_1;
+  double int8_gflops = 0, tiles_gflops = 0, sgemm_gflops = 0;
+};
+
+// SmolLM2-135M's projection shapes (576 -> 576, 576 -> 1536, 1536 -> 576) and Llama-3.2-1B's
+// 2048 x 2048 at m = 512 rows, for Q4_1, Q4_K, Q5_K, Q8_0 and Q6_K where the width is whole
+// blocks. Sets OpenBLAS to one thread.
+Result<std::vector<GemmBenchRow>> RunGemmBenchmark(double min_seconds = 0.3);
 
 }  // namespace impress::quant

@@ -14,6 +14,7 @@
 
 #include "engine/compute/decode-attention.h"
 #include "engine/compute/thread-pool.h"
+#include "engine/quant/gemm.h"
 #include "engine/quant/quant-kernels.h"
 
 namespace impress {
@@ -106,7 +107,9 @@ constexpr int kDirectRows = 8;
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const CpuBackendOptions& o) : pool_(o.n_threads) { SetBlasThreads(o.n_threads); }
+  explicit CpuBackend(const CpuBackendOptions& o) : pool_(o.n_threads), int8_prefill_(o.int8_prefill) {
+    SetBlasThreads(o.n_threads);
+  }
 
   std::string Name() const override { return "cpu (OpenBLAS, " + std::to_string(pool_.n_threads()) + " threads)"; }
 
@@ -348,11 +351,15 @@ class CpuBackend final : public Backend {
   // Typed MatMul for a few rows: each activation row quantized once, the weight rows split
   // across the pool (each weight row read once for all activation rows).
   void TypedGemv(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y, int ldy);
-  // Typed MatMul for many rows: tiles of W decoded to fp32, then sgemm.
+  // Typed MatMul for many rows: the int8 GEMM where it has the type and path (activation rows
+  // quantized once, panels of weight rows split across the pool), else tiles of W decoded to
+  // fp32 and sgemm.
   void TypedGemm(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y, int ldy);
+  void Int8Gemm(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y, int ldy);
 
   ThreadPool pool_;
   const quant::KernelPath path_ = quant::ActiveKernelPath();
+  const bool int8_prefill_;
   double flops_ = 0;
   std::vector<float> kf_, vf_, scores_;  // attention scratch, grown on demand
   // Decode attention: per (kv head, key block, query row) partial max, sum and value sum; the
@@ -360,6 +367,7 @@ class CpuBackend final : public Backend {
   std::vector<float> part_max_, part_sum_, part_acc_, raw_scores_;
   std::vector<quant::ActivationRow> acts_;  // typed GEMV: the prepared activation rows
   std::vector<float> gemv_out_, tile_;      // typed GEMV output / decoded weight tile
+  quant::GemmActivations gemm_acts_;        // int8 GEMM: the quantized activation rows
 };
 
 // Activation rows up to which a typed MatMul runs as GEMV (decode and small batches); beyond,
@@ -425,8 +433,36 @@ void CpuBackend::TypedGemv(int m, const quant::WeightMatrix& w, const float* x, 
   }
 }
 
+void CpuBackend::Int8Gemm(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y, int ldy) {
+  const Status reset = gemm_acts_.Reset(m, w.n_cols);
+  if (!reset.ok()) {  // unreachable: ValidateModel checks that rows are whole blocks
+    spdlog::error("cpu backend: {}", reset.ToString());
+    return;
+  }
+  ForRows(m, w.n_cols, [&](int64_t i) { gemm_acts_.QuantizeRows(x, ldx, int(i), int(i) + 1); });
+  // Whole panels per task (each task packs its own panels once), a few tasks per thread.
+  const int64_t n = w.n_rows, n_panels = (n + quant::kGemmPanel - 1) / quant::kGemmPanel;
+  const int64_t n_chunks = pool_.n_threads() == 1 ? 1 : std::min<int64_t>(n_panels, pool_.n_threads() * 4);
+  const std::function<void(int64_t)> task = [&](int64_t c) {
+    const int64_t r0 = std::min(n, n_panels * c / n_chunks * quant::kGemmPanel);
+    const int64_t r1 = std::min(n, n_panels * (c + 1) / n_chunks * quant::kGemmPanel);
+    const Status st = quant::GemmRows(w, gemm_acts_, r0, r1, beta, y, ldy, path_);
+    if (!st.ok()) spdlog::error("cpu backend: {}", st.ToString());
+  };
+  if (n_chunks <= 1) {
+    task(0);
+  } else {
+    pool_.ParallelFor(n_chunks, task);
+  }
+}
+
 void CpuBackend::TypedGemm(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y,
                            int ldy) {
+  // The scalar GEMM is the reference, slower than decoding to fp32 for sgemm.
+  if (int8_prefill_ && path_ != quant::KernelPath::kScalar && quant::GemmSupports(w.type, path_)) {
+    Int8Gemm(m, w, x, ldx, beta, y, ldy);
+    return;
+  }
   const int64_t n = w.n_rows, k = w.n_cols, row_bytes = w.RowBytes();
   // About 4 MiB of fp32 weights a tile: large enough that sgemm runs at full rate, small
   // enough that the tile stays in the last-level cache between its decode and its use.

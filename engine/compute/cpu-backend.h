@@ -14,6 +14,10 @@ namespace impress {
 
 struct CpuBackendOptions {
   int n_threads = 2;  // OpenBLAS threads and pool threads (they never run at the same time)
+  // Prefill (many rows) on quantized weights: the int8 GEMM (activation rows quantized to int8
+  // blocks, as decode does; ~2.5x sgemm's rate) where the type and CPU allow; false: weight
+  // tiles decoded to fp32 and sgemm (exact in the weights, for accuracy comparisons).
+  bool int8_prefill = true;
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options = {});

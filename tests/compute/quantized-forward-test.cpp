@@ -1,6 +1,6 @@
 // The forward pass on weights kept in their stored type (F16, BF16 and every quantized type the
 // kernels know) against the forward pass on the same weights decoded to fp32 (DequantizedCopy):
-// prefill (many rows: decoded tiles + sgemm), small batches and decode (rows quantized to int8
+// prefill (many rows: the int8 GEMM, and decoded tiles + sgemm), small batches and decode (rows quantized to int8
 // once, integer GEMV split across threads), the embedding lookup and the LM head.
 #include <gtest/gtest.h>
 
@@ -147,7 +147,8 @@ TEST_P(StoredForward, MatchesTheSameWeightsDecodedToFp32) {
   auto decoded = DequantizedCopy(stored);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   ASSERT_TRUE(decoded->weights.layers[0].w_up.data.size() == size_t(512 * 256));
-  auto be = MakeCpuBackend({.n_threads = 2});
+  // Prefill through decoded fp32 tiles here; through the int8 GEMM (the default) below.
+  auto be = MakeCpuBackend({.n_threads = 2, .int8_prefill = false});
   const std::vector<float> got = RunModel(stored, *be);
   const std::vector<float> want = RunModel(*decoded, *be);
   ASSERT_EQ(got.size(), want.size());
@@ -169,6 +170,18 @@ TEST_P(StoredForward, MatchesTheSameWeightsDecodedToFp32) {
   EXPECT_LE(decode, bound) << quant::WeightTypeName(type);
   std::printf("%-5s max relative logit difference: prefill %.2e, 3-row batch %.2e, decode %.2e\n",
               quant::WeightTypeName(type), prefill, small_batch, decode);
+
+  // The int8 GEMM quantizes prefill's activation rows as the GEMV does decode's (in blocks of
+  // 32, at least as fine as the GEMV's): the same bound. F16/BF16 do not use it: as exact as above.
+  auto be8 = MakeCpuBackend({.n_threads = 2});
+  const std::vector<float> got8 = RunModel(stored, *be8);
+  ASSERT_EQ(got8.size(), want.size());
+  const double prefill8 = RelDiff(got8, want, 0, 24 * V);
+  const double decode8 = RelDiff(got8, want, 27 * V, 31 * V);
+  EXPECT_LE(prefill8, half ? 1e-4 : bound) << quant::WeightTypeName(type);
+  EXPECT_LE(decode8, bound) << quant::WeightTypeName(type);
+  std::printf("%-5s with the int8 prefill GEMM: prefill %.2e, decode %.2e\n", quant::WeightTypeName(type), prefill8,
+              decode8);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryType, StoredForward,

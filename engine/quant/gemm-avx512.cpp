@@ -1,0 +1,116 @@
+// The int8 GEMM's AVX-512 VNNI kernel: 4 activation rows x one packed panel of 32 weight rows
+// (gemm.h). This file alone is compiled with the AVX-512 instruction sets (CMakeLists.txt); it
+// runs only after CPUID said the CPU has them (GemmRows checks the path).
+// Registers: 8 int32 block sums + 8 fp32 accumulators + 2 weight vectors + scales, under 32.
+// GCC 12's AVX-512 intrinsics warn about their own self-initialised temporaries once inlined (a
+// compiler bug fixed in GCC 13); nothing of ours is uninitialised.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "engine/quant/gemm.h"
+
+namespace impress::quant::gemm_internal {
+namespace {
+
+inline __m512i Dword(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Rows [i0, i0 + R) of x times the panel into out (row i at out + i * ldy, lanes < n_valid).
+template <int R>
+void PanelRows(const PackedPanel& p, const GemmActivations& x, int i0, int n_valid, float beta, float* out,
+               int64_t ldy) {
+  const ActBlock32* a[R];
+  const float* ds[R];
+  for (int r = 0; r < R; ++r) {
+    a[r] = x.Row(i0 + r);
+    ds[r] = x.DSum(i0 + r);
+  }
+  __m512 f[R][2];
+  for (int r = 0; r < R; ++r) f[r][0] = f[r][1] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < p.n_groups; ++g) {
+    const uint8_t* wp = p.data + g * 1024;
+    __m512i s[R][2];
+    for (int r = 0; r < R; ++r) s[r][0] = s[r][1] = _mm512_setzero_si512();
+    for (int q = 0; q < 8; ++q) {
+      const __m512i w0 = _mm512_loadu_si512(wp + q * 128);
+      const __m512i w1 = _mm512_loadu_si512(wp + q * 128 + 64);
+      for (int r = 0; r < R; ++r) {
+        const __m512i av = Dword(a[r][g].qs + 4 * q);
+        s[r][0] = _mm512_dpbusd_epi32(s[r][0], w0, av);
+        s[r][1] = _mm512_dpbusd_epi32(s[r][1], w1, av);
+      }
+    }
+    const float* sc = p.scale + g * 64;
+    const __m512 dw0 = _mm512_loadu_ps(sc), dw1 = _mm512_loadu_ps(sc + 16);
+    const __m512 mw0 = _mm512_loadu_ps(sc + 32), mw1 = _mm512_loadu_ps(sc + 48);
+    for (int r = 0; r < R; ++r) {
+      const __m512 da = _mm512_set1_ps(a[r][g].d), dsum = _mm512_set1_ps(ds[r][g]);
+      f[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][0]), _mm512_mul_ps(dw0, da), f[r][0]);
+      f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][1]), _mm512_mul_ps(dw1, da), f[r][1]);
+      f[r][0] = _mm512_fmadd_ps(mw0, dsum, f[r][0]);
+      f[r][1] = _mm512_fmadd_ps(mw1, dsum, f[r][1]);
+    }
+  }
+  const __mmask16 m0 = n_valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << n_valid) - 1);
+  const __mmask16 m1 = n_valid >= 32 ? __mmask16(0xffff) : n_valid <= 16 ? 0 : __mmask16((1u << (n_valid - 16)) - 1);
+  const __m512 vb = _mm512_set1_ps(beta);
+  for (int r = 0; r < R; ++r) {
+    float* y = out + int64_t(i0 + r) * ldy;
+    __m512 v0 = f[r][0], v1 = f[r][1];
+    if (beta != 0.0f) {
+      v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, y), v0);
+      v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, y + 16), v1);
+    }
+    _mm512_mask_storeu_ps(y, m0, v0);
+    _mm512_mask_storeu_ps(y + 16, m1, v1);
+  }
+}
+
+}  // namespace
+
+void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum) {
+  const __m512 sign = _mm512_set1_ps(-0.0f), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+  for (int64_t b = 0; b < n / kQK32; ++b, x += kQK32) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+    ActBlock32& o = out[b];
+    if (amax == 0.0f) {
+      o.d = 0.0f;
+      o.sum = 0;
+      std::memset(o.qs, 0, sizeof(o.qs));
+      dsum[b] = 0.0f;
+      continue;
+    }
+    // As QuantizeOne: round-to-nearest-even of x * (127 / amax), clamped.
+    const __m512 iscale = _mm512_set1_ps(127.0f / amax);
+    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512 q0 = _mm512_roundscale_ps(_mm512_mul_ps(v0, iscale), kNearest);
+    const __m512 q1 = _mm512_roundscale_ps(_mm512_mul_ps(v1, iscale), kNearest);
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(q0, lo), hi));
+    const __m512i i1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(q1, lo), hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o.qs), _mm512_cvtepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o.qs + 16), _mm512_cvtepi32_epi8(i1));
+    o.d = amax / 127.0f;
+    o.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    dsum[b] = o.d * float(o.sum);
+  }
+}
+
+void GemmPanelAvx512(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy) {
+  int i = 0;
+  for (; i + 4 <= x.m(); i += 4) PanelRows<4>(p, x, i, n_valid, beta, out, ldy);
+  switch (x.m() - i) {
+    case 3: PanelRows<3>(p, x, i, n_valid, beta, out, ldy); break;
+    case 2: PanelRows<2>(p, x, i, n_valid, beta, out, ldy); break;
+    case 1: PanelRows<1>(p, x, i, n_valid, beta, out, ldy); break;
+    default: break;
+  }
+}
+
+}  // namespace impress::quant::gemm_internal

@@ -1,0 +1,81 @@
+// The int8 GEMM for prefill: many activation rows times a quantized weight matrix, read in place.
+//
+// The activation rows are quantized once into int8 blocks of 32 (GemmActivations, the same
+// rounding as the GEMV's QuantizeRow32). Each panel of 32 weight rows is decoded once into
+// unsigned bytes with one fp32 scale and offset per 32 elements and laid out so that one 64-byte
+// load holds four consecutive elements of 16 weight rows; the AVX-512 kernel then multiplies a
+// group of 4 activation rows by the 32 weight rows with vpdpbusd, each weight load used 4 times
+// and each activation dword 2 times, and folds every block's integer sum into fp32 as
+//   acc = fma(float(isum), dw * da, acc);  acc = fma(mw, da * sum(qa), acc)
+// in block order. The scalar path does exactly these operations in the same order (it is the
+// reference), so both paths give the same bits.
+//
+// Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K (K-quants per 32-element sub-block). Paths:
+// scalar and AVX-512 VNNI; others (and Q6_K, F16, BF16) are for the caller's fp32 fallback.
+//
+// Thread contract: GemmActivations is written by Reset/QuantizeRows (threads may quantize
+// disjoint row ranges) and then read by any number of threads. GemmRows is reentrant (its scratch
+// is per thread); callers split the weight rows across threads, at multiples of kGemmPanel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/quant/quant-kernels.h"
+
+namespace impress::quant {
+
+// Weight rows packed and multiplied together; splitting work at multiples of it avoids padding.
+inline constexpr int64_t kGemmPanel = 32;
+
+// True when GemmRows computes `type` on `path` (the path must also run on this CPU).
+bool GemmSupports(WeightType type, KernelPath path);
+
+// m activation rows of k elements as int8 blocks, plus d * sum(qs) per block in fp32.
+class GemmActivations {
+ public:
+  // Sizes for m rows of k elements. Errors: kInvalidArgument unless m >= 0, k > 0, k % 32 == 0.
+  Status Reset(int m, int64_t k);
+  // Quantizes rows [i0, i1) from x (row i at x + i * ldx), as QuantizeRow32.
+  void QuantizeRows(const float* x, int64_t ldx, int i0, int i1);
+
+  int m() const { return m_; }
+  int64_t k() const { return k_; }
+  const ActBlock32* Row(int i) const { return blocks_.data() + int64_t(i) * (k_ / kQK32); }
+  const float* DSum(int i) const { return dsum_.data() + int64_t(i) * (k_ / kQK32); }
+
+ private:
+  int m_ = 0;
+  int64_t k_ = 0;
+  std::vector<ActBlock32> blocks_;
+  std::vector<float> dsum_;
+};
+
+// For every activation row i < x.m() and weight row r in [r0, r1):
+//   y[i * ldy + r] = (beta == 0 ? 0 : beta * y[i * ldy + r]) + W[r, :] . x_i
+// (beta == 0 never reads y). Errors: kInvalidArgument for a shape mismatch or rows out of range;
+// kUnsupported when !GemmSupports(w.type, path) or the CPU cannot run the path.
+Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int64_t r1, float beta, float* y,
+                int64_t ldy, KernelPath path = ActiveKernelPath());
+
+namespace gemm_internal {
+
+// One panel of kGemmPanel weight rows, packed: for group g (32 elements) and quad q (elements
+// 4q..4q+3), `data` holds at g * 1024 + q * 128 + 4 * r the four bytes of weight row r; `scale`
+// holds dw of row r at g * 64 + r and mw at g * 64 + 32 + r. Rows past the matrix are zero.
+struct PackedPanel {
+  const uint8_t* data;
+  const float* scale;
+  int64_t n_groups;
+};
+
+// QuantizeRow32 bit for bit (finite x) plus dsum[b] = d * sum for each block, in AVX-512.
+void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum);
+
+// out[i * ldy + r] for rows i of x and panel rows r < n_valid (the AVX-512 kernel).
+void GemmPanelAvx512(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy);
+
+}  // namespace gemm_internal
+
+}  // namespace impress::quant
