@@ -108,8 +108,13 @@ struct Prompts {
   std::vector<PromptTokens> docs, requests, facts;
 };
 
+// The store keeps probe keys for the KV heads of the first `probe_heads` query heads, whichever
+// choice the run probes with: runs that differ only in it share one ingest (an hour of prefill on
+// a busy machine). A spread probe whose KV heads the store lacks reads the layer's keys from the
+// chunks instead (with grouped-query attention and P >= n_head_kv: every KV head's keys, the same
+// bytes as probe keys of every KV head); WorkloadRequestResult::probe_key_bytes counts them so.
 store::PrefixStoreOptions StoreOptionsForRun(const ModelContext& ctx, const RunSpec& r) {
-  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), r.settings.probe_heads, r.settings.probe_spread);
+  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), r.settings.probe_heads, /*spread=*/false);
   so.chunk_tokens = r.chunk_tokens;
   so.kv_encoding = r.kv_encoding;
   so.reorder_interval = std::chrono::milliseconds(0);
