@@ -57,6 +57,7 @@ struct RunSpec {
   SystemKind system = SystemKind::kImpress;
   PipelineSettings settings;
   int chunk_tokens = 64;
+  int stored_probe_heads = 3;  // the store keeps probe keys for these query heads' KV heads
   store::KVEncoding kv_encoding = store::KVEncoding::kF16;
   double device_fraction = 0, host_fraction = 0;
   double sweep_value = 0;
@@ -70,6 +71,7 @@ RunSpec BaseRun(SystemKind s, const WorkloadBenchOptions& o) {
   r.settings.system = s;
   r.settings.report_importance = true;  // the store's statistics drive LFU, score caching and reorder
   r.chunk_tokens = o.chunk_tokens;
+  r.stored_probe_heads = o.settings.probe_heads;
   r.kv_encoding = o.kv_encoding;
   r.device_fraction = o.device_fraction;
   r.host_fraction = o.host_fraction;
@@ -108,13 +110,14 @@ struct Prompts {
   std::vector<PromptTokens> docs, requests, facts;
 };
 
-// The store keeps probe keys for the KV heads of the first `probe_heads` query heads, whichever
-// choice the run probes with: runs that differ only in it share one ingest (an hour of prefill on
-// a busy machine). A spread probe whose KV heads the store lacks reads the layer's keys from the
-// chunks instead (with grouped-query attention and P >= n_head_kv: every KV head's keys, the same
-// bytes as probe keys of every KV head); WorkloadRequestResult::probe_key_bytes counts them so.
+// The store keeps probe keys for the KV heads of the first P query heads of the benchmark's own
+// settings (not of a sweep's value), whichever choice and count the run probes with: runs that
+// differ only in them share one ingest (an hour of prefill on a busy machine). A probe whose KV
+// heads the store lacks reads the layer's keys from the chunks instead (with grouped-query
+// attention and P >= n_head_kv spread: every KV head's keys, the same bytes as probe keys of every
+// KV head); WorkloadRequestResult::probe_key_bytes counts what it read.
 store::PrefixStoreOptions StoreOptionsForRun(const ModelContext& ctx, const RunSpec& r) {
-  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), r.settings.probe_heads, /*spread=*/false);
+  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), r.stored_probe_heads, /*spread=*/false);
   so.chunk_tokens = r.chunk_tokens;
   so.kv_encoding = r.kv_encoding;
   so.reorder_interval = std::chrono::milliseconds(0);
