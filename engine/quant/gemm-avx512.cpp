@@ -21,40 +21,43 @@ inline __m512i Dword(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Rows [i0, i0 + R) of x times the panel into out (row i at out + i * ldy, lanes < n_valid).
-template <int R>
+// Rows [i0, i0 + R) of x times the panel into out (row i at out + i * ldy, lanes < n_valid);
+// H spans of 32 / H elements per group, each with its own scales (p.halves == H).
+template <int R, int H>
 void PanelRows(const PackedPanel& p, const GemmActivations& x, int i0, int n_valid, float beta, float* out,
                int64_t ldy) {
   const ActBlock32* a[R];
   const float* ds[R];
   for (int r = 0; r < R; ++r) {
     a[r] = x.Row(i0 + r);
-    ds[r] = x.DSum(i0 + r);
+    ds[r] = H == 1 ? x.DSum(i0 + r) : x.DSum16(i0 + r);
   }
   __m512 f[R][2];
   for (int r = 0; r < R; ++r) f[r][0] = f[r][1] = _mm512_setzero_ps();
   for (int64_t g = 0; g < p.n_groups; ++g) {
     const uint8_t* wp = p.data + g * 1024;
-    __m512i s[R][2];
-    for (int r = 0; r < R; ++r) s[r][0] = s[r][1] = _mm512_setzero_si512();
-    for (int q = 0; q < 8; ++q) {
-      const __m512i w0 = _mm512_loadu_si512(wp + q * 128);
-      const __m512i w1 = _mm512_loadu_si512(wp + q * 128 + 64);
-      for (int r = 0; r < R; ++r) {
-        const __m512i av = Dword(a[r][g].qs + 4 * q);
-        s[r][0] = _mm512_dpbusd_epi32(s[r][0], w0, av);
-        s[r][1] = _mm512_dpbusd_epi32(s[r][1], w1, av);
+    for (int h = 0; h < H; ++h) {
+      __m512i s[R][2];
+      for (int r = 0; r < R; ++r) s[r][0] = s[r][1] = _mm512_setzero_si512();
+      for (int q = h * 8 / H; q < (h + 1) * 8 / H; ++q) {
+        const __m512i w0 = _mm512_loadu_si512(wp + q * 128);
+        const __m512i w1 = _mm512_loadu_si512(wp + q * 128 + 64);
+        for (int r = 0; r < R; ++r) {
+          const __m512i av = Dword(a[r][g].qs + 4 * q);
+          s[r][0] = _mm512_dpbusd_epi32(s[r][0], w0, av);
+          s[r][1] = _mm512_dpbusd_epi32(s[r][1], w1, av);
+        }
       }
-    }
-    const float* sc = p.scale + g * 64;
-    const __m512 dw0 = _mm512_loadu_ps(sc), dw1 = _mm512_loadu_ps(sc + 16);
-    const __m512 mw0 = _mm512_loadu_ps(sc + 32), mw1 = _mm512_loadu_ps(sc + 48);
-    for (int r = 0; r < R; ++r) {
-      const __m512 da = _mm512_set1_ps(a[r][g].d), dsum = _mm512_set1_ps(ds[r][g]);
-      f[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][0]), _mm512_mul_ps(dw0, da), f[r][0]);
-      f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][1]), _mm512_mul_ps(dw1, da), f[r][1]);
-      f[r][0] = _mm512_fmadd_ps(mw0, dsum, f[r][0]);
-      f[r][1] = _mm512_fmadd_ps(mw1, dsum, f[r][1]);
+      const float* sc = p.scale + (g * H + h) * 64;
+      const __m512 dw0 = _mm512_loadu_ps(sc), dw1 = _mm512_loadu_ps(sc + 16);
+      const __m512 mw0 = _mm512_loadu_ps(sc + 32), mw1 = _mm512_loadu_ps(sc + 48);
+      for (int r = 0; r < R; ++r) {
+        const __m512 da = _mm512_set1_ps(a[r][g].d), dsum = _mm512_set1_ps(ds[r][g * H + h]);
+        f[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][0]), _mm512_mul_ps(dw0, da), f[r][0]);
+        f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][1]), _mm512_mul_ps(dw1, da), f[r][1]);
+        f[r][0] = _mm512_fmadd_ps(mw0, dsum, f[r][0]);
+        f[r][1] = _mm512_fmadd_ps(mw1, dsum, f[r][1]);
+      }
     }
   }
   const __mmask16 m0 = n_valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << n_valid) - 1);
@@ -72,9 +75,22 @@ void PanelRows(const PackedPanel& p, const GemmActivations& x, int i0, int n_val
   }
 }
 
+// Every row of x: groups of 4, then the rest.
+template <int H>
+void RowGroups(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy) {
+  int i = 0;
+  for (; i + 4 <= x.m(); i += 4) PanelRows<4, H>(p, x, i, n_valid, beta, out, ldy);
+  switch (x.m() - i) {
+    case 3: PanelRows<3, H>(p, x, i, n_valid, beta, out, ldy); break;
+    case 2: PanelRows<2, H>(p, x, i, n_valid, beta, out, ldy); break;
+    case 1: PanelRows<1, H>(p, x, i, n_valid, beta, out, ldy); break;
+    default: break;
+  }
+}
+
 }  // namespace
 
-void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum) {
+void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum, float* dsum16) {
   const __m512 sign = _mm512_set1_ps(-0.0f), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
   for (int64_t b = 0; b < n / kQK32; ++b, x += kQK32) {
     const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
@@ -84,7 +100,7 @@ void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum
       o.d = 0.0f;
       o.sum = 0;
       std::memset(o.qs, 0, sizeof(o.qs));
-      dsum[b] = 0.0f;
+      dsum[b] = dsum16[2 * b] = dsum16[2 * b + 1] = 0.0f;
       continue;
     }
     // As QuantizeOne: round-to-nearest-even of x * (127 / amax), clamped.
@@ -97,19 +113,19 @@ void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o.qs), _mm512_cvtepi32_epi8(i0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o.qs + 16), _mm512_cvtepi32_epi8(i1));
     o.d = amax / 127.0f;
-    o.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    const int32_t sum0 = _mm512_reduce_add_epi32(i0), sum1 = _mm512_reduce_add_epi32(i1);
+    o.sum = sum0 + sum1;
     dsum[b] = o.d * float(o.sum);
+    dsum16[2 * b] = o.d * float(sum0);
+    dsum16[2 * b + 1] = o.d * float(sum1);
   }
 }
 
 void GemmPanelAvx512(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy) {
-  int i = 0;
-  for (; i + 4 <= x.m(); i += 4) PanelRows<4>(p, x, i, n_valid, beta, out, ldy);
-  switch (x.m() - i) {
-    case 3: PanelRows<3>(p, x, i, n_valid, beta, out, ldy); break;
-    case 2: PanelRows<2>(p, x, i, n_valid, beta, out, ldy); break;
-    case 1: PanelRows<1>(p, x, i, n_valid, beta, out, ldy); break;
-    default: break;
+  if (p.halves == 2) {
+    RowGroups<2>(p, x, n_valid, beta, out, ldy);
+  } else {
+    RowGroups<1>(p, x, n_valid, beta, out, ldy);
   }
 }
 

@@ -3,7 +3,9 @@
 // GEMM computes. Unsigned because vpdpbusd multiplies unsigned by signed bytes: a signed format
 // is shifted up and the shift folded into mw (Q8_0: u = q + 128, mw = -128 * dw; Q4_0: mw =
 // -8 * dw; Q5_0: mw = -16 * dw; these products are exact). K-quants give each of their eight
-// sub-blocks its own dw = d * scale and mw = -(dmin * min).
+// sub-blocks its own dw = d * scale and mw = -(dmin * min). Q6_K scales every 16 elements, so a
+// group of it has two halves, each with its own dw[h], mw[h] (kHalves = 2); the others write
+// dw[0], mw[0] only.
 //
 // Included by gemm.cpp only (the one place that packs weights, so every path multiplies the same
 // integers). Pure functions, safe from any thread.
@@ -29,6 +31,10 @@ inline void Nibbles32(const uint8_t* qs, uint8_t* u) {
     u[i + 16] = qs[i] >> 4;
   }
 }
+
+// Halves of a 32-element group with their own scale: 2 for Q6_K, else 1.
+template <WeightType T>
+inline constexpr int kHalves = T == WeightType::kQ6_K ? 2 : 1;
 
 // Group g (32 elements) of `row`, a row of type T.
 template <WeightType T>
@@ -73,6 +79,18 @@ inline void DecodeGroup(const uint8_t* row, int64_t g, uint8_t* u, float* dw, fl
     }
     *dw = HalfAt(b) * float(sc);
     *mw = -(HalfAt(b + 2) * float(m));
+  } else if constexpr (T == WeightType::kQ6_K) {
+    const uint8_t* b = row + (g / 8) * int64_t(sizeof(BlockQ6_K));
+    const int h = int(g % 8) / 4, c = int(g % 8) % 4;
+    const uint8_t* ql = b + 64 * h + 32 * (c & 1);
+    const uint8_t* qh = b + 128 + 32 * h;
+    const int shift = c >= 2 ? 4 : 0;
+    for (int l = 0; l < 32; ++l) u[l] = uint8_t(((ql[l] >> shift) & 15) | ((qh[l] >> (2 * c)) & 3) << 4);
+    const float d = HalfAt(b + 208);
+    for (int half = 0; half < 2; ++half) {
+      dw[half] = d * float(int8_t(b[192 + 8 * h + 2 * c + half]));
+      mw[half] = -32.0f * dw[half];
+    }
   }
 }
 

@@ -24,35 +24,42 @@ bool TypeInGemm(WeightType type) {
     case WeightType::kQ5_0:
     case WeightType::kQ5_1:
     case WeightType::kQ4_K:
-    case WeightType::kQ5_K: return true;
+    case WeightType::kQ5_K:
+    case WeightType::kQ6_K: return true;
     default: return false;
   }
 }
 
-// Decodes a whole row: u[k], dw[k / 32], mw[k / 32].
+// Decodes a whole row: u[k], dw and mw [k / 32 * kHalves<T>] (group g's half h at g * halves + h).
 template <WeightType T>
 void DecodeRowT(const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, float* mw) {
-  for (int64_t g = 0; g < n_groups; ++g) DecodeGroup<T>(row, g, u + 32 * g, dw + g, mw + g);
+  constexpr int kH = gemm_internal::kHalves<T>;
+  for (int64_t g = 0; g < n_groups; ++g) DecodeGroup<T>(row, g, u + 32 * g, dw + kH * g, mw + kH * g);
 }
 
 // Packs rows [r0, r0 + n_valid) of w into the panel layout of gemm.h (data and scale sized for
 // the row's groups; padding rows zeroed).
 template <WeightType T>
 void PackPanelT(const WeightMatrix& w, int64_t r0, int n_valid, uint8_t* data, float* scale) {
+  constexpr int kH = gemm_internal::kHalves<T>;
   const int64_t n_groups = w.n_cols / kQK32, row_bytes = w.RowBytes();
   for (int r = 0; r < int(kGemmPanel); ++r) {
     if (r >= n_valid) {
       for (int64_t g = 0; g < n_groups; ++g) {
         for (int q = 0; q < 8; ++q) std::memset(data + g * 1024 + q * 128 + 4 * r, 0, 4);
-        scale[g * 64 + r] = 0.0f;
-        scale[g * 64 + 32 + r] = 0.0f;
+        for (int h = 0; h < kH; ++h) scale[(g * kH + h) * 64 + r] = scale[(g * kH + h) * 64 + 32 + r] = 0.0f;
       }
       continue;
     }
     const uint8_t* row = w.data + (r0 + r) * row_bytes;
     for (int64_t g = 0; g < n_groups; ++g) {
       alignas(32) uint8_t u[32];
-      DecodeGroup<T>(row, g, u, scale + g * 64 + r, scale + g * 64 + 32 + r);
+      float dw[2], mw[2];
+      DecodeGroup<T>(row, g, u, dw, mw);
+      for (int h = 0; h < kH; ++h) {
+        scale[(g * kH + h) * 64 + r] = dw[h];
+        scale[(g * kH + h) * 64 + 32 + r] = mw[h];
+      }
       for (int q = 0; q < 8; ++q) std::memcpy(data + g * 1024 + q * 128 + 4 * r, u + 4 * q, 4);
     }
   }
@@ -68,6 +75,7 @@ void ForType(WeightType type, Args&&... args) {
     case WeightType::kQ5_1: Op<WeightType::kQ5_1>::Run(args...); break;
     case WeightType::kQ4_K: Op<WeightType::kQ4_K>::Run(args...); break;
     case WeightType::kQ5_K: Op<WeightType::kQ5_K>::Run(args...); break;
+    case WeightType::kQ6_K: Op<WeightType::kQ6_K>::Run(args...); break;
     default: break;
   }
 }
@@ -90,19 +98,22 @@ struct PackPanelOp {
 void GemmScalar(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int64_t r1, float beta, float* y,
                 int64_t ldy) {
   const int64_t n_groups = w.n_cols / kQK32;
+  const int halves = w.type == WeightType::kQ6_K ? 2 : 1, span = 32 / halves;
   std::vector<uint8_t> u(size_t(w.n_cols));
-  std::vector<float> dw(static_cast<size_t>(n_groups)), mw(static_cast<size_t>(n_groups));
+  std::vector<float> dw(static_cast<size_t>(n_groups * halves)), mw(dw.size());
   for (int64_t r = r0; r < r1; ++r) {
     ForType<DecodeRowOp>(w.type, w.data + r * w.RowBytes(), n_groups, u.data(), dw.data(), mw.data());
     for (int i = 0; i < x.m(); ++i) {
       const ActBlock32* a = x.Row(i);
-      const float* ds = x.DSum(i);
+      const float* ds = halves == 1 ? x.DSum(i) : x.DSum16(i);
       float acc = 0.0f;
-      for (int64_t g = 0; g < n_groups; ++g) {
+      for (int64_t s = 0; s < n_groups * halves; ++s) {  // each span of elements with one scale
+        const ActBlock32& ab = a[s / halves];
+        const int e0 = int(s % halves) * span;
         int32_t isum = 0;
-        for (int e = 0; e < 32; ++e) isum += int32_t(u[size_t(32 * g + e)]) * a[g].qs[e];
-        acc = std::fma(float(isum), dw[size_t(g)] * a[g].d, acc);
-        acc = std::fma(mw[size_t(g)], ds[g], acc);
+        for (int e = e0; e < e0 + span; ++e) isum += int32_t(u[size_t(s * span + e - e0)]) * ab.qs[e];
+        acc = std::fma(float(isum), dw[size_t(s)] * ab.d, acc);
+        acc = std::fma(mw[size_t(s)], ds[s], acc);
       }
       float& out = y[i * ldy + r];
       out = beta == 0.0f ? acc : std::fma(beta, out, acc);
@@ -124,6 +135,7 @@ Status GemmActivations::Reset(int m, int64_t k) {
   k_ = k;
   blocks_.resize(size_t(m) * size_t(k / kQK32));
   dsum_.resize(blocks_.size());
+  dsum16_.resize(2 * blocks_.size());
   return Status::Ok();
 }
 
@@ -133,12 +145,20 @@ void GemmActivations::QuantizeRows(const float* x, int64_t ldx, int i0, int i1) 
   for (int i = i0; i < i1; ++i) {
     ActBlock32* b = blocks_.data() + int64_t(i) * nb;
     float* ds = dsum_.data() + int64_t(i) * nb;
+    float* ds16 = dsum16_.data() + int64_t(i) * 2 * nb;
     if (avx512) {
-      gemm_internal::QuantizeRow32Avx512(x + int64_t(i) * ldx, k_, b, ds);
+      gemm_internal::QuantizeRow32Avx512(x + int64_t(i) * ldx, k_, b, ds, ds16);
       continue;
     }
     QuantizeRow32(x + int64_t(i) * ldx, k_, b);
-    for (int64_t g = 0; g < nb; ++g) ds[g] = b[g].d * float(b[g].sum);
+    for (int64_t g = 0; g < nb; ++g) {
+      ds[g] = b[g].d * float(b[g].sum);
+      for (int h = 0; h < 2; ++h) {
+        int32_t sum = 0;
+        for (int e = 16 * h; e < 16 * h + 16; ++e) sum += b[g].qs[e];
+        ds16[2 * g + h] = b[g].d * float(sum);
+      }
+    }
   }
 }
 
@@ -165,12 +185,14 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   const int64_t n_groups = w.n_cols / kQK32;
   thread_local std::vector<uint8_t> data;
   thread_local std::vector<float> scale;
+  const int halves = w.type == WeightType::kQ6_K ? 2 : 1;
   data.resize(size_t(n_groups) * 1024);
-  scale.resize(size_t(n_groups) * 64);
+  scale.resize(size_t(n_groups * halves) * 64);
   for (int64_t p0 = r0; p0 < r1; p0 += kGemmPanel) {
     const int n_valid = int(std::min(kGemmPanel, r1 - p0));
     ForType<PackPanelOp>(w.type, w, p0, n_valid, data.data(), scale.data());
-    gemm_internal::GemmPanelAvx512(PackedPanel{data.data(), scale.data(), n_groups}, x, n_valid, beta, y + p0, ldy);
+    gemm_internal::GemmPanelAvx512(PackedPanel{data.data(), scale.data(), n_groups, halves}, x, n_valid, beta, y + p0,
+                                   ldy);
   }
   return Status::Ok();
 }

@@ -10,8 +10,9 @@
 // in block order. The scalar path does exactly these operations in the same order (it is the
 // reference), so both paths give the same bits.
 //
-// Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K (K-quants per 32-element sub-block). Paths:
-// scalar and AVX-512 VNNI; others (and Q6_K, F16, BF16) are for the caller's fp32 fallback.
+// Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K (K-quants per 32-element sub-block) and Q6_K
+// (per 16 elements: two block sums per group, each with its own scale). Paths: scalar and
+// AVX-512 VNNI; others (and F16, BF16) are for the caller's fp32 fallback.
 //
 // Thread contract: GemmActivations is written by Reset/QuantizeRows (threads may quantize
 // disjoint row ranges) and then read by any number of threads. GemmRows is reentrant (its scratch
@@ -32,7 +33,8 @@ inline constexpr int64_t kGemmPanel = 32;
 // True when GemmRows computes `type` on `path` (the path must also run on this CPU).
 bool GemmSupports(WeightType type, KernelPath path);
 
-// m activation rows of k elements as int8 blocks, plus d * sum(qs) per block in fp32.
+// m activation rows of k elements as int8 blocks, plus d * sum(qs) per block and per 16-element
+// half block in fp32.
 class GemmActivations {
  public:
   // Sizes for m rows of k elements. Errors: kInvalidArgument unless m >= 0, k > 0, k % 32 == 0.
@@ -44,12 +46,14 @@ class GemmActivations {
   int64_t k() const { return k_; }
   const ActBlock32* Row(int i) const { return blocks_.data() + int64_t(i) * (k_ / kQK32); }
   const float* DSum(int i) const { return dsum_.data() + int64_t(i) * (k_ / kQK32); }
+  // d * sum(qs[16h .. 16h + 15]) of block b at [2b + h].
+  const float* DSum16(int i) const { return dsum16_.data() + int64_t(i) * (k_ / 16); }
 
  private:
   int m_ = 0;
   int64_t k_ = 0;
   std::vector<ActBlock32> blocks_;
-  std::vector<float> dsum_;
+  std::vector<float> dsum_, dsum16_;
 };
 
 // For every activation row i < x.m() and weight row r in [r0, r1):
@@ -63,15 +67,18 @@ namespace gemm_internal {
 
 // One panel of kGemmPanel weight rows, packed: for group g (32 elements) and quad q (elements
 // 4q..4q+3), `data` holds at g * 1024 + q * 128 + 4 * r the four bytes of weight row r; `scale`
-// holds dw of row r at g * 64 + r and mw at g * 64 + 32 + r. Rows past the matrix are zero.
+// holds dw of row r's half h at (g * halves + h) * 64 + r and mw 32 floats later. Rows past the
+// matrix are zero.
 struct PackedPanel {
   const uint8_t* data;
   const float* scale;
   int64_t n_groups;
+  int halves;  // 1, or 2 for Q6_K
 };
 
-// QuantizeRow32 bit for bit (finite x) plus dsum[b] = d * sum for each block, in AVX-512.
-void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum);
+// QuantizeRow32 bit for bit (finite x) plus dsum[b] = d * sum and dsum16[2b + h] = d * (sum of
+// half h) for each block, in AVX-512.
+void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum, float* dsum16);
 
 // out[i * ldy + r] for rows i of x and panel rows r < n_valid (the AVX-512 kernel).
 void GemmPanelAvx512(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy);

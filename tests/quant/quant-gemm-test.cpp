@@ -8,10 +8,11 @@
 //  - the output is within fp32 rounding of an fp64 dot of the dequantized weights with the
 //    dequantized int8 activations (bound below), so the reference itself computes the product;
 //  - the arguments are checked.
-// Rounding bound: each output adds n_groups blocks, each (dw * da) * I + mw * (da * S) with
-// |I| <= umax * sum|qa| and |S| <= sum|qa|; every rounding is a factor (1 + e), |e| <= 2^-24, on
-// a partial sum no larger than M = sum_g (|dw| umax + |mw|) |da| sum|qa|; no value passes through
-// more than 2 n_groups + 4 roundings, and the packed dw, mw carry one rounding each.
+// Rounding bound: each output adds n_groups blocks (Q6_K: 2 n_groups half blocks), each
+// (dw * da) * I + mw * (da * S) with |I| <= umax * sum|qa| and |S| <= sum|qa|; every rounding is
+// a factor (1 + e), |e| <= 2^-24, on a partial sum no larger than
+// M = sum_g (|dw| umax + |mw|) |da| sum|qa|; no value passes through more than 4 n_groups + 4
+// roundings, and the packed dw, mw carry one rounding each.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,7 +30,9 @@ namespace {
 
 constexpr double kU = 1.0 / (1 << 24);
 constexpr WeightType kGemmTypes[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
-                                     WeightType::kQ5_1, WeightType::kQ4_K, WeightType::kQ5_K};
+                                     WeightType::kQ5_1, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K};
+
+int Halves(WeightType t) { return t == WeightType::kQ6_K ? 2 : 1; }
 
 // Group g of a row through the packer's decoder.
 void Decode(WeightType t, const uint8_t* row, int64_t g, uint8_t* u, float* dw, float* mw) {
@@ -42,6 +45,7 @@ void Decode(WeightType t, const uint8_t* row, int64_t g, uint8_t* u, float* dw, 
     case WeightType::kQ5_1: DecodeGroup<WeightType::kQ5_1>(row, g, u, dw, mw); break;
     case WeightType::kQ4_K: DecodeGroup<WeightType::kQ4_K>(row, g, u, dw, mw); break;
     case WeightType::kQ5_K: DecodeGroup<WeightType::kQ5_K>(row, g, u, dw, mw); break;
+    case WeightType::kQ6_K: DecodeGroup<WeightType::kQ6_K>(row, g, u, dw, mw); break;
     default: FAIL() << "not a GEMM type";
   }
 }
@@ -67,9 +71,10 @@ TEST(QuantGemm, PackedBytesAreTheDequantizedWeights) {
       DequantizeRow(t, row.data(), ref.data(), n);
       for (int64_t g = 0; g < n / 32; ++g) {
         uint8_t u[32];
-        float dw = 0, mw = 0;
-        Decode(t, row.data(), g, u, &dw, &mw);
+        float dws[2] = {}, mws[2] = {};
+        Decode(t, row.data(), g, u, dws, mws);
         for (int e = 0; e < 32; ++e) {
+          const float dw = dws[e * Halves(t) / 32], mw = mws[e * Halves(t) / 32];
           const double v = double(dw) * u[e] + double(mw);
           const double tol = 4 * kU * (std::fabs(double(dw) * u[e]) + std::fabs(mw)) + 1e-45;
           ASSERT_LE(std::fabs(v - ref[size_t(32 * g + e)]), tol) << "group " << g << " element " << e;
@@ -103,6 +108,11 @@ TEST(QuantGemm, ActivationBlocksAreQuantizeRow32s) {
       ASSERT_EQ(got.sum, want[size_t(b)].sum) << "row " << i << " block " << b;
       ASSERT_EQ(std::memcmp(got.qs, want[size_t(b)].qs, 32), 0) << "row " << i << " block " << b;
       ASSERT_EQ(x.DSum(i)[b], got.d * float(got.sum));
+      for (int h = 0; h < 2; ++h) {
+        int32_t half = 0;
+        for (int e = 16 * h; e < 16 * h + 16; ++e) half += got.qs[e];
+        ASSERT_EQ(x.DSum16(i)[2 * b + h], got.d * float(half));
+      }
     }
   }
 }
@@ -151,16 +161,15 @@ TEST_P(QuantGemm, EqualsScalarBitForBitAndTheFp64ProductWithinRounding) {
         double exact = 0, magnitude = 0;
         for (int64_t g = 0; g < kCols / 32; ++g) {
           uint8_t u[32];
-          float dw = 0, mw = 0;
-          Decode(t, row, g, u, &dw, &mw);
-          double abs_q = 0;
+          float dw[2] = {}, mw[2] = {};
+          Decode(t, row, g, u, dw, mw);
           for (int e = 0; e < 32; ++e) {
             exact += double(wf[size_t(32 * g + e)]) * a[g].d * a[g].qs[e];
-            abs_q += std::abs(a[g].qs[e]);
+            const int h = e * Halves(t) / 32;
+            magnitude += (std::fabs(dw[h]) * 255 + std::fabs(mw[h])) * std::fabs(a[g].d) * std::abs(a[g].qs[e]);
           }
-          magnitude += (std::fabs(dw) * 255 + std::fabs(mw)) * std::fabs(a[g].d) * abs_q;
         }
-        const double bound = (2.0 * kCols / 32 + 8) * kU * magnitude + 1e-30;
+        const double bound = (4.0 * kCols / 32 + 8) * kU * magnitude + 1e-30;
         ASSERT_LE(std::fabs(y[size_t(i * kRows + r)] - exact), bound) << "row " << r << " activation " << i;
       }
     }
@@ -206,9 +215,9 @@ TEST(QuantGemm, ChecksItsArguments) {
   EXPECT_EQ(GemmRows(w, x, 0, 8, 0.0f, y.data(), 4, KernelPath::kScalar).code(), Status::Code::kInvalidArgument);
   const WeightMatrix wide{WeightType::kQ4_1, wbytes.data(), 4, 128};
   EXPECT_EQ(GemmRows(wide, x, 0, 4, 0.0f, y.data(), 4, KernelPath::kScalar).code(), Status::Code::kInvalidArgument);
-  const WeightMatrix q6{WeightType::kQ6_K, wbytes.data(), 1, 256};
-  EXPECT_FALSE(GemmSupports(WeightType::kQ6_K, KernelPath::kScalar));
-  EXPECT_EQ(GemmRows(q6, x, 0, 1, 0.0f, y.data(), 1, KernelPath::kScalar).code(), Status::Code::kUnsupported);
+  const WeightMatrix f16{WeightType::kF16, wbytes.data(), 1, 64};
+  EXPECT_FALSE(GemmSupports(WeightType::kF16, KernelPath::kScalar));
+  EXPECT_EQ(GemmRows(f16, x, 0, 1, 0.0f, y.data(), 1, KernelPath::kScalar).code(), Status::Code::kUnsupported);
   EXPECT_FALSE(GemmSupports(WeightType::kQ4_1, KernelPath::kAvx2));
   EXPECT_EQ(GemmRows(w, x, 0, 8, 0.0f, y.data(), 8, KernelPath::kAvx2).code(), Status::Code::kUnsupported);
 }
