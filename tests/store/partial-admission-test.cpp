@@ -105,6 +105,43 @@ TEST(PartialAdmission, AdmitsWhatWasReadAndFillsInLater) {
   std::filesystem::remove_all(dir);
 }
 
+// A partly held chunk pushed from the device to the host keeps what it holds and what it lacks:
+// the host copy serves the records the device held and the SSD the rest, with the written values.
+TEST(PartialAdmission, ADemotedPartialChunkStillReadsWhatItLacks) {
+  const std::string dir = TempDir("partial-admission-demote");
+  SyntheticKV kv{1, kHeads, kDim};
+  std::mt19937 rng(13);
+  const uint64_t chunk_bytes = uint64_t(kChunk) * 2 * kHeads * kDim * 2;
+  PrefixStoreOptions o = Options(dir, KVEncoding::kF16, chunk_bytes);  // the device holds one chunk
+  o.host_bytes = 2 * chunk_bytes;
+  auto s = OpenOrDie(o);
+  ASSERT_TRUE(s);
+  const auto t = RandomTokens(rng, 2 * kChunk);
+  ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+  auto read = [&](const std::vector<uint32_t>& pos) {
+    MatchHandle h = s->Match(t);
+    auto r = s->Wait(*s->SubmitReadKV(h, 0, pos, true, true));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(kv.Check(t, 0, pos, *r, true, true));
+    EXPECT_TRUE(s->Release(h).ok());
+    return r.ok() ? r->stats : ReadStats{};
+  };
+  EXPECT_EQ(read(Range(0, 8)).ssd_bytes, 2u * kBlockBytes);  // chunk 0, an eighth: admitted to the device
+  ASSERT_EQ(s->Stats().tiers.device.n_chunks, 1u);
+  // Chunk 1 whole ranks above chunk 0 (score 1 x 1.0 against 1 x 0.125) and takes the device;
+  // chunk 0 moves to the host.
+  read(Range(kChunk, 2 * kChunk));
+  TierStats ts = s->Stats().tiers;
+  ASSERT_EQ(ts.device.n_chunks, 1u);
+  ASSERT_EQ(ts.host.n_chunks, 1u);
+  // Chunk 0 whole: slots 0-7 from the host, the rest (K and V blocks 1 and 2) from the SSD.
+  ReadStats c = read(Range(0, kChunk));
+  EXPECT_EQ(c.ssd_bytes, 4u * kBlockBytes);
+  EXPECT_EQ(read(Range(0, kChunk)).ssd_bytes, 0u);
+  s.reset();
+  std::filesystem::remove_all(dir);
+}
+
 // The device budget holds two int8 chunks, less than two fp16 ones: both are admitted, and the
 // tier serves the same values the SSD did.
 TEST(PartialAdmission, BudgetsCountTheEncodedBytes) {
