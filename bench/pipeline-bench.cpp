@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "chat/conversation.h"
 #include "chat/document.h"
+#include "engine/compute/cpu-backend.h"
 #include "pipeline/impress-pipeline.h"
 
 namespace impress {
@@ -260,6 +263,107 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   result.io_engine = stats.io_engine;
   result.direct_io = stats.direct_io;
   return result;
+}
+
+namespace {
+
+// Device memory for the kernel timing, freed with the backend's Free.
+struct DevBuffers {
+  Backend& be;
+  std::vector<DevPtr<void>> ptrs;
+  ~DevBuffers() {
+    for (DevPtr<void> p : ptrs) be.Free(p);
+  }
+  template <class T>
+  Result<DevPtr<T>> Upload(const std::vector<T>& host) {
+    IMPRESS_ASSIGN_OR_RETURN(DevPtr<T> d, AllocArray<T>(be, host.size()));
+    ptrs.push_back(DevPtr<void>(d.raw()));
+    be.CopyToDevice(DevPtr<void>(d.raw()), host.data(), host.size() * sizeof(T));
+    return d;
+  }
+};
+
+// Best of `repeats` calls of fn, in ms: the loaded machine's noise only ever adds time.
+template <class Fn>
+Result<double> BestMs(int repeats, Fn fn) {
+  double best = 1e300;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    IMPRESS_RETURN_IF_ERROR(fn());
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+Result<QuestionKernelTimes> TimeQuestionKernels(Backend& be, const ModelConfig& c, int n_new, int n_selected,
+                                                int n_document, int probe_heads, bool probe_spread, int repeats) {
+  const int hd = c.head_dim, n_kv = c.n_head_kv, group = c.n_head / c.n_head_kv;
+  QuestionKernelTimes t;
+  t.n_new = n_new;
+  t.n_selected = n_selected;
+  t.n_document = n_document;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto floats = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng);
+    return v;
+  };
+  auto halves = [&](size_t n) {
+    std::vector<f16_t> v(n);
+    for (f16_t& x : v) x = Fp32ToFp16(nd(rng));
+    return v;
+  };
+  DevBuffers buf{be, {}};
+  const size_t row = size_t(n_kv) * hd;
+  IMPRESS_ASSIGN_OR_RETURN(DevPtr<float> q, buf.Upload(floats(size_t(n_new) * c.n_head * hd)));
+  IMPRESS_ASSIGN_OR_RETURN(DevPtr<f16_t> k_new, buf.Upload(halves(size_t(n_new) * row)));
+  IMPRESS_ASSIGN_OR_RETURN(DevPtr<f16_t> v_new, buf.Upload(halves(size_t(n_new) * row)));
+  IMPRESS_ASSIGN_OR_RETURN(DevPtr<f16_t> k_sel, buf.Upload(halves(size_t(n_selected) * row)));
+  IMPRESS_ASSIGN_OR_RETURN(DevPtr<f16_t> v_sel, buf.Upload(halves(size_t(n_selected) * row)));
+  IMPRESS_ASSIGN_OR_RETURN(DevPtr<float> out, buf.Upload(std::vector<float>(size_t(n_new) * c.n_head * hd)));
+
+  AttentionArgs a;
+  static_cast<AttentionQuery&>(a) = MakeAttentionQuery(n_new, c.n_head, n_kv, hd, q, k_new);
+  a.v_new = v_new;
+  a.n_prefix = n_selected;
+  a.k_prefix = k_sel;
+  a.v_prefix = v_sel;
+  a.out = out;
+  IMPRESS_ASSIGN_OR_RETURN(t.attention_ms, BestMs(repeats, [&] { return be.Attention(a); }));
+  // QK^T and PV: 2 * 2 * heads * rows * keys * head_dim (the causal triangle of the new tokens
+  // counted whole: it is small next to the prefix).
+  const double attn_flop = 4.0 * c.n_head * n_new * double(n_selected + n_new) * hd;
+  t.attention_gflops = attn_flop / (t.attention_ms * 1e6);
+
+  const std::vector<int> heads = ProbeQueryHeads(c, probe_heads, probe_spread);
+  const std::vector<int> kv_heads = ProbeKvHeads(c, probe_heads, probe_spread);
+  t.probe_heads = int(heads.size());
+  IMPRESS_ASSIGN_OR_RETURN(DevPtr<f16_t> k_doc, buf.Upload(halves(size_t(n_document) * kv_heads.size() * hd)));
+  IMPRESS_ASSIGN_OR_RETURN(DevPtr<float> imp, buf.Upload(std::vector<float>(heads.size() * size_t(n_document))));
+  ScoreKeysArgs s;
+  static_cast<AttentionQuery&>(s) = MakeAttentionQuery(n_new, c.n_head, n_kv, hd, q, k_new);
+  s.n_prefix = n_document;
+  s.k_prefix = k_doc;
+  s.prefix_kv_heads = kv_heads;
+  s.query_heads = heads;
+  s.importance = imp;
+  IMPRESS_ASSIGN_OR_RETURN(t.score_ms, BestMs(repeats, [&] { return be.ScoreKeys(s); }));
+  t.score_gflops = 2.0 * double(heads.size()) * n_new * double(n_document + n_new) * hd / (t.score_ms * 1e6);
+
+  // The reference: one fp32 sgemm per KV head of its group's queries times the selected keys,
+  // the product the attention's first half computes.
+  const int m = group * n_new, n = n_selected + n_new;
+  const std::vector<float> qa = floats(size_t(m) * hd), ka = floats(size_t(n) * hd);
+  std::vector<float> ca(size_t(m) * n);
+  IMPRESS_ASSIGN_OR_RETURN(const double gemm_ms, BestMs(repeats, [&] {
+                             for (int g = 0; g < n_kv; ++g) HostSgemmNT(m, n, hd, qa.data(), ka.data(), ca.data());
+                             return Status::Ok();
+                           }));
+  t.sgemm_gflops = 2.0 * n_kv * m * double(n) * hd / (gemm_ms * 1e6);
+  return t;
 }
 
 }  // namespace impress

@@ -72,4 +72,19 @@ struct PipelineBenchResult {
 
 Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const PipelineBenchOptions& options);
 
+// The question path's two attention kernels on a model's shapes, timed on a backend with
+// random data: the new tokens' attention over the selected prefix (n_new queries, n_selected
+// prefix keys, every head) and the probe scoring (the probe heads over n_document keys of their
+// KV heads), each as GFLOP/s next to a plain fp32 sgemm of the attention's own product in the
+// same run (HostSgemmNT: all heads of a KV group times the keys), so a ratio says how far each
+// kernel is from the engine's GEMM rate. Best of `repeats` calls.
+struct QuestionKernelTimes {
+  int n_new = 0, n_selected = 0, n_document = 0, probe_heads = 0;
+  double attention_ms = 0, attention_gflops = 0;
+  double score_ms = 0, score_gflops = 0;
+  double sgemm_gflops = 0;  // the reference
+};
+Result<QuestionKernelTimes> TimeQuestionKernels(Backend& be, const ModelConfig& config, int n_new, int n_selected,
+                                                int n_document, int probe_heads, bool probe_spread, int repeats = 20);
+
 }  // namespace impress

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "engine/compute/decode-attention.h"
+#include "engine/compute/simd-math.h"
 #include "engine/compute/thread-pool.h"
+#include "engine/compute/tile-attention.h"
 #include "engine/quant/gemm.h"
 #include "engine/quant/quant-kernels.h"
 
@@ -22,68 +24,6 @@ namespace impress {
 namespace {
 
 // ---- vector math -------------------------------------------------------------------------
-
-// exp(x) for 8 floats (Cephes-style: 2^n * P(r), relative error ~2e-7 over the float range).
-inline __m256 Exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.3762626647949f);
-  const __m256 lo = _mm256_set1_ps(-87.3365447504019f);
-  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
-  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
-  fx = _mm256_floor_ps(fx);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  const __m256 z = _mm256_mul_ps(x, x);
-  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-  y = _mm256_fmadd_ps(y, z, x);
-  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
-  __m256i n = _mm256_cvttps_epi32(fx);
-  n = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(n));
-}
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_hadd_ps(s, s);
-  s = _mm_hadd_ps(s, s);
-  return _mm_cvtss_f32(s);
-}
-
-inline float HorizontalMax(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
-// In place: row[j] = exp(row[j] - max(row)) for j < n (n >= 1); returns the max, and the sum
-// of the exponentials in *sum.
-float ExpShift(float* row, int n, float* sum) {
-  int j = 0;
-  __m256 vmax = _mm256_set1_ps(-INFINITY);
-  for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(row + j));
-  float mx = HorizontalMax(vmax);
-  for (; j < n; ++j) mx = std::max(mx, row[j]);
-  const __m256 vm = _mm256_set1_ps(mx);
-  __m256 vsum = _mm256_setzero_ps();
-  j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), vm));
-    _mm256_storeu_ps(row + j, e);
-    vsum = _mm256_add_ps(vsum, e);
-  }
-  float total = HorizontalSum(vsum);
-  for (; j < n; ++j) {
-    row[j] = std::exp(row[j] - mx);
-    total += row[j];
-  }
-  *sum = total;
-  return mx;
-}
 
 // In place: row[0..n_valid) = softmax(row[0..n_valid)), row[n_valid..n) = 0.
 void SoftmaxRow(float* row, int n_valid, int n) {
@@ -107,8 +47,11 @@ constexpr int kDirectRows = 8;
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const CpuBackendOptions& o) : pool_(o.n_threads), int8_prefill_(o.int8_prefill) {
+  explicit CpuBackend(const CpuBackendOptions& o) :
+      pool_(o.n_threads), int8_prefill_(o.int8_prefill), tiles_(o.tile_attention) {
     SetBlasThreads(o.n_threads);
+    const char* env = std::getenv("IMPRESS_ATTENTION_TILES");
+    if (env && std::string(env) == "0") tiles_ = false;
   }
 
   std::string Name() const override { return "cpu (OpenBLAS, " + std::to_string(pool_.n_threads()) + " threads)"; }
@@ -315,6 +258,27 @@ class CpuBackend final : public Backend {
   // across the pool by kv head and by blocks of keys. imp_row[h]: head h's importance row or null.
   void DirectAttention(const AttentionArgs& a, const std::vector<float*>& imp_row);
 
+  // The tiled attention's query side and its parallel-for over the pool.
+  static TileAttentionArgs TileArgs(const AttentionQuery& a, float* out) {
+    TileAttentionArgs t;
+    t.q = a.q.raw();
+    t.ldq = t.ldo = a.n_head * a.head_dim;
+    t.n_new = a.n_new;
+    t.head_dim = a.head_dim;
+    t.scale = a.scale;
+    t.out = out;
+    return t;
+  }
+  TileParallelFor TileParallel() {
+    return [this](int64_t n, const std::function<void(int64_t)>& fn) {
+      if (pool_.n_threads() == 1 || n < 2) {
+        for (int64_t i = 0; i < n; ++i) fn(i);
+      } else {
+        pool_.ParallelFor(n, fn);
+      }
+    };
+  }
+
   // Gathers rows of one kv head from fp16 (n_tok, n_slots, head_dim) into fp32 (n_tok, head_dim).
   void GatherHead(float* dst, const f16_t* src, int n_tok, int n_slots, int slot, int head_dim) {
     ForRows(n_tok, head_dim, [=](int64_t t) {
@@ -365,6 +329,8 @@ class CpuBackend final : public Backend {
   // Decode attention: per (kv head, key block, query row) partial max, sum and value sum; the
   // raw scores when importance is wanted.
   std::vector<float> part_max_, part_sum_, part_acc_, raw_scores_;
+  TileScratch tile_scratch_;                // the tiled attention's buffers, kept between calls
+  bool tiles_ = true;                       // CpuBackendOptions::tile_attention
   std::vector<quant::ActivationRow> acts_;  // typed GEMV: the prepared activation rows
   std::vector<float> gemv_out_, tile_;      // typed GEMV output / decoded weight tile
   quant::GemmActivations gemm_acts_;        // int8 GEMM: the quantized activation rows
@@ -666,6 +632,27 @@ Status CpuBackend::Attention(const AttentionArgs& a) {
     flops_ += 4.0 * a.n_head * a.n_new * n_keys * hd;
     return Status::Ok();
   }
+  if (tiles_ && TileAttentionFits(a.n_new * group, hd)) {
+    // A question over a prefix: blocked tiles, fp16 K/V converted once per block.
+    TileAttentionArgs t = TileArgs(a, a.out.raw());
+    t.n_prefix = a.n_prefix;
+    const int64_t stride = int64_t(a.n_head_kv) * hd;
+    for (int g = 0; g < a.n_head_kv; ++g) {
+      TileGroup grp;
+      grp.k_prefix = a.n_prefix > 0 ? a.k_prefix.raw() + g * hd : nullptr;
+      grp.v_prefix = a.n_prefix > 0 ? a.v_prefix.raw() + g * hd : nullptr;
+      grp.prefix_stride = stride;
+      grp.k_new = a.k_new.raw() + g * hd;
+      grp.v_new = a.v_new.raw() + g * hd;
+      grp.new_stride = stride;
+      for (int h = g * group; h < (g + 1) * group; ++h) grp.heads.push_back({h, imp_row[h]});
+      t.groups.push_back(std::move(grp));
+    }
+    t.importance_include_new = a.importance_include_new;
+    TileAttention(t, tile_scratch_, TileParallel());
+    flops_ += 4.0 * a.n_head * a.n_new * n_keys * hd;
+    return Status::Ok();
+  }
   kf_.resize(size_t(n_keys) * hd);
   vf_.resize(size_t(n_keys) * hd);
   for (int g = 0; g < a.n_head_kv; ++g) {
@@ -691,6 +678,28 @@ Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
   const int n_slots = static_cast<int>(a.prefix_kv_heads.size());
   if (n_q == 0 || a.n_prefix == 0) return Status::Ok();
   std::memset(a.importance.raw(), 0, sizeof(float) * size_t(n_q) * a.n_prefix);
+  // The tiled path when every slot's heads fit (the probe: a few heads, a question's tokens).
+  TileAttentionArgs t = TileArgs(a, nullptr);
+  t.n_prefix = a.n_prefix;
+  bool fits = true;
+  for (int s = 0; s < n_slots; ++s) {
+    const int g = a.prefix_kv_heads[s];
+    TileGroup grp;
+    grp.k_prefix = a.k_prefix.raw() + s * hd;
+    grp.prefix_stride = int64_t(n_slots) * hd;
+    grp.k_new = a.k_new.raw() + g * hd;
+    grp.new_stride = int64_t(a.n_head_kv) * hd;
+    for (int x = 0; x < n_q; ++x)
+      if (a.query_heads[x] / group == g)
+        grp.heads.push_back({a.query_heads[x], a.importance.raw() + int64_t(x) * a.n_prefix});
+    fits = fits && TileAttentionFits(int(grp.heads.size()) * a.n_new, hd);
+    if (!grp.heads.empty()) t.groups.push_back(std::move(grp));
+  }
+  if (tiles_ && fits) {
+    TileAttention(t, tile_scratch_, TileParallel());
+    flops_ += 2.0 * n_q * a.n_new * n_keys * hd;
+    return Status::Ok();
+  }
   kf_.resize(size_t(n_keys) * hd);
   for (int s = 0; s < n_slots; ++s) {
     const int g = a.prefix_kv_heads[s];

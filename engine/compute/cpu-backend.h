@@ -18,6 +18,10 @@ struct CpuBackendOptions {
   // blocks, as decode does; ~2.5x sgemm's rate) where the type and CPU allow; false: weight
   // tiles decoded to fp32 and sgemm (exact in the weights, for accuracy comparisons).
   bool int8_prefill = true;
+  // Attention of a few dozen query rows over a prefix (a question, the probe) in blocked tiles
+  // (engine/compute/tile-attention.h); false: the per-head sgemm path, for comparisons. The
+  // environment's IMPRESS_ATTENTION_TILES=0 turns it off for a whole process.
+  bool tile_attention = true;
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options = {});

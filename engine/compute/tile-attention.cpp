@@ -1,0 +1,306 @@
+// Attention tiles on AVX2 + FMA + F16C (the baseline the project compiles for): six query rows
+// at a time keep twelve sums in registers, with two vectors of keys (or values) and a broadcast,
+// which fills the sixteen registers.
+#include "engine/compute/tile-attention.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/compute/simd-math.h"
+
+namespace impress {
+
+namespace {
+
+constexpr int kRows = 6;  // query rows per register block
+
+// RB rows x 16 columns of scores.
+template <int RB>
+void ScoresBlock(const float* q, int hd, const float* kt, int ldk, int n16, float* s, int ld) {
+  for (int j = 0; j < n16; j += kTileCols) {
+    __m256 acc[RB][2];
+    for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const float* kc = kt + j;
+    for (int c = 0; c < hd; ++c, kc += ldk) {
+      const __m256 k0 = _mm256_loadu_ps(kc), k1 = _mm256_loadu_ps(kc + 8);
+      for (int r = 0; r < RB; ++r) {
+        const __m256 b = _mm256_broadcast_ss(q + r * hd + c);
+        acc[r][0] = _mm256_fmadd_ps(b, k0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(b, k1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < RB; ++r) {
+      _mm256_storeu_ps(s + r * ld + j, acc[r][0]);
+      _mm256_storeu_ps(s + r * ld + j + 8, acc[r][1]);
+    }
+  }
+}
+
+// RB rows x 8 * CV columns of the value sums, over all n values.
+template <int RB, int CV>
+void ValuesBlock(const float* p, int ld, const float* v32, int n, int hd, float* acc, int c) {
+  __m256 sum[RB][CV];
+  for (int r = 0; r < RB; ++r)
+    for (int w = 0; w < CV; ++w) sum[r][w] = _mm256_loadu_ps(acc + r * hd + c + 8 * w);
+  const float* vr = v32 + c;
+  for (int j = 0; j < n; ++j, vr += hd) {
+    __m256 vv[CV];
+    for (int w = 0; w < CV; ++w) vv[w] = _mm256_loadu_ps(vr + 8 * w);
+    for (int r = 0; r < RB; ++r) {
+      const __m256 b = _mm256_broadcast_ss(p + r * ld + j);
+      for (int w = 0; w < CV; ++w) sum[r][w] = _mm256_fmadd_ps(b, vv[w], sum[r][w]);
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int w = 0; w < CV; ++w) _mm256_storeu_ps(acc + r * hd + c + 8 * w, sum[r][w]);
+}
+
+template <int RB>
+void ValuesRows(const float* p, int ld, const float* v32, int n, int hd, float* acc) {
+  int c = 0;
+  for (; c + 16 <= hd; c += 16) ValuesBlock<RB, 2>(p, ld, v32, n, hd, acc, c);
+  if (c < hd) ValuesBlock<RB, 1>(p, ld, v32, n, hd, acc, c);
+}
+
+// Runs fn.template operator()<RB> over the rows in blocks of kRows, then the remainder.
+template <template <int> class Op, class... Args>
+void ForRowBlocks(int rows, int q_stride, int out_stride, const float* in, float* out, Args... args) {
+  int r = 0;
+  for (; r + kRows <= rows; r += kRows) Op<kRows>::Run(in + r * q_stride, out + r * out_stride, args...);
+  switch (rows - r) {
+    case 1: Op<1>::Run(in + r * q_stride, out + r * out_stride, args...); break;
+    case 2: Op<2>::Run(in + r * q_stride, out + r * out_stride, args...); break;
+    case 3: Op<3>::Run(in + r * q_stride, out + r * out_stride, args...); break;
+    case 4: Op<4>::Run(in + r * q_stride, out + r * out_stride, args...); break;
+    case 5: Op<5>::Run(in + r * q_stride, out + r * out_stride, args...); break;
+    default: break;
+  }
+}
+
+template <int RB>
+struct ScoresOp {
+  static void Run(const float* q, float* s, int hd, const float* kt, int ldk, int n16, int ld) {
+    ScoresBlock<RB>(q, hd, kt, ldk, n16, s, ld);
+  }
+};
+
+template <int RB>
+struct ValuesOp {
+  static void Run(const float* p, float* acc, int ld, const float* v32, int n, int hd) {
+    ValuesRows<RB>(p, ld, v32, n, hd, acc);
+  }
+};
+
+}  // namespace
+
+void TransposeKeysF32(const f16_t* k, int64_t stride, int n, int hd, float* kt, int ldk) {
+  const int n16 = RoundUpTile(n);
+  // Eight keys at a time: eight rows of eight dims converted, then an 8x8 transpose in registers.
+  int j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int c = 0; c + 8 <= hd; c += 8) {
+      __m256 r[8];
+      for (int x = 0; x < 8; ++x)
+        r[x] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + (j + x) * stride + c)));
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float* d = kt + int64_t(c) * ldk + j;
+      _mm256_storeu_ps(d + 0 * ldk, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(d + 1 * ldk, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(d + 2 * ldk, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(d + 3 * ldk, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(d + 4 * ldk, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(d + 5 * ldk, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(d + 6 * ldk, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(d + 7 * ldk, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+    for (int c = hd / 8 * 8; c < hd; ++c)
+      for (int x = 0; x < 8; ++x) kt[int64_t(c) * ldk + j + x] = Fp16ToFp32(k[(j + x) * stride + c]);
+  }
+  for (; j < n; ++j)
+    for (int c = 0; c < hd; ++c) kt[int64_t(c) * ldk + j] = Fp16ToFp32(k[j * stride + c]);
+  if (n16 > n)
+    for (int c = 0; c < hd; ++c) std::memset(kt + int64_t(c) * ldk + n, 0, sizeof(float) * size_t(n16 - n));
+}
+
+void ValuesF32(const f16_t* v, int64_t stride, int n, int hd, float* v32) {
+  for (int j = 0; j < n; ++j) Fp16ToFp32Row(v + j * stride, v32 + int64_t(j) * hd, size_t(hd));
+}
+
+void TileScores(const float* q, int rows, int hd, const float* kt, int ldk, int n, float* s, int ld) {
+  ForRowBlocks<ScoresOp>(rows, hd, ld, q, s, hd, kt, ldk, RoundUpTile(n), ld);
+}
+
+void TileWeightedValues(const float* p, int rows, int ld, const float* v32, int n, int hd, float* acc) {
+  ForRowBlocks<ValuesOp>(rows, ld, hd, p, acc, ld, v32, n, hd);
+}
+
+namespace {
+
+// Keys per task: a block's fp32 keys and values (64 KiB each at head_dim 64) stay in L2.
+constexpr int kBlock = 256;
+
+// Where one call's pieces live: rows r = i * n_heads + x (token i, the group's x-th head),
+// blocks of keys b; parts (g, b, r) and raw scores (g, r, key).
+struct TileLayout {
+  int n_keys = 0, n_blocks = 0, rows = 0;  // rows: the most any group has
+  size_t Part(int g, int b, int r) const { return (size_t(g) * n_blocks + size_t(b)) * rows + size_t(r); }
+  size_t Raw(int g, int r) const { return (size_t(g) * rows + size_t(r)) * n_keys; }
+};
+
+// One task: the scores of block b of group g, their per-row softmax parts and, with values,
+// the block's weighted value sums.
+void TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc, int g, int b) {
+  const TileGroup& grp = a.groups[size_t(g)];
+  const int hd = a.head_dim, nh = int(grp.heads.size()), rows = nh * a.n_new;
+  const int j0 = int(int64_t(L.n_keys) * b / L.n_blocks), j1 = int(int64_t(L.n_keys) * (b + 1) / L.n_blocks);
+  const int n = j1 - j0, n16 = RoundUpTile(n);
+  // The row stride is not a multiple of 4 KiB, so rows do not alias in the caches.
+  const int ldk = n16 + kTileCols;
+  thread_local std::vector<float> kt, vb, s;
+  kt.resize(size_t(hd) * ldk);
+  s.resize(size_t(rows) * ldk);
+  // Keys [j0, j1) as two runs: the prefix part, then the new tokens.
+  const int n_pre = std::clamp(a.n_prefix - j0, 0, n);
+  auto run_ptr = [&](const f16_t* prefix, const f16_t* fresh, bool first) {
+    return first ? prefix + int64_t(j0) * grp.prefix_stride : fresh + int64_t(j0 + n_pre - a.n_prefix) * grp.new_stride;
+  };
+  if (n_pre > 0) TransposeKeysF32(run_ptr(grp.k_prefix, grp.k_new, true), grp.prefix_stride, n_pre, hd, kt.data(), ldk);
+  if (n > n_pre)
+    TransposeKeysF32(run_ptr(grp.k_prefix, grp.k_new, false), grp.new_stride, n - n_pre, hd, kt.data() + n_pre, ldk);
+  for (int c = 0; c < hd; ++c) std::fill(kt.data() + int64_t(c) * ldk + n, kt.data() + int64_t(c) * ldk + n16, 0.0f);
+  const float* q = sc.q.data() + size_t(g) * L.rows * hd;
+  TileScores(q, rows, hd, kt.data(), ldk, n, s.data(), ldk);
+  for (int i = 0; i < a.n_new; ++i) {
+    const int valid = std::clamp(a.n_prefix + i + 1 - j0, 0, n);  // causal among the new tokens
+    for (int x = 0; x < nh; ++x) {
+      const int r = i * nh + x;
+      float* row = s.data() + int64_t(r) * ldk;
+      const size_t idx = L.Part(g, b, r);
+      if (grp.heads[size_t(x)].importance && valid > 0)
+        std::memcpy(sc.raw.data() + L.Raw(g, r) + j0, row, sizeof(float) * size_t(valid));
+      float sum = 0;
+      sc.part_max[idx] = valid > 0 ? ExpShift(row, valid, &sum) : -INFINITY;
+      sc.part_sum[idx] = sum;
+      std::fill(row + valid, row + n, 0.0f);
+    }
+  }
+  if (!a.out) return;
+  vb.resize(size_t(n) * hd);
+  if (n_pre > 0) ValuesF32(run_ptr(grp.v_prefix, grp.v_new, true), grp.prefix_stride, n_pre, hd, vb.data());
+  if (n > n_pre)
+    ValuesF32(run_ptr(grp.v_prefix, grp.v_new, false), grp.new_stride, n - n_pre, hd, vb.data() + int64_t(n_pre) * hd);
+  float* acc = sc.part_acc.data() + L.Part(g, b, 0) * hd;
+  std::fill(acc, acc + size_t(rows) * hd, 0.0f);
+  TileWeightedValues(s.data(), rows, ldk, vb.data(), n, hd, acc);
+}
+
+// Merges the blocks of every row: its max and 1 / total (kept for the importance), and, with
+// values, the output row.
+void MergeRows(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc) {
+  const int hd = a.head_dim;
+  for (size_t g = 0; g < a.groups.size(); ++g) {
+    const TileGroup& grp = a.groups[g];
+    const int nh = int(grp.heads.size());
+    for (int r = 0; r < nh * a.n_new; ++r) {
+      float mx = -INFINITY;
+      for (int b = 0; b < L.n_blocks; ++b) mx = std::max(mx, sc.part_max[L.Part(int(g), b, r)]);
+      float total = 0;
+      float* out = a.out ? a.out + int64_t(r / nh) * a.ldo + int64_t(grp.heads[size_t(r % nh)].head) * hd : nullptr;
+      if (out) std::fill(out, out + hd, 0.0f);
+      for (int b = 0; b < L.n_blocks; ++b) {
+        const size_t idx = L.Part(int(g), b, r);
+        if (sc.part_sum[idx] == 0) continue;
+        const float w = std::exp(sc.part_max[idx] - mx);
+        total += sc.part_sum[idx] * w;
+        if (!out) continue;
+        const float* acc = sc.part_acc.data() + idx * hd;
+        for (int c = 0; c < hd; ++c) out[c] += w * acc[c];
+      }
+      const float inv = 1.0f / total;
+      if (out)
+        for (int c = 0; c < hd; ++c) out[c] *= inv;
+      sc.row_max[g * size_t(L.rows) + size_t(r)] = mx;
+      sc.row_inv[g * size_t(L.rows) + size_t(r)] = inv;
+    }
+  }
+}
+
+// Importance columns [c0, c1): each requested head's column sums of its rows' probabilities.
+void ImportanceColumns(const TileAttentionArgs& a, const TileLayout& L, const TileScratch& sc, int c0, int c1) {
+  for (size_t g = 0; g < a.groups.size(); ++g) {
+    const TileGroup& grp = a.groups[g];
+    const int nh = int(grp.heads.size());
+    for (int x = 0; x < nh; ++x) {
+      float* imp = grp.heads[size_t(x)].importance;
+      if (!imp) continue;
+      for (int i = 0; i < a.n_new; ++i) {
+        const int r = i * nh + x;
+        const int n_valid = a.n_prefix + i + 1;
+        const int end = std::min(c1, a.importance_include_new ? n_valid : std::min(n_valid, a.n_prefix));
+        const float* raw = sc.raw.data() + L.Raw(int(g), r);
+        const float mx = sc.row_max[g * size_t(L.rows) + size_t(r)], inv = sc.row_inv[g * size_t(L.rows) + size_t(r)];
+        const __m256 vm = _mm256_set1_ps(mx), vinv = _mm256_set1_ps(inv);
+        int j = c0;
+        for (; j + 8 <= end; j += 8) {
+          const __m256 p = _mm256_mul_ps(Exp8(_mm256_sub_ps(_mm256_loadu_ps(raw + j), vm)), vinv);
+          _mm256_storeu_ps(imp + j, _mm256_add_ps(_mm256_loadu_ps(imp + j), p));
+        }
+        for (; j < end; ++j) imp[j] += std::exp(raw[j] - mx) * inv;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParallelFor& parallel_for) {
+  const int hd = a.head_dim, n_groups = int(a.groups.size());
+  TileLayout L;
+  L.n_keys = a.n_prefix + a.n_new;
+  L.n_blocks = std::max(1, (L.n_keys + kBlock - 1) / kBlock);
+  bool any_importance = false;
+  for (const TileGroup& grp : a.groups) {
+    L.rows = std::max(L.rows, int(grp.heads.size()) * a.n_new);
+    for (const TileHead& h : grp.heads) any_importance |= h.importance != nullptr;
+  }
+  if (n_groups == 0 || L.rows == 0) return;
+  // The queries, pre-scaled, rows (i, x) of each group adjacent.
+  sc.q.resize(size_t(n_groups) * L.rows * hd);
+  for (int g = 0; g < n_groups; ++g) {
+    const TileGroup& grp = a.groups[size_t(g)];
+    const int nh = int(grp.heads.size());
+    for (int i = 0; i < a.n_new; ++i)
+      for (int x = 0; x < nh; ++x) {
+        const float* src = a.q + int64_t(i) * a.ldq + int64_t(grp.heads[size_t(x)].head) * hd;
+        float* dst = sc.q.data() + (size_t(g) * L.rows + size_t(i * nh + x)) * hd;
+        for (int c = 0; c < hd; ++c) dst[c] = src[c] * a.scale;
+      }
+  }
+  const size_t n_part = size_t(n_groups) * L.n_blocks * L.rows;
+  sc.part_max.resize(n_part);
+  sc.part_sum.resize(n_part);
+  if (a.out) sc.part_acc.resize(n_part * hd);
+  if (any_importance) sc.raw.resize(size_t(n_groups) * L.rows * L.n_keys);
+  sc.row_max.resize(size_t(n_groups) * L.rows);
+  sc.row_inv.resize(size_t(n_groups) * L.rows);
+  parallel_for(int64_t(n_groups) * L.n_blocks,
+               [&](int64_t t) { TileBlock(a, L, sc, int(t / L.n_blocks), int(t % L.n_blocks)); });
+  MergeRows(a, L, sc);
+  if (!any_importance) return;
+  const int n_cols = a.importance_include_new ? L.n_keys : a.n_prefix;
+  constexpr int kChunk = 512;
+  parallel_for((n_cols + kChunk - 1) / kChunk,
+               [&](int64_t c) { ImportanceColumns(a, L, sc, int(c) * kChunk, std::min(n_cols, int(c + 1) * kChunk)); });
+}
+
+}  // namespace impress

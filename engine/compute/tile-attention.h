@@ -1,0 +1,91 @@
+// The inner loops of attention for a few dozen query rows over a long fp16 prefix on the CPU (a
+// question's new tokens over the selected KV, the probe's heads over a layer's keys): register-
+// blocked GEMM tiles on fp32 copies of one block of keys or values, made once per block for all
+// the rows that share them. The CPU backend splits the keys into blocks across its pool and
+// merges the blocks' softmax parts (flash attention); these are what one block costs.
+//
+// Thread contract: pure functions of their arguments; the backend calls them from its pool.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "base/fp16.h"
+
+namespace impress {
+
+// Keys per block padding: TileScores writes scores in whole groups of this many columns.
+constexpr int kTileCols = 16;
+
+// kt[c * ldk + j] = k_j[c] (fp16 -> fp32, transposed) for j < n, c < head_dim, and 0 for
+// n <= j < RoundUpTile(n); k_j = k + j * stride. ldk >= RoundUpTile(n).
+void TransposeKeysF32(const f16_t* k, int64_t stride, int n, int head_dim, float* kt, int ldk);
+
+// v32[j * head_dim + c] = v_j[c] (fp16 -> fp32) for j < n; v_j = v + j * stride.
+void ValuesF32(const f16_t* v, int64_t stride, int n, int head_dim, float* v32);
+
+// s[r * ld + j] = q_r . kt[:, j] for r < rows, j < RoundUpTile(n); q_r = q + r * head_dim.
+// head_dim % 8 == 0.
+void TileScores(const float* q, int rows, int head_dim, const float* kt, int ldk, int n, float* s, int ld);
+
+// acc[r * head_dim + c] += sum_{j < n} p[r * ld + j] * v32[j * head_dim + c]. head_dim % 8 == 0.
+void TileWeightedValues(const float* p, int rows, int ld, const float* v32, int n, int head_dim, float* acc);
+
+inline int RoundUpTile(int n) { return (n + kTileCols - 1) / kTileCols * kTileCols; }
+
+// ---- the blocked attention built on them ----------------------------------------------------
+
+// Query rows of one kv head that the tiled path takes at most (n_new times its query heads).
+constexpr int kTileMaxRows = 256;
+
+// One query head of a kv head's group, and its importance row (nullptr: not requested).
+struct TileHead {
+  int head = 0;
+  float* importance = nullptr;
+};
+
+// One kv head's share of a call: its keys as two runs (the prefix, then the new tokens), already
+// offset to the head; values in the same layout, or null for scores only; the query heads on it.
+struct TileGroup {
+  const f16_t* k_prefix = nullptr;
+  const f16_t* v_prefix = nullptr;
+  int64_t prefix_stride = 0;
+  const f16_t* k_new = nullptr;
+  const f16_t* v_new = nullptr;
+  int64_t new_stride = 0;
+  std::vector<TileHead> heads;
+};
+
+// The attention of backend.h (AttentionArgs: all prefix keys visible, causal among the new
+// tokens; ScoreKeysArgs: the same importance without values), for the groups given. q is
+// (n_new, ldq) with head h at h * head_dim; out (values only) likewise with ldo. Importance rows
+// are added to (the caller zeroes them), n_prefix columns, or n_prefix + n_new with
+// importance_include_new. head_dim % 8 == 0; rows per group <= kTileMaxRows.
+struct TileAttentionArgs {
+  const float* q = nullptr;
+  int ldq = 0;
+  int n_new = 0, n_prefix = 0, head_dim = 0;
+  float scale = 0;
+  std::vector<TileGroup> groups;
+  float* out = nullptr;
+  int ldo = 0;
+  bool importance_include_new = false;
+};
+
+// Buffers a caller keeps between calls so a call allocates nothing once they have grown.
+struct TileScratch {
+  std::vector<float> q, part_max, part_sum, part_acc, raw, row_max, row_inv;
+};
+
+// Runs fn(i) for i in [0, n), possibly in parallel (the backend's pool).
+using TileParallelFor = std::function<void(int64_t n, const std::function<void(int64_t)>& fn)>;
+
+// True when TileAttention takes this shape.
+inline bool TileAttentionFits(int rows_per_group, int head_dim) {
+  return rows_per_group <= kTileMaxRows && head_dim % 8 == 0 && head_dim <= 512;
+}
+
+void TileAttention(const TileAttentionArgs& a, TileScratch& scratch, const TileParallelFor& parallel_for);
+
+}  // namespace impress
