@@ -124,7 +124,12 @@ void GemmScalar(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
 }  // namespace
 
 bool GemmSupports(WeightType type, KernelPath path) {
-  return TypeInGemm(type) && (path == KernelPath::kScalar || path == KernelPath::kAvx512);
+  switch (path) {
+    case KernelPath::kScalar:
+    case KernelPath::kAvx512: return TypeInGemm(type);
+    case KernelPath::kAvx2: return TypeInGemm(type) && type != WeightType::kQ8_0;  // bytes < 64 only
+  }
+  return false;
 }
 
 Status GemmActivations::Reset(int m, int64_t k) {
@@ -191,8 +196,12 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   for (int64_t p0 = r0; p0 < r1; p0 += kGemmPanel) {
     const int n_valid = int(std::min(kGemmPanel, r1 - p0));
     ForType<PackPanelOp>(w.type, w, p0, n_valid, data.data(), scale.data());
-    gemm_internal::GemmPanelAvx512(PackedPanel{data.data(), scale.data(), n_groups, halves}, x, n_valid, beta, y + p0,
-                                   ldy);
+    const PackedPanel panel{data.data(), scale.data(), n_groups, halves};
+    if (path == KernelPath::kAvx512) {
+      gemm_internal::GemmPanelAvx512(panel, x, n_valid, beta, y + p0, ldy);
+    } else {
+      gemm_internal::GemmPanelAvx2(panel, x, n_valid, beta, y + p0, ldy);
+    }
   }
   return Status::Ok();
 }

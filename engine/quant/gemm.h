@@ -11,8 +11,9 @@
 // reference), so both paths give the same bits.
 //
 // Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K (K-quants per 32-element sub-block) and Q6_K
-// (per 16 elements: two block sums per group, each with its own scale). Paths: scalar and
-// AVX-512 VNNI; others (and F16, BF16) are for the caller's fp32 fallback.
+// (per 16 elements: two block sums per group, each with its own scale). Paths: scalar, AVX-512
+// VNNI, and AVX2 (2 activation rows x 16 weight rows; every type but Q8_0, see gemm-avx2.cpp);
+// what a path lacks (and F16, BF16) is for the caller's fp32 fallback.
 //
 // Thread contract: GemmActivations is written by Reset/QuantizeRows (threads may quantize
 // disjoint row ranges) and then read by any number of threads. GemmRows is reentrant (its scratch
@@ -80,8 +81,9 @@ struct PackedPanel {
 // half h) for each block, in AVX-512.
 void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum, float* dsum16);
 
-// out[i * ldy + r] for rows i of x and panel rows r < n_valid (the AVX-512 kernel).
+// out[i * ldy + r] for rows i of x and panel rows r < n_valid (the AVX-512 and AVX2 kernels).
 void GemmPanelAvx512(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy);
+void GemmPanelAvx2(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy);
 
 }  // namespace gemm_internal
 
