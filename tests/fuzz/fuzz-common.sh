@@ -4,7 +4,7 @@
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../../scripts" && pwd)/env.sh"
 FUZZ_BUILD=${FUZZ_BUILD:-$IMPRESS_ROOT/build-fuzz}
 FUZZ_SRC="$IMPRESS_ROOT/tests/fuzz"
-FUZZ_TARGETS=(gguf-fuzz safetensors-fuzz tokenizer-fuzz catalog-fuzz)
+FUZZ_TARGETS=(gguf-fuzz safetensors-fuzz tokenizer-fuzz catalog-fuzz jinja-fuzz)
 FUZZ_EXECS=0
 
 fuzz_build() {
@@ -17,12 +17,16 @@ fuzz_build() {
 }
 
 # Seeds: small valid files of every format (make-seeds.py; the tokenizer seeds include the default
-# model's vocabulary made small when the model is there) and catalogs the store itself wrote.
+# model's vocabulary made small when the model is there), catalogs the store itself wrote and
+# real chat templates.
 fuzz_seeds() {
   local seeds="$FUZZ_BUILD/seeds"
   rm -rf "$seeds"
   python3 "$FUZZ_SRC/make-seeds.py" "$seeds/gguf-fuzz" "$seeds/safetensors-fuzz" "$seeds/tokenizer-fuzz"
   CATALOG_FUZZ_WRITE_SEEDS="$seeds/catalog-fuzz" "$FUZZ_BUILD/catalog-fuzz" >/dev/null 2>&1
+  # The chat templates the interpreter is checked against (Llama-3.1, Qwen2.5, a features one).
+  mkdir -p "$seeds/jinja-fuzz"
+  cp "$IMPRESS_ROOT"/tests/tokenizer/templates/*.jinja "$seeds/jinja-fuzz/"
 }
 
 fuzz_dict() {  # the dictionary of a target
@@ -31,6 +35,7 @@ fuzz_dict() {  # the dictionary of a target
     safetensors-fuzz) echo "$FUZZ_SRC/safetensors.dict" ;;
     tokenizer-fuzz) echo "$FUZZ_SRC/tokenizer.dict" ;;
     catalog-fuzz) echo "$FUZZ_SRC/catalog.dict" ;;
+    jinja-fuzz) echo "$FUZZ_SRC/jinja.dict" ;;
   esac
 }
 
