@@ -90,6 +90,48 @@ void RowGroups(const PackedPanel& p, const GemmActivations& x, int n_valid, floa
 
 }  // namespace
 
+bool PackPanelAvx512(WeightType type, const uint8_t* rows, int64_t row_bytes, int n_valid, int64_t n_groups,
+                     uint8_t* data, float* scale) {
+  const bool q4_0 = type == WeightType::kQ4_0, q4_1 = type == WeightType::kQ4_1, q8_0 = type == WeightType::kQ8_0;
+  if (!(q4_0 || q4_1 || q8_0) || row_bytes * kGemmPanel > (int64_t(1) << 31)) return false;
+  const int64_t block = q4_0 ? sizeof(BlockQ4_0) : q4_1 ? sizeof(BlockQ4_1) : sizeof(BlockQ8_0);
+  const int qs = q4_1 ? 4 : 2;  // offset of the quants in a block
+  const __m512i nib = _mm512_set1_epi8(15), flip = _mm512_set1_epi8(int8_t(0x80));
+  for (int part = 0; part < 2; ++part) {
+    // Lanes: the 16 rows of this half panel; padding rows read nothing and pack as zero.
+    const int valid = n_valid - 16 * part;
+    const __mmask16 m = valid >= 16 ? __mmask16(0xffff) : valid <= 0 ? 0 : __mmask16((1u << valid) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(int32_t(row_bytes)));
+    const uint8_t* base = rows + 16 * part * row_bytes;
+    const __m512i zero = _mm512_setzero_si512();
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const uint8_t* b = base + g * block;
+      uint8_t* dg = data + g * 1024 + 64 * part;
+      if (q8_0) {
+        for (int q = 0; q < 8; ++q) {
+          const __m512i v = _mm512_mask_i32gather_epi32(zero, m, idx, b + qs + 4 * q, 1);
+          _mm512_storeu_si512(dg + q * 128, _mm512_maskz_mov_epi32(m, _mm512_xor_si512(v, flip)));
+        }
+      } else {
+        for (int q = 0; q < 4; ++q) {
+          const __m512i v = _mm512_mask_i32gather_epi32(zero, m, idx, b + qs + 4 * q, 1);
+          _mm512_storeu_si512(dg + q * 128, _mm512_and_si512(v, nib));
+          _mm512_storeu_si512(dg + (q + 4) * 128, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+        }
+      }
+      // d (and m) as the scalar decoder converts them: exact fp16 -> fp32, then the same multiply.
+      const __m512i hdr = _mm512_mask_i32gather_epi32(zero, m, idx, b, 1);
+      const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
+      const __m512 mw = q4_1 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16)))
+                             : _mm512_mul_ps(_mm512_set1_ps(q4_0 ? -8.0f : -128.0f), d);
+      _mm512_storeu_ps(scale + g * 64 + 16 * part, d);
+      _mm512_storeu_ps(scale + g * 64 + 32 + 16 * part, mw);
+    }
+  }
+  return true;
+}
+
 void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum, float* dsum16) {
   const __m512 sign = _mm512_set1_ps(-0.0f), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
   for (int64_t b = 0; b < n / kQK32; ++b, x += kQK32) {

@@ -43,24 +43,19 @@ template <WeightType T>
 void PackPanelT(const WeightMatrix& w, int64_t r0, int n_valid, uint8_t* data, float* scale) {
   constexpr int kH = gemm_internal::kHalves<T>;
   const int64_t n_groups = w.n_cols / kQK32, row_bytes = w.RowBytes();
-  for (int r = 0; r < int(kGemmPanel); ++r) {
-    if (r >= n_valid) {
-      for (int64_t g = 0; g < n_groups; ++g) {
-        for (int q = 0; q < 8; ++q) std::memset(data + g * 1024 + q * 128 + 4 * r, 0, 4);
-        for (int h = 0; h < kH; ++h) scale[(g * kH + h) * 64 + r] = scale[(g * kH + h) * 64 + 32 + r] = 0.0f;
-      }
-      continue;
-    }
-    const uint8_t* row = w.data + (r0 + r) * row_bytes;
-    for (int64_t g = 0; g < n_groups; ++g) {
-      alignas(32) uint8_t u[32];
-      float dw[2], mw[2];
-      DecodeGroup<T>(row, g, u, dw, mw);
+  // Group by group, so the stores of one group stay within its 1 KiB.
+  for (int64_t g = 0; g < n_groups; ++g) {
+    uint8_t* dg = data + g * 1024;
+    float* sg = scale + g * kH * 64;
+    for (int r = 0; r < int(kGemmPanel); ++r) {
+      alignas(32) uint8_t u[32] = {};
+      float dw[2] = {}, mw[2] = {};
+      if (r < n_valid) DecodeGroup<T>(w.data + (r0 + r) * row_bytes, g, u, dw, mw);
       for (int h = 0; h < kH; ++h) {
-        scale[(g * kH + h) * 64 + r] = dw[h];
-        scale[(g * kH + h) * 64 + 32 + r] = mw[h];
+        sg[h * 64 + r] = dw[h];
+        sg[h * 64 + 32 + r] = mw[h];
       }
-      for (int q = 0; q < 8; ++q) std::memcpy(data + g * 1024 + q * 128 + 4 * r, u + 4 * q, 4);
+      for (int q = 0; q < 8; ++q) std::memcpy(dg + q * 128 + 4 * r, u + 4 * q, 4);
     }
   }
 }
@@ -172,7 +167,10 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   if (!GemmSupports(w.type, path))
     return Status::Unsupported(std::string("gemm: no int8 GEMM for ") + WeightTypeName(w.type) + " on the " +
                                KernelPathName(path) + " path");
-  if (const char* missing = MissingCpuFeature(path))
+  // CPUID is slow (a VM exit under a hypervisor): asked once per path.
+  static const char* const kMissing[] = {MissingCpuFeature(KernelPath::kScalar), MissingCpuFeature(KernelPath::kAvx2),
+                                         MissingCpuFeature(KernelPath::kAvx512)};
+  if (const char* missing = kMissing[int(path)])
     return Status::Unsupported(std::string("gemm: this CPU lacks ") + missing + " for the " + KernelPathName(path) +
                                " path");
   if (w.n_cols != x.k() || w.n_cols % BlockElements(w.type) != 0 || r0 < 0 || r1 > w.n_rows || r0 > r1 ||
@@ -195,7 +193,9 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   scale.resize(size_t(n_groups * halves) * 64);
   for (int64_t p0 = r0; p0 < r1; p0 += kGemmPanel) {
     const int n_valid = int(std::min(kGemmPanel, r1 - p0));
-    ForType<PackPanelOp>(w.type, w, p0, n_valid, data.data(), scale.data());
+    if (path != KernelPath::kAvx512 || !gemm_internal::PackPanelAvx512(w.type, w.data + p0 * w.RowBytes(), w.RowBytes(),
+                                                                       n_valid, n_groups, data.data(), scale.data()))
+      ForType<PackPanelOp>(w.type, w, p0, n_valid, data.data(), scale.data());
     const PackedPanel panel{data.data(), scale.data(), n_groups, halves};
     if (path == KernelPath::kAvx512) {
       gemm_internal::GemmPanelAvx512(panel, x, n_valid, beta, y + p0, ldy);

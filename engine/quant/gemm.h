@@ -77,6 +77,11 @@ struct PackedPanel {
   int halves;  // 1, or 2 for Q6_K
 };
 
+// Packs rows [0, n_valid) of `rows` (row_bytes apart) as the scalar packer does, bit for bit, for
+// Q4_0, Q4_1 and Q8_0 (16 rows at a time with gathers); false (nothing written) for other types.
+bool PackPanelAvx512(WeightType type, const uint8_t* rows, int64_t row_bytes, int n_valid, int64_t n_groups,
+                     uint8_t* data, float* scale);
+
 // QuantizeRow32 bit for bit (finite x) plus dsum[b] = d * sum and dsum16[2b + h] = d * (sum of
 // half h) for each block, in AVX-512.
 void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum, float* dsum16);
