@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -186,6 +187,37 @@ Result<std::string> FingerprintFiles(const std::vector<HashInput>& inputs) {
   return hex;
 }
 
+// MemAvailable from /proc/meminfo in bytes; 0 when it cannot be read.
+uint64_t MemAvailableBytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+// The memory check of LoadOptions::check_memory: `weights` bytes of weights in memory.
+Status CheckFitsMemory(const std::string& path, const ModelConfig& c, uint64_t weights, const LoadOptions& opt) {
+  if (!opt.check_memory) return Status::Ok();
+  const uint64_t avail = opt.mem_available ? opt.mem_available : MemAvailableBytes();
+  if (avail == 0) return Status::Ok();
+  const uint64_t kv = KvBytes(c, opt.kv_tokens), need = weights + kv;
+  if (need <= avail) return Status::Ok();
+  auto mib = [](uint64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20) + " MiB"; };
+  return Status::ResourceExhausted(path + ": the model needs about " + mib(need) + " (weights " + mib(weights) +
+                                   " + KV of " + std::to_string(opt.kv_tokens) + " tokens " + mib(kv) + ") but only " +
+                                   mib(avail) + " of memory are available (MemAvailable)");
+}
+
+uint64_t JobsF32Bytes(const std::vector<WeightJob>& jobs) {
+  uint64_t n = 0;
+  for (const WeightJob& j : jobs) n += j.n_elements * sizeof(float);
+  return n;
+}
+
 // ---------------------------------------------------------------------------------------------
 // GGUF
 
@@ -278,6 +310,8 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
   GgufLoader loader(f, &m, opt.dequantize);
   IMPRESS_RETURN_IF_ERROR(loader.ReadConfig());
   IMPRESS_RETURN_IF_ERROR(loader.PlanWeights());
+  IMPRESS_RETURN_IF_ERROR(
+      CheckFitsMemory(path, m.config, opt.dequantize ? JobsF32Bytes(loader.jobs()) : f.file_size(), opt));
   std::string digest;
   auto hash = [&]() -> Status {
     // The whole file, from the mapping the weights are read from (it is in memory anyway).
@@ -607,6 +641,7 @@ Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, c
     IMPRESS_ASSIGN_OR_RETURN(digest, FingerprintFiles(files));
     return Status::Ok();
   };
+  IMPRESS_RETURN_IF_ERROR(CheckFitsMemory(dir, m.config, JobsF32Bytes(loader.jobs()), opt));
   IMPRESS_RETURN_IF_ERROR(RunJobs(loader.jobs(), opt.n_threads, progress, hash));
   m.config.fingerprint = digest;
   return m;
@@ -660,6 +695,11 @@ void UnpermuteRopeRowBytes(uint8_t* w, int64_t n_rows, int64_t row_bytes, int n_
 
 void UnpermuteRopeRows(float* w, int64_t n_rows, int64_t n_cols, int n_head) {
   UnpermuteRopeRowBytes(reinterpret_cast<uint8_t*>(w), n_rows, n_cols * int64_t(sizeof(float)), n_head);
+}
+
+uint64_t KvBytes(const ModelConfig& c, int64_t n_tokens) {
+  return uint64_t(std::max<int64_t>(n_tokens, 0)) * uint64_t(c.n_layer) * uint64_t(c.n_head_kv) * uint64_t(c.head_dim) *
+         2 * sizeof(uint16_t);
 }
 
 Result<Model> LoadModel(const std::string& path, const ProgressFn& progress) {

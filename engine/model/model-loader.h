@@ -13,7 +13,10 @@
 // Every tensor is checked against the config (missing or wrong-shaped tensors are named), every
 // config value is range-checked (float hyperparameters must be finite as floats), every norm
 // weight and bias must be finite (CheckNormWeights). config.fingerprint is a hex XXH3-128 of the model bytes (GGUF:
-// the file; HF: config.json, the weight files and the tokenizer files present). A GGUF mapping
+// the file; HF: config.json, the weight files and the tokenizer files present). With
+// LoadOptions::check_memory, a model whose weights and KV estimate exceed MemAvailable is refused
+// before its weights are read. Every tensor's extent is checked against its file's size before
+// anything is read from a mapping (a truncated file is an error, never SIGBUS). A GGUF mapping
 // lives as long as the Model when a tensor views it; others are released before LoadModel returns. Progress is reported
 // once per tensor, from worker threads (serialized); returning false cancels the load (Status kCancelled). Thread-safe:
 // loads share no state.
@@ -31,7 +34,16 @@ namespace impress {
 struct LoadOptions {
   int n_threads = 2;        // dequantization / conversion threads (the caller's thread counts as one)
   bool dequantize = false;  // every weight as owned fp32 values (the reference for quantized runs)
+  // Before any weight is read, refuse a model that cannot fit: kResourceExhausted with the
+  // numbers when its weights in memory (a GGUF's file size, or 4 bytes per value when converted
+  // to fp32) plus the fp16 KV of kv_tokens tokens exceed the memory available.
+  bool check_memory = false;
+  int64_t kv_tokens = 4096;
+  uint64_t mem_available = 0;  // bytes; 0: MemAvailable from /proc/meminfo (no check if unreadable)
 };
+
+// Bytes of fp16 K and V for n_tokens tokens of a model with this configuration.
+uint64_t KvBytes(const ModelConfig& config, int64_t n_tokens);
 
 Result<Model> LoadModel(const std::string& path, const ProgressFn& progress = {});
 Result<Model> LoadModel(const std::string& path, const ProgressFn& progress, const LoadOptions& options);

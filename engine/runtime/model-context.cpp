@@ -30,7 +30,9 @@ Result<std::unique_ptr<ModelContext>> ModelContext::Load(const std::string& path
         fmt::format("backend '{}' is not available in this build (use --backend cpu)", options.backend));
   }
   IMPRESS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(path));
-  IMPRESS_ASSIGN_OR_RETURN(Model model, LoadModel(path, progress, LoadOptions{.n_threads = options.n_threads}));
+  // Refuses a model that cannot fit in memory (with the numbers) before reading its weights.
+  IMPRESS_ASSIGN_OR_RETURN(
+      Model model, LoadModel(path, progress, LoadOptions{.n_threads = options.n_threads, .check_memory = true}));
   IMPRESS_RETURN_IF_ERROR(ValidateModel(model));
   if (tokenizer.n_vocab() > model.config.n_vocab) {
     return Status::Corruption(fmt::format("{}: the tokenizer has {} tokens but the model's embedding only {}", path,

@@ -548,6 +548,31 @@ TEST_F(HfFolders, MissingConfigKeyAndTensorAreNamed) {
   fs::remove_all(d);
 }
 
+// A truncated shard is refused from its header's extents before any tensor is read from the
+// mapping (a read past the end of a mapped file would be SIGBUS, which would kill the test).
+TEST_F(HfFolders, TruncatedShardIsRefusedNeverRead) {
+  const std::string d = *dir_ + "/cut";
+  std::vector<fs::path> shards;
+  for (const auto& e : fs::directory_iterator(*dir_ + "/llama")) {
+    if (e.path().extension() == ".safetensors") shards.push_back(e.path().filename());
+  }
+  ASSERT_FALSE(shards.empty());
+  for (const fs::path& shard : shards) {
+    const uint64_t size = fs::file_size(*dir_ + "/llama/" + shard.string());
+    for (uint64_t keep : {size - 1, size / 2, uint64_t(12)}) {
+      SCOPED_TRACE(shard.string() + " cut to " + std::to_string(keep));
+      fs::remove_all(d);
+      fs::copy(*dir_ + "/llama", d, fs::copy_options::recursive);
+      fs::resize_file(d + "/" + shard.string(), keep);
+      auto m = LoadModel(d);
+      ASSERT_FALSE(m.ok());
+      EXPECT_EQ(m.status().code(), Status::Code::kCorruption) << m.status().ToString();
+      EXPECT_NE(m.status().message().find(shard.string()), std::string::npos) << m.status().ToString();
+    }
+  }
+  fs::remove_all(d);
+}
+
 TEST_F(HfFolders, FingerprintCoversConfigWeightsAndTokenizer) {
   const std::string d = *dir_ + "/fp";
   fs::remove_all(d);

@@ -1,13 +1,15 @@
 // Test helper: runs the numpy reference forward pass (tests/reference/reference.py) on token
-// sequences and compares logits with ours: largest relative error, top-1 agreement and mean
-// KL(reference || ours) over the compared rows.
+// sequences (optionally cached per machine) and compares logits with ours: largest relative
+// error, top-1 agreement and mean KL(reference || ours) over the compared rows.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,30 +30,83 @@ struct RefResult {
   std::vector<std::vector<int32_t>> greedy;
 };
 
-// 0 on success; -1 when there is no reference python; another value when the script failed or
-// its output is short.
-inline int RunNumpyReference(const std::string& model, const std::vector<RefSequence>& seqs, const std::string& dir,
-                             RefResult* out) {
+// Reads the logits and greedy continuations reference.py wrote to PREFIX.json / PREFIX.bin for
+// seqs; false when they are missing or short.
+inline bool ReadNumpyReference(const std::string& prefix, const std::vector<RefSequence>& seqs, RefResult* out) {
+  std::ifstream js(prefix + ".json");
+  if (!js) return false;
+  const nlohmann::json res = nlohmann::json::parse(js, nullptr, false);
+  if (res.is_discarded() || !res.contains("n_vocab") || !res.contains("greedy")) return false;
+  out->n_vocab = res["n_vocab"];
+  out->greedy = res["greedy"].get<std::vector<std::vector<int32_t>>>();
+  out->logits.clear();
+  std::ifstream bin(prefix + ".bin", std::ios::binary);
+  for (const auto& s : seqs) {
+    std::vector<float> l(s.rows.size() * size_t(out->n_vocab));
+    bin.read(reinterpret_cast<char*>(l.data()), std::streamsize(l.size() * sizeof(float)));
+    if (!bin) return false;
+    out->logits.push_back(std::move(l));
+  }
+  return out->greedy.size() == seqs.size();
+}
+
+// Runs reference.py on seqs, writing its output to PREFIX.json / PREFIX.bin. 0 on success; -1
+// when there is no reference python; another value when the script failed or its output is short.
+inline int RunNumpyReferenceTo(const std::string& model, const std::vector<RefSequence>& seqs,
+                               const std::string& prefix, RefResult* out) {
   const std::string py = ReferencePython();
   if (py.empty() || !std::filesystem::exists(py)) return -1;
   nlohmann::json req;
   req["sequences"] = nlohmann::json::array();
   for (const auto& s : seqs) req["sequences"].push_back({{"tokens", s.tokens}, {"rows", s.rows}, {"greedy", s.greedy}});
-  const std::string req_path = dir + "/request.json", prefix = dir + "/ref";
+  const std::string req_path = prefix + ".request.json";
   std::ofstream(req_path) << req.dump();
   const std::string cmd = "'" + py + "' '" + SourceDir() + "/tests/reference/reference.py' --model '" + model +
                           "' --request '" + req_path + "' --out '" + prefix + "'";
   if (std::system(cmd.c_str()) != 0) return 1;
-  const nlohmann::json res = nlohmann::json::parse(std::ifstream(prefix + ".json"));
-  out->n_vocab = res["n_vocab"];
-  out->greedy = res["greedy"].get<std::vector<std::vector<int32_t>>>();
-  std::ifstream bin(prefix + ".bin", std::ios::binary);
-  for (const auto& s : seqs) {
-    std::vector<float> l(s.rows.size() * size_t(out->n_vocab));
-    bin.read(reinterpret_cast<char*>(l.data()), std::streamsize(l.size() * sizeof(float)));
-    if (!bin) return 2;
-    out->logits.push_back(std::move(l));
+  return ReadNumpyReference(prefix, seqs, out) ? 0 : 2;
+}
+
+inline int RunNumpyReference(const std::string& model, const std::vector<RefSequence>& seqs, const std::string& dir,
+                             RefResult* out) {
+  return RunNumpyReferenceTo(model, seqs, dir + "/ref", out);
+}
+
+// Like RunNumpyReference, but kept under $IMPRESS_CACHE_DIR/reference (else
+// $XDG_CACHE_HOME/impress, else ~/.cache/impress) keyed by the model's fingerprint, reference.py's
+// text and the request, so a long reference pass (a trained model over 1,000+ tokens) is paid
+// once per machine, not on every run. Any change to the weights, the script or the request makes
+// a new key; an entry is written under a temporary name and renamed when complete.
+inline int CachedNumpyReference(const std::string& model, const std::string& fingerprint,
+                                const std::vector<RefSequence>& seqs, RefResult* out) {
+  std::string cache;
+  if (const char* c = std::getenv("IMPRESS_CACHE_DIR"); c && *c) {
+    cache = c;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    cache = std::string(x) + "/impress";
+  } else {
+    const char* home = std::getenv("HOME");
+    cache = std::string(home ? home : "/root") + "/.cache/impress";
   }
+  cache += "/reference";
+  std::error_code ec;
+  std::filesystem::create_directories(cache, ec);
+  std::ifstream script(SourceDir() + "/tests/reference/reference.py");
+  std::string key_text((std::istreambuf_iterator<char>(script)), std::istreambuf_iterator<char>());
+  for (const auto& s : seqs) {
+    nlohmann::json j = {{"tokens", s.tokens}, {"rows", s.rows}, {"greedy", s.greedy}};
+    key_text.append(j.dump());
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016zx", std::hash<std::string>{}(key_text));
+  const std::string prefix = cache + "/" + fingerprint.substr(0, 32) + "-" + hex;
+  if (ReadNumpyReference(prefix, seqs, out)) return 0;
+  const std::string tmp = prefix + ".part";
+  const int rc = RunNumpyReferenceTo(model, seqs, tmp, out);
+  std::filesystem::remove(tmp + ".request.json", ec);
+  if (rc != 0) return rc;
+  std::filesystem::rename(tmp + ".bin", prefix + ".bin", ec);
+  if (!ec) std::filesystem::rename(tmp + ".json", prefix + ".json", ec);
   return 0;
 }
 
