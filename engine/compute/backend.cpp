@@ -41,6 +41,10 @@ void Backend::MatMul(int m, const WeightRef& w, DevPtr<const float> x, int ldx, 
        DevPtr<const float>(static_cast<const float*>(w.data.raw())), int(w.n_cols), beta, y, ldy);
 }
 
+void Backend::MatMuls(int m, DevPtr<const float> x, int ldx, std::span<const MatMulOut> outs) {
+  for (const MatMulOut& o : outs) MatMul(m, *o.w, x, ldx, o.beta, o.y, o.ldy);
+}
+
 void Backend::GetWeightRows(DevPtr<float> out, const WeightRef& w, DevPtr<const int32_t> ids, int n_rows) {
   GetRows(out, DevPtr<const float>(static_cast<const float*>(w.data.raw())), ids, n_rows, int(w.n_cols));
 }

@@ -160,6 +160,16 @@ class Backend {
   // beta is 0 (y is overwritten, may hold NaN) or 1 (accumulate: the residual add).
   // The default runs Gemm on the F32 weights the default MapWeight made.
   virtual void MatMul(int m, const WeightRef& w, DevPtr<const float> x, int ldx, float beta, DevPtr<float> y, int ldy);
+  // Several matrices over the same input (Q/K/V; gate/up): for each o of outs, in order,
+  // MatMul(m, *o.w, x, ldx, o.beta, o.y, o.ldy); no o.y may overlap x. The results are those of
+  // the separate calls, bit for bit; a backend may prepare x once and run all rows as one job.
+  struct MatMulOut {
+    const WeightRef* w = nullptr;
+    float beta = 0;
+    DevPtr<float> y;
+    int ldy = 0;
+  };
+  virtual void MatMuls(int m, DevPtr<const float> x, int ldx, std::span<const MatMulOut> outs);
   // out[r] = W[ids[r]] as fp32 (rows of w.n_cols): embedding lookup. ids must be valid rows.
   virtual void GetWeightRows(DevPtr<float> out, const WeightRef& w, DevPtr<const int32_t> ids, int n_rows);
   // Which SIMD code path the typed kernels run ("avx512", "avx2", "scalar"; "fp32" without them).

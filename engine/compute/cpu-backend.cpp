@@ -10,12 +10,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <vector>
 
 #include "engine/compute/decode-attention.h"
 #include "engine/compute/simd-math.h"
 #include "engine/compute/thread-pool.h"
 #include "engine/compute/tile-attention.h"
+#include "engine/compute/typed-gemv.h"
 #include "engine/quant/gemm.h"
 #include "engine/quant/quant-kernels.h"
 
@@ -117,6 +119,7 @@ class CpuBackend final : public Backend {
   void ReleaseWeight(const WeightRef&) override {}
 
   void MatMul(int m, const WeightRef& w, DevPtr<const float> x, int ldx, float beta, DevPtr<float> y, int ldy) override;
+  void MatMuls(int m, DevPtr<const float> x, int ldx, std::span<const MatMulOut> outs) override;
   void GetWeightRows(DevPtr<float> out, const WeightRef& w, DevPtr<const int32_t> ids, int n_rows) override;
   std::string KernelPath() const override { return quant::KernelPathName(path_); }
 
@@ -312,9 +315,6 @@ class CpuBackend final : public Backend {
     pool_.ParallelFor(n_chunks, task);
   }
 
-  // Typed MatMul for a few rows: each activation row quantized once, the weight rows split
-  // across the pool (each weight row read once for all activation rows).
-  void TypedGemv(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y, int ldy);
   // Typed MatMul for many rows: the int8 GEMM where it has the type and path (activation rows
   // quantized once, panels of weight rows split across the pool), else tiles of W decoded to
   // fp32 and sgemm.
@@ -329,11 +329,11 @@ class CpuBackend final : public Backend {
   // Decode attention: per (kv head, key block, query row) partial max, sum and value sum; the
   // raw scores when importance is wanted.
   std::vector<float> part_max_, part_sum_, part_acc_, raw_scores_;
-  TileScratch tile_scratch_;                // the tiled attention's buffers, kept between calls
-  bool tiles_ = true;                       // CpuBackendOptions::tile_attention
-  std::vector<quant::ActivationRow> acts_;  // typed GEMV: the prepared activation rows
-  std::vector<float> gemv_out_, tile_;      // typed GEMV output / decoded weight tile
-  quant::GemmActivations gemm_acts_;        // int8 GEMM: the quantized activation rows
+  TileScratch tile_scratch_;          // the tiled attention's buffers, kept between calls
+  bool tiles_ = true;                 // CpuBackendOptions::tile_attention
+  TypedGemvs gemv_;                   // typed GEMV jobs (decode): their activation rows and staging
+  std::vector<float> tile_;           // decoded weight tile
+  quant::GemmActivations gemm_acts_;  // int8 GEMM: the quantized activation rows
 };
 
 // Activation rows up to which a typed MatMul runs as GEMV (decode and small batches); beyond,
@@ -342,61 +342,37 @@ constexpr int kTypedGemvRows = 4;
 
 void CpuBackend::MatMul(int m, const WeightRef& w, DevPtr<const float> x, int ldx, float beta, DevPtr<float> y,
                         int ldy) {
-  if (m <= 0 || w.n_rows <= 0) return;
-  if (w.ggml_type == 0) {
-    Gemm(Trans::kNo, Trans::kYes, m, int(w.n_rows), int(w.n_cols), 1.0f, x, ldx,
-         DevPtr<const float>(static_cast<const float*>(w.data.raw())), int(w.n_cols), beta, y, ldy);
-    return;
-  }
-  const quant::WeightMatrix wm{static_cast<quant::WeightType>(w.ggml_type), static_cast<const uint8_t*>(w.data.raw()),
-                               w.n_rows, w.n_cols};
-  flops_ += 2.0 * m * double(w.n_rows) * double(w.n_cols);
-  if (m <= kTypedGemvRows) {
-    TypedGemv(m, wm, x.raw(), ldx, beta, y.raw(), ldy);
-  } else {
-    TypedGemm(m, wm, x.raw(), ldx, beta, y.raw(), ldy);
-  }
+  const MatMulOut o{&w, beta, y, ldy};
+  MatMuls(m, x, ldx, std::span<const MatMulOut>(&o, 1));
 }
 
-void CpuBackend::TypedGemv(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y,
-                           int ldy) {
-  const quant::ActFormat format = quant::ActivationFormatFor(w.type);
-  if (acts_.size() < size_t(m)) acts_.resize(size_t(m));
-  for (int i = 0; i < m; ++i) {
-    const Status st = acts_[size_t(i)].Prepare(format, x + int64_t(i) * ldx, w.n_cols);
-    if (!st.ok()) {  // unreachable: ValidateModel checks that rows are whole blocks
-      spdlog::error("cpu backend: {}", st.ToString());
-      return;
+void CpuBackend::MatMuls(int m, DevPtr<const float> x, int ldx, std::span<const MatMulOut> outs) {
+  if (m <= 0) return;
+  // Typed matrices of a few rows go to one GEMV job; the rest (fp32, or many rows) one by one.
+  GemvOut gemv[TypedGemvs::kMaxOuts];
+  size_t n_gemv = 0;
+  for (const MatMulOut& o : outs) {
+    const WeightRef& w = *o.w;
+    if (w.n_rows <= 0) continue;
+    if (w.ggml_type == 0) {
+      Gemm(Trans::kNo, Trans::kYes, m, int(w.n_rows), int(w.n_cols), 1.0f, x, ldx,
+           DevPtr<const float>(static_cast<const float*>(w.data.raw())), int(w.n_cols), o.beta, o.y, o.ldy);
+      continue;
     }
-  }
-  const int64_t n = w.n_rows;
-  const bool direct = beta == 0.0f && (m == 1 || ldy == n);
-  if (!direct) gemv_out_.resize(size_t(m) * size_t(n));
-  float* out = direct ? y : gemv_out_.data();
-  // Chunks of whole rows; a matrix under 64 KiB is not worth waking the pool for.
-  const int64_t bytes = n * w.RowBytes();
-  const int64_t n_chunks =
-      (pool_.n_threads() == 1 || bytes < (int64_t(64) << 10)) ? 1 : std::min<int64_t>(pool_.n_threads() * 4, n / 4);
-  const std::function<void(int64_t)> task = [&](int64_t c) {
-    const int64_t r0 = n * c / n_chunks, r1 = n * (c + 1) / n_chunks;
-    const Status st = quant::GemvBatch(w, acts_.data(), m, r0, r1, out, path_);
-    if (!st.ok()) spdlog::error("cpu backend: {}", st.ToString());
-  };
-  if (n_chunks <= 1) {
-    task(0);
-  } else {
-    pool_.ParallelFor(n_chunks, task);
-  }
-  if (direct) return;
-  for (int i = 0; i < m; ++i) {
-    float* yr = y + int64_t(i) * ldy;
-    const float* o = out + int64_t(i) * n;
-    if (beta == 0.0f) {
-      std::memcpy(yr, o, sizeof(float) * size_t(n));
+    const quant::WeightMatrix wm{static_cast<quant::WeightType>(w.ggml_type), static_cast<const uint8_t*>(w.data.raw()),
+                                 w.n_rows, w.n_cols};
+    flops_ += 2.0 * m * double(w.n_rows) * double(w.n_cols);
+    if (m <= kTypedGemvRows) {
+      gemv[n_gemv++] = GemvOut{wm, o.beta, o.y.raw(), o.ldy};
+      if (n_gemv == TypedGemvs::kMaxOuts) {
+        gemv_.Run(pool_, path_, m, x.raw(), ldx, std::span<const GemvOut>(gemv, n_gemv));
+        n_gemv = 0;
+      }
     } else {
-      for (int64_t r = 0; r < n; ++r) yr[r] = beta * yr[r] + o[r];
+      TypedGemm(m, wm, x.raw(), ldx, o.beta, o.y.raw(), o.ldy);
     }
   }
+  if (n_gemv) gemv_.Run(pool_, path_, m, x.raw(), ldx, std::span<const GemvOut>(gemv, n_gemv));
 }
 
 void CpuBackend::Int8Gemm(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y, int ldy) {

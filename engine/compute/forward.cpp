@@ -316,9 +316,9 @@ Status Forward::ComputeQKV(int il) {
   } else {
     in = x_;  // OPT-350m: post-LN, attention reads the residual stream itself
   }
-  be_.MatMul(n, l.wq, in, e, 0.0f, q_, nq);
-  be_.MatMul(n, l.wk, in, e, 0.0f, k_, nkv);
-  be_.MatMul(n, l.wv, in, e, 0.0f, v_, nkv);
+  // q/k/v_proj over the same input: one call, so a backend prepares the input once.
+  const Backend::MatMulOut qkv[] = {{&l.wq, 0.0f, q_, nq}, {&l.wk, 0.0f, k_, nkv}, {&l.wv, 0.0f, v_, nkv}};
+  be_.MatMuls(n, in, e, qkv);
   if (!lw.bq.empty()) be_.AddBias(q_, l.bq, n, nq, nq);
   if (!lw.bk.empty()) be_.AddBias(k_, l.bk, n, nkv, nkv);
   if (!lw.bv.empty()) be_.AddBias(v_, l.bv, n, nkv, nkv);
@@ -452,8 +452,8 @@ Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* 
   const int ff = c.n_ff;
   if (!opt) {
     // down_proj(silu(gate_proj(x)) * up_proj(x))
-    be_.MatMul(n, l.w_gate, in, e, 0.0f, gate_, ff);
-    be_.MatMul(n, l.w_up, in, e, 0.0f, up_, ff);
+    const Backend::MatMulOut gate_up[] = {{&l.w_gate, 0.0f, gate_, ff}, {&l.w_up, 0.0f, up_, ff}};
+    be_.MatMuls(n, in, e, gate_up);
     be_.SwiGlu(gate_, gate_, up_, n, ff, ff);
     be_.MatMul(n, l.w_down, gate_, ff, 1.0f, x_, e);
   } else {
