@@ -55,12 +55,15 @@ struct Accumulator {
   std::string system;
   std::vector<double> ttft;
   double ssd = 0, kv = 0, err_sum = 0, err_max = 0, agree = 0, amp = 0, chunks = 0, passed = 0, kl = 0, kl_max = 0;
+  double probe_share = 0, io_share = 0;
   TtftBreakdown bd;
 
   void Add(const RequestReport& r, bool agrees, double kl_ref) {
     kl += kl_ref;
     kl_max = std::max(kl_max, kl_ref);
     ttft.push_back(r.ttft_ms);
+    probe_share += r.probe_share();
+    io_share += r.unhidden_io_share();
     ssd += double(r.ssd_bytes_read);
     for (const LayerReport& l : r.layers) kv += double(l.key_bytes + l.value_bytes);
     const double err = r.ttft_ms > 0 ? std::fabs(r.breakdown.other_ms) / r.ttft_ms : 0;
@@ -91,7 +94,10 @@ struct Accumulator {
     double sum = 0;
     for (double t : ttft) sum += t;
     s.mean_ttft_ms = sum / n;
+    s.p50_ttft_ms = n % 2 ? sorted[size_t(n / 2)] : (sorted[size_t(n / 2 - 1)] + sorted[size_t(n / 2)]) / 2;
     s.p99_ttft_ms = sorted[size_t(std::min<double>(n - 1, std::ceil(0.99 * n) - 1))];
+    s.probe_share = probe_share / n;
+    s.unhidden_io_share = io_share / n;
     s.mean_ssd_bytes = ssd / n;
     s.mean_kv_bytes = kv / n;
     s.mean_breakdown_error = err_sum / n;
@@ -257,6 +263,8 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   result.impress_vs_as_bytes = as.mean_ssd_bytes > 0 ? imp.mean_ssd_bytes / as.mean_ssd_bytes : 0;
   result.reorder_vs_as_bytes = as.mean_ssd_bytes > 0 ? imp_ro.mean_ssd_bytes / as.mean_ssd_bytes : 0;
   result.impress_vs_h2o_bytes = lfu.mean_ssd_bytes > 0 ? imp.mean_ssd_bytes / lfu.mean_ssd_bytes : 0;
+  result.ttft_speedup_vs_h2o = imp.mean_ttft_ms > 0 ? lfu.mean_ttft_ms / imp.mean_ttft_ms : 0;
+  result.ttft_speedup_vs_h2o_reorder = imp_ro.mean_ttft_ms > 0 ? lfu.mean_ttft_ms / imp_ro.mean_ttft_ms : 0;
   result.read_amp_before_reorder = imp.mean_read_amplification;
   result.read_amp_after_reorder = imp_ro.mean_read_amplification;
   const store::StoreStats stats = st->Stats();

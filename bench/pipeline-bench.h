@@ -38,7 +38,10 @@ struct SystemSummary {
   std::string system;
   int n_requests = 0;
   double mean_ttft_ms = 0;
+  double p50_ttft_ms = 0;
   double p99_ttft_ms = 0;
+  double probe_share = 0;           // mean of RequestReport::probe_share (the paper's bar: <= 6%)
+  double unhidden_io_share = 0;     // mean of RequestReport::unhidden_io_share
   double mean_ssd_bytes = 0;        // read from the data files per request
   double mean_kv_bytes = 0;         // keys + values the request asked for (probe keys included)
   double mean_breakdown_error = 0;  // |sum of parts - TTFT| / TTFT
@@ -63,6 +66,8 @@ struct PipelineBenchResult {
   double impress_vs_as_bytes = 0;   // IMPRESS SSD bytes / AS-like SSD bytes (fp16 AS-like when compact)
   double reorder_vs_as_bytes = 0;   // the same after reorder
   double impress_vs_h2o_bytes = 0;  // IMPRESS SSD bytes / AS+H2O+LFU SSD bytes
+  // TTFT speedup over AS+H2O+LFU: its mean TTFT / IMPRESS's, before and after reorder.
+  double ttft_speedup_vs_h2o = 0, ttft_speedup_vs_h2o_reorder = 0;
   double read_amp_before_reorder = 0;
   double read_amp_after_reorder = 0;
   uint64_t segments_reordered = 0;

@@ -37,6 +37,8 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
           {"layers_passed", r.n_layers_passed},
           {"ssd_bytes_read", r.ssd_bytes_read},
           {"read_amplification", r.read_amplification()},
+          {"probe_share", r.probe_share()},
+          {"unhidden_io_share", r.unhidden_io_share()},
           {"tier_hits", {{"device", r.chunks_device}, {"host", r.chunks_host}, {"ssd", r.chunks_ssd}}},
           {"decode_tok_s", r.decode_tok_s()}};
 }

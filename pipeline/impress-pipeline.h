@@ -205,6 +205,8 @@ class ImpressPipeline {
     int sinks = 0, recent_begin = 0, recent_end = 0;  // kept by every later request: stored first
   } write_keep_;
 
+  // Scratch (host): one layer's per-head importance from ScoreKeys, reused by every layer.
+  std::vector<float> score_scratch_;
   // Scratch (device) for probe / all keys and the selected K/V before they land in the buffers.
   DevPtr<f16_t> keys_scratch_;
   size_t keys_scratch_rows_ = 0;

@@ -188,8 +188,10 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   be.Synchronize();
   job.run.sw.Lap(&bd.copy_ms);
 
-  // Importance of each prefix token for each probe query head (n_probe x n).
-  std::vector<float> probe_imp(size_t(n_probe) * n, 0.0f);
+  // Importance of each prefix token for each probe query head (n_probe x n), in a buffer kept
+  // across layers and requests.
+  std::vector<float>& probe_imp = score_scratch_;
+  probe_imp.assign(size_t(n_probe) * n, 0.0f);
   IMPRESS_RETURN_IF_ERROR(
       fwd_->ScoreKeys(job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = kv_heads},
                       probe_heads, probe_imp.data()));
@@ -221,7 +223,8 @@ Status ImpressPipeline::SelectByAllHeads(LayerJob& job) {
   ctx_.backend().Synchronize();
   job.run.sw.Lap(&bd.copy_ms);
 
-  std::vector<float> imp(size_t(c.n_head) * n);  // n_head x n
+  std::vector<float>& imp = score_scratch_;  // n_head x n
+  imp.resize(size_t(c.n_head) * n);
   IMPRESS_RETURN_IF_ERROR(fwd_->ScoreKeys(
       job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = FirstN(c.n_head_kv)},
       FirstN(c.n_head), imp.data()));

@@ -85,6 +85,13 @@ struct RequestReport {
   double read_amplification() const {
     return useful_bytes_read ? double(ssd_bytes_read) / double(useful_bytes_read) : 0.0;
   }
+  // The probe's share of TTFT: its key reads compute waited for plus its scoring and selection
+  // (for AS+H2O, the all-heads scoring). The paper's bar is <= 6%.
+  double probe_share() const {
+    return ttft_ms > 0 ? (breakdown.probe_io_ms + breakdown.probe_compute_ms) / ttft_ms : 0.0;
+  }
+  // The share of TTFT spent waiting on reads: the I/O that compute did not hide.
+  double unhidden_io_share() const { return ttft_ms > 0 ? breakdown.io_wait_ms / ttft_ms : 0.0; }
 };
 
 }  // namespace impress

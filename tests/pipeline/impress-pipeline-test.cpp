@@ -297,6 +297,13 @@ TEST_F(PipelineOnModel, InjectedReadDelayIsBookedAsIoNotCompute) {
   // that no other bucket can also have claimed.
   for (double ms : {b.match_ms, b.probe_compute_ms, b.copy_ms, b.compute_ms, b.other_ms}) EXPECT_GE(ms, 0.0);
   EXPECT_NEAR(not_io(b) + b.probe_io_ms + b.kv_io_ms, slow.ttft_ms, 1e-3 * slow.ttft_ms);
+  // The shares the benchmarks print: the waited-for I/O holds the injected time, and the probe's
+  // share is its reads plus its scoring.
+  EXPECT_NEAR(slow.unhidden_io_share(), b.io_wait_ms / slow.ttft_ms, 1e-12);
+  EXPECT_GE(slow.unhidden_io_share() * slow.ttft_ms, injected_ms);
+  EXPECT_NEAR(slow.probe_share(), (b.probe_io_ms + b.probe_compute_ms) / slow.ttft_ms, 1e-12);
+  EXPECT_GT(slow.probe_share(), 0.0);
+  EXPECT_LT(slow.probe_share() + slow.breakdown.kv_io_ms / slow.ttft_ms, 1.0 + 1e-9);
 }
 
 // The bytes the store reports reading from its files (no memory tiers), per system. AS+H2O reads
