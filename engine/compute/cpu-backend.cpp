@@ -164,6 +164,18 @@ class CpuBackend final : public Backend {
     const int32_t* pos = a.positions.raw();
     const float* inv_freq = a.inv_freq.raw();
     const int n_heads = a.n_heads, hd = a.head_dim;
+    if (a.n_tok == 1) {  // decode: the angles of the one position, shared by every layer's q and k
+      const RopeAngles& r = DecodeRopeAngles(pos[0], inv_freq, half);
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + int64_t(h) * hd;
+        for (int i = 0; i < half; ++i) {
+          const float x0 = v[i], x1 = v[i + half];
+          v[i] = x0 * r.cs[i] - x1 * r.sn[i];
+          v[i + half] = x1 * r.cs[i] + x0 * r.sn[i];
+        }
+      }
+      return;
+    }
     ForRows(a.n_tok, int64_t(n_heads) * hd, [=](int64_t t) {
       float cs[256], sn[256];  // head_dim <= 512 (checked by the forward pass)
       for (int i = 0; i < half; ++i) {
@@ -282,6 +294,29 @@ class CpuBackend final : public Backend {
     };
   }
 
+  // cos and sin of pos * inv_freq[i] for i < half, as Rope computes them, kept for the next call
+  // with the same position and frequencies (a decode step rotates 2 x n_layer times at one
+  // position).
+  struct RopeAngles {
+    int32_t pos = -1;
+    std::vector<float> inv_freq, cs, sn;
+  };
+  const RopeAngles& DecodeRopeAngles(int32_t pos, const float* inv_freq, int half) {
+    RopeAngles& r = rope_angles_;
+    if (r.pos == pos && int(r.inv_freq.size()) == half && std::equal(inv_freq, inv_freq + half, r.inv_freq.begin()))
+      return r;
+    r.pos = pos;
+    r.inv_freq.assign(inv_freq, inv_freq + half);
+    r.cs.resize(size_t(half));
+    r.sn.resize(size_t(half));
+    for (int i = 0; i < half; ++i) {
+      const double ang = double(pos) * double(inv_freq[i]);
+      r.cs[size_t(i)] = float(std::cos(ang));
+      r.sn[size_t(i)] = float(std::sin(ang));
+    }
+    return r;
+  }
+
   // Gathers rows of one kv head from fp16 (n_tok, n_slots, head_dim) into fp32 (n_tok, head_dim).
   void GatherHead(float* dst, const f16_t* src, int n_tok, int n_slots, int slot, int head_dim) {
     ForRows(n_tok, head_dim, [=](int64_t t) {
@@ -331,6 +366,7 @@ class CpuBackend final : public Backend {
   std::vector<float> part_max_, part_sum_, part_acc_, raw_scores_;
   TileScratch tile_scratch_;          // the tiled attention's buffers, kept between calls
   bool tiles_ = true;                 // CpuBackendOptions::tile_attention
+  RopeAngles rope_angles_;            // the last decode position's rotation
   TypedGemvs gemv_;                   // typed GEMV jobs (decode): their activation rows and staging
   std::vector<float> tile_;           // decoded weight tile
   quant::GemmActivations gemm_acts_;  // int8 GEMM: the quantized activation rows
