@@ -44,7 +44,7 @@ struct WeightJob {
   const SafetensorsTensor* st = nullptr;  // safetensors source
   const std::string* st_path = nullptr;
   int unpermute_heads = 0;   // > 0: undo llama.cpp's RoPE row permutation
-  bool keep_stored = false;  // GGUF: the tensor views its stored rows instead of fp32 values
+  bool keep_stored = false;  // the tensor views its stored rows (GGUF; F16/BF16 safetensors) instead of fp32 values
 };
 
 uint64_t NumElements(const std::vector<int64_t>& shape) {
@@ -74,6 +74,11 @@ Status ToF32(WeightJob& j) {
 // are dropped so the copy does not double them.
 void KeepStored(WeightJob& j) {
   Tensor& t = *j.dst;
+  if (j.st) {  // Hugging Face rows are in the engine's layout already
+    t.ggml_type = uint32_t(j.st->dtype == StDtype::kF16 ? GgmlType::kF16 : GgmlType::kBF16);
+    t.view = j.st->data;
+    return;
+  }
   t.ggml_type = j.gguf->type_id;
   if (j.unpermute_heads <= 0) {
     t.view = j.gguf->data;
@@ -212,9 +217,12 @@ Status CheckFitsMemory(const std::string& path, const ModelConfig& c, uint64_t w
                                    mib(avail) + " of memory are available (MemAvailable)");
 }
 
-uint64_t JobsF32Bytes(const std::vector<WeightJob>& jobs) {
+// Bytes the jobs' weights take in memory: stored bytes for views, 4 per value otherwise.
+uint64_t JobsMemoryBytes(const std::vector<WeightJob>& jobs) {
   uint64_t n = 0;
-  for (const WeightJob& j : jobs) n += j.n_elements * sizeof(float);
+  for (const WeightJob& j : jobs) {
+    n += !j.keep_stored ? j.n_elements * sizeof(float) : j.gguf ? j.gguf->n_bytes : j.st->n_bytes();
+  }
   return n;
 }
 
@@ -311,7 +319,7 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
   IMPRESS_RETURN_IF_ERROR(loader.ReadConfig());
   IMPRESS_RETURN_IF_ERROR(loader.PlanWeights());
   IMPRESS_RETURN_IF_ERROR(
-      CheckFitsMemory(path, m.config, opt.dequantize ? JobsF32Bytes(loader.jobs()) : f.file_size(), opt));
+      CheckFitsMemory(path, m.config, opt.dequantize ? JobsMemoryBytes(loader.jobs()) : f.file_size(), opt));
   std::string digest;
   auto hash = [&]() -> Status {
     // The whole file, from the mapping the weights are read from (it is in memory anyway).
@@ -333,8 +341,9 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
 
 class HfLoader {
  public:
-  HfLoader(std::string dir, const json& cfg, const SafetensorsSet& set, Model* m) :
-      dir_(std::move(dir)), cfg_path_(dir_ + "/config.json"), cfg_(cfg), set_(set), m_(*m) {}
+  // keep_stored: F16/BF16 matrices of Llama-family models stay views into the mapping.
+  HfLoader(std::string dir, const json& cfg, const SafetensorsSet& set, Model* m, bool keep_stored) :
+      dir_(std::move(dir)), cfg_path_(dir_ + "/config.json"), cfg_(cfg), set_(set), m_(*m), keep_stored_(keep_stored) {}
 
   Result<int64_t> Int(const char* key, int64_t max, const int64_t* def = nullptr) {
     auto it = cfg_.find(key);
@@ -387,6 +396,8 @@ class HfLoader {
                                  " (weights must be F32, F16 or BF16)");
     }
     WeightJob j;
+    // The kernels compute on F16/BF16 rows as they are; F32 and vectors become owned fp32 values.
+    j.keep_stored = keep_stored_ && shape.size() == 2 && (t->dtype == StDtype::kF16 || t->dtype == StDtype::kBF16);
     j.name = name;
     j.dst = dst;
     j.n_elements = NumElements(shape);
@@ -499,6 +510,7 @@ class HfLoader {
   }
 
   Status Opt() {
+    keep_stored_ = false;  // OPT's weights are converted to fp32 as before
     ModelConfig& c = m_.config;
     c.arch = Arch::kOpt;
     IMPRESS_ASSIGN_OR_RETURN(int64_t E, Int("hidden_size", kMaxEmbd));
@@ -583,6 +595,7 @@ class HfLoader {
   const json& cfg_;
   const SafetensorsSet& set_;
   Model& m_;
+  bool keep_stored_ = false;
   std::vector<WeightJob> jobs_;
 };
 
@@ -611,7 +624,7 @@ Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, c
   Model m;
   m.path = dir;
   IMPRESS_ASSIGN_OR_RETURN(SafetensorsSet set, SafetensorsSet::OpenFolder(dir));
-  HfLoader loader(dir, cfg, set, &m);
+  HfLoader loader(dir, cfg, set, &m, !opt.dequantize);
   if (arch == "LlamaForCausalLM" || arch == "Qwen2ForCausalLM") {
     IMPRESS_RETURN_IF_ERROR(loader.Llama(arch == "Qwen2ForCausalLM"));
   } else if (arch == "OPTForCausalLM") {
@@ -641,9 +654,13 @@ Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, c
     IMPRESS_ASSIGN_OR_RETURN(digest, FingerprintFiles(files));
     return Status::Ok();
   };
-  IMPRESS_RETURN_IF_ERROR(CheckFitsMemory(dir, m.config, JobsF32Bytes(loader.jobs()), opt));
+  IMPRESS_RETURN_IF_ERROR(CheckFitsMemory(dir, m.config, JobsMemoryBytes(loader.jobs()), opt));
   IMPRESS_RETURN_IF_ERROR(RunJobs(loader.jobs(), opt.n_threads, progress, hash));
   m.config.fingerprint = digest;
+  bool viewed = false;
+  for (const WeightJob& j : loader.jobs()) viewed |= j.keep_stored;
+  // The mappings move with the set (their addresses are unchanged), so views stay valid.
+  if (viewed) m.storage = std::make_shared<SafetensorsSet>(std::move(set));
   return m;
 }
 

@@ -8,7 +8,9 @@
 // => tied), blk.N.*). llama.cpp's converter permutes the rows of attn_q/attn_k for its interleaved RoPE; the loader
 // undoes it (UnpermuteRopeRows; for stored types a row-reordered copy of the stored bytes), so GGUF and HF models come
 // out alike. Hugging Face folders: config.json + model.safetensors or sharded model.safetensors.index.json, for
-// LlamaForCausalLM, Qwen2ForCausalLM (Q/K/V biases) and OPTForCausalLM (F32/F16/BF16 weights).
+// LlamaForCausalLM, Qwen2ForCausalLM (Q/K/V biases) and OPTForCausalLM (F32/F16/BF16 weights). Llama-family
+// F16/BF16 matrices stay in their type, viewed in the safetensors mappings (Model::storage keeps them); F32
+// tensors, vectors and OPT's weights become owned fp32 values (LoadOptions::dequantize: all of them).
 //
 // Every tensor is checked against the config (missing or wrong-shaped tensors are named), every
 // config value is range-checked (float hyperparameters must be finite as floats), every norm

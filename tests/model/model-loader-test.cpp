@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "base/fp16.h"
+#include "engine/compute/cpu-backend.h"
+#include "engine/compute/forward.h"
 #include "engine/model/dequant.h"
 #include "engine/model/gguf.h"
 #include "tests/model/gguf-builder.h"
@@ -449,8 +451,11 @@ class HfFolders : public ::testing::Test {
       const Tensor* t = FieldFor(m, name);
       if (name == "lm_head.weight" && m.config.tied_embeddings) continue;
       ASSERT_NE(t, nullptr) << name;
-      ASSERT_EQ(t->data.size(), want.size()) << name;
-      EXPECT_TRUE(SameFloats(t->ptr(), want.data(), want.size())) << name;
+      // A stored tensor (F16/BF16 kept as in the file) is decoded as the kernels read it.
+      auto got = TensorValues(*t);
+      ASSERT_TRUE(got.ok()) << name << ": " << got.status().ToString();
+      ASSERT_EQ(got->size(), want.size()) << name;
+      EXPECT_TRUE(SameFloats(got->data(), want.data(), want.size())) << name;
       ++n;
     }
     EXPECT_EQ(n, n_expected);
@@ -480,6 +485,66 @@ TEST_F(HfFolders, LoadsShardedMixedDtypeLlama) {
   EXPECT_EQ(c.rope_scaling.original_ctx, 128);
   EXPECT_EQ(c.fingerprint.size(), 32u);
   ExpectAllWeights(*m, *dir_ + "/llama", 3 + 2 * 9);
+  // F16 and BF16 matrices stay in their stored type, viewed in the file mapping the Model keeps;
+  // F32 ones and every vector are fp32 values. The fp32 reference load holds the same values.
+  int n_f16 = 0, n_bf16 = 0, n_f32 = 0;
+  auto count = [&](const Tensor& t) {
+    if (t.rows() > 0 && t.shape.size() == 2) {
+      n_f16 += t.stored() && t.ggml_type == uint32_t(GgmlType::kF16) && t.view != nullptr;
+      n_bf16 += t.stored() && t.ggml_type == uint32_t(GgmlType::kBF16) && t.view != nullptr;
+      n_f32 += !t.stored();
+    } else {
+      EXPECT_FALSE(t.stored());
+    }
+  };
+  count(m->weights.tok_embd);
+  count(m->weights.output);
+  count(m->weights.output_norm);
+  for (const LayerWeights& l : m->weights.layers) {
+    for (const Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.attn_norm, &l.ffn_norm}) {
+      count(*t);
+    }
+  }
+  EXPECT_GT(n_f16, 0);
+  EXPECT_GT(n_bf16, 0);
+  EXPECT_GT(n_f32, 0);
+  EXPECT_EQ(n_f16 + n_bf16 + n_f32, 2 + 2 * 7);
+  EXPECT_NE(m->storage, nullptr);
+  auto ref = LoadModel(*dir_ + "/llama", {}, LoadOptions{.dequantize = true});
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  EXPECT_FALSE(ref->weights.layers[0].wq.stored());
+  ExpectAllWeights(*ref, *dir_ + "/llama", 3 + 2 * 9);
+}
+
+// The forward pass over F16/BF16 matrices kept as stored equals the one over the same values
+// converted to fp32 (checked against numpy in tests/compute) within fp32 rounding: the kernels
+// multiply the decoded rows with fp32 activations. Prefill (GEMM) and one-row decode (GEMV).
+TEST_F(HfFolders, StoredF16Bf16ForwardMatchesTheFp32Path) {
+  auto stored = LoadModel(*dir_ + "/llama");
+  auto fp32 = LoadModel(*dir_ + "/llama", {}, LoadOptions{.dequantize = true});
+  ASSERT_TRUE(stored.ok() && fp32.ok());
+  const std::vector<int32_t> toks = {1, 5, 9, 17, 33, 2, 40, 63, 7, 11};
+  std::vector<int> rows(toks.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = int(i);
+  const size_t V = size_t(stored->config.n_vocab);
+  auto logits = [&](const Model& m, size_t ubatch) {
+    auto be = MakeCpuBackend({.n_threads = 2});
+    auto g = Generator::Create(m, *be, {.n_ctx = 32, .ubatch = int(ubatch)});
+    std::vector<float> out(toks.size() * V);
+    EXPECT_TRUE(g.ok() && (*g)->EvalRows(toks, rows, out.data()).ok());
+    return out;
+  };
+  for (size_t ubatch : {size_t(16), size_t(1)}) {
+    SCOPED_TRACE(ubatch);
+    const std::vector<float> a = logits(*stored, ubatch), b = logits(*fp32, ubatch);
+    double max_abs = 0, max_diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      max_abs = std::max(max_abs, std::abs(double(b[i])));
+      max_diff = std::max(max_diff, std::abs(double(a[i]) - b[i]));
+    }
+    EXPECT_GT(max_abs, 0.1);
+    EXPECT_LE(max_diff, 1e-4 * max_abs) << "max |stored - fp32| " << max_diff << " of " << max_abs;
+  }
 }
 
 TEST_F(HfFolders, LoadsOpt) {
