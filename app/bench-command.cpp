@@ -91,6 +91,7 @@ int RunCpuEngineBench(const Model& model, const ForwardTimingOptions& forward, i
                              {"peak_rss_mb", r->peak_rss_mb},
                              {"weights_mb", r->weights_mb},
                              {"kv_cache_mb", r->kv_cache_mb},
+                             {"kv_cache_tokens", r->speed.n_cache},
                              {"rss_vs_weights_kv", r->peak_rss_mb / std::max(1.0, r->weights_mb + r->kv_cache_mb)},
                              {"decode_tok_s_8k", r->decode_tok_s_8k},
                              {"weights_bytes_per_token", r->weights_bytes_per_token},
@@ -183,6 +184,11 @@ void RegisterEngineBench(CLI::App* bench, CommonOptions* common, int* exit_code)
             name, [cpu, gpu](int v) { *cpu = *gpu = v; }, what)
         ->check(CLI::Range(1, max));
   }
+  engine
+      ->add_option_function<int>(
+          "--ctx", [ea](int v) { ea->cpu.n_ctx = ea->cuda.n_ctx = v; },
+          "KV cache of at least this many tokens, resident, for peak RSS (the prefills may be shorter)")
+      ->check(CLI::Range(0, 1 << 20));
   engine
       ->add_option_function<int>(
           "--decode-ctx", [ea](int v) { ea->cpu.n_decode_ctx = ea->cuda.n_decode_ctx = v; },

@@ -42,7 +42,18 @@ Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const For
     if (r.n_decode_ctx <= r.n_prefill_long) r.n_decode_ctx = 0;
     r.n_cache = std::max(r.n_cache, r.n_decode_ctx + r.n_decode);
   }
+  r.n_cache = std::max(r.n_cache, std::min(o.n_ctx, n_ctx));
   IMPRESS_ASSIGN_OR_RETURN(auto gen, Generator::Create(model, backend, {r.n_cache, o.ubatch}));
+  if (o.n_ctx > 0) {
+    // Resident as a filled context: the allocator hands out pages only when first written.
+    const std::vector<f16_t> zeros(size_t(r.n_cache) * size_t(c.n_head_kv) * size_t(c.head_dim));
+    for (int il = 0; il < c.n_layer; ++il) {
+      for (DevPtr<const f16_t> kv : {gen->KCache(il), gen->VCache(il)}) {
+        backend.CopyToDevice(DevPtr<void>(const_cast<f16_t*>(kv.raw())), zeros.data(), zeros.size() * sizeof(f16_t));
+      }
+    }
+    backend.Synchronize();
+  }
 
   std::mt19937 rng(7);
   std::vector<int32_t> toks(size_t(r.n_cache));

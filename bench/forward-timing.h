@@ -32,6 +32,10 @@ struct ForwardTimingOptions {
   // Decode is also timed after this many tokens of context (a long document; the cache grows to
   // hold them); 0 or less than n_prefill_long: not timed.
   int n_decode_ctx = 8000;
+  // The KV cache holds at least this many tokens, all of it resident (written once, as a filled
+  // context would be), so peak RSS is that of a model with this context even when the timed
+  // prefills are shorter (an 8B model cannot prefill 4K tokens in reasonable time on a few cores).
+  int n_ctx = 0;
 };
 
 struct ForwardSpeed {
