@@ -18,6 +18,7 @@
 #include "engine/model/gguf-config.h"
 #include "engine/model/gguf.h"
 #include "engine/model/json-file.h"
+#include "engine/model/quantize-blocks.h"
 #include "engine/model/safetensors.h"
 #include "engine/quant/quant-kernels.h"
 
@@ -44,6 +45,7 @@ struct WeightJob {
   const SafetensorsTensor* st = nullptr;  // safetensors source
   const std::string* st_path = nullptr;
   int unpermute_heads = 0;   // > 0: undo llama.cpp's RoPE row permutation
+  uint32_t convert_to = 0;   // != 0: the values are re-encoded in this GgmlType at load (LoadOptions::weights)
   bool keep_stored = false;  // the tensor views its stored rows (GGUF; F16/BF16 safetensors) instead of fp32 values
 };
 
@@ -90,6 +92,18 @@ void KeepStored(WeightJob& j) {
   j.gguf_file->DiscardPages(j.gguf->data, j.gguf->n_bytes);
 }
 
+// Re-encodes the job's fp32 values (rows are contiguous and whole blocks) in j.convert_to.
+Status ConvertValues(WeightJob& j) {
+  Tensor& t = *j.dst;
+  IMPRESS_ASSIGN_OR_RETURN(const uint64_t bytes, GgmlByteSize(j.convert_to, j.n_elements));
+  t.owned_bytes.resize(bytes);
+  const Status st = QuantizeRow(j.convert_to, t.data.data(), int64_t(j.n_elements), t.owned_bytes.data());
+  if (!st.ok()) return Status(st.code(), j.name + ": " + st.message());
+  t.ggml_type = j.convert_to;
+  std::vector<float>().swap(t.data);
+  return Status::Ok();
+}
+
 // Runs the jobs on n_threads threads (this one included), largest first. `first` (may be empty)
 // runs before any job, concurrently with them on the other threads.
 Status RunJobs(std::vector<WeightJob>& jobs, int n_threads, const ProgressFn& progress,
@@ -121,6 +135,7 @@ Status RunJobs(std::vector<WeightJob>& jobs, int n_threads, const ProgressFn& pr
           KeepStored(j);
         } else {
           st = ToF32(j);
+          if (st.ok() && j.convert_to) st = ConvertValues(j);
         }
       }
       std::lock_guard<std::mutex> lock(mu);
@@ -217,13 +232,35 @@ Status CheckFitsMemory(const std::string& path, const ModelConfig& c, uint64_t w
                                    mib(avail) + " of memory are available (MemAvailable)");
 }
 
-// Bytes the jobs' weights take in memory: stored bytes for views, 4 per value otherwise.
+// Bytes the jobs' weights take in memory: stored bytes for views, the converted size for
+// re-encoded matrices, 4 per value otherwise.
 uint64_t JobsMemoryBytes(const std::vector<WeightJob>& jobs) {
   uint64_t n = 0;
   for (const WeightJob& j : jobs) {
-    n += !j.keep_stored ? j.n_elements * sizeof(float) : j.gguf ? j.gguf->n_bytes : j.st->n_bytes();
+    if (j.convert_to) {
+      auto b = GgmlByteSize(j.convert_to, j.n_elements);
+      n += b.ok() ? *b : j.n_elements * sizeof(float);
+    } else {
+      n += !j.keep_stored ? j.n_elements * sizeof(float) : j.gguf ? j.gguf->n_bytes : j.st->n_bytes();
+    }
   }
   return n;
+}
+
+// LoadOptions::weights: every matrix whose rows are whole blocks of the type is re-encoded in it
+// (the others stay as they would otherwise load). kInvalidArgument for a type the kernels lack.
+Status PlanConversion(std::vector<WeightJob>& jobs, uint32_t type) {
+  if (type == 0) return Status::Ok();
+  if (!quant::IsSupportedWeightType(type) || !CanQuantize(type)) {
+    return Status::InvalidArgument("weights cannot be converted to " + GgmlTypeName(type));
+  }
+  const int64_t block = quant::BlockElements(static_cast<quant::WeightType>(type));
+  for (WeightJob& j : jobs) {
+    if (j.shape.size() != 2 || j.shape[1] % block != 0) continue;
+    j.convert_to = type;
+    j.keep_stored = false;
+  }
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -318,8 +355,9 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
   GgufLoader loader(f, &m, opt.dequantize);
   IMPRESS_RETURN_IF_ERROR(loader.ReadConfig());
   IMPRESS_RETURN_IF_ERROR(loader.PlanWeights());
-  IMPRESS_RETURN_IF_ERROR(
-      CheckFitsMemory(path, m.config, opt.dequantize ? JobsMemoryBytes(loader.jobs()) : f.file_size(), opt));
+  IMPRESS_RETURN_IF_ERROR(PlanConversion(loader.jobs(), opt.dequantize ? 0 : opt.weights));
+  IMPRESS_RETURN_IF_ERROR(CheckFitsMemory(
+      path, m.config, opt.dequantize || opt.weights ? JobsMemoryBytes(loader.jobs()) : f.file_size(), opt));
   std::string digest;
   auto hash = [&]() -> Status {
     // The whole file, from the mapping the weights are read from (it is in memory anyway).
@@ -654,6 +692,7 @@ Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, c
     IMPRESS_ASSIGN_OR_RETURN(digest, FingerprintFiles(files));
     return Status::Ok();
   };
+  IMPRESS_RETURN_IF_ERROR(PlanConversion(loader.jobs(), opt.dequantize ? 0 : opt.weights));
   IMPRESS_RETURN_IF_ERROR(CheckFitsMemory(dir, m.config, JobsMemoryBytes(loader.jobs()), opt));
   IMPRESS_RETURN_IF_ERROR(RunJobs(loader.jobs(), opt.n_threads, progress, hash));
   m.config.fingerprint = digest;

@@ -42,6 +42,9 @@ struct LoadOptions {
   bool check_memory = false;
   int64_t kv_tokens = 4096;
   uint64_t mem_available = 0;  // bytes; 0: MemAvailable from /proc/meminfo (no check if unreadable)
+  // A GgmlType id (Q8_0, Q4_K, F16, ...; 0: as stored): every matrix whose rows are whole blocks
+  // of it is converted to it at load, for less memory (ignored with dequantize).
+  uint32_t weights = 0;
 };
 
 // Bytes of fp16 K and V for n_tokens tokens of a model with this configuration.

@@ -10,6 +10,7 @@
 #include "engine/model/gguf-writer.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model-loader.h"
+#include "engine/model/quantize-blocks.h"
 #include "engine/model/quantize-model.h"
 #include "tests/model/gguf-builder.h"
 
@@ -96,6 +97,28 @@ TEST_F(BadModel, ModelLargerThanMemoryIsRefusedWithTheNumbers) {
   EXPECT_TRUE(LoadModel(path_, {}, opt).ok());
   opt.dequantize = true;
   EXPECT_EQ(LoadModel(path_, {}, opt).status().code(), Status::Code::kResourceExhausted);
+}
+
+// LoadOptions::weights re-encodes every matrix at load: the result decodes to what QuantizeRow
+// gives for the fp32 values of the source (the reference load), and takes less memory.
+TEST_F(BadModel, WeightsConvertedAtLoadAreTheQuantizedValues) {
+  auto ref = LoadModel(path_, {}, LoadOptions{.dequantize = true});
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kQ4_K}) {
+    SCOPED_TRACE(GgmlTypeName(uint32_t(type)));
+    auto m = LoadModel(path_, {}, LoadOptions{.weights = uint32_t(type)});
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const Tensor& got = m->weights.layers[1].w_up;
+    const Tensor& want = ref->weights.layers[1].w_up;
+    ASSERT_TRUE(got.stored());
+    EXPECT_EQ(got.ggml_type, uint32_t(type));
+    std::vector<uint8_t> bytes(got.owned_bytes.size());
+    ASSERT_TRUE(QuantizeRow(uint32_t(type), want.data.data(), int64_t(want.data.size()), bytes.data()).ok());
+    EXPECT_EQ(got.owned_bytes, bytes);
+    EXPECT_TRUE(m->weights.layers[1].ffn_norm.stored() == false);
+  }
+  EXPECT_EQ(LoadModel(path_, {}, LoadOptions{.weights = uint32_t(GgmlType::kQ2_K)}).status().code(),
+            Status::Code::kInvalidArgument);
 }
 
 TEST_F(BadModel, TruncatedFilesAreRefusedAtOpenNeverRead) {
