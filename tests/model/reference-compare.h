@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/model/python-ref.h"
+#include "tests/support/default-model.h"
 
 namespace impress::test {
 
@@ -79,15 +80,7 @@ inline int RunNumpyReference(const std::string& model, const std::vector<RefSequ
 // a new key; an entry is written under a temporary name and renamed when complete.
 inline int CachedNumpyReference(const std::string& model, const std::string& fingerprint,
                                 const std::vector<RefSequence>& seqs, RefResult* out) {
-  std::string cache;
-  if (const char* c = std::getenv("IMPRESS_CACHE_DIR"); c && *c) {
-    cache = c;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
-    cache = std::string(x) + "/impress";
-  } else {
-    const char* home = std::getenv("HOME");
-    cache = std::string(home ? home : "/root") + "/.cache/impress";
-  }
+  std::string cache = test_support::CacheDir();
   cache += "/reference";
   std::error_code ec;
   std::filesystem::create_directories(cache, ec);

@@ -23,6 +23,7 @@ using testing::RandomTokens;
 using testing::ReadsExact;
 using testing::SyntheticKV;
 using testing::TempDir;
+using testing::TestOptions;
 
 constexpr int kLayers = 2, kHeads = 3, kDim = 64;
 
@@ -121,18 +122,7 @@ TEST(ChunkFormat, HeaderNamesTheEncoding) {
 }
 
 PrefixStoreOptions Options(const std::string& dir, KVEncoding enc) {
-  PrefixStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = "model-compact";
-  o.n_layer = kLayers;
-  o.n_head_kv = kHeads;
-  o.head_dim = kDim;
-  o.probe_kv_heads = {0, 2};
-  o.chunk_tokens = 64;
-  o.device_bytes = 0;
-  o.host_bytes = 0;
-  o.reorder_interval = std::chrono::milliseconds(0);
-  o.data_file_bytes = 8ull << 20;
+  PrefixStoreOptions o = TestOptions(dir, "model-compact", kLayers, kHeads, kDim, {0, 2}, 64);
   o.kv_encoding = enc;
   return o;
 }

@@ -18,23 +18,15 @@ using testing::OpenOrDie;
 using testing::RandomTokens;
 using testing::SyntheticKV;
 using testing::TempDir;
+using testing::TestOptions;
 
 constexpr int kLayers = 3, kHeads = 3, kDim = 32;
 constexpr uint64_t kChunkMem = 16ull * 2 * kHeads * kDim * 2;  // 16 tokens, K + V, fp16
 
 PrefixStoreOptions Options(const std::string& dir) {
-  PrefixStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = "model-fresh";
-  o.n_layer = kLayers;
-  o.n_head_kv = kHeads;
-  o.head_dim = kDim;
-  o.probe_kv_heads = {0, 2};
-  o.chunk_tokens = 16;
+  PrefixStoreOptions o = TestOptions(dir, "model-fresh", kLayers, kHeads, kDim, {0, 2}, 16);
   o.device_bytes = 16ull << 20;
   o.host_bytes = 16ull << 20;
-  o.reorder_interval = std::chrono::milliseconds(0);
-  o.data_file_bytes = 8ull << 20;
   return o;
 }
 

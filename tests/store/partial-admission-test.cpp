@@ -20,6 +20,7 @@ using testing::OpenOrDie;
 using testing::RandomTokens;
 using testing::SyntheticKV;
 using testing::TempDir;
+using testing::TestOptions;
 
 // One layer, 2 KV heads of 32 dims: a K (or V) record is 128 bytes, so a 64-token chunk's K region
 // is two 4 KiB blocks (slots 0-31, 32-63), and so is its V region.
@@ -27,20 +28,10 @@ constexpr int kHeads = 2, kDim = 32;
 constexpr uint32_t kChunk = 64;
 
 PrefixStoreOptions Options(const std::string& dir, KVEncoding enc, uint64_t device_bytes) {
-  PrefixStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = "model-partial-admission";
-  o.n_layer = 1;
-  o.n_head_kv = kHeads;
-  o.head_dim = kDim;
-  o.probe_kv_heads = {0};
-  o.chunk_tokens = kChunk;
+  PrefixStoreOptions o = TestOptions(dir, "model-partial-admission", 1, kHeads, kDim, {0}, kChunk);
   o.kv_encoding = enc;
   o.device_bytes = device_bytes;
-  o.host_bytes = 0;
   o.admit_on_insert = false;  // every chunk starts on the SSD only
-  o.reorder_interval = std::chrono::milliseconds(0);
-  o.data_file_bytes = 8ull << 20;
   return o;
 }
 

@@ -25,24 +25,12 @@ namespace {
 using testing::ReadsExact;  // every layer of the first n tokens, bit for bit
 using testing::SyntheticKV;
 using testing::TempDir;
+using testing::TestOptions;
 
 constexpr int kLayers = 3, kHeads = 3, kDim = 64, kC = 16;
 
 PrefixStoreOptions Options(const std::string& dir) {
-  PrefixStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = "model-admin";
-  o.n_layer = kLayers;
-  o.n_head_kv = kHeads;
-  o.head_dim = kDim;
-  o.probe_kv_heads = {0, 2};
-  o.chunk_tokens = kC;
-  o.device_bytes = 0;
-  o.host_bytes = 0;
-  o.ssd_bytes = 256ull << 20;
-  o.reorder_interval = std::chrono::milliseconds(0);
-  o.data_file_bytes = 8ull << 20;
-  return o;
+  return TestOptions(dir, "model-admin", kLayers, kHeads, kDim, {0, 2}, kC);
 }
 
 std::unique_ptr<PrefixStore> OpenOrDie(const PrefixStoreOptions& o) {

@@ -18,22 +18,14 @@ using testing::OpenOrDie;
 using testing::RandomTokens;
 using testing::SyntheticKV;
 using testing::TempDir;
+using testing::TestOptions;
 
 constexpr int kLayers = 3, kHeads = 3, kDim = 32;
 
 PrefixStoreOptions Options(const std::string& dir, uint64_t device_bytes, uint64_t host_bytes) {
-  PrefixStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = "model-reorder-tiers";
-  o.n_layer = kLayers;
-  o.n_head_kv = kHeads;
-  o.head_dim = kDim;
-  o.probe_kv_heads = {0, 2};
-  o.chunk_tokens = 16;
+  PrefixStoreOptions o = TestOptions(dir, "model-reorder-tiers", kLayers, kHeads, kDim, {0, 2}, 16);
   o.device_bytes = device_bytes;
   o.host_bytes = host_bytes;
-  o.reorder_interval = std::chrono::milliseconds(0);
-  o.data_file_bytes = 8ull << 20;
   return o;
 }
 

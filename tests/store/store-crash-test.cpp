@@ -20,6 +20,7 @@ namespace impress::store {
 namespace {
 
 using testing::SyntheticKV;
+using testing::TestOptions;
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr int kKills = 40;  // ASan is slow; the Release build does the full count
@@ -30,18 +31,10 @@ constexpr int kKills = 200;
 constexpr int kLayers = 2, kHeads = 2, kDim = 32;
 
 PrefixStoreOptions CrashOptions(const std::string& dir) {
-  PrefixStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = "crash-model";
-  o.n_layer = kLayers;
-  o.n_head_kv = kHeads;
-  o.head_dim = kDim;
-  o.probe_kv_heads = {1};
-  o.chunk_tokens = 16;
+  PrefixStoreOptions o = TestOptions(dir, "crash-model", kLayers, kHeads, kDim, {1}, 16);
   o.device_bytes = 32 * 1024;
   o.host_bytes = 64 * 1024;
   o.ssd_bytes = 3ull << 20;  // small: inserts evict
-  o.reorder_interval = std::chrono::milliseconds(0);
   o.data_file_bytes = 1ull << 20;
   return o;
 }

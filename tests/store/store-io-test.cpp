@@ -22,22 +22,13 @@ namespace {
 
 using testing::SyntheticKV;
 using testing::TempDir;
+using testing::TestOptions;
 
 constexpr int kLayers = 2, kHeads = 2, kDim = 16;
 
 PrefixStoreOptions Options(const std::string& dir, Env* env = nullptr) {
-  PrefixStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = "model-io";
-  o.n_layer = kLayers;
-  o.n_head_kv = kHeads;
-  o.head_dim = kDim;
-  o.probe_kv_heads = {0};
-  o.chunk_tokens = 16;
-  o.device_bytes = 0;
-  o.host_bytes = 0;
-  o.ssd_bytes = 256ull << 20;
-  o.reorder_interval = std::chrono::milliseconds(0);
+  PrefixStoreOptions o = TestOptions(dir, "model-io", kLayers, kHeads, kDim, {0}, 16);
+  o.data_file_bytes = 1ull << 30;  // the store's default size
   if (env) o.env = env;
   return o;
 }

@@ -29,6 +29,7 @@ namespace impress::store {
 namespace {
 
 using testing::SyntheticKV;
+using testing::TestOptions;
 
 constexpr int kWorkers = 4, kRequestsPerWorker = 50, kDocs = 5;
 constexpr int kLayers = 2, kHeads = 2, kDim = 32;
@@ -39,19 +40,10 @@ constexpr int kKills = 20;
 #endif
 
 PrefixStoreOptions Options(const std::string& dir) {
-  PrefixStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = "multi-process-model";
-  o.n_layer = kLayers;
-  o.n_head_kv = kHeads;
-  o.head_dim = kDim;
-  o.probe_kv_heads = {0};
-  o.chunk_tokens = 16;
+  PrefixStoreOptions o = TestOptions(dir, "multi-process-model", kLayers, kHeads, kDim, {0}, 16);
   o.device_bytes = 64 * 1024;
   o.host_bytes = 128 * 1024;
-  o.ssd_bytes = 256ull << 20;  // everything fits: a committed prefix is never evicted
   o.data_file_bytes = 4ull << 20;
-  o.reorder_interval = std::chrono::milliseconds(0);
   // Waiting for the lock is waiting for an event (another worker's close), not a time bound: a
   // worker that cannot get it within this long is reported as a failure, whatever the load.
   o.lock_wait = std::chrono::minutes(10);

@@ -30,23 +30,14 @@ using testing::OpenOrDie;
 using testing::RandomTokens;
 using testing::SyntheticKV;
 using testing::TempDir;
+using testing::TestOptions;
 
 constexpr int kLayers = 2, kHeads = 2, kDim = 32, kC = 16;
 const SyntheticKV kKV{kLayers, kHeads, kDim};
 
 PrefixStoreOptions Options(const std::string& dir, const std::string& model = "model-A") {
-  PrefixStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = model;
-  o.n_layer = kLayers;
-  o.n_head_kv = kHeads;
-  o.head_dim = kDim;
-  o.probe_kv_heads = {1};
-  o.chunk_tokens = kC;
-  o.device_bytes = 0;
-  o.host_bytes = 0;
+  PrefixStoreOptions o = TestOptions(dir, model, kLayers, kHeads, kDim, {1}, kC);
   o.ssd_bytes = 64ull << 20;
-  o.reorder_interval = std::chrono::milliseconds(0);
   o.data_file_bytes = 4ull << 20;
   return o;
 }

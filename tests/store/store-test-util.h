@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/prefix-store.h"
@@ -27,6 +29,27 @@ inline std::unique_ptr<PrefixStore> OpenOrDie(const PrefixStoreOptions& o) {
   auto st = PrefixStore::Open(o);
   EXPECT_TRUE(st.ok()) << st.status().ToString();
   return st.ok() ? std::move(*st) : nullptr;
+}
+
+// The options every store test starts from: a model `model` of layers x heads x dim KV with the
+// given probe heads and chunk size, no device or host tier, 256 MiB of SSD, 8 MiB data files,
+// reorder only on demand. Tests change what they exercise on the returned value.
+inline PrefixStoreOptions TestOptions(const std::string& dir, const std::string& model, int layers, int heads, int dim,
+                                      std::vector<int> probe_kv_heads, int chunk_tokens) {
+  PrefixStoreOptions o;
+  o.dir = dir;
+  o.model_fingerprint = model;
+  o.n_layer = layers;
+  o.n_head_kv = heads;
+  o.head_dim = dim;
+  o.probe_kv_heads = std::move(probe_kv_heads);
+  o.chunk_tokens = chunk_tokens;
+  o.device_bytes = 0;
+  o.host_bytes = 0;
+  o.ssd_bytes = 256ull << 20;
+  o.reorder_interval = std::chrono::milliseconds(0);
+  o.data_file_bytes = 8ull << 20;
+  return o;
 }
 
 inline std::vector<int32_t> RandomTokens(std::mt19937& rng, size_t n) {

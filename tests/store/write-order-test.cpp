@@ -21,23 +21,12 @@ using testing::RandomTokens;
 using testing::ReadsExact;
 using testing::SyntheticKV;
 using testing::TempDir;
+using testing::TestOptions;
 
 constexpr int kLayers = 3, kHeads = 2, kDim = 64;
 
 PrefixStoreOptions Options(const std::string& dir) {
-  PrefixStoreOptions o;
-  o.dir = dir;
-  o.model_fingerprint = "model-order";
-  o.n_layer = kLayers;
-  o.n_head_kv = kHeads;
-  o.head_dim = kDim;
-  o.probe_kv_heads = {1};
-  o.chunk_tokens = 64;
-  o.device_bytes = 0;
-  o.host_bytes = 0;
-  o.reorder_interval = std::chrono::milliseconds(0);
-  o.data_file_bytes = 8ull << 20;
-  return o;
+  return TestOptions(dir, "model-order", kLayers, kHeads, kDim, {1}, 64);
 }
 
 // Per layer, a different importance for each token (a random permutation of the scores).
