@@ -25,6 +25,14 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
       ->check(CLI::IsMember({"recomp", "as", "as-h2o-lru", "as-h2o-lfu", "impress", "impress-itf", "impress-itf-ro"}));
   cmd->add_option("--alpha", o->alpha, "IMPRESS similarity threshold exponent (0..2)")->check(CLI::Range(0.0, 8.0));
   cmd->add_option("--keep", o->keep, "keep ratio of prefix tokens (0..1]")->check(CLI::Range(0.001, 1.0));
+  cmd->add_option("--keep-mass", o->keep_mass,
+                  "keep per layer the fewest prefix tokens holding this share of the attention mass (0: the fixed "
+                  "--keep ratio)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--keep-min", o->keep_min, "with --keep-mass: keep at least this share of the prefix")
+      ->check(CLI::Range(0.001, 1.0));
+  cmd->add_option("--keep-max", o->keep_max, "with --keep-mass: keep at most this share of the prefix")
+      ->check(CLI::Range(0.001, 1.0));
   cmd->add_option("--probe-heads", o->probe_heads, "probe query heads per layer")->check(CLI::Range(1, 1024));
   cmd->add_option("--sinks", o->sinks, "attention sinks always kept")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--recent", o->recent, "recent prefix tokens always kept")->check(CLI::Range(0, 1 << 20));
@@ -115,6 +123,9 @@ AskOptions AskOptionsFor(const CommonOptions& c, const GenerationDefaults& model
   ParseSystem(c.system, &sys);  // CLI11 already checked the name
   o.pipeline.system = sys;
   o.pipeline.keep = c.keep;
+  o.pipeline.keep_mass = c.keep_mass;
+  o.pipeline.keep_min = c.keep_min;
+  o.pipeline.keep_max = c.keep_max;
   o.pipeline.alpha = c.alpha;
   o.pipeline.probe_heads = c.probe_heads;
   o.pipeline.sinks = c.sinks;

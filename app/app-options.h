@@ -18,6 +18,10 @@ struct CommonOptions {
   std::string system = "impress";  // recomp|as|as-h2o-lru|as-h2o-lfu|impress
   float alpha = 0.6f;
   float keep = 0.25f;
+  // Keep by attention mass (PipelineSettings::keep_mass, keep_min, keep_max); mass 0: the fixed keep.
+  float keep_mass = PipelineSettings{}.keep_mass;
+  float keep_min = PipelineSettings{}.keep_min;
+  float keep_max = PipelineSettings{}.keep_max;
   int probe_heads = 3;
   int sinks = 4;
   int recent = 32;

@@ -162,6 +162,9 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
           {"follow_up", o.spec.follow_up},
           {"seed", o.spec.seed},
           {"keep", o.settings.keep},
+          {"keep_mass", o.settings.keep_mass},
+          {"keep_min", o.settings.keep_min},
+          {"keep_max", o.settings.keep_max},
           {"alpha", o.settings.alpha},
           {"probe_heads", o.settings.probe_heads},
           {"probe_spread", o.settings.probe_spread},
@@ -222,12 +225,15 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
 void PrintTable(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
   std::cout << fmt::format(
       "CPU {}; {} documents, {} tokens, KV {:.0f} MB ({}); device tier {:.0f} MB, host {:.0f} MB; {} requests (Zipf "
-      "s={:.2f}, follow-ups {:.0f}%); keep {:.2f}, alpha {:.2f}, probe heads {}{}; ingest {:.0f} s{}; I/O {}{}\n",
+      "s={:.2f}, follow-ups {:.0f}%); keep {}, alpha {:.2f}, probe heads {}{}; ingest {:.0f} s{}; I/O {}{}\n",
       CpuModelName(), r.n_docs, r.doc_tokens, double(r.kv_bytes) / 1e6, store::KVEncodingName(o.kv_encoding),
       double(r.device_bytes) / 1e6, double(r.host_bytes) / 1e6, r.requests.size(), o.spec.zipf_s,
-      o.spec.follow_up * 100, o.settings.keep, o.settings.alpha, o.settings.probe_heads,
-      o.settings.probe_spread ? " spread" : "", r.ingest_s, r.ingest_reused ? " (reused)" : "", r.io_engine,
-      r.direct_io ? " + O_DIRECT" : "");
+      o.spec.follow_up * 100,
+      o.settings.keep_mass > 0 ? fmt::format("{:.0f}% of the attention mass ({:.2f}..{:.2f} of the tokens)",
+                                             o.settings.keep_mass * 100, o.settings.keep_min, o.settings.keep_max)
+                               : fmt::format("{:.2f}", o.settings.keep),
+      o.settings.alpha, o.settings.probe_heads, o.settings.probe_spread ? " spread" : "", r.ingest_s,
+      r.ingest_reused ? " (reused)" : "", r.io_engine, r.direct_io ? " + O_DIRECT" : "");
   if (!r.facts.empty())
     std::cout << fmt::format(
         "fidelity: agree = first token equal to AS-like's; cont = greedy tokens equal to {}'s before the first "
@@ -297,10 +303,12 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       ->check(CLI::IsMember({"fp16", "int8"}));
   cmd->add_flag("--probe-spread", wa->opts.settings.probe_spread,
                 "probe query heads spread over the KV groups (else the first ones)");
-  cmd->add_option("--sweep", wa->sweep,
-                  "run one system (the first of --systems, default impress) over values of one setting: NAME=v1,v2,... "
-                  "with NAME alpha, keep, probe-heads, probe-spread (0/1), select-group, chunk-tokens, "
-                  "device-fraction or host-fraction");
+  cmd->add_option(
+      "--sweep", wa->sweep,
+      "run one system (the first of --systems, default impress) over values of one setting: NAME=v1,v2,... "
+      "with NAME alpha, keep, keep-mass (0: the fixed keep), probe-heads, probe-spread (0/1), select-group, "
+      "chunk-tokens, "
+      "device-fraction or host-fraction");
   cmd->add_flag("--json", wa->json, "print JSON");
   cmd->callback([=] {
     ConfigureLogging(*common);

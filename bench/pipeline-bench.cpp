@@ -77,6 +77,7 @@ struct Accumulator {
     bd.match_ms += b.match_ms;
     bd.probe_io_ms += b.probe_io_ms;
     bd.probe_compute_ms += b.probe_compute_ms;
+    bd.probe_score_ms += b.probe_score_ms;
     bd.kv_io_ms += b.kv_io_ms;
     bd.copy_ms += b.copy_ms;
     bd.compute_ms += b.compute_ms;
@@ -110,8 +111,8 @@ struct Accumulator {
     s.layers_passed = passed / n;
     s.mean_breakdown = bd;
     for (double* p : {&s.mean_breakdown.match_ms, &s.mean_breakdown.probe_io_ms, &s.mean_breakdown.probe_compute_ms,
-                      &s.mean_breakdown.kv_io_ms, &s.mean_breakdown.copy_ms, &s.mean_breakdown.compute_ms,
-                      &s.mean_breakdown.io_wait_ms, &s.mean_breakdown.other_ms}) {
+                      &s.mean_breakdown.probe_score_ms, &s.mean_breakdown.kv_io_ms, &s.mean_breakdown.copy_ms,
+                      &s.mean_breakdown.compute_ms, &s.mean_breakdown.io_wait_ms, &s.mean_breakdown.other_ms}) {
       *p /= n;
     }
     return s;

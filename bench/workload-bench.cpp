@@ -86,6 +86,9 @@ Status ApplySweep(const std::string& name, double v, RunSpec* r) {
   } else if (name == "keep") {
     if (v <= 0 || v > 1) return Status::InvalidArgument(fmt::format("sweep keep: {} is not in (0, 1]", v));
     r->settings.keep = float(v);
+  } else if (name == "keep-mass") {
+    if (v < 0 || v > 1) return Status::InvalidArgument(fmt::format("sweep keep-mass: {} is not in [0, 1]", v));
+    r->settings.keep_mass = float(v);
   } else if (name == "probe-heads") {
     r->settings.probe_heads = std::max(1, int(v));
   } else if (name == "probe-spread") {
@@ -451,8 +454,9 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
 }
 
 const std::vector<std::string>& WorkloadSweepNames() {
-  static const std::vector<std::string> names = {"alpha",        "keep",         "probe-heads",     "probe-spread",
-                                                 "select-group", "chunk-tokens", "device-fraction", "host-fraction"};
+  static const std::vector<std::string> names = {"alpha",        "keep",         "keep-mass",    "probe-heads",
+                                                 "probe-spread", "select-group", "chunk-tokens", "device-fraction",
+                                                 "host-fraction"};
   return names;
 }
 

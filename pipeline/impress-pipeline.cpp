@@ -37,6 +37,11 @@ Status CheckRequest(const ModelConfig& c, const PipelineRequest& req, const Pipe
     if (t < 0 || t >= c.n_vocab) return Status::InvalidArgument(fmt::format("token id {} is not in the vocabulary", t));
   }
   if (s.keep <= 0 || s.keep > 1) return Status::InvalidArgument(fmt::format("keep ratio {} is not in (0, 1]", s.keep));
+  if (s.keep_mass < 0 || s.keep_mass > 1)
+    return Status::InvalidArgument(fmt::format("keep mass {} is not in [0, 1]", s.keep_mass));
+  if (s.keep_mass > 0 && (s.keep_min <= 0 || s.keep_min > s.keep_max || s.keep_max > 1))
+    return Status::InvalidArgument(
+        fmt::format("keep floor {} and cap {} are not 0 < floor <= cap <= 1", s.keep_min, s.keep_max));
   return Status::Ok();
 }
 

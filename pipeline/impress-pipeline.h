@@ -73,6 +73,13 @@ struct PipelineSettings {
   // selection still decides what is used: missing tokens are read then, extra ones dropped. Reads
   // sooner, and more bytes (the extra ones); IMPRESS's probe path only.
   bool cross_layer_prefetch = false;
+  // Keep by attention mass (0: off, the fixed ratio `keep`). > 0: per layer, the fewest tokens
+  // whose summed normalised importance (the probe heads', or all heads' where they score) reaches
+  // this share of the layer's total (MassKeepCount), at least a `keep_min` and at most a
+  // `keep_max` share of the prefix; `keep` is then unused.
+  float keep_mass = 0.0f;
+  float keep_min = 0.05f;
+  float keep_max = 1.0f;
 };
 
 // The query heads that probe each layer: `probe_heads` of them (clamped to [1, n_head]),
@@ -170,6 +177,8 @@ class ImpressPipeline {
   // Reads K/V of job.selected into the layer's buffers; `keys` (all keys of the layer, token-major)
   // when the fallback already has them, so only values are read.
   Status LoadSelected(LayerJob& job, const std::vector<f16_t>* keys);
+  // job.k from job.score when the keep is by attention mass (PipelineSettings::keep_mass).
+  void SetKeepCount(LayerJob& job);
   // job.selected from job.score: token by token, or in read groups (PipelineSettings::select_group).
   Status ChooseTokens(LayerJob& job);
   void RecordSelection(LayerJob& job);  // for the report and the store's statistics
@@ -207,6 +216,8 @@ class ImpressPipeline {
 
   // Scratch (host): one layer's per-head importance from ScoreKeys, reused by every layer.
   std::vector<float> score_scratch_;
+  std::vector<float> score_sum_;  // one layer's summed normalised importance (LayerJob::score)
+  SelectionScratch sel_scratch_;  // the selection's reused buffers
   // Scratch (device) for probe / all keys and the selected K/V before they land in the buffers.
   DevPtr<f16_t> keys_scratch_;
   size_t keys_scratch_rows_ = 0;

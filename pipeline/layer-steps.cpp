@@ -71,6 +71,12 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
                .k = KeepCount(n_matched_, run.s.keep),
                .selected = {},
                .score = {}};
+  // The buffers of the layer's selection and scores come from the last request's (their capacity
+  // reused); RecordSelection hands them back.
+  job.selected.swap(selected_[size_t(il)]);
+  job.selected.clear();
+  job.score.swap(score_sum_);
+  job.score.clear();
   job.lr.n = job.n;
   switch (run.s.system) {
     case SystemKind::kAsLike: IMPRESS_RETURN_IF_ERROR(LoadFullLayer(job)); break;
@@ -83,6 +89,7 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
       break;
   }
   RecordSelection(job);
+  job.score.swap(score_sum_);
   if (run.s.cross_layer_prefetch && UsesProbe(run.s.system)) IMPRESS_RETURN_IF_ERROR(PrefetchNextLayerKV(run, il));
   return Status::Ok();
 }
@@ -191,17 +198,22 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   // Importance of each prefix token for each probe query head (n_probe x n), in a buffer kept
   // across layers and requests.
   std::vector<float>& probe_imp = score_scratch_;
-  probe_imp.assign(size_t(n_probe) * n, 0.0f);
+  probe_imp.resize(size_t(n_probe) * n);  // ScoreKeys writes every value
+  const auto t_score = PipelineClock::now();
   IMPRESS_RETURN_IF_ERROR(
       fwd_->ScoreKeys(job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = kv_heads},
                       probe_heads, probe_imp.data()));
-  const ProbeVerdict verdict = JudgeProbe(probe_imp, n_probe, n, job.k, job.run.s.alpha);
+  bd.probe_score_ms += ElapsedMs(t_score, PipelineClock::now());
+  SumNormalisedImportanceInto(probe_imp, n_probe, n, &job.score);
+  SetKeepCount(job);
+  const ProbeVerdict verdict = JudgeProbe(probe_imp, n_probe, n, job.k, job.run.s.alpha, sel_scratch_);
   job.lr.s = verdict.s;
   job.lr.t = verdict.t;
   job.lr.passed = verdict.passed;
   if (verdict.passed) {
-    job.score = SumNormalisedImportance(probe_imp, n_probe, n);
     IMPRESS_RETURN_IF_ERROR(ChooseTokens(job));
+  } else {
+    job.score.clear();  // the fallback scores all heads
   }
   job.run.sw.Lap(&bd.probe_compute_ms);
   return verdict;
@@ -225,24 +237,32 @@ Status ImpressPipeline::SelectByAllHeads(LayerJob& job) {
 
   std::vector<float>& imp = score_scratch_;  // n_head x n
   imp.resize(size_t(c.n_head) * n);
+  const auto t_score = PipelineClock::now();
   IMPRESS_RETURN_IF_ERROR(fwd_->ScoreKeys(
       job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = FirstN(c.n_head_kv)},
       FirstN(c.n_head), imp.data()));
-  job.score = SumNormalisedImportance(imp, c.n_head, n);
+  bd.probe_score_ms += ElapsedMs(t_score, PipelineClock::now());
+  SumNormalisedImportanceInto(imp, c.n_head, n, &job.score);
+  SetKeepCount(job);
   IMPRESS_RETURN_IF_ERROR(ChooseTokens(job));
   job.run.sw.Lap(&bd.probe_compute_ms);
   return LoadSelected(job, &keys.k);
+}
+
+void ImpressPipeline::SetKeepCount(LayerJob& job) {
+  const PipelineSettings& s = job.run.s;
+  if (s.keep_mass > 0) job.k = MassKeepCount(job.score, s.keep_mass, s.keep_min, s.keep_max, sel_scratch_);
 }
 
 Status ImpressPipeline::ChooseTokens(LayerJob& job) {
   const PipelineSettings& s = job.run.s;
   const int group = s.select_group < 0 ? int(store_->BlockGroupTokens()) : s.select_group;
   if (group <= 1) {
-    job.selected = SelectTokens(job.score, job.k, s.sinks, s.recent);
+    SelectTokensInto(job.score, job.k, s.sinks, s.recent, sel_scratch_, &job.selected);
     return Status::Ok();
   }
   IMPRESS_ASSIGN_OR_RETURN(const std::vector<uint32_t> groups, store_->ReadGroups(handle_, job.il, uint32_t(group)));
-  job.selected = SelectGroups(job.score, job.k, s.sinks, s.recent, groups);
+  SelectGroupsInto(job.score, job.k, s.sinks, s.recent, groups, sel_scratch_, &job.selected);
   return Status::Ok();
 }
 

@@ -33,6 +33,9 @@ struct TtftBreakdown {
   double compute_ms = 0;  // embeddings, projections, attention, FFN, logits
   double io_wait_ms = 0;  // probe_io + kv_io
   double other_ms = 0;    // whatever the others do not cover (bookkeeping)
+  // Of probe_compute: the scoring kernel itself (the rest is the selection around it: top-k sets,
+  // Jaccard, the keep count, the token or group choice). A detail, not a part: Sum leaves it out.
+  double probe_score_ms = 0;
   double Sum() const { return match_ms + probe_io_ms + probe_compute_ms + kv_io_ms + copy_ms + compute_ms + other_ms; }
 };
 

@@ -1,7 +1,9 @@
 #include "pipeline/selection.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 namespace impress {
@@ -63,76 +65,205 @@ std::vector<int> TopK(std::span<const float> values, int k) {
   return idx;
 }
 
-std::vector<float> SumNormalisedImportance(std::span<const float> per_head, int n_heads, int n) {
-  std::vector<float> sum(size_t(std::max(n, 0)), 0.0f);
+namespace {
+
+// The k-th largest of `v` (1 <= k <= size) and how many values equal to it a top-k takes (the
+// rest of the top-k is strictly larger). Reorders a copy in `tmp`.
+struct KthValue {
+  float value;
+  int ties;
+};
+KthValue KthLargest(std::span<const float> v, int k, std::vector<float>& tmp) {
+  tmp.assign(v.begin(), v.end());
+  std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), std::greater<float>());
+  const float thr = tmp[size_t(k - 1)];
+  // After nth_element everything larger than thr sits before it.
+  int n_gt = 0;
+  for (int i = 0; i < k - 1; ++i) n_gt += tmp[size_t(i)] > thr ? 1 : 0;
+  return {thr, k - n_gt};
+}
+
+// The tokens every selection keeps before scores count: [0, sinks_end) and [recent_begin, n). Sinks
+// first, then the latest tokens, all within k.
+struct Forced {
+  int sinks_end, recent_begin;
+};
+Forced ForcedRanges(int n, int k, int sinks, int recent) {
+  const int s_end = std::min(std::clamp(sinks, 0, n), k);
+  return {s_end, std::max({n - std::clamp(recent, 0, n), s_end, n - (k - s_end)})};
+}
+
+}  // namespace
+
+void TopKBits(std::span<const float> values, int k, SelectionScratch& scratch, uint64_t* bits) {
+  const int n = int(values.size());
+  k = std::clamp(k, 0, n);
+  std::fill_n(bits, (size_t(n) + 63) / 64, uint64_t{0});
+  if (k == 0) return;
+  KthValue kth = KthLargest(values, k, scratch.values);
+  for (int i = 0; i < n; ++i) {
+    const float v = values[size_t(i)];
+    const bool in = v > kth.value || (v == kth.value && kth.ties > 0);
+    if (v == kth.value && in) --kth.ties;
+    bits[size_t(i) >> 6] |= uint64_t(in) << (i & 63);
+  }
+}
+
+void SumNormalisedImportanceInto(std::span<const float> per_head, int n_heads, int n, std::vector<float>* out) {
+  out->assign(size_t(std::max(n, 0)), 0.0f);
+  float* sum = out->data();
   for (int h = 0; h < n_heads; ++h) {
     const float* row = per_head.data() + size_t(h) * size_t(n);
     double total = 0;
     for (int i = 0; i < n; ++i) total += row[i];
     const float inv = total > 0 ? float(1.0 / total) : 0.0f;
-    for (int i = 0; i < n; ++i) sum[size_t(i)] += row[i] * inv;
+    for (int i = 0; i < n; ++i) sum[i] += row[i] * inv;
   }
+}
+
+std::vector<float> SumNormalisedImportance(std::span<const float> per_head, int n_heads, int n) {
+  std::vector<float> sum;
+  SumNormalisedImportanceInto(per_head, n_heads, n, &sum);
   return sum;
 }
 
-ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int k, double alpha) {
-  std::vector<std::vector<int>> sets;
-  sets.reserve(size_t(std::max(n_heads, 0)));
-  for (int h = 0; h < n_heads; ++h) sets.push_back(TopK(per_head.subspan(size_t(h) * size_t(n), size_t(n)), k));
+ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int k, double alpha,
+                        SelectionScratch& scratch) {
+  const size_t words = (size_t(std::max(n, 0)) + 63) / 64;
+  const size_t n_sets = size_t(std::max(n_heads, 0));
+  scratch.bits.resize(words * n_sets);
+  std::vector<uint64_t>& bits = scratch.bits;
+  for (size_t h = 0; h < n_sets; ++h)
+    TopKBits(per_head.subspan(h * size_t(n), size_t(n)), k, scratch, &bits[h * words]);
+  auto count = [&](size_t a) {
+    size_t c = 0;
+    for (size_t w = 0; w < words; ++w) c += size_t(std::popcount(bits[a * words + w]));
+    return c;
+  };
   ProbeVerdict v;
-  v.s = MeanPairwiseJaccard(sets, n);
+  v.s = 1.0;
+  if (n_sets >= 2) {
+    // The same pairs, in the same order and arithmetic, as MeanPairwiseJaccard.
+    double sum = 0;
+    int pairs = 0;
+    for (size_t a = 0; a < n_sets; ++a) {
+      const size_t ca = count(a);
+      for (size_t b = a + 1; b < n_sets; ++b) {
+        size_t inter = 0;
+        for (size_t w = 0; w < words; ++w) inter += size_t(std::popcount(bits[a * words + w] & bits[b * words + w]));
+        const size_t uni = ca + count(b) - inter;
+        sum += uni ? double(inter) / double(uni) : 1.0;
+        ++pairs;
+      }
+    }
+    v.s = sum / pairs;
+  }
   v.t = JaccardThreshold(double(k) / n, alpha);
   v.passed = v.s >= v.t;
   return v;
 }
 
-std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sinks, int recent) {
+ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int k, double alpha) {
+  SelectionScratch scratch;
+  return JudgeProbe(per_head, n_heads, n, k, alpha, scratch);
+}
+
+int MassKeepCount(std::span<const float> score, double target, float min_keep, float max_keep,
+                  SelectionScratch& scratch) {
+  const int n = int(score.size());
+  if (n <= 0) return 0;
+  const int lo = KeepCount(n, min_keep), hi = std::max(lo, KeepCount(n, max_keep));
+  double total = 0;
+  for (float v : score) total += v;
+  const double need = std::clamp(target, 0.0, 1.0) * total;
+  int m = 0;
+  if (need > 0) {
+    // Partial selection by mass: split the undecided values [b, e) at their median; if the upper
+    // half (with what is already counted) reaches the need, the answer lies in it, else all of it
+    // counts and the answer lies below. Invariant: acc < need.
+    std::vector<float>& v = scratch.values;
+    v.assign(score.begin(), score.end());
+    size_t b = 0, e = v.size();
+    double acc = 0;
+    m = n;  // if rounding leaves the whole sum just short, every token
+    while (true) {
+      if (e - b <= 32) {
+        std::sort(v.begin() + std::ptrdiff_t(b), v.begin() + std::ptrdiff_t(e), std::greater<float>());
+        for (size_t i = b; i < e; ++i) {
+          acc += v[i];
+          if (acc >= need) {
+            m = int(i) + 1;
+            break;
+          }
+        }
+        break;
+      }
+      const size_t mid = b + (e - b) / 2;
+      std::nth_element(v.begin() + std::ptrdiff_t(b), v.begin() + std::ptrdiff_t(mid), v.begin() + std::ptrdiff_t(e),
+                       std::greater<float>());
+      double upper = 0;
+      for (size_t i = b; i < mid; ++i) upper += v[i];
+      if (acc + upper >= need) {
+        e = mid;
+      } else {
+        acc += upper;
+        b = mid;
+      }
+    }
+  }
+  return std::clamp(m, lo, hi);
+}
+
+void SelectTokensInto(std::span<const float> score, int k, int sinks, int recent, SelectionScratch& scratch,
+                      std::vector<uint32_t>* out) {
   const int n = int(score.size());
   k = std::clamp(k, 0, n);
-  std::vector<uint8_t> take(size_t(n), 0);
-  int taken = 0;
-  auto force = [&](int i) {
-    if (taken < k && !take[size_t(i)]) {
-      take[size_t(i)] = 1;
-      ++taken;
-    }
-  };
-  for (int i = 0; i < std::clamp(sinks, 0, n); ++i) force(i);
-  for (int i = n - 1; i >= n - std::clamp(recent, 0, n); --i) force(i);
-  if (taken < k) {
-    std::vector<int> rest;
-    rest.reserve(size_t(n));
-    for (int i = 0; i < n; ++i) {
-      if (!take[size_t(i)]) rest.push_back(i);
-    }
-    const int want = std::min<int>(k - taken, int(rest.size()));
-    std::nth_element(rest.begin(), rest.begin() + want, rest.end(), RankByValue{score});
-    for (int j = 0; j < want; ++j) take[size_t(rest[size_t(j)])] = 1;
+  out->clear();
+  const Forced f = ForcedRanges(n, k, sinks, recent);
+  const int want = k - f.sinks_end - (n - f.recent_begin);
+  KthValue kth{0.0f, 0};
+  if (want > 0) {
+    kth = KthLargest(score.subspan(size_t(f.sinks_end), size_t(f.recent_begin - f.sinks_end)), want, scratch.values);
   }
+  out->reserve(size_t(k));
+  for (int i = 0; i < f.sinks_end; ++i) out->push_back(uint32_t(i));
+  if (want > 0) {
+    for (int i = f.sinks_end; i < f.recent_begin; ++i) {
+      const float v = score[size_t(i)];
+      if (v > kth.value || (v == kth.value && kth.ties-- > 0)) out->push_back(uint32_t(i));
+    }
+  }
+  for (int i = f.recent_begin; i < n; ++i) out->push_back(uint32_t(i));
+}
+
+std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sinks, int recent) {
+  SelectionScratch scratch;
   std::vector<uint32_t> out;
-  out.reserve(size_t(k));
-  for (int i = 0; i < n; ++i) {
-    if (take[size_t(i)]) out.push_back(uint32_t(i));
-  }
+  SelectTokensInto(score, k, sinks, recent, scratch, &out);
   return out;
 }
 
-std::vector<uint32_t> SelectGroups(std::span<const float> score, int k, int sinks, int recent,
-                                   std::span<const uint32_t> group) {
+void SelectGroupsInto(std::span<const float> score, int k, int sinks, int recent, std::span<const uint32_t> group,
+                      SelectionScratch& scratch, std::vector<uint32_t>* out) {
   const size_t n = score.size();
-  if (group.size() != n || n == 0) return SelectTokens(score, k, sinks, recent);
+  if (group.size() != n || n == 0) return SelectTokensInto(score, k, sinks, recent, scratch, out);
   const uint32_t n_groups = *std::max_element(group.begin(), group.end()) + 1;
-  std::vector<double> mass(n_groups, 0.0);
+  std::vector<double>& mass = scratch.mass;
+  mass.assign(n_groups, 0.0);
   for (size_t i = 0; i < n; ++i) mass[group[i]] += score[i];
   // The target: what token-level selection keeps; its sinks and recent tokens force their groups.
+  SelectTokensInto(score, k, sinks, recent, scratch, &scratch.tokens);
   double target = 0;
-  std::vector<uint8_t> keep(n_groups, 0);
-  const int n_forced = std::clamp(sinks, 0, int(n)) + std::clamp(recent, 0, int(n));
-  for (uint32_t i : SelectTokens(score, k, sinks, recent)) target += score[i];
-  for (uint32_t i : SelectTokens(std::vector<float>(n, 0.0f), std::min(k, n_forced), sinks, recent)) keep[group[i]] = 1;
+  for (uint32_t i : scratch.tokens) target += score[i];
+  std::vector<uint8_t>& keep = scratch.keep;
+  keep.assign(n_groups, 0);
+  const Forced f = ForcedRanges(int(n), std::clamp(k, 0, int(n)), sinks, recent);
+  for (int i = 0; i < f.sinks_end; ++i) keep[group[size_t(i)]] = 1;
+  for (size_t i = size_t(f.recent_begin); i < n; ++i) keep[group[i]] = 1;
   double kept = 0;
   for (uint32_t g = 0; g < n_groups; ++g) kept += keep[g] ? mass[g] : 0.0;
-  std::vector<uint32_t> order;
+  std::vector<uint32_t>& order = scratch.order;
+  order.clear();
   for (uint32_t g = 0; g < n_groups; ++g)
     if (!keep[g]) order.push_back(g);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return mass[a] > mass[b]; });
@@ -141,9 +272,16 @@ std::vector<uint32_t> SelectGroups(std::span<const float> score, int k, int sink
     keep[order[j]] = 1;
     kept += mass[order[j]];
   }
-  std::vector<uint32_t> out;
+  out->clear();
   for (size_t i = 0; i < n; ++i)
-    if (keep[group[i]]) out.push_back(uint32_t(i));
+    if (keep[group[i]]) out->push_back(uint32_t(i));
+}
+
+std::vector<uint32_t> SelectGroups(std::span<const float> score, int k, int sinks, int recent,
+                                   std::span<const uint32_t> group) {
+  SelectionScratch scratch;
+  std::vector<uint32_t> out;
+  SelectGroupsInto(score, k, sinks, recent, group, scratch, &out);
   return out;
 }
 

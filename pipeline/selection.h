@@ -7,7 +7,13 @@
 // checked against a brute-force reference. Importance rows are H2O's (column sums of the softmax
 // attention weights over the query rows), one row of n prefix tokens per head, row-major.
 //
-// Thread contract: free functions without shared state; safe from any thread.
+// The per-layer path (the *Into functions and JudgeProbe with a SelectionScratch) runs in time
+// linear in n: partial selection of the k-th value instead of sorts, Jaccard over bitsets, and no
+// allocation once the scratch has grown to the prefix length. The vector-returning forms give the
+// same results and exist for callers off the hot path.
+//
+// Thread contract: free functions without shared state; safe from any thread. A SelectionScratch
+// belongs to one caller at a time.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +48,22 @@ std::vector<int> TopK(std::span<const float> values, int k);
 // scale). A row summing to zero (or less) contributes nothing. Returns n values.
 std::vector<float> SumNormalisedImportance(std::span<const float> per_head, int n_heads, int n);
 
+// Buffers the per-layer selection reuses (one pipeline keeps one): sized to the largest prefix
+// seen, never shrunk.
+struct SelectionScratch {
+  std::vector<float> values;     // a copy that partial selection may reorder
+  std::vector<uint64_t> bits;    // one n-bit set per probe head
+  std::vector<double> mass;      // per read group: summed score
+  std::vector<uint32_t> order;   // read groups not forced, by descending mass
+  std::vector<uint8_t> keep;     // per read group: kept
+  std::vector<uint32_t> tokens;  // token-level selection, the target of group selection
+};
+
+// Sets bit i of `bits` (n = values.size() bits, ceil(n / 64) words, cleared first) for exactly the
+// indices TopK(values, k) returns. Linear time: the k-th largest value by partial selection, then
+// one pass (ties at that value go to the lower indices).
+void TopKBits(std::span<const float> values, int k, SelectionScratch& scratch, uint64_t* bits);
+
 // What the probe heads say about one layer (docs/design.md section 3, steps 2-4).
 struct ProbeVerdict {
   double s = 0;         // mean pairwise Jaccard of the heads' top-k sets
@@ -51,12 +73,30 @@ struct ProbeVerdict {
 // Takes each head's top-k set of its importance row (per_head: n_heads x n, row-major), compares
 // their mean pairwise Jaccard with the threshold for p = k / n. Requires 0 < k <= n.
 ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int k, double alpha);
+// The same verdict with reused buffers: top-k sets as bitsets (TopKBits), Jaccard by popcount.
+ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int k, double alpha,
+                        SelectionScratch& scratch);
+
+// SumNormalisedImportance into *out (resized to n, its capacity reused).
+void SumNormalisedImportanceInto(std::span<const float> per_head, int n_heads, int n, std::vector<float>* out);
+
+// The keep by attention mass: the fewest tokens whose scores, taken largest first, sum to at least
+// `target` (a share in [0, 1]) of all n scores' sum; then clamped to [KeepCount(n, min_keep),
+// KeepCount(n, max_keep)] (the floor also keeps short prefixes at half, as KeepCount does). Scores
+// are non-negative importance (SumNormalisedImportance); an all-zero row needs no token, so it gets
+// the floor. Linear expected time (partial selection by mass), using scratch.values.
+int MassKeepCount(std::span<const float> score, double target, float min_keep, float max_keep,
+                  SelectionScratch& scratch);
 
 // The tokens a layer keeps, ascending: first the `sinks` first tokens, then the `recent` last ones
 // (from the end backwards), then the best of the rest by `score` (ties: lower index first). All of
 // them count toward k: if sinks and recent alone reach k, sinks win first, then the latest tokens.
 // k is clamped to [0, n] (n = score.size()); negative sinks or recent mean none.
 std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sinks, int recent);
+// The same into *out (cleared first, capacity reused): forced ranges computed directly, the best of
+// the rest by partial selection of the threshold value.
+void SelectTokensInto(std::span<const float> score, int k, int sinks, int recent, SelectionScratch& scratch,
+                      std::vector<uint32_t>* out);
 
 // I/O-aware selection: the unit selected is the unit read. `group[i]` names token i's read group
 // (tokens whose K and V records share disk blocks; ids in [0, n_groups)). The target is the
@@ -66,5 +106,8 @@ std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sink
 // every member of every kept group, ascending: more tokens than k, in fewer blocks.
 std::vector<uint32_t> SelectGroups(std::span<const float> score, int k, int sinks, int recent,
                                    std::span<const uint32_t> group);
+// The same into *out (cleared first, capacity reused).
+void SelectGroupsInto(std::span<const float> score, int k, int sinks, int recent, std::span<const uint32_t> group,
+                      SelectionScratch& scratch, std::vector<uint32_t>* out);
 
 }  // namespace impress

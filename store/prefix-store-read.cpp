@@ -120,18 +120,24 @@ Result<std::vector<uint32_t>> PrefixStore::Impl::ReadGroups(const MatchHandle& h
   IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
   std::vector<uint32_t> out(hs->n_matched);
   uint32_t next = 0;
+  const uint32_t per_chunk = (C + g - 1) / g;
+  std::vector<uint32_t> id;  // group key -> dense id, reused across spans
   for (const auto& sv : hs->spans) {
     // Slot s of chunk c lies in group (c, (s % C) / g): numbered densely per span, in slot order.
-    std::map<uint32_t, uint32_t> ids;
+    // Keys first (into `out`), then the ids of the keys present, ascending: linear, no map.
+    uint32_t max_key = 0;
     for (uint64_t r = 0; r < sv.span.length; ++r) {
       const uint32_t slot = sv.layout->Slot(uint32_t(il), sv.span.seg_begin + r);
-      ids.emplace((slot / C) * ((C + g - 1) / g) + (slot % C) / g, 0);
+      const uint32_t key = (slot / C) * per_chunk + (slot % C) / g;
+      out[sv.span.depth + r] = key;
+      max_key = std::max(max_key, key);
     }
-    for (auto& [key, id] : ids) id = next++;
-    for (uint64_t r = 0; r < sv.span.length; ++r) {
-      const uint32_t slot = sv.layout->Slot(uint32_t(il), sv.span.seg_begin + r);
-      out[sv.span.depth + r] = ids.at((slot / C) * ((C + g - 1) / g) + (slot % C) / g);
-    }
+    constexpr uint32_t kAbsent = ~0u;
+    id.assign(size_t(max_key) + 1, kAbsent);
+    for (uint64_t r = 0; r < sv.span.length; ++r) id[out[sv.span.depth + r]] = 0;
+    for (uint32_t& x : id)
+      if (x != kAbsent) x = next++;
+    for (uint64_t r = 0; r < sv.span.length; ++r) out[sv.span.depth + r] = id[out[sv.span.depth + r]];
   }
   return out;
 }

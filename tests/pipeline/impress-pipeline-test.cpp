@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <thread>
 
 #include "chat/conversation.h"
@@ -422,6 +424,44 @@ TEST_F(PipelineOnModel, TiledAttentionChoosesTheSameTokensAndLogits) {
     EXPECT_EQ(std::max_element(tiled.begin(), tiled.end()) - tiled.begin(),
               std::max_element(sgemm.begin(), sgemm.end()) - sgemm.begin());
   }
+}
+
+// The keep by attention mass, per layer: as many tokens as the fewest whose recorded importance
+// reaches the target (brute force: a full sort here), within the floor and cap.
+TEST_F(PipelineOnModel, MassKeepTakesTheFewestTokensReachingTheTarget) {
+  const PromptTokens p = Prompt("What does the license say about warranty?");
+  ASSERT_NO_FATAL_FAILURE(Ingest(p));
+  PipelineSettings s = Recording(2.0f);
+  s.select_group = 0;  // token by token: the layer keeps exactly k
+  s.keep_mass = 0.8f;
+  s.keep_min = 0.1f;
+  s.keep_max = 0.6f;
+  std::vector<float> logits;
+  const RequestReport r = Run(p, s, &logits);
+  ASSERT_EQ(r.n_matched, p.n_prefix);
+  const int n = p.n_prefix;
+  std::set<int> counts;
+  for (const LayerReport& lr : r.layers) {
+    std::vector<float> row(r.importance.begin() + ptrdiff_t(lr.il) * n,
+                           r.importance.begin() + ptrdiff_t(lr.il + 1) * n);
+    std::sort(row.begin(), row.end(), std::greater<float>());
+    double total = 0, acc = 0;
+    for (float v : row) total += v;
+    int m = 0;
+    while (acc < 0.8 * total && m < n) acc += row[size_t(m++)];
+    const int want = std::clamp(m, KeepCount(n, 0.1f), KeepCount(n, 0.6f));
+    EXPECT_EQ(lr.k, want) << "layer " << lr.il;
+    EXPECT_GE(lr.k, KeepCount(n, 0.1f));
+    EXPECT_LE(lr.k, KeepCount(n, 0.6f));
+    int selected = 0;
+    for (int i = 0; i < n; ++i) selected += r.selected[size_t(lr.il) * size_t(n) + size_t(i)];
+    EXPECT_EQ(selected, lr.k) << "layer " << lr.il;
+    counts.insert(lr.k);
+  }
+  EXPECT_GT(counts.size(), 1u) << "every layer kept the same count: the rule did not look at the scores";
+  // A bad target is refused before any work.
+  s.keep_mass = 1.5f;
+  EXPECT_FALSE(pipe_->Prefill({p.tokens, p.n_prefix}, s, 8, &logits).ok());
 }
 
 TEST_F(PipelineOnModel, AnswerIsStoredAndReusedByTheNextRequest) {

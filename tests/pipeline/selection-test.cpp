@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <set>
+#include <span>
 
 namespace impress {
 namespace {
@@ -391,6 +393,182 @@ TEST(SelectGroups, SingleTokenGroupsSelectWhatSelectTokensSelects) {
     const int k = 1 + int(rng() % uint32_t(n));
     EXPECT_EQ(SelectGroups(score, k, 4, 8, group), SelectTokens(score, k, 4, 8)) << "n " << n << " k " << k;
   }
+}
+
+// ---- the linear-time per-layer path ------------------------------------------------------------
+
+// The group selection as it was written before the scratch-based path (a verbatim copy of that
+// implementation, kept as the reference the new one must match token for token).
+std::vector<uint32_t> PreviousSelectGroups(std::span<const float> score, int k, int sinks, int recent,
+                                           std::span<const uint32_t> group) {
+  const size_t n = score.size();
+  if (group.size() != n || n == 0) return NaiveSelect(std::vector<float>(score.begin(), score.end()), k, sinks, recent);
+  const uint32_t n_groups = *std::max_element(group.begin(), group.end()) + 1;
+  std::vector<double> mass(n_groups, 0.0);
+  for (size_t i = 0; i < n; ++i) mass[group[i]] += score[i];
+  double target = 0;
+  std::vector<uint8_t> keep(n_groups, 0);
+  const int n_forced = std::clamp(sinks, 0, int(n)) + std::clamp(recent, 0, int(n));
+  for (uint32_t i : NaiveSelect(std::vector<float>(score.begin(), score.end()), k, sinks, recent)) target += score[i];
+  for (uint32_t i : NaiveSelect(std::vector<float>(n, 0.0f), std::min(k, n_forced), sinks, recent)) keep[group[i]] = 1;
+  double kept = 0;
+  for (uint32_t g = 0; g < n_groups; ++g) kept += keep[g] ? mass[g] : 0.0;
+  std::vector<uint32_t> order;
+  for (uint32_t g = 0; g < n_groups; ++g)
+    if (!keep[g]) order.push_back(g);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return mass[a] > mass[b]; });
+  for (size_t j = 0; j < order.size() && kept < target * (1 - 1e-6); ++j) {
+    keep[order[j]] = 1;
+    kept += mass[order[j]];
+  }
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < n; ++i)
+    if (keep[group[i]]) out.push_back(uint32_t(i));
+  return out;
+}
+
+std::vector<int> BitsToSet(const std::vector<uint64_t>& bits, int n) {
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i)
+    if ((bits[size_t(i) / 64] >> (i % 64)) & 1) out.push_back(i);
+  return out;
+}
+
+// One scratch through many sizes and shapes, as a pipeline reuses it across layers and requests:
+// nothing left from an earlier call may leak into a later one.
+TEST(LinearPath, TopKBitsMatchesStableSortReferenceWithTies) {
+  std::mt19937 rng(21);
+  SelectionScratch scratch;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + int(rng() % 400), k = int(rng() % uint32_t(n + 2)) - 1;
+    const std::vector<float> v = RandomValues(rng, n, 1 + int(rng() % 12));
+    std::vector<uint64_t> bits(size_t(n + 63) / 64, ~uint64_t{0});
+    TopKBits(v, k, scratch, bits.data());
+    EXPECT_EQ(BitsToSet(bits, n), NaiveTopK(v, k)) << "n " << n << " k " << k;
+  }
+}
+
+TEST(LinearPath, ProbeVerdictMatchesStdSetJaccardOnLongRows) {
+  std::mt19937 rng(22);
+  SelectionScratch scratch;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n_heads = 1 + int(rng() % 5), n = 1 + int(rng() % 3000);
+    const int k = 1 + int(rng() % uint32_t(n));
+    const std::vector<float> imp = RandomValues(rng, n_heads * n, trial % 2 ? 50 : 100000);
+    std::vector<std::vector<int>> sets;
+    for (int h = 0; h < n_heads; ++h)
+      sets.push_back(NaiveTopK(std::vector<float>(imp.begin() + h * n, imp.begin() + (h + 1) * n), k));
+    const ProbeVerdict fast = JudgeProbe(imp, n_heads, n, k, 0.6, scratch);
+    EXPECT_NEAR(fast.s, NaiveMeanJaccard(sets), 1e-12);
+    // Bit for bit what the index-set path computes (same pairs, same arithmetic).
+    EXPECT_EQ(fast.s, MeanPairwiseJaccard(sets, n));
+    EXPECT_EQ(fast.t, JaccardThreshold(double(k) / n, 0.6));
+    EXPECT_EQ(fast.passed, fast.s >= fast.t);
+  }
+}
+
+TEST(LinearPath, TokensAndGroupsMatchTheReferencesOnLongPrefixes) {
+  std::mt19937 rng(23);
+  SelectionScratch scratch;
+  std::vector<uint32_t> tok, grp;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = 1 + int(rng() % 8000), gsize = 1 + int(rng() % 16);
+    // Ties in half the trials (few distinct values), heavy tails in the others.
+    std::vector<float> score(static_cast<size_t>(n));
+    for (float& x : score) x = trial % 2 ? float(rng() % 7) : std::exp(float(rng() % 1000) / 100.0f);
+    std::vector<uint32_t> slot(static_cast<size_t>(n));
+    std::iota(slot.begin(), slot.end(), 0u);
+    std::shuffle(slot.begin(), slot.end(), rng);
+    std::vector<uint32_t> group(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) group[size_t(i)] = slot[size_t(i)] / uint32_t(gsize);
+    const int k = int(rng() % uint32_t(n + 1)), sinks = int(rng() % 6), recent = int(rng() % 40);
+    SelectTokensInto(score, k, sinks, recent, scratch, &tok);
+    EXPECT_EQ(tok, NaiveSelect(score, k, sinks, recent)) << "n " << n << " k " << k;
+    SelectGroupsInto(score, k, sinks, recent, group, scratch, &grp);
+    EXPECT_EQ(grp, PreviousSelectGroups(score, k, sinks, recent, group)) << "n " << n << " k " << k;
+  }
+}
+
+TEST(LinearPath, SumNormalisedIntoEqualsTheVectorForm) {
+  std::mt19937 rng(24);
+  std::vector<float> out = {1, 2, 3};  // stale content must go
+  for (int trial = 0; trial < 20; ++trial) {
+    const int n_heads = 1 + int(rng() % 9), n = 1 + int(rng() % 500);
+    const std::vector<float> imp = RandomValues(rng, n_heads * n, 1000);
+    SumNormalisedImportanceInto(imp, n_heads, n, &out);
+    EXPECT_EQ(out, SumNormalisedImportance(imp, n_heads, n));
+  }
+}
+
+// ---- the keep by attention mass ----------------------------------------------------------------
+
+// Brute force: sort descending, add until the share of the total is reached, clamp.
+int NaiveMassKeep(const std::vector<float>& score, double target, float lo, float hi) {
+  const int n = int(score.size());
+  std::vector<float> s = score;
+  std::sort(s.begin(), s.end(), std::greater<float>());
+  double total = 0;
+  for (float v : s) total += v;
+  const double need = target * total;
+  int m = 0;
+  double acc = 0;
+  while (acc < need && m < n) acc += s[size_t(m++)];
+  return std::clamp(m, KeepCount(n, lo), std::max(KeepCount(n, lo), KeepCount(n, hi)));
+}
+
+TEST(MassKeep, IsTheMinimalPrefixOfTheSortedScores) {
+  std::mt19937 rng(25);
+  SelectionScratch scratch;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 1 + int(rng() % 5000);
+    // Small integers: every partial sum is exact in double, so the count is exact whatever the
+    // summation order. Ties and zeros included.
+    std::vector<float> score(static_cast<size_t>(n));
+    for (float& x : score) x = float(rng() % 50 == 0 ? 200 + rng() % 800 : rng() % 9);
+    const double target = double(rng() % 1001) / 1000.0;
+    // No floor or cap in effect: the count itself (a 256+ prefix has no short-prefix floor).
+    const int m = MassKeepCount(score, target, 1e-9f, 1.0f, scratch);
+    ASSERT_EQ(m, NaiveMassKeep(score, target, 1e-9f, 1.0f)) << "n " << n << " target " << target;
+    // Minimal: the top m reach the target, the top m - 1 do not.
+    std::vector<float> s = score;
+    std::sort(s.begin(), s.end(), std::greater<float>());
+    const double total = std::accumulate(s.begin(), s.end(), 0.0);
+    const double top = std::accumulate(s.begin(), s.begin() + m, 0.0);
+    if (n >= 256 && total > 0) {
+      EXPECT_GE(top, target * total);
+      if (m > 1) {
+        EXPECT_LT(top - s[size_t(m - 1)], target * total);
+      }
+    }
+  }
+}
+
+TEST(MassKeep, FloorAndCapAreRespected) {
+  std::mt19937 rng(26);
+  SelectionScratch scratch;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + int(rng() % 3000);
+    std::vector<float> score(static_cast<size_t>(n));
+    for (float& x : score) x = std::exp(float(rng() % 1000) / 100.0f);
+    const float lo = float(1 + rng() % 30) / 100.0f, hi = lo + float(rng() % 60) / 100.0f;
+    const double target = double(rng() % 1001) / 1000.0;
+    const int m = MassKeepCount(score, target, lo, std::min(hi, 1.0f), scratch);
+    EXPECT_GE(m, KeepCount(n, lo));
+    EXPECT_LE(m, std::max(KeepCount(n, lo), KeepCount(n, std::min(hi, 1.0f))));
+    EXPECT_EQ(m, NaiveMassKeep(score, target, lo, std::min(hi, 1.0f))) << "n " << n;
+  }
+  // Concentrated mass: one token holds 90%, so 0.9 needs one token, raised to the floor.
+  std::vector<float> peak(1000, 0.1f / 999);
+  peak[500] = 0.9f;
+  EXPECT_EQ(MassKeepCount(peak, 0.85, 1e-9f, 1.0f, scratch), 1);
+  EXPECT_EQ(MassKeepCount(peak, 0.85, 0.05f, 1.0f, scratch), KeepCount(1000, 0.05f));  // 51: 0.05f > 0.05
+  // Flat mass: 0.5 needs half the tokens, cut to the cap.
+  std::vector<float> flat(1000, 1.0f);
+  EXPECT_EQ(MassKeepCount(flat, 0.5, 1e-9f, 1.0f, scratch), 500);
+  EXPECT_EQ(MassKeepCount(flat, 0.5, 1e-9f, 0.25f, scratch), 250);
+  // All zero: nothing is needed, the floor is kept.
+  EXPECT_EQ(MassKeepCount(std::vector<float>(1000, 0.0f), 0.9, 0.1f, 0.5f, scratch), KeepCount(1000, 0.1f));
+  EXPECT_EQ(MassKeepCount({}, 0.9, 0.1f, 0.5f, scratch), 0);
 }
 
 }  // namespace
