@@ -50,7 +50,7 @@ constexpr int kDirectRows = 8;
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& o) :
-      pool_(o.n_threads), int8_prefill_(o.int8_prefill), tiles_(o.tile_attention) {
+      pool_(o.n_threads), int8_prefill_(o.int8_prefill), precise_q8_0_(o.precise_q8_0), tiles_(o.tile_attention) {
     SetBlasThreads(o.n_threads);
     const char* env = std::getenv("IMPRESS_ATTENTION_TILES");
     if (env && std::string(env) == "0") tiles_ = false;
@@ -359,6 +359,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   const quant::KernelPath path_ = quant::ActiveKernelPath();
   const bool int8_prefill_;
+  const bool precise_q8_0_;  // CpuBackendOptions::precise_q8_0
   double flops_ = 0;
   std::vector<float> kf_, vf_, scores_;  // attention scratch, grown on demand
   // Decode attention: per (kv head, key block, query row) partial max, sum and value sum; the
@@ -401,18 +402,18 @@ void CpuBackend::MatMuls(int m, DevPtr<const float> x, int ldx, std::span<const 
     if (m <= kTypedGemvRows) {
       gemv[n_gemv++] = GemvOut{wm, o.beta, o.y.raw(), o.ldy};
       if (n_gemv == TypedGemvs::kMaxOuts) {
-        gemv_.Run(pool_, path_, m, x.raw(), ldx, std::span<const GemvOut>(gemv, n_gemv));
+        gemv_.Run(pool_, path_, m, x.raw(), ldx, std::span<const GemvOut>(gemv, n_gemv), precise_q8_0_);
         n_gemv = 0;
       }
     } else {
       TypedGemm(m, wm, x.raw(), ldx, o.beta, o.y.raw(), o.ldy);
     }
   }
-  if (n_gemv) gemv_.Run(pool_, path_, m, x.raw(), ldx, std::span<const GemvOut>(gemv, n_gemv));
+  if (n_gemv) gemv_.Run(pool_, path_, m, x.raw(), ldx, std::span<const GemvOut>(gemv, n_gemv), precise_q8_0_);
 }
 
 void CpuBackend::Int8Gemm(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y, int ldy) {
-  const Status reset = gemm_acts_.Reset(m, w.n_cols);
+  const Status reset = gemm_acts_.Reset(m, w.n_cols, precise_q8_0_ && w.type == quant::WeightType::kQ8_0);
   if (!reset.ok()) {  // unreachable: ValidateModel checks that rows are whole blocks
     spdlog::error("cpu backend: {}", reset.ToString());
     return;

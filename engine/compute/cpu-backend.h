@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "engine/compute/backend.h"
+#include "engine/quant/quant-kernels.h"
 
 namespace impress {
 
@@ -18,6 +19,11 @@ struct CpuBackendOptions {
   // blocks, as decode does; ~2.5x sgemm's rate) where the type and CPU allow; false: weight
   // tiles decoded to fp32 and sgemm (exact in the weights, for accuracy comparisons).
   bool int8_prefill = true;
+  // Q8_0 matrices (decode GEMV and int8 GEMM) multiply activations carried as two int8 sets, the
+  // row and what its int8 blocks leave of it (~16-bit precision, two integer dots summed): int8
+  // activations alone cost Q8_0 most of its accuracy. false: one int8 set, as the other types.
+  // The environment's IMPRESS_PRECISE_Q8_0=0 makes false the default, for comparisons.
+  bool precise_q8_0 = quant::PreciseQ8_0Default();
   // Attention of a few dozen query rows over a prefix (a question, the probe) in blocked tiles
   // (engine/compute/tile-attention.h); false: the per-head sgemm path, for comparisons. The
   // environment's IMPRESS_ATTENTION_TILES=0 turns it off for a whole process.

@@ -10,21 +10,26 @@
 namespace impress {
 
 void TypedGemvs::Run(ThreadPool& pool, quant::KernelPath path, int m, const float* x, int ldx,
-                     std::span<const GemvOut> outs) {
+                     std::span<const GemvOut> outs, bool precise_q8_0) {
   if (m <= 0 || outs.empty() || outs.size() > kMaxOuts) return;
-  // Each input row prepared once per format the matrices need.
-  bool prepared[3] = {false, false, false};
+  // The set of prepared rows a matrix multiplies: its format's, or the residual kQ8x32 one.
+  auto set_of = [precise_q8_0](const quant::WeightMatrix& w) {
+    return precise_q8_0 && w.type == quant::WeightType::kQ8_0 ? 3
+                                                              : static_cast<int>(quant::ActivationFormatFor(w.type));
+  };
+  // Each input row prepared once per set the matrices need.
+  bool prepared[4] = {false, false, false, false};
   int64_t total_bytes = 0;
   for (const GemvOut& o : outs) {
     total_bytes += o.w.n_rows * o.w.RowBytes();
     const quant::ActFormat format = quant::ActivationFormatFor(o.w.type);
-    const int f = static_cast<int>(format);
+    const int f = set_of(o.w);
     if (prepared[f]) continue;
     prepared[f] = true;
     std::vector<quant::ActivationRow>& acts = acts_[f];
     if (acts.size() < size_t(m)) acts.resize(size_t(m));
     for (int i = 0; i < m; ++i) {
-      const Status st = acts[size_t(i)].Prepare(format, x + int64_t(i) * ldx, o.w.n_cols);
+      const Status st = acts[size_t(i)].Prepare(format, x + int64_t(i) * ldx, o.w.n_cols, f == 3);
       if (!st.ok()) {  // unreachable: ValidateModel checks that rows are whole blocks
         spdlog::error("cpu backend: {}", st.ToString());
         return;
@@ -59,15 +64,14 @@ void TypedGemvs::Run(ThreadPool& pool, quant::KernelPath path, int m, const floa
   }
   const size_t n_out = outs.size();
   const int64_t n_chunks = first_chunk[n_out];
-  const quant::ActivationRow* acts[3] = {acts_[0].data(), acts_[1].data(), acts_[2].data()};
+  const quant::ActivationRow* acts[4] = {acts_[0].data(), acts_[1].data(), acts_[2].data(), acts_[3].data()};
   const std::function<void(int64_t)> task = [&](int64_t c) {
     size_t j = 0;
     while (c >= first_chunk[j + 1]) ++j;
     const quant::WeightMatrix& w = outs[j].w;
     const int64_t nc = first_chunk[j + 1] - first_chunk[j], k = c - first_chunk[j];
     const int64_t r0 = w.n_rows * k / nc, r1 = w.n_rows * (k + 1) / nc;
-    const Status st =
-        quant::GemvBatch(w, acts[static_cast<int>(quant::ActivationFormatFor(w.type))], m, r0, r1, dst[j], path);
+    const Status st = quant::GemvBatch(w, acts[set_of(w)], m, r0, r1, dst[j], path);
     if (!st.ok()) spdlog::error("cpu backend: {}", st.ToString());
   };
   if (n_chunks <= 1) {

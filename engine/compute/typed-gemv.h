@@ -31,11 +31,14 @@ class TypedGemvs {
   // Runs outs (at most kMaxOuts, all with w.n_cols == the input's width) over m rows of x (ldx
   // apart). The results are those of each matrix alone, bit for bit: a weight row's value never
   // depends on how rows are split. A job under 64 KiB of weights runs on the calling thread.
-  void Run(ThreadPool& pool, quant::KernelPath path, int m, const float* x, int ldx, std::span<const GemvOut> outs);
+  // precise_q8_0: Q8_0 matrices multiply the input as two int8 sets (ActivationRow's residual).
+  void Run(ThreadPool& pool, quant::KernelPath path, int m, const float* x, int ldx, std::span<const GemvOut> outs,
+           bool precise_q8_0 = false);
 
  private:
-  std::vector<quant::ActivationRow> acts_[3];  // per quant::ActFormat: the prepared input rows
-  std::vector<float> staged_;                  // results bound for strided or accumulated outputs
+  // The prepared input rows per quant::ActFormat, then the residual (precise) kQ8x32 rows.
+  std::vector<quant::ActivationRow> acts_[4];
+  std::vector<float> staged_;  // results bound for strided or accumulated outputs
 };
 
 }  // namespace impress

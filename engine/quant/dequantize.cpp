@@ -168,6 +168,13 @@ void QuantizeRow32(const float* x, int64_t n, ActBlock32* out) {
   }
 }
 
+void ResidualRow32(const float* x, int64_t n, const ActBlock32* q, float* r) {
+  for (int64_t ib = 0; ib < n / kQK32; ++ib) {
+    const ActBlock32& b = q[ib];
+    for (int i = 0; i < kQK32; ++i) r[ib * kQK32 + i] = std::fma(-b.d, float(b.qs[i]), x[ib * kQK32 + i]);
+  }
+}
+
 void QuantizeRow256(const float* x, int64_t n, ActBlock256* out) {
   for (int64_t ib = 0; ib < n / kQK256; ++ib, x += kQK256) {
     ActBlock256& b = out[ib];

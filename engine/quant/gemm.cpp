@@ -127,7 +127,7 @@ bool GemmSupports(WeightType type, KernelPath path) {
   return false;
 }
 
-Status GemmActivations::Reset(int m, int64_t k) {
+Status GemmActivations::Reset(int m, int64_t k, bool residual) {
   if (m < 0 || k <= 0 || k % kQK32 != 0)
     return Status::InvalidArgument("gemm activations: " + std::to_string(m) + " rows of " + std::to_string(k) +
                                    " elements (k must be a positive multiple of 32)");
@@ -136,28 +136,38 @@ Status GemmActivations::Reset(int m, int64_t k) {
   blocks_.resize(size_t(m) * size_t(k / kQK32));
   dsum_.resize(blocks_.size());
   dsum16_.resize(2 * blocks_.size());
-  return Status::Ok();
+  residual_.resize(residual ? 1 : 0);
+  return residual ? residual_[0].Reset(m, k) : Status::Ok();
 }
 
 void GemmActivations::QuantizeRows(const float* x, int64_t ldx, int i0, int i1) {
+  thread_local std::vector<float> r;
+  if (!residual_.empty()) r.resize(size_t(k_));
+  for (int i = i0; i < i1; ++i) {
+    QuantizeRow(x + int64_t(i) * ldx, i);
+    if (residual_.empty()) continue;
+    ResidualRow32(x + int64_t(i) * ldx, k_, Row(i), r.data());
+    residual_[0].QuantizeRow(r.data(), i);
+  }
+}
+
+void GemmActivations::QuantizeRow(const float* x, int i) {
   static const bool avx512 = MissingCpuFeature(KernelPath::kAvx512) == nullptr;
   const int64_t nb = k_ / kQK32;
-  for (int i = i0; i < i1; ++i) {
-    ActBlock32* b = blocks_.data() + int64_t(i) * nb;
-    float* ds = dsum_.data() + int64_t(i) * nb;
-    float* ds16 = dsum16_.data() + int64_t(i) * 2 * nb;
-    if (avx512) {
-      gemm_internal::QuantizeRow32Avx512(x + int64_t(i) * ldx, k_, b, ds, ds16);
-      continue;
-    }
-    QuantizeRow32(x + int64_t(i) * ldx, k_, b);
-    for (int64_t g = 0; g < nb; ++g) {
-      ds[g] = b[g].d * float(b[g].sum);
-      for (int h = 0; h < 2; ++h) {
-        int32_t sum = 0;
-        for (int e = 16 * h; e < 16 * h + 16; ++e) sum += b[g].qs[e];
-        ds16[2 * g + h] = b[g].d * float(sum);
-      }
+  ActBlock32* b = blocks_.data() + int64_t(i) * nb;
+  float* ds = dsum_.data() + int64_t(i) * nb;
+  float* ds16 = dsum16_.data() + int64_t(i) * 2 * nb;
+  if (avx512) {
+    gemm_internal::QuantizeRow32Avx512(x, k_, b, ds, ds16);
+    return;
+  }
+  QuantizeRow32(x, k_, b);
+  for (int64_t g = 0; g < nb; ++g) {
+    ds[g] = b[g].d * float(b[g].sum);
+    for (int h = 0; h < 2; ++h) {
+      int32_t sum = 0;
+      for (int e = 16 * h; e < 16 * h + 16; ++e) sum += b[g].qs[e];
+      ds16[2 * g + h] = b[g].d * float(sum);
     }
   }
 }
@@ -180,8 +190,10 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
                                    ", rows [" + std::to_string(r0) + ", " + std::to_string(r1) + "), ldy " +
                                    std::to_string(ldy));
   if (x.m() == 0 || r0 == r1) return Status::Ok();
+  const GemmActivations* lo = x.residual();
   if (path == KernelPath::kScalar) {
     GemmScalar(w, x, r0, r1, beta, y, ldy);
+    if (lo) GemmScalar(w, *lo, r0, r1, 1.0f, y, ldy);
     return Status::Ok();
   }
   // One panel at a time: packed once, multiplied by every activation row while it sits in cache.
@@ -197,10 +209,14 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
                                                                        n_valid, n_groups, data.data(), scale.data()))
       ForType<PackPanelOp>(w.type, w, p0, n_valid, data.data(), scale.data());
     const PackedPanel panel{data.data(), scale.data(), n_groups, halves};
-    if (path == KernelPath::kAvx512) {
-      gemm_internal::GemmPanelAvx512(panel, x, n_valid, beta, y + p0, ldy);
-    } else {
-      gemm_internal::GemmPanelAvx2(panel, x, n_valid, beta, y + p0, ldy);
+    for (const GemmActivations* set : {&x, lo}) {
+      if (!set) continue;
+      const float b = set == &x ? beta : 1.0f;  // the residual set adds onto the first's products
+      if (path == KernelPath::kAvx512) {
+        gemm_internal::GemmPanelAvx512(panel, *set, n_valid, b, y + p0, ldy);
+      } else {
+        gemm_internal::GemmPanelAvx2(panel, *set, n_valid, b, y + p0, ldy);
+      }
     }
   }
   return Status::Ok();

@@ -38,10 +38,14 @@ bool GemmSupports(WeightType type, KernelPath path);
 // half block in fp32.
 class GemmActivations {
  public:
-  // Sizes for m rows of k elements. Errors: kInvalidArgument unless m >= 0, k > 0, k % 32 == 0.
-  Status Reset(int m, int64_t k);
-  // Quantizes rows [i0, i1) from x (row i at x + i * ldx), as QuantizeRow32.
+  // Sizes for m rows of k elements; with `residual`, a second set of rows holds what the first
+  // leaves of x (ResidualRow32), and GemmRows multiplies both: W . x ~ W . q1 + W . q2, ~16-bit
+  // activations. Errors: kInvalidArgument unless m >= 0, k > 0, k % 32 == 0.
+  Status Reset(int m, int64_t k, bool residual = false);
+  // Quantizes rows [i0, i1) from x (row i at x + i * ldx), as QuantizeRow32, and their residual.
   void QuantizeRows(const float* x, int64_t ldx, int i0, int i1);
+  // The second set (same shape); nullptr unless Reset with `residual`.
+  const GemmActivations* residual() const { return residual_.empty() ? nullptr : residual_.data(); }
 
   int m() const { return m_; }
   int64_t k() const { return k_; }
@@ -51,15 +55,19 @@ class GemmActivations {
   const float* DSum16(int i) const { return dsum16_.data() + int64_t(i) * (k_ / 16); }
 
  private:
+  void QuantizeRow(const float* x, int i);
+
   int m_ = 0;
   int64_t k_ = 0;
   std::vector<ActBlock32> blocks_;
   std::vector<float> dsum_, dsum16_;
+  std::vector<GemmActivations> residual_;  // empty, or the one residual set
 };
 
 // For every activation row i < x.m() and weight row r in [r0, r1):
 //   y[i * ldy + r] = (beta == 0 ? 0 : beta * y[i * ldy + r]) + W[r, :] . x_i
-// (beta == 0 never reads y). Errors: kInvalidArgument for a shape mismatch or rows out of range;
+// (beta == 0 never reads y); with a residual set, then y[i * ldy + r] += W[r, :] . residual_i
+// (each panel packed once for both). Errors: kInvalidArgument for a shape mismatch or rows out of range;
 // kUnsupported when !GemmSupports(w.type, path) or the CPU cannot run the path.
 Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int64_t r1, float beta, float* y,
                 int64_t ldy, KernelPath path = ActiveKernelPath());

@@ -105,19 +105,30 @@ int64_t BlockBytes(WeightType type) { return Info(type).block_bytes; }
 ActFormat ActivationFormatFor(WeightType type) { return Info(type).act; }
 int IntegerPartsPerBlock(WeightType type) { return Info(type).int_parts; }
 
-Status ActivationRow::Prepare(ActFormat format, const float* x, int64_t n) {
+Status ActivationRow::Prepare(ActFormat format, const float* x, int64_t n, bool residual) {
   const int64_t block = ActBlockElements(format);
   if (n < 0 || n % block != 0) {
     return Status::InvalidArgument("activation row of " + std::to_string(n) + " elements is not a whole number of " +
                                    std::to_string(block) + "-element blocks");
   }
+  if (residual && format != ActFormat::kQ8x32) {
+    return Status::InvalidArgument("a residual activation set exists for 32-element int8 blocks only");
+  }
   format_ = format;
   n_ = n;
+  residual_ = residual;
   switch (format) {
     case ActFormat::kF32: f32_.assign(x, x + n); break;
     case ActFormat::kQ8x32:
       b32_.resize(size_t(n / kQK32));
       QuantizeRow32(x, n, b32_.data());
+      if (residual) {
+        thread_local std::vector<float> r;
+        r.resize(size_t(n));
+        ResidualRow32(x, n, b32_.data(), r.data());
+        lo32_.resize(b32_.size());
+        QuantizeRow32(r.data(), n, lo32_.data());
+      }
       break;
     case ActFormat::kQ8x256:
       b256_.resize(size_t(n / kQK256));
@@ -184,13 +195,23 @@ Result<KernelPath> ParseKernelPath(std::string_view text) {
   return Status::InvalidArgument("unknown kernel path '" + std::string(text) + "' (scalar, avx2 or avx512)");
 }
 
+bool PreciseQ8_0Default() {
+  static const bool precise = [] {
+    const char* e = std::getenv("IMPRESS_PRECISE_Q8_0");
+    return !e || std::string(e) != "0";
+  }();
+  return precise;
+}
+
 KernelPath ActiveKernelPath() {
   static const KernelPath path = ResolveKernelPath(std::getenv("IMPRESS_KERNEL_PATH"));
   return path;
 }
 
 float DotRow(KernelPath path, WeightType type, const uint8_t* w_row, const ActivationRow& x) {
-  return TableFor(path).dot[SlotOf(type)](w_row, x.data(), x.n());
+  const KernelTable::DotFn dot = TableFor(path).dot[SlotOf(type)];
+  const float hi = dot(w_row, x.data(), x.n());
+  return x.residual() ? hi + dot(w_row, x.residual(), x.n()) : hi;
 }
 
 void DotIntegerParts(KernelPath path, WeightType type, const uint8_t* w_row, const ActivationRow& x, int32_t* parts) {
@@ -252,12 +273,23 @@ Status GemvBatch(const WeightMatrix& w, const ActivationRow* xs, int n_x, int64_
     constexpr int64_t kChunk = 16;
     for (int64_t r = r0; r < r1; r += kChunk, row += kChunk * row_bytes) {
       const int64_t nr = std::min(kChunk, r1 - r);
-      for (int k = 0; k < n_x; ++k) rows(row, row_bytes, nr, xs[k].data(), w.n_cols, y + k * w.n_rows + r);
+      for (int k = 0; k < n_x; ++k) {
+        float* yk = y + k * w.n_rows + r;
+        rows(row, row_bytes, nr, xs[k].data(), w.n_cols, yk);
+        if (const ActBlock32* lo = xs[k].residual()) {  // the second set, on rows still in L1
+          float t[kChunk];
+          rows(row, row_bytes, nr, lo, w.n_cols, t);
+          for (int64_t i = 0; i < nr; ++i) yk[i] += t[i];
+        }
+      }
     }
     return Status::Ok();
   }
   for (int64_t r = r0; r < r1; ++r, row += row_bytes) {
-    for (int k = 0; k < n_x; ++k) y[k * w.n_rows + r] = dot(row, xs[k].data(), w.n_cols);
+    for (int k = 0; k < n_x; ++k) {
+      const float hi = dot(row, xs[k].data(), w.n_cols);
+      y[k * w.n_rows + r] = xs[k].residual() ? hi + dot(row, xs[k].residual(), w.n_cols) : hi;
+    }
   }
   return Status::Ok();
 }

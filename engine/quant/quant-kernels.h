@@ -50,27 +50,41 @@ void DequantizeRow(WeightType type, const uint8_t* src, float* dst, int64_t n);
 // [-127, 127]; an all-zero block has d = 0. n must be a multiple of the block size.
 void QuantizeRow32(const float* x, int64_t n, ActBlock32* out);
 void QuantizeRow256(const float* x, int64_t n, ActBlock256* out);
+// What int8 blocks `q` (quantized from x by QuantizeRow32) leave of x: r[i] = fma(-d, qs[i], x[i]),
+// one rounding, so every caller gets the same bits. QuantizeRow32 of r is the second set of a
+// precise (residual) activation: x ~ d1 * q1 + d2 * q2 within d2 / 2 <= amax / 64,516 (~16 bits).
+void ResidualRow32(const float* x, int64_t n, const ActBlock32* q, float* r);
 
 // One activation row in the form one family of weight types multiplies: done once per row and
 // reused by every weight row (and by every matrix whose type has the same ActFormat).
 class ActivationRow {
  public:
-  // Copies (kF32) or quantizes x[0..n). Errors: kInvalidArgument when n is negative or not a
-  // multiple of the format's block size. Reuses its buffers across calls.
-  Status Prepare(ActFormat format, const float* x, int64_t n);
+  // Copies (kF32) or quantizes x[0..n). With `residual` (kQ8x32 only) the row also keeps the
+  // int8 blocks of what the first set leaves (ResidualRow32), and every dot with it is the sum of
+  // two integer dots, one per set: int8 speed with ~16-bit activations. Errors: kInvalidArgument
+  // when n is negative or not a multiple of the format's block size, or `residual` with a format
+  // other than kQ8x32. Reuses its buffers across calls.
+  Status Prepare(ActFormat format, const float* x, int64_t n, bool residual = false);
 
   ActFormat format() const { return format_; }
   int64_t n() const { return n_; }
   // The float row (kF32), ActBlock32[n / 32] (kQ8x32) or ActBlock256[n / 256] (kQ8x256).
   const void* data() const;
+  // The residual blocks, ActBlock32[n / 32]; nullptr unless prepared with `residual`.
+  const ActBlock32* residual() const { return residual_ ? lo32_.data() : nullptr; }
 
  private:
   ActFormat format_ = ActFormat::kF32;
   int64_t n_ = 0;
+  bool residual_ = false;
   std::vector<float> f32_;
-  std::vector<ActBlock32> b32_;
+  std::vector<ActBlock32> b32_, lo32_;
   std::vector<ActBlock256> b256_;
 };
+
+// Whether Q8_0 matrices should take residual activations by default: true unless the
+// environment's IMPRESS_PRECISE_Q8_0 is "0" (for before/after comparisons). Decided once.
+bool PreciseQ8_0Default();
 
 // ---- Code paths -----------------------------------------------------------------------------
 
@@ -100,7 +114,8 @@ struct WeightMatrix {
 };
 
 // W[row, :] . x for one weight row of `type` (x.n() elements, x prepared for the type) on a path
-// the CPU runs. Unchecked: Gemv is the checked entry point.
+// the CPU runs; with a residual, dot(first set) + dot(residual set), as Gemv. Unchecked: Gemv is
+// the checked entry point.
 float DotRow(KernelPath path, WeightType type, const uint8_t* w_row, const ActivationRow& x);
 
 // y[r] = W[r, :] . x for r in [r0, r1) (y indexed by absolute row). Errors: kInvalidArgument for

@@ -208,11 +208,7 @@ TEST_P(QuantPath, GemvIsTheRowDotsAndBatchIsGemvPerActivation) {
   const int64_t n_rows = 24, n_cols = 512;
   for (WeightType t : {WeightType::kQ4_K, WeightType::kQ8_0, WeightType::kQ5_1, WeightType::kF16}) {
     SCOPED_TRACE(WeightTypeName(t));
-    std::vector<uint8_t> data;
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const auto row = test::RandomRow(t, n_cols, rng);
-      data.insert(data.end(), row.begin(), row.end());
-    }
+    const std::vector<uint8_t> data = test::RandomRows(t, n_rows, n_cols, rng);
     const WeightMatrix w{t, data.data(), n_rows, n_cols};
     ActivationRow xs[3];
     for (auto& x : xs) {
@@ -244,11 +240,7 @@ TEST_P(QuantPath, GemvOnOddBlockAndRowCountsIsTheExactRowDots) {
     for (int64_t n_cols : {int64_t(32), int64_t(96), int64_t(608)}) {
       for (int64_t n_rows : {int64_t(1), int64_t(3), int64_t(11)}) {
         SCOPED_TRACE(std::string(WeightTypeName(t)) + " " + std::to_string(n_rows) + "x" + std::to_string(n_cols));
-        std::vector<uint8_t> data;
-        for (int64_t r = 0; r < n_rows; ++r) {
-          const auto row = test::RandomRow(t, n_cols, rng);
-          data.insert(data.end(), row.begin(), row.end());
-        }
+        const std::vector<uint8_t> data = test::RandomRows(t, n_rows, n_cols, rng);
         const WeightMatrix w{t, data.data(), n_rows, n_cols};
         const auto xf = test::RandomActivations(n_cols, rng);
         ActivationRow x;

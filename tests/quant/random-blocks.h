@@ -96,6 +96,16 @@ inline std::vector<uint8_t> RandomRow(WeightType t, int64_t n, std::mt19937& rng
   return row;
 }
 
+// n_rows such rows, one after another (a weight matrix).
+inline std::vector<uint8_t> RandomRows(WeightType t, int64_t n_rows, int64_t n, std::mt19937& rng) {
+  std::vector<uint8_t> data;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const auto row = RandomRow(t, n, rng);
+    data.insert(data.end(), row.begin(), row.end());
+  }
+  return data;
+}
+
 // Activations: normal values whose scale changes every 32 elements (1e-3 .. 1e3), with all-zero
 // spans and single spikes.
 inline std::vector<float> RandomActivations(int64_t n, std::mt19937& rng) {
