@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <numeric>
 
@@ -67,20 +68,49 @@ std::vector<int> TopK(std::span<const float> values, int k) {
 
 namespace {
 
+// A float's order as an unsigned key: larger float, larger key (finite values; -0 counts as +0,
+// as the comparisons elsewhere do).
+inline uint32_t OrderKey(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if (u == 0x80000000u) u = 0;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+inline float FromOrderKey(uint32_t key) {
+  const uint32_t u = (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 // The k-th largest of `v` (1 <= k <= size) and how many values equal to it a top-k takes (the
-// rest of the top-k is strictly larger). Reorders a copy in `tmp`.
+// rest of the top-k is strictly larger). A radix select over the values' order keys, 11 + 11 + 10
+// bits: three counting passes, no reordering, so it costs a few passes over n whatever the data.
 struct KthValue {
   float value;
   int ties;
 };
-KthValue KthLargest(std::span<const float> v, int k, std::vector<float>& tmp) {
-  tmp.assign(v.begin(), v.end());
-  std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), std::greater<float>());
-  const float thr = tmp[size_t(k - 1)];
-  // After nth_element everything larger than thr sits before it.
-  int n_gt = 0;
-  for (int i = 0; i < k - 1; ++i) n_gt += tmp[size_t(i)] > thr ? 1 : 0;
-  return {thr, k - n_gt};
+KthValue KthLargest(std::span<const float> v, int k, std::vector<uint32_t>& hist) {
+  constexpr int kShift[3] = {21, 10, 0};
+  constexpr uint32_t kBins[3] = {2048, 2048, 1024};
+  uint32_t prefix = 0;  // the key bits chosen so far
+  int rank = k;         // the wanted value's rank from the top among keys with that prefix
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = kShift[pass];
+    hist.assign(kBins[pass], 0);
+    const int upper = pass == 0 ? 32 : kShift[pass - 1];  // the bits above this pass's are chosen
+    for (float f : v) {
+      const uint32_t key = OrderKey(f);
+      if (upper >= 32 || (key >> upper) == (prefix >> upper)) ++hist[(key >> shift) & (kBins[pass] - 1)];
+    }
+    uint32_t b = kBins[pass];
+    while (b-- > 0) {
+      if (int(hist[b]) >= rank) break;
+      rank -= int(hist[b]);
+    }
+    prefix |= b << shift;
+  }
+  return {FromOrderKey(prefix), rank};
 }
 
 // The tokens every selection keeps before scores count: [0, sinks_end) and [recent_begin, n). Sinks
@@ -100,12 +130,14 @@ void TopKBits(std::span<const float> values, int k, SelectionScratch& scratch, u
   k = std::clamp(k, 0, n);
   std::fill_n(bits, (size_t(n) + 63) / 64, uint64_t{0});
   if (k == 0) return;
-  KthValue kth = KthLargest(values, k, scratch.values);
-  for (int i = 0; i < n; ++i) {
-    const float v = values[size_t(i)];
-    const bool in = v > kth.value || (v == kth.value && kth.ties > 0);
-    if (v == kth.value && in) --kth.ties;
-    bits[size_t(i) >> 6] |= uint64_t(in) << (i & 63);
+  KthValue kth = KthLargest(values, k, scratch.hist);
+  // Everything above the k-th value, then its ties from the lowest index on.
+  for (int i = 0; i < n; ++i) bits[size_t(i) >> 6] |= uint64_t(values[size_t(i)] > kth.value) << (i & 63);
+  for (int i = 0; i < n && kth.ties > 0; ++i) {
+    if (values[size_t(i)] == kth.value) {
+      bits[size_t(i) >> 6] |= uint64_t{1} << (i & 63);
+      --kth.ties;
+    }
   }
 }
 
@@ -223,7 +255,7 @@ void SelectTokensInto(std::span<const float> score, int k, int sinks, int recent
   const int want = k - f.sinks_end - (n - f.recent_begin);
   KthValue kth{0.0f, 0};
   if (want > 0) {
-    kth = KthLargest(score.subspan(size_t(f.sinks_end), size_t(f.recent_begin - f.sinks_end)), want, scratch.values);
+    kth = KthLargest(score.subspan(size_t(f.sinks_end), size_t(f.recent_begin - f.sinks_end)), want, scratch.hist);
   }
   out->reserve(size_t(k));
   for (int i = 0; i < f.sinks_end; ++i) out->push_back(uint32_t(i));

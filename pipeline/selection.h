@@ -10,7 +10,7 @@
 // The per-layer path (the *Into functions and JudgeProbe with a SelectionScratch) runs in time
 // linear in n: partial selection of the k-th value instead of sorts, Jaccard over bitsets, and no
 // allocation once the scratch has grown to the prefix length. The vector-returning forms give the
-// same results and exist for callers off the hot path.
+// same results and exist for callers off the hot path. Values are finite (no NaN).
 //
 // Thread contract: free functions without shared state; safe from any thread. A SelectionScratch
 // belongs to one caller at a time.
@@ -52,6 +52,7 @@ std::vector<float> SumNormalisedImportance(std::span<const float> per_head, int 
 // seen, never shrunk.
 struct SelectionScratch {
   std::vector<float> values;     // a copy that partial selection may reorder
+  std::vector<uint32_t> hist;    // radix select's counts
   std::vector<uint64_t> bits;    // one n-bit set per probe head
   std::vector<double> mass;      // per read group: summed score
   std::vector<uint32_t> order;   // read groups not forced, by descending mass
@@ -60,8 +61,8 @@ struct SelectionScratch {
 };
 
 // Sets bit i of `bits` (n = values.size() bits, ceil(n / 64) words, cleared first) for exactly the
-// indices TopK(values, k) returns. Linear time: the k-th largest value by partial selection, then
-// one pass (ties at that value go to the lower indices).
+// indices TopK(values, k) returns. Linear time: the k-th largest value by a radix select over the
+// values' order (finite values), then one pass (ties at that value go to the lower indices).
 void TopKBits(std::span<const float> values, int k, SelectionScratch& scratch, uint64_t* bits);
 
 // What the probe heads say about one layer (docs/design.md section 3, steps 2-4).
@@ -94,7 +95,7 @@ int MassKeepCount(std::span<const float> score, double target, float min_keep, f
 // k is clamped to [0, n] (n = score.size()); negative sinks or recent mean none.
 std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sinks, int recent);
 // The same into *out (cleared first, capacity reused): forced ranges computed directly, the best of
-// the rest by partial selection of the threshold value.
+// the rest by a radix select of the threshold value.
 void SelectTokensInto(std::span<const float> score, int k, int sinks, int recent, SelectionScratch& scratch,
                       std::vector<uint32_t>* out);
 

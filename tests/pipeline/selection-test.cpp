@@ -448,6 +448,23 @@ TEST(LinearPath, TopKBitsMatchesStableSortReferenceWithTies) {
   }
 }
 
+TEST(LinearPath, TopKBitsOrdersSignsZerosAndTinyValuesLikeTheComparison) {
+  std::mt19937 rng(27);
+  SelectionScratch scratch;
+  const std::vector<float> pool = {-3.5f, -1e-30f, -0.0f, 0.0f, 1e-38f, 1e-30f, 2.0f, 2.0000002f, 1e30f, -1e30f};
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + int(rng() % 100), k = int(rng() % uint32_t(n + 1));
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = pool[rng() % pool.size()];
+    std::vector<uint64_t> bits(size_t(n + 63) / 64);
+    TopKBits(v, k, scratch, bits.data());
+    EXPECT_EQ(BitsToSet(bits, n), NaiveTopK(v, k)) << "n " << n << " k " << k;
+    std::vector<uint32_t> tok;
+    SelectTokensInto(v, k, 2, 3, scratch, &tok);
+    EXPECT_EQ(tok, NaiveSelect(v, k, 2, 3)) << "n " << n << " k " << k;
+  }
+}
+
 TEST(LinearPath, ProbeVerdictMatchesStdSetJaccardOnLongRows) {
   std::mt19937 rng(22);
   SelectionScratch scratch;
