@@ -41,6 +41,8 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
                   "seconds to wait for another program using the store to close it (default: refuse at once)")
       ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--backend", o->backend, "compute backend: cpu|cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--weights", o->weights,
+                  "convert the model's matrices at load: q8_0|q4_k|f16 (default: as stored in the file)");
   cmd->add_option("--device-budget-mb", o->device_budget_mb, "device tier budget (MiB)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--host-budget-mb", o->host_budget_mb, "host tier budget (MiB)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--ssd-budget-mb", o->ssd_budget_mb, "SSD tier budget (MiB)")->check(CLI::NonNegativeNumber);
@@ -83,7 +85,7 @@ std::string ResolveModelPath(const CommonOptions& o) { return o.model.empty() ? 
 ChatSessionOptions SessionOptionsFor(const CommonOptions& c) {
   ChatSessionOptions o;
   o.model_path = ResolveModelPath(c);
-  o.model = ModelContextOptions{.n_threads = c.threads, .backend = c.backend};
+  o.model = ModelContextOptions{.n_threads = c.threads, .backend = c.backend, .weights = c.weights};
   o.store_dir = c.no_store ? "" : (c.store_dir.empty() ? DefaultStoreDir() : c.store_dir);
   o.store_lock_wait = std::chrono::milliseconds(int64_t(c.store_wait_s * 1000));
   o.device_bytes = uint64_t(c.device_budget_mb * (1 << 20));
@@ -95,7 +97,8 @@ ChatSessionOptions SessionOptionsFor(const CommonOptions& c) {
 
 Result<std::unique_ptr<ModelContext>> LoadModelShowingProgress(const CommonOptions& c) {
   ProgressBar bar("loading model");
-  return ModelContext::Load(ResolveModelPath(c), ModelContextOptions{.n_threads = c.threads, .backend = c.backend},
+  return ModelContext::Load(ResolveModelPath(c),
+                            ModelContextOptions{.n_threads = c.threads, .backend = c.backend, .weights = c.weights},
                             bar.AsFn());
 }
 

@@ -28,6 +28,7 @@ struct CommonOptions {
   bool no_store = false;    // recompute everything, store nothing
   double store_wait_s = 0;  // wait this long for another program to close the store (0: refuse at once)
   std::string backend = "cpu";
+  std::string weights;  // --weights: "" as stored, q8_0 | q4_k | f16 converted at load
   double device_budget_mb = 256;
   double host_budget_mb = 1024;
   double ssd_budget_mb = 16384;

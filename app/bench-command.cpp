@@ -216,7 +216,10 @@ void RegisterEngineBench(CLI::App* bench, CommonOptions* common, int* exit_code)
       model = shape.ok() ? RandomModel(*shape) : Result<Model>(shape.status());
     } else {
       ProgressBar bar("loading model");
-      model = LoadModel(ResolveModelPath(*common), bar.AsFn(), LoadOptions{.n_threads = common->threads});
+      Result<uint32_t> weights = ParseWeightsOption(common->weights);
+      model = !weights.ok() ? Result<Model>(weights.status())
+                            : LoadModel(ResolveModelPath(*common), bar.AsFn(),
+                                        LoadOptions{.n_threads = common->threads, .weights = *weights});
     }
     if (!model.ok()) {
       spdlog::error("{}", model.status().ToString());

@@ -101,7 +101,8 @@ void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code) {
     o.worker.documents = args->docs;
     ChatSessionOptions& so = o.worker.session;
     so.model_path = ResolveModelPath(*common);
-    so.model = ModelContextOptions{.n_threads = common->threads, .backend = common->backend};
+    so.model =
+        ModelContextOptions{.n_threads = common->threads, .backend = common->backend, .weights = common->weights};
     so.store_dir = common->no_store ? "" : (common->store_dir.empty() ? DefaultStoreDir() : common->store_dir);
     so.probe_heads_stored = common->probe_heads;
     so.store_lock_wait = std::chrono::milliseconds(int64_t(common->store_wait_s * 1000));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -769,7 +770,18 @@ Result<Model> LoadModel(const std::string& path, const ProgressFn& progress, con
   if (opt.n_threads < 1) opt.n_threads = 1;
   Result<Model> m = fs::is_directory(path, ec) ? LoadHfFolder(path, progress, opt) : LoadGguf(path, progress, opt);
   if (m.ok()) IMPRESS_RETURN_IF_ERROR(CheckNormWeights(*m));
+  if (m.ok() && opt.weights != 0 && !opt.dequantize) m->config.fingerprint += "+" + GgmlTypeName(opt.weights);
   return m;
+}
+
+Result<uint32_t> ParseWeightsOption(std::string_view text) {
+  std::string t(text);
+  for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (t.empty()) return uint32_t(0);
+  if (t == "q8_0") return static_cast<uint32_t>(GgmlType::kQ8_0);
+  if (t == "q4_k") return static_cast<uint32_t>(GgmlType::kQ4_K);
+  if (t == "f16") return static_cast<uint32_t>(GgmlType::kF16);
+  return Status::InvalidArgument("unknown weights type '" + std::string(text) + "' (q8_0, q4_k or f16)");
 }
 
 }  // namespace impress

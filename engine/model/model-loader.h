@@ -27,6 +27,8 @@
 #include <cstdint>
 #include <string>
 
+#include <string_view>
+
 #include "base/progress.h"
 #include "base/status.h"
 #include "engine/model/model.h"
@@ -43,9 +45,14 @@ struct LoadOptions {
   int64_t kv_tokens = 4096;
   uint64_t mem_available = 0;  // bytes; 0: MemAvailable from /proc/meminfo (no check if unreadable)
   // A GgmlType id (Q8_0, Q4_K, F16, ...; 0: as stored): every matrix whose rows are whole blocks
-  // of it is converted to it at load, for less memory (ignored with dequantize).
+  // of it is converted to it at load, for less memory (ignored with dequantize). The model's
+  // fingerprint then names the type too, so KV computed with other weights is never reused.
   uint32_t weights = 0;
 };
+
+// The user-facing weights choice: "" (as stored) -> 0, "q8_0" | "q4_k" | "f16" (any case) -> the
+// GgmlType id. Errors: kInvalidArgument naming the text and the choices.
+Result<uint32_t> ParseWeightsOption(std::string_view text);
 
 // Bytes of fp16 K and V for n_tokens tokens of a model with this configuration.
 uint64_t KvBytes(const ModelConfig& config, int64_t n_tokens);

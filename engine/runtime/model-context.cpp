@@ -20,6 +20,7 @@ ModelContext::ModelContext(Model model, Tokenizer tokenizer, ChatTemplate chat, 
 
 Result<std::unique_ptr<ModelContext>> ModelContext::Load(const std::string& path, const ModelContextOptions& options,
                                                          const ProgressFn& progress) {
+  IMPRESS_ASSIGN_OR_RETURN(const uint32_t weights, ParseWeightsOption(options.weights));
   std::unique_ptr<Backend> backend;
   if (options.backend == "cpu") {
     backend = MakeCpuBackend(CpuBackendOptions{.n_threads = options.n_threads});
@@ -32,7 +33,8 @@ Result<std::unique_ptr<ModelContext>> ModelContext::Load(const std::string& path
   IMPRESS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(path));
   // Refuses a model that cannot fit in memory (with the numbers) before reading its weights.
   IMPRESS_ASSIGN_OR_RETURN(
-      Model model, LoadModel(path, progress, LoadOptions{.n_threads = options.n_threads, .check_memory = true}));
+      Model model,
+      LoadModel(path, progress, LoadOptions{.n_threads = options.n_threads, .check_memory = true, .weights = weights}));
   IMPRESS_RETURN_IF_ERROR(ValidateModel(model));
   if (tokenizer.n_vocab() > model.config.n_vocab) {
     return Status::Corruption(fmt::format("{}: the tokenizer has {} tokens but the model's embedding only {}", path,

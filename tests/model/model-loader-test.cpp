@@ -16,6 +16,8 @@
 #include "engine/compute/forward.h"
 #include "engine/model/dequant.h"
 #include "engine/model/gguf.h"
+#include "engine/model/quantize-model.h"
+#include "engine/runtime/model-context.h"
 #include "tests/model/gguf-builder.h"
 #include "tests/model/python-ref.h"
 
@@ -428,6 +430,30 @@ const Tensor* FieldFor(const Model& m, const std::string& name) {
   return nullptr;
 }
 
+// The largest |logit of a - logit of b| and |logit of b| over ten tokens of a tiny model.
+struct LogitGap {
+  double max_diff = 0, max_abs = 0;
+};
+LogitGap CompareLogits(const Model& a, const Model& b, int ubatch) {
+  const std::vector<int32_t> toks = {1, 5, 9, 17, 33, 2, 40, 63, 7, 11};
+  std::vector<int> rows(toks.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = int(i);
+  auto logits = [&](const Model& m) {
+    auto be = MakeCpuBackend({.n_threads = 2});
+    auto g = Generator::Create(m, *be, {.n_ctx = 32, .ubatch = ubatch});
+    std::vector<float> out(toks.size() * size_t(m.config.n_vocab));
+    EXPECT_TRUE(g.ok() && (*g)->EvalRows(toks, rows, out.data()).ok());
+    return out;
+  };
+  const std::vector<float> x = logits(a), y = logits(b);
+  LogitGap gap;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    gap.max_abs = std::max(gap.max_abs, std::abs(double(y[i])));
+    gap.max_diff = std::max(gap.max_diff, std::abs(double(x[i]) - y[i]));
+  }
+  return gap;
+}
+
 class HfFolders : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -523,28 +549,70 @@ TEST_F(HfFolders, StoredF16Bf16ForwardMatchesTheFp32Path) {
   auto stored = LoadModel(*dir_ + "/llama");
   auto fp32 = LoadModel(*dir_ + "/llama", {}, LoadOptions{.dequantize = true});
   ASSERT_TRUE(stored.ok() && fp32.ok());
-  const std::vector<int32_t> toks = {1, 5, 9, 17, 33, 2, 40, 63, 7, 11};
-  std::vector<int> rows(toks.size());
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = int(i);
-  const size_t V = size_t(stored->config.n_vocab);
-  auto logits = [&](const Model& m, size_t ubatch) {
-    auto be = MakeCpuBackend({.n_threads = 2});
-    auto g = Generator::Create(m, *be, {.n_ctx = 32, .ubatch = int(ubatch)});
-    std::vector<float> out(toks.size() * V);
-    EXPECT_TRUE(g.ok() && (*g)->EvalRows(toks, rows, out.data()).ok());
-    return out;
-  };
-  for (size_t ubatch : {size_t(16), size_t(1)}) {
+  for (int ubatch : {16, 1}) {
     SCOPED_TRACE(ubatch);
-    const std::vector<float> a = logits(*stored, ubatch), b = logits(*fp32, ubatch);
-    double max_abs = 0, max_diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      max_abs = std::max(max_abs, std::abs(double(b[i])));
-      max_diff = std::max(max_diff, std::abs(double(a[i]) - b[i]));
-    }
-    EXPECT_GT(max_abs, 0.1);
-    EXPECT_LE(max_diff, 1e-4 * max_abs) << "max |stored - fp32| " << max_diff << " of " << max_abs;
+    const LogitGap gap = CompareLogits(*stored, *fp32, ubatch);
+    EXPECT_GT(gap.max_abs, 0.1);
+    EXPECT_LE(gap.max_diff, 1e-4 * gap.max_abs) << "max |stored - fp32| " << gap.max_diff << " of " << gap.max_abs;
   }
+}
+
+// --weights q8_0 (LoadOptions::weights from ParseWeightsOption): every matrix whose rows are whole
+// Q8_0 blocks is kept as Q8_0, with the bytes `impress quantize --type q8_0` writes for it, and the
+// model answers as that converted file does; the fingerprint names the conversion.
+TEST_F(HfFolders, WeightsOptionKeepsQ8_0LikeTheConvertedFile) {
+  auto type = ParseWeightsOption("Q8_0");
+  ASSERT_TRUE(type.ok()) << type.status().ToString();
+  EXPECT_EQ(*type, uint32_t(GgmlType::kQ8_0));
+  auto m = LoadModel(*dir_ + "/llama", {}, LoadOptions{.weights = *type});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::string file = *dir_ + "/llama-q8_0.gguf";
+  ASSERT_TRUE(QuantizeModel(*dir_ + "/llama", file, {.type = "q8_0", .n_threads = 2}).ok());
+  auto ref = LoadModel(file);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  int n_q8 = 0;
+  auto same = [&](const Tensor& a, const Tensor& b, const std::string& what) {
+    if (a.shape.size() != 2 || a.shape[1] % 32 != 0) return;
+    ASSERT_EQ(a.ggml_type, uint32_t(GgmlType::kQ8_0)) << what;
+    ASSERT_EQ(b.ggml_type, uint32_t(GgmlType::kQ8_0)) << what;
+    EXPECT_EQ(std::memcmp(a.stored_bytes(), b.stored_bytes(), size_t(a.shape[0] * a.shape[1] / 32 * 34)), 0) << what;
+    ++n_q8;
+  };
+  same(m->weights.tok_embd, ref->weights.tok_embd, "tok_embd");
+  same(m->weights.output, ref->weights.output, "output");
+  for (size_t il = 0; il < m->weights.layers.size(); ++il) {
+    const LayerWeights &a = m->weights.layers[il], &b = ref->weights.layers[il];
+    for (auto f : {&LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo, &LayerWeights::w_gate,
+                   &LayerWeights::w_up, &LayerWeights::w_down}) {
+      same(a.*f, b.*f, "layer " + std::to_string(il));
+    }
+  }
+  EXPECT_EQ(n_q8, 2 + 2 * 6);  // all but down_proj, whose 48 columns are not whole blocks
+  const LogitGap gap = CompareLogits(*m, *ref, 16);
+  EXPECT_GT(gap.max_abs, 0.1);
+  // The down projections differ only by how each file keeps its F16/BF16/F32 values.
+  EXPECT_LE(gap.max_diff, 1e-3 * gap.max_abs)
+      << "max |--weights q8_0 - converted file| " << gap.max_diff << " of " << gap.max_abs;
+  auto stored = LoadModel(*dir_ + "/llama");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_NE(m->config.fingerprint, stored->config.fingerprint);
+}
+
+TEST(WeightsOption, UnknownTypesAreRefusedByName) {
+  for (const char* bad : {"q9_0", "int8", "q4_k_m"}) {
+    auto t = ParseWeightsOption(bad);
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_EQ(t.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(t.status().message().find(bad), std::string::npos) << t.status().message();
+    EXPECT_NE(t.status().message().find("q8_0, q4_k or f16"), std::string::npos) << t.status().message();
+    // The model context refuses it before touching the model.
+    auto ctx = ModelContext::Load("/nonexistent/model.gguf", ModelContextOptions{.weights = bad});
+    ASSERT_FALSE(ctx.ok());
+    EXPECT_EQ(ctx.status().code(), Status::Code::kInvalidArgument) << ctx.status().ToString();
+  }
+  EXPECT_EQ(*ParseWeightsOption(""), 0u);
+  EXPECT_EQ(*ParseWeightsOption("q4_k"), uint32_t(GgmlType::kQ4_K));
+  EXPECT_EQ(*ParseWeightsOption("f16"), uint32_t(GgmlType::kF16));
 }
 
 TEST_F(HfFolders, LoadsOpt) {
