@@ -57,6 +57,27 @@ std::vector<uint8_t> RandomMatrix(WeightType type, int64_t n_bytes) {
   return data;
 }
 
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+// The best thread-CPU seconds of one call of fn, over at least 3 calls and min_seconds in all.
+template <class Fn>
+Result<double> BestCpuSeconds(double min_seconds, Fn fn) {
+  if (Status st = fn(); !st.ok()) return st;  // warm-up
+  double best = 1e30, total = 0;
+  for (int i = 0; i < 3 || total < min_seconds; ++i) {
+    const double t0 = ThreadCpuSeconds();
+    if (Status st = fn(); !st.ok()) return st;
+    const double t = ThreadCpuSeconds() - t0;
+    best = std::min(best, t);
+    total += t;
+  }
+  return best;
+}
+
 }  // namespace
 
 Result<GemvBenchResult> BenchGemv(WeightType type, KernelPath path, int64_t n_rows, int64_t n_cols,
@@ -74,23 +95,18 @@ Result<GemvBenchResult> BenchGemv(WeightType type, KernelPath path, int64_t n_ro
   for (float& v : xf) v = normal(rng);
   std::vector<float> y(static_cast<size_t>(n_rows));
   ActivationRow x;
-  using Clock = std::chrono::steady_clock;
   // The activation is quantized inside the timed loop: a decode step pays for it once per GEMV.
-  auto once = [&]() -> Status {
-    if (Status st = x.Prepare(ActivationFormatFor(type), xf.data(), n_cols); !st.ok()) return st;
-    return Gemv(w, x, 0, n_rows, y.data(), path);
-  };
-  if (Status st = once(); !st.ok()) return st;
+  // The best call's thread CPU time: on a shared machine, wall time also counts other
+  // programs' turns.
   GemvBenchResult r;
   r.weight_bytes = int64_t(data.size());
-  const auto t0 = Clock::now();
-  double elapsed = 0;
-  while (elapsed < min_seconds || r.n_gemv < 3) {
-    if (Status st = once(); !st.ok()) return st;
+  auto best = BestCpuSeconds(min_seconds, [&]() -> Status {
     ++r.n_gemv;
-    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  r.seconds_per_gemv = elapsed / double(r.n_gemv);
+    if (Status st = x.Prepare(ActivationFormatFor(type), xf.data(), n_cols); !st.ok()) return st;
+    return Gemv(w, x, 0, n_rows, y.data(), path);
+  });
+  if (!best.ok()) return best.status();
+  r.seconds_per_gemv = *best;
   r.weight_gbs = double(r.weight_bytes) / r.seconds_per_gemv / 1e9;
   return r;
 }
@@ -124,31 +140,6 @@ Result<std::vector<KernelBenchRow>> RunKernelBenchmark(double min_seconds) {
   }
   return rows;
 }
-
-namespace {
-
-double ThreadCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
-}
-
-// The best thread-CPU seconds of one call of fn, over at least 3 calls and min_seconds in all.
-template <class Fn>
-Result<double> BestCpuSeconds(double min_seconds, Fn fn) {
-  if (Status st = fn(); !st.ok()) return st;  // warm-up
-  double best = 1e30, total = 0;
-  for (int i = 0; i < 3 || total < min_seconds; ++i) {
-    const double t0 = ThreadCpuSeconds();
-    if (Status st = fn(); !st.ok()) return st;
-    const double t = ThreadCpuSeconds() - t0;
-    best = std::min(best, t);
-    total += t;
-  }
-  return best;
-}
-
-}  // namespace
 
 Result<std::vector<GemmBenchRow>> RunGemmBenchmark(double min_seconds) {
   SetBlasThreads(1);

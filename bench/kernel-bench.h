@@ -14,14 +14,16 @@
 namespace impress::quant {
 
 struct GemvBenchResult {
-  int64_t weight_bytes = 0;  // bytes of one matrix in its stored type
-  int64_t n_gemv = 0;        // GEMVs timed
-  double seconds_per_gemv = 0;
-  double weight_gbs = 0;  // weight_bytes / seconds_per_gemv / 1e9
+  int64_t weight_bytes = 0;     // bytes of one matrix in its stored type
+  int64_t n_gemv = 0;           // GEMVs run (the warm-up included)
+  double seconds_per_gemv = 0;  // the fastest call's thread CPU time
+  double weight_gbs = 0;        // weight_bytes / seconds_per_gemv / 1e9
 };
 
 // Times y = W x for a random n_rows x n_cols matrix of `type` (realistic fp16 scales, no
-// subnormals or NaN) on `path`, repeating for at least min_seconds after one warm-up GEMV.
+// subnormals or NaN) on `path`, repeating for at least min_seconds of thread CPU time after one
+// warm-up GEMV; the fastest call counts (CPU time, so that other programs' turns on a shared
+// machine do not).
 // Errors: as Gemv (type, shape, a path this CPU cannot run).
 Result<GemvBenchResult> BenchGemv(WeightType type, KernelPath path, int64_t n_rows, int64_t n_cols,
                                   double min_seconds = 0.3);

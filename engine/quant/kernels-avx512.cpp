@@ -59,10 +59,10 @@ float DotHalf512(const uint8_t* w, const void* xv, int64_t n) {
 
 // ---- multi-row GEMV for the 32-element block types ----------------------------------------
 //
-// Two blocks fill one 512-bit vector (lanes 0..7: block 2p, lanes 8..15: block 2p + 1). Each
-// step loads the activation pair once and multiplies it with the same pair of blocks of up to
-// kRows weight rows (4, or 1 where a type says grouping does not pay); a row keeps one fp32 accumulator (plus one for a
-// min term) and is summed horizontally once at the end. Integer parts are the scalar ones: offsets (-8 of Q4_0, -16 of
+// Two blocks fill one 512-bit vector (lanes 0..7: block 2p, lanes 8..15: block 2p + 1; Q4_0/Q4_1 interleave them, see
+// PairQ4). Each step loads the activation pair once and multiplies it with the same pair of blocks of up to kRows
+// weight rows (4, or 1 where a type says grouping does not pay); a row keeps one fp32 accumulator (plus one for a min
+// term) and is summed horizontally once at the end. Integer parts are the scalar ones: offsets (-8 of Q4_0, -16 of
 // Q5_0, the +128 that makes Q8_0 unsigned for vpdpbusd) are folded into the int32 lanes through
 // the activation block sums, as the 256-bit code does.
 
@@ -89,6 +89,7 @@ struct PairQ8_0 {
   // matrix larger than L2 (the output head), where one sequential stream keeps the prefetchers
   // ahead. The 40..48-byte pairs of the 4/5-bit types gain from grouping at every size.
   static constexpr bool kGroup4 = false;
+  static constexpr bool kSplit = false;
   static __m512i Quants(const W& b0, const W& b1) {
     return _mm512_xor_si512(Join256(LoadBytes32(b0.qs), LoadBytes32(b1.qs)), _mm512_set1_epi8(int8_t(0x80)));
   }
@@ -100,6 +101,7 @@ struct PairNibbles {
   static constexpr int kOffset = kOff;
   static constexpr bool kMin = kOff == 0;
   static constexpr bool kGroup4 = true;
+  static constexpr bool kSplit = false;
   static __m512i Quants(const W& b0, const W& b1) {
     const __m512i q = Nibbles64(b0.qs, b1.qs);
     if constexpr (kHasQh) {
@@ -110,8 +112,25 @@ struct PairNibbles {
     }
   }
 };
-using PairQ4_0 = PairNibbles<BlockQ4_0, false, 8>;
-using PairQ4_1 = PairNibbles<BlockQ4_1, false, 0>;
+// Q4_0/Q4_1 without a shuffle across the whole vector: the two blocks' 16 quant bytes side by
+// side in 256 bits and that shifted right by 4 as the upper half, so that 128-bit lanes hold
+// elements 0..15 of block 0, of block 1, then 16..31 of each (kSplit: the activation pair is
+// permuted alike once per step, and dpbusd lanes 0-3, 8-11 are block 0's, 4-7, 12-15 block 1's).
+template <class Blk, int kOff>
+struct PairQ4 {
+  using W = Blk;
+  static constexpr int kOffset = kOff;
+  static constexpr bool kMin = kOff == 0;
+  static constexpr bool kGroup4 = true;
+  static constexpr bool kSplit = true;
+  static __m512i Quants(const W& b0, const W& b1) {
+    const __m256i q =
+        _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(b1.qs), reinterpret_cast<const __m128i*>(b0.qs));
+    return _mm512_and_si512(Join256(q, _mm256_srli_epi16(q, 4)), _mm512_set1_epi8(0x0f));
+  }
+};
+using PairQ4_0 = PairQ4<BlockQ4_0, 8>;
+using PairQ4_1 = PairQ4<BlockQ4_1, 0>;
 using PairQ5_0 = PairNibbles<BlockQ5_0, true, 16>;
 using PairQ5_1 = PairNibbles<BlockQ5_1, true, 0>;
 
@@ -132,19 +151,24 @@ void RowGroup32(const uint8_t* w, int64_t row_bytes, const ActBlock32* a, int64_
     acc[r] = _mm512_setzero_ps();
     acc_min[r] = _mm_setzero_ps();
   }
-  const __m512i pick_d = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-  // One step: blocks ib and ib + 1 (`pair`), or block ib alone (its lanes 8..15 masked off).
+  constexpr bool kSplit = T::kSplit;
+  const __m512i pick_d = kSplit ? _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2)
+                                : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  constexpr __mmask16 kLone = kSplit ? 0x0f0f : 0x00ff;                 // the lanes of a lone block
+  [[maybe_unused]] constexpr __mmask16 kLane1 = kSplit ? 0x10 : 0x100;  // the first lane of block 1
+  // One step: blocks ib and ib + 1 (`pair`), or block ib alone (block ib + 1's lanes masked off).
   auto step = [&](int64_t ib, bool pair) {
     const ActBlock32& a0 = a[ib];
     const ActBlock32& a1 = a[pair ? ib + 1 : ib];
-    const __m512i aq = Join256(LoadBytes32(a0.qs), LoadBytes32(a1.qs));
+    __m512i aq = Join256(LoadBytes32(a0.qs), LoadBytes32(a1.qs));
+    if constexpr (kSplit) aq = _mm512_shuffle_i64x2(aq, aq, _MM_SHUFFLE(3, 1, 2, 0));
     const __m128 ad = _mm_setr_ps(a0.d, 0.0f, a1.d, 0.0f);  // against d0 and d1 of dm below
     __m512i offset = _mm512_setzero_si512();
     if constexpr (T::kOffset != 0)
-      offset = _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(1, T::kOffset * a0.sum), 0x100, T::kOffset * a1.sum);
+      offset = _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(1, T::kOffset * a0.sum), kLane1, T::kOffset * a1.sum);
     __m128 dsum = _mm_setzero_ps();  // lanes 1 and 3: a.d * sum(a.qs), against m0 and m1
     if constexpr (T::kMin) dsum = _mm_setr_ps(0.0f, a0.d * float(a0.sum), 0.0f, pair ? a1.d * float(a1.sum) : 0.0f);
-    const __mmask16 lanes_used = pair ? 0xffff : 0x00ff;
+    const __mmask16 lanes_used = pair ? 0xffff : kLone;
     for (int r = 0; r < kRows; ++r) {
       const W* b = reinterpret_cast<const W*>(w + r * row_bytes) + ib;
       const W& b1 = pair ? b[1] : b[0];
