@@ -85,6 +85,7 @@ int RunCpuEngineBench(const Model& model, const ForwardTimingOptions& forward, i
                              {"decode_cpu_ms_per_token", r->speed.decode_cpu_ms_per_token},
                              {"decode_ctx_tokens", r->speed.n_decode_ctx},
                              {"decode_tok_s_long_ctx", r->speed.decode_tok_s_long_ctx},
+                             {"decode_cpu_ms_per_token_long_ctx", r->speed.decode_cpu_ms_per_token_long_ctx},
                              {"kernel_path", r->kernel_path},
                              {"prefill_gflops", r->prefill_gflops},
                              {"sgemm_gflops", r->sgemm_gflops},

@@ -108,9 +108,11 @@ Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const For
     IMPRESS_RETURN_IF_ERROR(
         gen->Eval(all.subspan(size_t(r.n_prefill_long), size_t(r.n_decode_ctx - r.n_prefill_long)), &logits));
     const auto t1 = std::chrono::steady_clock::now();
+    const double cpu1 = ProcessCpuSeconds();
     for (int i = 0; i < r.n_decode; ++i)
       IMPRESS_RETURN_IF_ERROR(gen->Eval(all.subspan(size_t(r.n_decode_ctx + i), 1), &logits));
     r.decode_tok_s_long_ctx = r.n_decode / SecondsSince(t1);
+    r.decode_cpu_ms_per_token_long_ctx = (ProcessCpuSeconds() - cpu1) * 1e3 / r.n_decode;
   }
   IMPRESS_RETURN_IF_ERROR(check());
   return r;
