@@ -251,7 +251,8 @@ Status ImpressPipeline::SelectByAllHeads(LayerJob& job) {
 
 void ImpressPipeline::SetKeepCount(LayerJob& job) {
   const PipelineSettings& s = job.run.s;
-  if (s.keep_mass > 0) job.k = MassKeepCount(job.score, s.keep_mass, s.keep_min, s.keep_max, sel_scratch_);
+  if (s.keep_mass > 0)
+    job.k = MassKeepCount(job.score, s.keep_mass, s.keep_min, s.keep_max, s.sinks, s.recent, sel_scratch_);
 }
 
 Status ImpressPipeline::ChooseTokens(LayerJob& job) {

@@ -200,11 +200,17 @@ ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int
   return JudgeProbe(per_head, n_heads, n, k, alpha, scratch);
 }
 
-int MassKeepCount(std::span<const float> score, double target, float min_keep, float max_keep,
+int MassKeepCount(std::span<const float> all, double target, float min_keep, float max_keep, int sinks, int recent,
                   SelectionScratch& scratch) {
-  const int n = int(score.size());
+  const int n = int(all.size());
   if (n <= 0) return 0;
   const int lo = KeepCount(n, min_keep), hi = std::max(lo, KeepCount(n, max_keep));
+  // The sinks and the recent window are kept anyway and hold much of the mass (the first token
+  // above all): the target is a share of what the others hold.
+  const Forced f = ForcedRanges(n, n, sinks, recent);
+  const int n_forced = n - (f.recent_begin - f.sinks_end);
+  const std::span<const float> score = all.subspan(size_t(f.sinks_end), size_t(f.recent_begin - f.sinks_end));
+  const int n_rest = int(score.size());
   double total = 0;
   for (float v : score) total += v;
   const double need = std::clamp(target, 0.0, 1.0) * total;
@@ -217,7 +223,7 @@ int MassKeepCount(std::span<const float> score, double target, float min_keep, f
     v.assign(score.begin(), score.end());
     size_t b = 0, e = v.size();
     double acc = 0;
-    m = n;  // if rounding leaves the whole sum just short, every token
+    m = n_rest;  // if rounding leaves the whole sum just short, every token
     while (true) {
       if (e - b <= 32) {
         std::sort(v.begin() + std::ptrdiff_t(b), v.begin() + std::ptrdiff_t(e), std::greater<float>());
@@ -243,7 +249,7 @@ int MassKeepCount(std::span<const float> score, double target, float min_keep, f
       }
     }
   }
-  return std::clamp(m, lo, hi);
+  return std::clamp(n_forced + m, lo, hi);
 }
 
 void SelectTokensInto(std::span<const float> score, int k, int sinks, int recent, SelectionScratch& scratch,

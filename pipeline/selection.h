@@ -81,12 +81,14 @@ ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int
 // SumNormalisedImportance into *out (resized to n, its capacity reused).
 void SumNormalisedImportanceInto(std::span<const float> per_head, int n_heads, int n, std::vector<float>* out);
 
-// The keep by attention mass: the fewest tokens whose scores, taken largest first, sum to at least
-// `target` (a share in [0, 1]) of all n scores' sum; then clamped to [KeepCount(n, min_keep),
-// KeepCount(n, max_keep)] (the floor also keeps short prefixes at half, as KeepCount does). Scores
-// are non-negative importance (SumNormalisedImportance); an all-zero row needs no token, so it gets
-// the floor. Linear expected time (partial selection by mass), using scratch.values.
-int MassKeepCount(std::span<const float> score, double target, float min_keep, float max_keep,
+// The keep by attention mass: the tokens SelectTokens forces (the `sinks` first and `recent` last
+// ones), plus the fewest of the others whose scores, taken largest first, sum to at least `target`
+// (a share in [0, 1]) of those others' sum; then clamped to [KeepCount(n, min_keep),
+// KeepCount(n, max_keep)] (the floor also keeps short prefixes at half, as KeepCount does). The
+// forced tokens are left out of the mass because the first token alone holds most of it. Scores are
+// non-negative importance (SumNormalisedImportance); an all-zero row needs no token, so it gets
+// the forced ones and the floor. Linear expected time (partial selection by mass), scratch.values.
+int MassKeepCount(std::span<const float> score, double target, float min_keep, float max_keep, int sinks, int recent,
                   SelectionScratch& scratch);
 
 // The tokens a layer keeps, ascending: first the `sinks` first tokens, then the `recent` last ones

@@ -427,7 +427,8 @@ TEST_F(PipelineOnModel, TiledAttentionChoosesTheSameTokensAndLogits) {
 }
 
 // The keep by attention mass, per layer: as many tokens as the fewest whose recorded importance
-// reaches the target (brute force: a full sort here), within the floor and cap.
+// reaches the target (brute force: a full sort here) besides the sinks and the recent window,
+// within the floor and cap.
 TEST_F(PipelineOnModel, MassKeepTakesTheFewestTokensReachingTheTarget) {
   const PromptTokens p = Prompt("What does the license say about warranty?");
   ASSERT_NO_FATAL_FAILURE(Ingest(p));
@@ -442,14 +443,16 @@ TEST_F(PipelineOnModel, MassKeepTakesTheFewestTokensReachingTheTarget) {
   const int n = p.n_prefix;
   std::set<int> counts;
   for (const LayerReport& lr : r.layers) {
-    std::vector<float> row(r.importance.begin() + ptrdiff_t(lr.il) * n,
-                           r.importance.begin() + ptrdiff_t(lr.il + 1) * n);
+    // The tokens between the sinks and the recent window (kept anyway, left out of the mass).
+    const int lo = std::min(s.sinks, n), hi = std::max(n - s.recent, lo);
+    const auto first = r.importance.begin() + ptrdiff_t(lr.il) * n;
+    std::vector<float> row(first + lo, first + hi);
     std::sort(row.begin(), row.end(), std::greater<float>());
     double total = 0, acc = 0;
     for (float v : row) total += v;
     int m = 0;
-    while (acc < 0.8 * total && m < n) acc += row[size_t(m++)];
-    const int want = std::clamp(m, KeepCount(n, 0.1f), KeepCount(n, 0.6f));
+    while (acc < 0.8 * total && m < int(row.size())) acc += row[size_t(m++)];
+    const int want = std::clamp(n - int(row.size()) + m, KeepCount(n, 0.1f), KeepCount(n, 0.6f));
     EXPECT_EQ(lr.k, want) << "layer " << lr.il;
     EXPECT_GE(lr.k, KeepCount(n, 0.1f));
     EXPECT_LE(lr.k, KeepCount(n, 0.6f));

@@ -544,7 +544,7 @@ TEST(MassKeep, IsTheMinimalPrefixOfTheSortedScores) {
     for (float& x : score) x = float(rng() % 50 == 0 ? 200 + rng() % 800 : rng() % 9);
     const double target = double(rng() % 1001) / 1000.0;
     // No floor or cap in effect: the count itself (a 256+ prefix has no short-prefix floor).
-    const int m = MassKeepCount(score, target, 1e-9f, 1.0f, scratch);
+    const int m = MassKeepCount(score, target, 1e-9f, 1.0f, 0, 0, scratch);
     ASSERT_EQ(m, NaiveMassKeep(score, target, 1e-9f, 1.0f)) << "n " << n << " target " << target;
     // Minimal: the top m reach the target, the top m - 1 do not.
     std::vector<float> s = score;
@@ -560,6 +560,31 @@ TEST(MassKeep, IsTheMinimalPrefixOfTheSortedScores) {
   }
 }
 
+TEST(MassKeep, SinksAndRecentAreKeptAndLeftOutOfTheMass) {
+  std::mt19937 rng(28);
+  SelectionScratch scratch;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + int(rng() % 3000), sinks = int(rng() % 6), recent = int(rng() % 40);
+    std::vector<float> score(static_cast<size_t>(n));
+    for (float& x : score) x = float(rng() % 9);
+    score[0] = 1e6f;  // an attention sink: were it counted, any target short of 1 needs nothing else
+    const double target = double(rng() % 1001) / 1000.0;
+    // Brute force over the tokens between the sinks and the recent window.
+    const int s_end = std::min(sinks, n), r_begin = std::max(n - std::min(recent, n), s_end);
+    const std::vector<float> rest(score.begin() + s_end, score.begin() + r_begin);
+    // The minimal prefix of the rest, unclamped (the clamp applies to the whole prefix, below).
+    std::vector<float> sorted = rest;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    const double total = std::accumulate(sorted.begin(), sorted.end(), 0.0);
+    double acc = 0;
+    int m = 0;
+    while (acc < target * total && m < int(sorted.size())) acc += sorted[size_t(m++)];
+    const int want = std::clamp(n - int(rest.size()) + m, KeepCount(n, 1e-9f), n);
+    EXPECT_EQ(MassKeepCount(score, target, 1e-9f, 1.0f, sinks, recent, scratch), want)
+        << "n " << n << " sinks " << sinks << " recent " << recent << " target " << target;
+  }
+}
+
 TEST(MassKeep, FloorAndCapAreRespected) {
   std::mt19937 rng(26);
   SelectionScratch scratch;
@@ -569,7 +594,7 @@ TEST(MassKeep, FloorAndCapAreRespected) {
     for (float& x : score) x = std::exp(float(rng() % 1000) / 100.0f);
     const float lo = float(1 + rng() % 30) / 100.0f, hi = lo + float(rng() % 60) / 100.0f;
     const double target = double(rng() % 1001) / 1000.0;
-    const int m = MassKeepCount(score, target, lo, std::min(hi, 1.0f), scratch);
+    const int m = MassKeepCount(score, target, lo, std::min(hi, 1.0f), 0, 0, scratch);
     EXPECT_GE(m, KeepCount(n, lo));
     EXPECT_LE(m, std::max(KeepCount(n, lo), KeepCount(n, std::min(hi, 1.0f))));
     EXPECT_EQ(m, NaiveMassKeep(score, target, lo, std::min(hi, 1.0f))) << "n " << n;
@@ -577,15 +602,15 @@ TEST(MassKeep, FloorAndCapAreRespected) {
   // Concentrated mass: one token holds 90%, so 0.9 needs one token, raised to the floor.
   std::vector<float> peak(1000, 0.1f / 999);
   peak[500] = 0.9f;
-  EXPECT_EQ(MassKeepCount(peak, 0.85, 1e-9f, 1.0f, scratch), 1);
-  EXPECT_EQ(MassKeepCount(peak, 0.85, 0.05f, 1.0f, scratch), KeepCount(1000, 0.05f));  // 51: 0.05f > 0.05
+  EXPECT_EQ(MassKeepCount(peak, 0.85, 1e-9f, 1.0f, 0, 0, scratch), 1);
+  EXPECT_EQ(MassKeepCount(peak, 0.85, 0.05f, 1.0f, 0, 0, scratch), KeepCount(1000, 0.05f));  // 51: 0.05f > 0.05
   // Flat mass: 0.5 needs half the tokens, cut to the cap.
   std::vector<float> flat(1000, 1.0f);
-  EXPECT_EQ(MassKeepCount(flat, 0.5, 1e-9f, 1.0f, scratch), 500);
-  EXPECT_EQ(MassKeepCount(flat, 0.5, 1e-9f, 0.25f, scratch), 250);
+  EXPECT_EQ(MassKeepCount(flat, 0.5, 1e-9f, 1.0f, 0, 0, scratch), 500);
+  EXPECT_EQ(MassKeepCount(flat, 0.5, 1e-9f, 0.25f, 0, 0, scratch), 250);
   // All zero: nothing is needed, the floor is kept.
-  EXPECT_EQ(MassKeepCount(std::vector<float>(1000, 0.0f), 0.9, 0.1f, 0.5f, scratch), KeepCount(1000, 0.1f));
-  EXPECT_EQ(MassKeepCount({}, 0.9, 0.1f, 0.5f, scratch), 0);
+  EXPECT_EQ(MassKeepCount(std::vector<float>(1000, 0.0f), 0.9, 0.1f, 0.5f, 0, 0, scratch), KeepCount(1000, 0.1f));
+  EXPECT_EQ(MassKeepCount({}, 0.9, 0.1f, 0.5f, 0, 0, scratch), 0);
 }
 
 }  // namespace
