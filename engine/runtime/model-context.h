@@ -19,7 +19,7 @@ struct ModelContextOptions {
   int n_threads = 2;
   std::string backend = "cpu";  // "cpu" (the CUDA backend registers "cuda" when built)
   // "" (matrices as stored), or q8_0 | q4_k | f16: matrices converted at load (ParseWeightsOption).
-  std::string weights;
+  std::string weights = {};
 };
 
 class ModelContext {
