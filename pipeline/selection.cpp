@@ -167,11 +167,8 @@ ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int
   std::vector<uint64_t>& bits = scratch.bits;
   for (size_t h = 0; h < n_sets; ++h)
     TopKBits(per_head.subspan(h * size_t(n), size_t(n)), k, scratch, &bits[h * words]);
-  auto count = [&](size_t a) {
-    size_t c = 0;
-    for (size_t w = 0; w < words; ++w) c += size_t(std::popcount(bits[a * words + w]));
-    return c;
-  };
+  // TopKBits sets exactly min(k, n) bits: every set has that size, so no set needs counting.
+  const size_t set_size = size_t(std::clamp(k, 0, std::max(n, 0)));
   ProbeVerdict v;
   v.s = 1.0;
   if (n_sets >= 2) {
@@ -179,11 +176,10 @@ ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int
     double sum = 0;
     int pairs = 0;
     for (size_t a = 0; a < n_sets; ++a) {
-      const size_t ca = count(a);
       for (size_t b = a + 1; b < n_sets; ++b) {
         size_t inter = 0;
         for (size_t w = 0; w < words; ++w) inter += size_t(std::popcount(bits[a * words + w] & bits[b * words + w]));
-        const size_t uni = ca + count(b) - inter;
+        const size_t uni = 2 * set_size - inter;
         sum += uni ? double(inter) / double(uni) : 1.0;
         ++pairs;
       }
