@@ -18,6 +18,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -67,7 +68,11 @@ inline __m256i FifthBits32(uint32_t qh) {
   return _mm256_and_si256(set, _mm256_set1_epi8(16));
 }
 
-// ---- per type: Lanes (integer parts), Scale (fp32 factor of the lanes), Extra (fp32 min term) ----
+// ---- per type: Lanes (integer parts), Scale (fp32 factor of the lanes), AddExtra (fp32 min term) ----
+//
+// AddExtra adds the min term to an accumulator with one explicit fused multiply-add. Written as
+// `acc += m * s`, the compiler (-ffp-contract=fast) fuses it in some inlined copies and not in
+// others, and a row's GEMV value then depended on the group it was computed in.
 
 // Types whose fp32 part is the lanes times dw * da and nothing else.
 template <class Blk, class Act>
@@ -75,7 +80,7 @@ struct SimdNoExtra {
   using W = Blk;
   using A = Act;
   static constexpr int kParts = 1;
-  static float Extra(const W&, const A&, int32_t) { return 0.0f; }
+  static float AddExtra(float acc, const W&, const A&, int32_t) { return acc; }
 };
 
 // Q4_0/Q5_0 (q - offset) and Q4_1/Q5_1 (q, plus m times the activation sum): 4 or 5 bits.
@@ -87,9 +92,9 @@ struct SimdNibbles32 : SimdNoExtra<Blk, ActBlock32> {
     const __m256i lanes = DotU8I8(q, LoadBytes32(a.qs));
     return kOffset ? AddToLane0(lanes, -kOffset * a.sum) : lanes;  // sum (q - offset) a
   }
-  static float Extra(const Blk& w, const ActBlock32& a, int32_t) {
-    if constexpr (kOffset == 0) return HalfToFloat(w.m) * (a.d * float(a.sum));
-    return 0.0f;
+  static float AddExtra(float acc, const Blk& w, const ActBlock32& a, int32_t) {
+    if constexpr (kOffset == 0) return std::fma(HalfToFloat(w.m), a.d * float(a.sum), acc);
+    return acc;
   }
 };
 
@@ -156,7 +161,9 @@ struct SimdK4or5 {
   using A = ActBlock256;
   static constexpr int kParts = 2;
   static __m256i Lanes(const W& w, const A& a, int32_t* second) { return LanesK4or5<W, kHasQh>(w, a, second); }
-  static float Extra(const W& w, const A& a, int32_t i2) { return -(HalfToFloat(w.dmin) * a.d) * float(i2); }
+  static float AddExtra(float acc, const W& w, const A& a, int32_t i2) {
+    return std::fma(-(HalfToFloat(w.dmin) * a.d), float(i2), acc);
+  }
 };
 using SimdQ4_K = SimdK4or5<BlockQ4_K, false>;
 using SimdQ5_K = SimdK4or5<BlockQ5_K, true>;
@@ -204,7 +211,7 @@ float DotSimd(const uint8_t* w_row, const void* x, int64_t n) {
     const __m256i lanes = T::Lanes(w[ib], a[ib], &second);
     const float d = HalfToFloat(w[ib].d) * a[ib].d;
     acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc[k]);
-    extra[k] += T::Extra(w[ib], a[ib], second);
+    extra[k] = T::AddExtra(extra[k], w[ib], a[ib], second);
   };
   int64_t ib = 0;
   for (; ib + 2 <= nb; ib += 2) {
@@ -234,7 +241,7 @@ void RowGroupSimd(const uint8_t* w, int64_t row_bytes, const void* x, int64_t n,
       int32_t second = 0;
       const __m256i lanes = T::Lanes(b, a[ib], &second);
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(HalfToFloat(b.d) * a[ib].d), _mm256_cvtepi32_ps(lanes), acc[r]);
-      extra[r] += T::Extra(b, a[ib], second);
+      extra[r] = T::AddExtra(extra[r], b, a[ib], second);
     }
   }
   for (int r = 0; r < kRows; ++r) y[r] = HsumF32(acc[r]) + extra[r];

@@ -19,6 +19,7 @@
 // M = sum |w_i x_i| and chains are at most n / 8 + 10 long on every path.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 
@@ -256,6 +257,43 @@ TEST_P(QuantPath, GemvOnOddBlockAndRowCountsIsTheExactRowDots) {
           ExactFromParts(t, row, x, parts, &exact, &magnitude);
           EXPECT_LE(std::fabs(double(y[size_t(r)]) - exact), double(n_cols / 32 + 10) * kU * magnitude)
               << "row " << r << ": " << y[size_t(r)] << " vs exact " << exact;
+        }
+      }
+    }
+  }
+}
+
+// A row's GEMV value never depends on how the kernel groups rows: every type (half and quantized,
+// with and without the residual set where the type takes one), row ranges whose length and start
+// are not multiples of any group or chunk size, each row equal bit for bit to its own one-row dot
+// and to a GEMV over that row alone.
+TEST_P(QuantPath, EveryRowOfAGemvIsItsOwnRowDotWhateverTheGrouping) {
+  std::mt19937 rng(606);
+  std::vector<WeightType> types(std::begin(test::kHalfTypes), std::end(test::kHalfTypes));
+  types.insert(types.end(), std::begin(test::kQuantizedTypes), std::end(test::kQuantizedTypes));
+  for (WeightType t : types) {
+    const int64_t n_cols = BlockElements(t) == 256 ? 768 : 416;  // 3 or 13 blocks
+    const int64_t n_rows = 37;
+    const std::vector<uint8_t> data = test::RandomRows(t, n_rows, n_cols, rng);
+    const WeightMatrix w{t, data.data(), n_rows, n_cols};
+    const auto xf = test::RandomActivations(n_cols, rng);
+    for (bool residual : {false, true}) {
+      if (residual && ActivationFormatFor(t) != ActFormat::kQ8x32) continue;
+      ActivationRow x;
+      ASSERT_TRUE(x.Prepare(ActivationFormatFor(t), xf.data(), n_cols, residual).ok());
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 37}, {1, 6}, {3, 20}, {5, 18}, {2, 35}}) {
+        SCOPED_TRACE(std::string(WeightTypeName(t)) + (residual ? " residual" : "") + " rows [" + std::to_string(r0) +
+                     ", " + std::to_string(r1) + ")");
+        std::vector<float> y(size_t(n_rows), NAN);
+        ASSERT_TRUE(Gemv(w, x, r0, r1, y.data(), GetParam()).ok());
+        for (int64_t r = r0; r < r1; ++r) {
+          float alone = NAN;
+          ASSERT_TRUE(
+              Gemv(WeightMatrix{t, data.data() + r * w.RowBytes(), 1, n_cols}, x, 0, 1, &alone, GetParam()).ok());
+          const float dot = DotRow(GetParam(), t, data.data() + r * w.RowBytes(), x);
+          EXPECT_EQ(std::bit_cast<uint32_t>(y[size_t(r)]), std::bit_cast<uint32_t>(dot))
+              << "row " << r << ": " << y[size_t(r)] << " vs its row dot " << dot;
+          EXPECT_EQ(std::bit_cast<uint32_t>(y[size_t(r)]), std::bit_cast<uint32_t>(alone)) << "row " << r;
         }
       }
     }
