@@ -577,8 +577,8 @@ void CpuBackend::RunGroup(const float* q, int ldq, int n_new, int hd, float scal
                           const float* kf, const float* vf, int n_prefix, float* out, int ldo, bool imp_include_new) {
   const int n_keys = n_prefix + n_new;
   const int n_heads = static_cast<int>(heads.size());
-  // Token blocks keep the score matrix bounded (16 MiB) and skip most causally masked columns.
-  const int64_t budget = int64_t(1) << 22;
+  // Token blocks bound the score matrix (4 MiB, a long prefill's peak RSS) and skip masked columns.
+  const int64_t budget = int64_t(1) << 20;
   const int tb = static_cast<int>(std::clamp<int64_t>(budget / (int64_t(n_heads) * n_keys), 1, 128));
   scores_.resize(size_t(std::min(tb, n_new)) * n_heads * n_keys);
   bool any_importance = false;
