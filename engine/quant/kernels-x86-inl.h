@@ -68,8 +68,10 @@ inline __m256i FifthBits32(uint32_t qh) {
   return _mm256_and_si256(set, _mm256_set1_epi8(16));
 }
 
-// ---- per type: Lanes (integer parts), Scale (fp32 factor of the lanes), AddExtra (fp32 min term) ----
+// ---- per type: Lanes (integer parts), AddExtra (fp32 min term) ----
 //
+// The row loops scale each block's lanes by its two fp16/fp32 scales (d of the weights times d of
+// the activations); every type's block has a `d`.
 // AddExtra adds the min term to an accumulator with one explicit fused multiply-add. Written as
 // `acc += m * s`, the compiler (-ffp-contract=fast) fuses it in some inlined copies and not in
 // others, and a row's GEMV value then depended on the group it was computed in.
