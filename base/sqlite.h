@@ -112,11 +112,19 @@ class SqliteDb {
   Status SetMaxFileBytes(uint64_t max_bytes);
   // Steps a statement expected to finish without rows.
   Status Run(Stmt& s, const std::string& what);
-  // Steps `s` to the end, calling on_row(s) for each row; an error names `what`.
+  // Steps `s` to the end, calling on_row(s) for each row; an error names `what`. An on_row that
+  // returns a Status stops at the first row it refuses and returns that Status as it is.
   template <class OnRow>
   Status ForEachRow(Stmt& s, const std::string& what, OnRow&& on_row) {
     int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) on_row(s);
+    while ((rc = s.Step()) == SQLITE_ROW) {
+      if constexpr (std::is_same_v<std::invoke_result_t<OnRow&, Stmt&>, Status>) {
+        Status st = on_row(s);
+        if (!st.ok()) return st;
+      } else {
+        on_row(s);
+      }
+    }
     if (rc != SQLITE_DONE) return Error(rc, what);
     return Status::Ok();
   }

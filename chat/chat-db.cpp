@@ -195,20 +195,19 @@ Result<std::vector<ConversationSummary>> ChatDb::ListConversations() {
                                              "(SELECT count(*) FROM documents d WHERE d.conversation = c.id) "
                                              "FROM conversations c ORDER BY c.updated DESC, c.id DESC"));
   std::vector<ConversationSummary> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
+  IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "listing conversations", [&](const Stmt& row) -> Status {
     ConversationSummary c;
-    c.id = s.Int(0);
-    c.title = s.Text(1);
-    c.created = s.Int(2);
-    c.updated = s.Int(3);
-    if (!ParseMode(s.Text(4), &c.mode))
+    c.id = row.Int(0);
+    c.title = row.Text(1);
+    c.created = row.Int(2);
+    c.updated = row.Int(3);
+    if (!ParseMode(row.Text(4), &c.mode))
       return Status::Corruption(db_->path() + ": conversation " + std::to_string(c.id) + " has an unknown mode");
-    c.n_turns = int(s.Int(5));
-    c.n_documents = int(s.Int(6));
+    c.n_turns = int(row.Int(5));
+    c.n_documents = int(row.Int(6));
     out.push_back(std::move(c));
-  }
-  if (rc != SQLITE_DONE) return db_->Error(rc, "listing conversations");
+    return Status::Ok();
+  }));
   return out;
 }
 
@@ -260,38 +259,35 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
                                        "FROM documents d JOIN texts t ON t.id = d.text_id "
                                        "WHERE d.conversation = ? ORDER BY d.position"));
     s.Bind(1, id);
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) {
+    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, what + " (documents)", [&](const Stmt& row) -> Status {
       SavedDocument d;
-      d.name = s.Text(0);
-      d.path = s.Text(1);
-      d.text = s.Text(2);
-      d.n_tokens = s.Int(3);
-      d.attached = s.Int(4) != 0;
-      d.n_bytes = uint64_t(s.Int(5));
-      d.text_key = s.Text(6);
+      d.name = row.Text(0);
+      d.path = row.Text(1);
+      d.text = row.Text(2);
+      d.n_tokens = row.Int(3);
+      d.attached = row.Int(4) != 0;
+      d.n_bytes = uint64_t(row.Int(5));
+      d.text_key = row.Text(6);
       if (d.n_bytes != d.text.size())
         return Status::Corruption(db_->path() + ": document \"" + d.name + "\" of conversation " + std::to_string(id) +
                                   " has " + std::to_string(d.text.size()) + " bytes, expected " +
                                   std::to_string(d.n_bytes));
       out.documents.push_back(std::move(d));
-    }
-    if (rc != SQLITE_DONE) return db_->Error(rc, what + " (documents)");
+      return Status::Ok();
+    }));
   }
   {
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT role, content, meta, created FROM turns "
                                                "WHERE conversation = ? ORDER BY position"));
     s.Bind(1, id);
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) {
+    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, what + " (turns)", [&](const Stmt& row) {
       SavedTurn turn;
-      turn.role = s.Text(0);
-      turn.content = s.Text(1);
-      turn.meta = s.Text(2);
-      turn.created = s.Int(3);
+      turn.role = row.Text(0);
+      turn.content = row.Text(1);
+      turn.meta = row.Text(2);
+      turn.created = row.Int(3);
       out.turns.push_back(std::move(turn));
-    }
-    if (rc != SQLITE_DONE) return db_->Error(rc, what + " (turns)");
+    }));
   }
   out.summary.n_turns = int(out.turns.size());
   out.summary.n_documents = int(out.documents.size());

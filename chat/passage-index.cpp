@@ -80,6 +80,20 @@ size_t CutPoint(std::string_view text, size_t start, size_t limit) {
   return IsContinuation(static_cast<unsigned char>(text[cut])) ? limit : cut;
 }
 
+// A passage from the columns doc_key, name, idx, byte_offset, byte_length, body and the
+// document's id (its add order), in this order from column 0 on.
+Passage PassageColumns(const Stmt& s) {
+  Passage p;
+  p.doc_key = s.Text(0);
+  p.name = s.Text(1);
+  p.index = int(s.Int(2));
+  p.offset = uint64_t(s.Int(3));
+  p.length = uint64_t(s.Int(4));
+  p.text = s.Text(5);
+  p.doc_order = s.Int(6);
+  return p;
+}
+
 }  // namespace
 
 std::vector<PassageSpan> SplitPassages(std::string_view text, size_t target_bytes) {
@@ -288,36 +302,26 @@ Result<std::vector<IndexedDocument>> PassageIndex::Documents() {
                                              "(SELECT count(*) FROM pidx_passages p WHERE p.doc = d.id) "
                                              "FROM pidx_documents d ORDER BY d.id"));
   std::vector<IndexedDocument> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), uint64_t(s.Int(2)), int(s.Int(3))});
-  if (rc != SQLITE_DONE) return db_->Error(rc, "listing indexed documents");
+  IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "listing indexed documents", [&](const Stmt& row) {
+    out.push_back({row.Text(0), row.Text(1), uint64_t(row.Int(2)), int(row.Int(3))});
+  }));
   return out;
 }
 
 Result<std::vector<Passage>> PassageIndex::Passages(const std::string& doc_key) {
   std::lock_guard<std::mutex> lk(mu_);
-  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT p.idx, p.byte_offset, p.byte_length, d.name, f.body, d.id "
-                                             "FROM pidx_documents d JOIN pidx_passages p ON p.doc = d.id "
-                                             "JOIN pidx_fts f ON f.rowid = p.id WHERE d.doc_key = ? ORDER BY p.idx"));
+  IMPRESS_ASSIGN_OR_RETURN(Stmt s,
+                           db_->Prep("SELECT d.doc_key, d.name, p.idx, p.byte_offset, p.byte_length, f.body, d.id "
+                                     "FROM pidx_documents d JOIN pidx_passages p ON p.doc = d.id "
+                                     "JOIN pidx_fts f ON f.rowid = p.id WHERE d.doc_key = ? ORDER BY p.idx"));
   s.Bind(1, doc_key);
   std::vector<Passage> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    Passage p;
-    p.doc_key = doc_key;
-    p.index = int(s.Int(0));
-    p.offset = uint64_t(s.Int(1));
-    p.length = uint64_t(s.Int(2));
-    p.name = s.Text(3);
-    p.text = s.Text(4);
-    p.doc_order = s.Int(5);
-    out.push_back(std::move(p));
-  }
-  if (rc != SQLITE_DONE) return db_->Error(rc, "reading the passages of \"" + doc_key + "\"");
+  IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "reading the passages of \"" + doc_key + "\"",
+                                          [&](const Stmt& row) { out.push_back(PassageColumns(row)); }));
   if (out.empty()) {  // an empty document has no passages; an unknown key is an error
     IMPRESS_ASSIGN_OR_RETURN(Stmt e, db_->Prep("SELECT 1 FROM pidx_documents WHERE doc_key = ?"));
     e.Bind(1, doc_key);
-    rc = e.Step();
+    const int rc = e.Step();
     if (rc == SQLITE_DONE) return Status::NotFound(db_->path() + ": no indexed document with key \"" + doc_key + "\"");
     if (rc != SQLITE_ROW) return db_->Error(rc, "looking up \"" + doc_key + "\"");
   }
@@ -334,27 +338,19 @@ Result<std::vector<Passage>> PassageIndex::SearchLocked(std::string_view questio
   const std::string match = BuildFtsQuery(question);
   if (match.empty() || k <= 0) return out;
   IMPRESS_ASSIGN_OR_RETURN(
-      Stmt s, db_->Prep("SELECT r.score, p.idx, p.byte_offset, p.byte_length, d.doc_key, d.name, r.body, d.id "
+      Stmt s, db_->Prep("SELECT d.doc_key, d.name, p.idx, p.byte_offset, p.byte_length, r.body, d.id, r.score "
                         "FROM (SELECT rowid AS id, bm25(pidx_fts) AS score, body FROM pidx_fts "
                         "      WHERE pidx_fts MATCH ? ORDER BY rank, rowid LIMIT ?) r "
                         "JOIN pidx_passages p ON p.id = r.id JOIN pidx_documents d ON d.id = p.doc "
                         "ORDER BY r.score, r.id"));
   s.Bind(1, std::string_view(match));
   s.Bind(2, int64_t(k));
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    Passage p;
-    p.bm25 = s.Double(0);
-    p.index = int(s.Int(1));
-    p.offset = uint64_t(s.Int(2));
-    p.length = uint64_t(s.Int(3));
-    p.doc_key = s.Text(4);
-    p.name = s.Text(5);
-    p.text = s.Text(6);
-    p.doc_order = s.Int(7);
-    out.push_back(std::move(p));
-  }
-  if (rc != SQLITE_DONE) return db_->Error(rc, "searching for \"" + std::string(question.substr(0, 80)) + "\"");
+  IMPRESS_RETURN_IF_ERROR(
+      db_->ForEachRow(s, "searching for \"" + std::string(question.substr(0, 80)) + "\"", [&](const Stmt& row) {
+        Passage p = PassageColumns(row);
+        p.bm25 = row.Double(7);
+        out.push_back(std::move(p));
+      }));
   return out;
 }
 
