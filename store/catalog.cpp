@@ -93,6 +93,17 @@ ChunkExtent ExtentColumns(const Stmt& s, int col, bool with_slot_begin) {
   return e;
 }
 
+// Steps the rows of `sql` (its ?1 bound to `model` where one is given) through on_row(s, *bad):
+// the callback takes a row, or appends the key of a row with invalid values to *bad (Load
+// deletes those rows).
+template <class Key, class OnRow>
+Status ReadRows(SqliteDb& db, const char* sql, const std::string* model, const std::string& what, std::vector<Key>* bad,
+                OnRow&& on_row) {
+  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db.Prep(sql));
+  if (model) stmt.Bind(1, std::string_view(*model));
+  return db.ForEachRow(stmt, what, [&](const Stmt& s) { on_row(s, *bad); });
+}
+
 void BindExtent(Stmt& s, int col, const ChunkExtent& e, bool with_slot_begin) {
   s.Bind(col++, int64_t(e.file));
   s.Bind(col++, int64_t(e.offset));
@@ -291,9 +302,7 @@ Result<CatalogContents> Catalog::Load() {
 
 // A node row: ids within the limits, a non-empty token span of whole tokens, no negative counter.
 Status Catalog::LoadNodesLocked(CatalogContents* out) {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectNodes));
-  std::vector<int64_t> bad;  // filled by the row callback, kept once it returns
-  Status st = db_->ForEachRow(stmt, "read nodes", [this, out, &bad](const Stmt& s) {
+  return ReadRows(*db_, kSelectNodes, nullptr, "read nodes", &bad_nodes_, [&](const Stmt& s, auto& bad) {
     const int tokens_type = sqlite3_column_type(s.get(), 4);
     const int token_bytes = sqlite3_column_bytes(s.get(), 4);
     const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 0, kMaxCatalogId) && IntIn(s, 2, 1, kMaxCatalogId) &&
@@ -330,16 +339,12 @@ Status Catalog::LoadNodesLocked(CatalogContents* out) {
     n.hits = uint64_t(s.Int(8));
     out->nodes.push_back(std::move(n));
   });
-  bad_nodes_.insert(bad_nodes_.end(), bad.begin(), bad.end());
-  return st;
 }
 
 // A segment row: 1 <= n_tokens <= kMaxSegmentTokens (the caller checks the blobs' sizes against
 // its layer count: n_tokens alone never sizes an allocation beyond this limit).
 Status Catalog::LoadSegmentsLocked(CatalogContents* out) {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectSegments));
-  std::vector<int64_t> bad;  // filled by the row callback, kept once it returns
-  Status st = db_->ForEachRow(stmt, "read segments", [this, out, &bad](const Stmt& s) {
+  return ReadRows(*db_, kSelectSegments, nullptr, "read segments", &bad_segments_, [&](const Stmt& s, auto& bad) {
     const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 1, kMaxSegmentTokens + 1) &&
                     IntIn(s, 2, 0, UINT64_MAX >> 1) && IsBlobOrNull(s, 3) && IsBlobOrNull(s, 4) && IsBlobOrNull(s, 5);
     if (!ok) {
@@ -360,15 +365,10 @@ Status Catalog::LoadSegmentsLocked(CatalogContents* out) {
     g.imp_count = s.Blob<uint32_t>(5);
     out->segments.push_back(std::move(g));
   });
-  bad_segments_.insert(bad_segments_.end(), bad.begin(), bad.end());
-  return st;
 }
 
 Status Catalog::LoadChunksLocked(CatalogContents* out) {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectChunks));
-  stmt.Bind(1, std::string_view(model_));
-  std::vector<std::array<int64_t, 3>> bad;  // filled by the row callback, kept once it returns
-  Status st = db_->ForEachRow(stmt, "read chunks", [out, &bad](const Stmt& s) {
+  return ReadRows(*db_, kSelectChunks, &model_, "read chunks", &bad_chunks_, [&](const Stmt& s, auto& bad) {
     const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 0, kMaxCatalogLayers) &&
                     IntIn(s, 2, 0, kMaxSegmentTokens) && IntIn(s, 3, 0, UINT64_MAX >> 1) && ExtentValid(s, 4) &&
                     IntIn(s, 7, 0, kMaxSegmentTokens) && IntIn(s, 8, 1, kMaxSegmentTokens + 1) && IsInt(s, 9) &&
@@ -390,15 +390,10 @@ Status Catalog::LoadChunksLocked(CatalogContents* out) {
     c.n_reports = uint64_t(s.Int(13));
     out->chunks.push_back(std::move(c));
   });
-  bad_chunks_.insert(bad_chunks_.end(), bad.begin(), bad.end());
-  return st;
 }
 
 Status Catalog::LoadProbesLocked(CatalogContents* out) {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectProbes));
-  stmt.Bind(1, std::string_view(model_));
-  std::vector<std::array<int64_t, 2>> bad;  // filled by the row callback, kept once it returns
-  Status st = db_->ForEachRow(stmt, "read probes", [out, &bad](const Stmt& s) {
+  return ReadRows(*db_, kSelectProbes, &model_, "read probes", &bad_probes_, [&](const Stmt& s, auto& bad) {
     const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 0, kMaxCatalogLayers) && ExtentValid(s, 2) &&
                     IntIn(s, 5, 1, kMaxSegmentTokens + 1) && IsInt(s, 6) &&
                     sqlite3_column_type(s.get(), 7) == SQLITE_BLOB &&
@@ -413,41 +408,29 @@ Status Catalog::LoadProbesLocked(CatalogContents* out) {
     p.ext = ExtentColumns(s, 2, /*with_slot_begin=*/false);
     out->probes.push_back(std::move(p));
   });
-  bad_probes_.insert(bad_probes_.end(), bad.begin(), bad.end());
-  return st;
 }
 
 // The other models' extents (their space stays in use) and the models' last use.
 Status Catalog::LoadForeignLocked(CatalogContents* out) {
-  std::vector<std::array<int64_t, 3>> bad_chunks;  // filled by the row callbacks, kept once they return
-  std::vector<std::array<int64_t, 2>> bad_probes;
-  {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectForeignChunks));
-    stmt.Bind(1, std::string_view(model_));
-    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(stmt, "read other models' chunks", [out, &bad_chunks](const Stmt& s) {
-      if (!IntIn(s, 0, 1, kMaxCatalogId) || !IntIn(s, 1, 0, kMaxCatalogLayers) || !IntIn(s, 2, 0, kMaxSegmentTokens) ||
-          !ExtentValid(s, 3)) {
-        bad_chunks.push_back({s.Int(0), s.Int(1), s.Int(2)});
-        return;
-      }
-      out->foreign.extents.push_back(ForeignExtent{uint64_t(s.Int(0)), uint32_t(s.Int(1)), uint32_t(s.Int(2)),
-                                                   uint32_t(s.Int(3)), uint64_t(s.Int(4)), uint64_t(s.Int(5))});
-    }));
-  }
-  {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep(kSelectForeignProbes));
-    stmt.Bind(1, std::string_view(model_));
-    IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(stmt, "read other models' probes", [out, &bad_probes](const Stmt& s) {
-      if (!IntIn(s, 0, 1, kMaxCatalogId) || !IntIn(s, 1, 0, kMaxCatalogLayers) || !ExtentValid(s, 2)) {
-        bad_probes.push_back({s.Int(0), s.Int(1)});
-        return;
-      }
-      out->foreign.extents.push_back(ForeignExtent{uint64_t(s.Int(0)), uint32_t(s.Int(1)), UINT32_MAX,
-                                                   uint32_t(s.Int(2)), uint64_t(s.Int(3)), uint64_t(s.Int(4))});
-    }));
-  }
-  bad_chunks_.insert(bad_chunks_.end(), bad_chunks.begin(), bad_chunks.end());
-  bad_probes_.insert(bad_probes_.end(), bad_probes.begin(), bad_probes.end());
+  IMPRESS_RETURN_IF_ERROR(ReadRows(
+      *db_, kSelectForeignChunks, &model_, "read other models' chunks", &bad_chunks_, [&](const Stmt& s, auto& bad) {
+        if (!IntIn(s, 0, 1, kMaxCatalogId) || !IntIn(s, 1, 0, kMaxCatalogLayers) ||
+            !IntIn(s, 2, 0, kMaxSegmentTokens) || !ExtentValid(s, 3)) {
+          bad.push_back({s.Int(0), s.Int(1), s.Int(2)});
+          return;
+        }
+        out->foreign.extents.push_back(ForeignExtent{uint64_t(s.Int(0)), uint32_t(s.Int(1)), uint32_t(s.Int(2)),
+                                                     uint32_t(s.Int(3)), uint64_t(s.Int(4)), uint64_t(s.Int(5))});
+      }));
+  IMPRESS_RETURN_IF_ERROR(ReadRows(
+      *db_, kSelectForeignProbes, &model_, "read other models' probes", &bad_probes_, [&](const Stmt& s, auto& bad) {
+        if (!IntIn(s, 0, 1, kMaxCatalogId) || !IntIn(s, 1, 0, kMaxCatalogLayers) || !ExtentValid(s, 2)) {
+          bad.push_back({s.Int(0), s.Int(1)});
+          return;
+        }
+        out->foreign.extents.push_back(ForeignExtent{uint64_t(s.Int(0)), uint32_t(s.Int(1)), UINT32_MAX,
+                                                     uint32_t(s.Int(2)), uint64_t(s.Int(3)), uint64_t(s.Int(4))});
+      }));
   IMPRESS_ASSIGN_OR_RETURN(Stmt stmt, db_->Prep("SELECT model, last_used FROM models"));
   return db_->ForEachRow(stmt, "read models", [out](const Stmt& s) {
     out->foreign.models.emplace_back(s.Text(0), IsInt(s, 1) ? s.Int(1) : 0);
