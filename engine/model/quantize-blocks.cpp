@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "base/fp16.h"
 #include "engine/model/dequant.h"
@@ -178,35 +179,26 @@ Status AffineK(const float* x, f16_t* d_out, f16_t* dmin_out, uint8_t* scales, u
   return Status::Ok();
 }
 
-Status Q4_K(const float* x, int64_t nb, uint8_t* out) {
+// Q4_K / Q5_K blocks: the low 4 bits of the q values of sub-blocks 2p and 2p+1 share the bytes
+// qs[32p..32p+32); Q5_K keeps each value's fifth bit in qh (bit j: sub-block j).
+template <int kBits>
+Status QuantizeK(const float* x, int64_t nb, uint8_t* out) {
+  using Block = std::conditional_t<kBits == 4, BlockQ4_K, BlockQ5_K>;
   for (int64_t b = 0; b < nb; ++b, x += 256) {
-    BlockQ4_K blk;
+    Block blk;
     uint8_t q[256];
     f16_t d = 0, dmin = 0;
-    IMPRESS_RETURN_IF_ERROR(AffineK<4>(x, &d, &dmin, blk.scales, q));
-    blk.d = d;
-    blk.dmin = dmin;
-    for (int p = 0; p < 4; ++p)
-      for (int l = 0; l < 32; ++l) blk.qs[32 * p + l] = uint8_t(q[64 * p + l] | q[64 * p + 32 + l] << 4);
-    std::memcpy(out + b * int64_t(sizeof blk), &blk, sizeof blk);
-  }
-  return Status::Ok();
-}
-
-Status Q5_K(const float* x, int64_t nb, uint8_t* out) {
-  for (int64_t b = 0; b < nb; ++b, x += 256) {
-    BlockQ5_K blk;
-    uint8_t q[256];
-    f16_t d = 0, dmin = 0;
-    IMPRESS_RETURN_IF_ERROR(AffineK<5>(x, &d, &dmin, blk.scales, q));
+    IMPRESS_RETURN_IF_ERROR(AffineK<kBits>(x, &d, &dmin, blk.scales, q));
     blk.d = d;
     blk.dmin = dmin;
     for (int p = 0; p < 4; ++p)
       for (int l = 0; l < 32; ++l) blk.qs[32 * p + l] = uint8_t((q[64 * p + l] & 15) | (q[64 * p + 32 + l] & 15) << 4);
-    for (int l = 0; l < 32; ++l) {
-      uint8_t h = 0;
-      for (int j = 0; j < 8; ++j) h = uint8_t(h | (q[32 * j + l] >> 4 & 1) << j);
-      blk.qh[l] = h;
+    if constexpr (kBits == 5) {
+      for (int l = 0; l < 32; ++l) {
+        uint8_t h = 0;
+        for (int j = 0; j < 8; ++j) h = uint8_t(h | (q[32 * j + l] >> 4 & 1) << j);
+        blk.qh[l] = h;
+      }
     }
     std::memcpy(out + b * int64_t(sizeof blk), &blk, sizeof blk);
   }
@@ -303,8 +295,8 @@ Status QuantizeRow(uint32_t type_id, const float* x, int64_t n, uint8_t* out) {
     case GgmlType::kQ5_0: return SymmetricLegacy<5>(x, nb, out);
     case GgmlType::kQ4_1: return AffineLegacy<4>(x, nb, out);
     case GgmlType::kQ5_1: return AffineLegacy<5>(x, nb, out);
-    case GgmlType::kQ4_K: return Q4_K(x, nb, out);
-    case GgmlType::kQ5_K: return Q5_K(x, nb, out);
+    case GgmlType::kQ4_K: return QuantizeK<4>(x, nb, out);
+    case GgmlType::kQ5_K: return QuantizeK<5>(x, nb, out);
     case GgmlType::kQ6_K: return Q6_K(x, nb, out);
     default: return Status::Unsupported("cannot quantize to " + GgmlTypeName(type_id));
   }
