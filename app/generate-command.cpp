@@ -48,10 +48,23 @@ Result<std::unique_ptr<ChatSession>> OpenSession(const CommonOptions& c, const G
   return s;
 }
 
-AskOptions MakeAskOptions(const CommonOptions& c, const GenerateArgs& args, ChatSession& s) {
+// One question's options: a prefill progress bar in `*bar` for prompts over 512 tokens, gone at
+// the answer's first text, which is streamed to stdout when `print_text`.
+AskOptions MakeAskOptions(const CommonOptions& c, const GenerateArgs& args, ChatSession& s,
+                          std::unique_ptr<ProgressBar>* bar, bool print_text) {
   AskOptions o = AskOptionsFor(c, s.context().tokenizer().generation_defaults());
   o.max_tokens = args.max_tokens;
   o.cancel = &g_interrupted;
+  o.on_prefill_progress = [bar](uint64_t d, uint64_t t, std::string_view w) {
+    if (!*bar && t > 512) *bar = std::make_unique<ProgressBar>("prefill");
+    if (*bar) (*bar)->Update(d, t, w);
+    return true;
+  };
+  o.on_text = [bar, print_text](const std::string& piece) {
+    bar->reset();
+    if (print_text) std::cout << piece << std::flush;
+    return true;
+  };
   return o;
 }
 
@@ -101,19 +114,9 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
     auto s = OpenSession(*common, *gargs);
     if (!s.ok()) return fail(s.status());
     std::signal(SIGINT, OnSigint);
-    AskOptions ao = MakeAskOptions(*common, *gargs, **s);
-    ao.remember = false;
     std::unique_ptr<ProgressBar> bar;
-    ao.on_prefill_progress = [&](uint64_t d, uint64_t t, std::string_view w) {
-      if (!bar && t > 512) bar = std::make_unique<ProgressBar>("prefill");
-      if (bar) bar->Update(d, t, w);
-      return true;
-    };
-    ao.on_text = [&](const std::string& piece) {
-      bar.reset();
-      if (!gargs->json) std::cout << piece << std::flush;
-      return true;
-    };
+    AskOptions ao = MakeAskOptions(*common, *gargs, **s, &bar, /*print_text=*/!gargs->json);
+    ao.remember = false;
     std::optional<FidelityReport> fidelity;
     if (gargs->fidelity > 0) {
       auto f = (*s)->Fidelity(prompt, ao, gargs->fidelity);
@@ -172,18 +175,8 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
         continue;
       }
       g_interrupted.store(false);
-      AskOptions ao = MakeAskOptions(*common, *cargs, **s);
       std::unique_ptr<ProgressBar> bar;
-      ao.on_prefill_progress = [&](uint64_t d, uint64_t t, std::string_view w) {
-        if (!bar && t > 512) bar = std::make_unique<ProgressBar>("prefill");
-        if (bar) bar->Update(d, t, w);
-        return true;
-      };
-      ao.on_text = [&](const std::string& piece) {
-        bar.reset();
-        std::cout << piece << std::flush;
-        return true;
-      };
+      const AskOptions ao = MakeAskOptions(*common, *cargs, **s, &bar, /*print_text=*/true);
       auto a = (*s)->Ask(line, ao);
       if (!a.ok()) {
         spdlog::error("{}", a.status().ToString());
