@@ -220,15 +220,23 @@ Status Forward::Init() {
   };
   IMPRESS_RETURN_IF_ERROR(alloc(x_, B * e));
   IMPRESS_RETURN_IF_ERROR(alloc(xn_, B * e));
-  IMPRESS_RETURN_IF_ERROR(alloc(q_, B * nq));
-  IMPRESS_RETURN_IF_ERROR(alloc(k_, B * nkv));
-  IMPRESS_RETURN_IF_ERROR(alloc(v_, B * nkv));
   IMPRESS_RETURN_IF_ERROR(alloc(k16_, B * nkv));
   IMPRESS_RETURN_IF_ERROR(alloc(v16_, B * nkv));
-  IMPRESS_RETURN_IF_ERROR(alloc(attn_, B * nq));
-  IMPRESS_RETURN_IF_ERROR(alloc(gate_, B * c.n_ff));
-  IMPRESS_RETURN_IF_ERROR(alloc(up_, B * c.n_ff));
-  IMPRESS_RETURN_IF_ERROR(alloc(emb_, B * std::max<size_t>(e, size_t(std::max(0, c.word_embed_proj_dim)))));
+  // One block for q_, k_/v_, attn_, gate_/up_ and emb_ (see forward.h), each part starting on a
+  // 64-byte boundary: with SmolLM2's shapes 6.3 MB where the buffers apart took 9.4 MB.
+  auto part = [](size_t n) { return (n + 15) / 16 * 16; };
+  const size_t q_part = part(B * nq), attn_part = std::max(part(B * nq), 2 * part(B * nkv));
+  const size_t ffn_part = part(B * size_t(c.n_ff));
+  const size_t emb = B * std::max<size_t>(e, size_t(std::max(0, c.word_embed_proj_dim)));
+  DevPtr<float> block;
+  IMPRESS_RETURN_IF_ERROR(alloc(block, std::max({q_part + attn_part, 2 * ffn_part, emb})));
+  q_ = block;
+  k_ = block + q_part;
+  v_ = k_ + part(B * nkv);
+  attn_ = block + q_part;
+  gate_ = block;
+  up_ = block + ffn_part;
+  emb_ = block;
   IMPRESS_RETURN_IF_ERROR(alloc(ids_, B));
   IMPRESS_RETURN_IF_ERROR(alloc(pos_, B));
   if (c.arch == Arch::kLlama) {

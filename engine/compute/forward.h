@@ -151,7 +151,11 @@ class Forward {
   WeightRef tok_embd_, project_in_, project_out_, output_;
   DevPtr<const float> inv_freq_;
 
-  // Activations (max_batch rows).
+  // Activations (max_batch rows). x_, xn_ and the fp16 K/V live through a layer; the others
+  // are views of one block, each placed over buffers that are dead while it lives: q_ at its
+  // start, then k_/v_ (dead once converted to fp16) and attn_ (written by attention, which
+  // reads q_) both after q_; gate_/up_ (the FFN, after the output projection has read attn_)
+  // and emb_ (Begin only) from its start.
   DevPtr<float> x_;            // (B, n_embd) residual stream
   DevPtr<float> xn_;           // (B, n_embd) normed input of a sublayer
   DevPtr<float> q_;            // (B, n_head * head_dim)
