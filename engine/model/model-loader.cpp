@@ -368,6 +368,9 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
   };
   IMPRESS_RETURN_IF_ERROR(RunJobs(loader.jobs(), opt.n_threads, progress, hash));
   m.config.fingerprint = digest;
+  // The header and metadata (the tokenizer's vocabulary and merges, 1.7 MB of SmolLM2's file)
+  // were parsed into the config above; their pages leave memory and come back only if read.
+  f.DiscardPages(f.file_data(), f.data_offset());
   bool viewed = false;
   for (const WeightJob& j : loader.jobs()) viewed |= j.keep_stored && j.unpermute_heads <= 0;
   // The mapping moves with the file object (its address is unchanged), so views stay valid.
