@@ -46,6 +46,8 @@ void SoftmaxRow(float* row, int n_valid, int n) {
 constexpr int64_t kParallelMin = 131072;
 // Attention with at most this many query rows per kv head reads fp16 K/V directly.
 constexpr int kDirectRows = 8;
+// Keys and values the sgemm attention (RunGroup) holds as fp32 at a time.
+constexpr int kGatherKeys = 4096;
 
 class CpuBackend final : public Backend {
  public:
@@ -259,15 +261,11 @@ class CpuBackend final : public Backend {
   void ResetFlops() override { flops_ = 0; }
 
  private:
-  // One query head of a group: where its importance goes (nullptr = not requested).
-  struct HeadJob {
-    int head;
-    float* importance;
-  };
-  // Attention (vf != nullptr) or scores only for heads sharing one kv head whose keys (and
-  // values) are kf/vf: (n_prefix + n_new, head_dim) fp32, prefix rows first.
-  void RunGroup(const float* q, int ldq, int n_new, int head_dim, float scale, const std::vector<HeadJob>& heads,
-                const float* kf, const float* vf, int n_prefix, float* out, int ldo, bool imp_include_new);
+  // Attention (out != nullptr) or scores only for the heads of one kv head (grp: its fp16 keys
+  // and values, prefix rows first, and its query heads with their importance rows), on fp32
+  // copies of the keys and values (kf_, vf_) and sgemm.
+  void RunGroup(const float* q, int ldq, int n_new, int head_dim, float scale, const TileGroup& grp, int n_prefix,
+                float* out, int ldo, bool imp_include_new);
 
   // Few query rows (decode): scores straight from fp16 K/V, no fp32 copies or GEMMs, split
   // across the pool by kv head and by blocks of keys. imp_row[h]: head h's importance row or null.
@@ -317,10 +315,15 @@ class CpuBackend final : public Backend {
     return r;
   }
 
-  // Gathers rows of one kv head from fp16 (n_tok, n_slots, head_dim) into fp32 (n_tok, head_dim).
-  void GatherHead(float* dst, const f16_t* src, int n_tok, int n_slots, int slot, int head_dim) {
-    ForRows(n_tok, head_dim, [=](int64_t t) {
-      Fp16ToFp32Row(src + (t * n_slots + slot) * head_dim, dst + t * head_dim, size_t(head_dim));
+  // Rows [j0, j1) of a group's keys (values with v) into fp32 (j1 - j0, head_dim): rows below
+  // n_prefix from the prefix, the rest from the new tokens.
+  void GatherRows(float* dst, const TileGroup& g, bool v, int n_prefix, int j0, int j1, int head_dim) {
+    const f16_t* prefix = v ? g.v_prefix : g.k_prefix;
+    const f16_t* news = v ? g.v_new : g.k_new;
+    ForRows(j1 - j0, head_dim, [=, &g](int64_t t) {
+      const int64_t j = j0 + t;
+      const f16_t* src = j < n_prefix ? prefix + j * g.prefix_stride : news + (j - n_prefix) * g.new_stride;
+      Fp16ToFp32Row(src, dst + t * head_dim, size_t(head_dim));
     });
   }
 
@@ -361,7 +364,7 @@ class CpuBackend final : public Backend {
   const bool int8_prefill_;
   const bool precise_q8_0_;  // CpuBackendOptions::precise_q8_0
   double flops_ = 0;
-  std::vector<float> kf_, vf_, scores_;  // attention scratch, grown on demand
+  std::vector<float> kf_, vf_, scores_;  // attention scratch (RunGroup), grown on demand
   // Decode attention: per (kv head, key block, query row) partial max, sum and value sum; the
   // raw scores when importance is wanted.
   std::vector<float> part_max_, part_sum_, part_acc_, raw_scores_;
@@ -573,9 +576,10 @@ void CpuBackend::DirectAttention(const AttentionArgs& a, const std::vector<float
   }
 }
 
-void CpuBackend::RunGroup(const float* q, int ldq, int n_new, int hd, float scale, const std::vector<HeadJob>& heads,
-                          const float* kf, const float* vf, int n_prefix, float* out, int ldo, bool imp_include_new) {
+void CpuBackend::RunGroup(const float* q, int ldq, int n_new, int hd, float scale, const TileGroup& grp, int n_prefix,
+                          float* out, int ldo, bool imp_include_new) {
   const int n_keys = n_prefix + n_new;
+  const std::vector<TileHead>& heads = grp.heads;
   const int n_heads = static_cast<int>(heads.size());
   // Token blocks bound the score matrix (4 MiB, a long prefill's peak RSS) and skip masked columns.
   const int64_t budget = int64_t(1) << 20;
@@ -583,15 +587,29 @@ void CpuBackend::RunGroup(const float* q, int ldq, int n_new, int hd, float scal
   scores_.resize(size_t(std::min(tb, n_new)) * n_heads * n_keys);
   bool any_importance = false;
   for (const auto& h : heads) any_importance |= h.importance != nullptr;
+  // fp32 keys and values: all, converted once, up to kGatherKeys; beyond, chunks of that many
+  // rows, converted again for each block of query rows (an 8K context: 1 MiB each, not 2).
+  const bool whole = n_keys <= kGatherKeys;
+  const int chunk = whole ? n_keys : kGatherKeys;
+  kf_.resize(size_t(chunk) * hd);
+  if (out) vf_.resize(size_t(chunk) * hd);
+  if (whole) {
+    GatherRows(kf_.data(), grp, false, n_prefix, 0, n_keys, hd);
+    if (out) GatherRows(vf_.data(), grp, true, n_prefix, 0, n_keys, hd);
+  }
 
   for (int i0 = 0; i0 < n_new; i0 += tb) {
     const int i1 = std::min(n_new, i0 + tb), nb = i1 - i0;
     const int n_eff = n_prefix + i1;  // keys any row of this block may see
-    // S_h (nb, n_eff) = scale * Q_h K^T
-    for (int x = 0; x < n_heads; ++x) {
-      float* s = scores_.data() + size_t(x) * nb * n_eff;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, n_eff, hd, scale,
-                  q + int64_t(i0) * ldq + int64_t(heads[x].head) * hd, ldq, kf, hd, 0.0f, s, n_eff);
+    // S_h (nb, n_eff) = scale * Q_h K^T, a chunk of keys (columns) at a time
+    for (int c0 = 0; c0 < n_eff; c0 += chunk) {
+      const int nc = std::min(n_eff - c0, chunk);
+      if (!whole) GatherRows(kf_.data(), grp, false, n_prefix, c0, c0 + nc, hd);
+      for (int x = 0; x < n_heads; ++x) {
+        float* s = scores_.data() + size_t(x) * nb * n_eff + c0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, nc, hd, scale,
+                    q + int64_t(i0) * ldq + int64_t(heads[x].head) * hd, ldq, kf_.data(), hd, 0.0f, s, n_eff);
+      }
     }
     flops_ += 2.0 * n_heads * nb * n_eff * hd;
     // Row softmax; row (x, r) sees the prefix and new tokens 0..i0+r.
@@ -617,12 +635,16 @@ void CpuBackend::RunGroup(const float* q, int ldq, int n_new, int hd, float scal
         }
       });
     }
-    // O_h (nb, hd) = P_h V
-    if (vf) {
-      for (int x = 0; x < n_heads; ++x) {
-        const float* p = scores_.data() + size_t(x) * nb * n_eff;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hd, n_eff, 1.0f, p, n_eff, vf, hd, 0.0f,
-                    out + int64_t(i0) * ldo + int64_t(heads[x].head) * hd, ldo);
+    // O_h (nb, hd) = P_h V, summed over the chunks of values
+    if (out) {
+      for (int c0 = 0; c0 < n_eff; c0 += chunk) {
+        const int nc = std::min(n_eff - c0, chunk);
+        if (!whole) GatherRows(vf_.data(), grp, true, n_prefix, c0, c0 + nc, hd);
+        for (int x = 0; x < n_heads; ++x) {
+          const float* p = scores_.data() + size_t(x) * nb * n_eff + c0;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hd, nc, 1.0f, p, n_eff, vf_.data(), hd,
+                      c0 ? 1.0f : 0.0f, out + int64_t(i0) * ldo + int64_t(heads[x].head) * hd, ldo);
+        }
       }
       flops_ += 2.0 * n_heads * nb * n_eff * hd;
     }
@@ -645,41 +667,29 @@ Status CpuBackend::Attention(const AttentionArgs& a) {
     flops_ += 4.0 * a.n_head * a.n_new * n_keys * hd;
     return Status::Ok();
   }
+  TileAttentionArgs t = TileArgs(a, a.out.raw());
+  t.n_prefix = a.n_prefix;
+  const int64_t stride = int64_t(a.n_head_kv) * hd;
+  for (int g = 0; g < a.n_head_kv; ++g) {
+    TileGroup grp;
+    grp.k_prefix = a.n_prefix > 0 ? a.k_prefix.raw() + g * hd : nullptr;
+    grp.v_prefix = a.n_prefix > 0 ? a.v_prefix.raw() + g * hd : nullptr;
+    grp.prefix_stride = stride;
+    grp.k_new = a.k_new.raw() + g * hd;
+    grp.v_new = a.v_new.raw() + g * hd;
+    grp.new_stride = stride;
+    for (int h = g * group; h < (g + 1) * group; ++h) grp.heads.push_back({h, imp_row[h]});
+    t.groups.push_back(std::move(grp));
+  }
+  t.importance_include_new = a.importance_include_new;
   if (tiles_ && TileAttentionFits(a.n_new * group, hd)) {
     // A question over a prefix: blocked tiles, fp16 K/V converted once per block.
-    TileAttentionArgs t = TileArgs(a, a.out.raw());
-    t.n_prefix = a.n_prefix;
-    const int64_t stride = int64_t(a.n_head_kv) * hd;
-    for (int g = 0; g < a.n_head_kv; ++g) {
-      TileGroup grp;
-      grp.k_prefix = a.n_prefix > 0 ? a.k_prefix.raw() + g * hd : nullptr;
-      grp.v_prefix = a.n_prefix > 0 ? a.v_prefix.raw() + g * hd : nullptr;
-      grp.prefix_stride = stride;
-      grp.k_new = a.k_new.raw() + g * hd;
-      grp.v_new = a.v_new.raw() + g * hd;
-      grp.new_stride = stride;
-      for (int h = g * group; h < (g + 1) * group; ++h) grp.heads.push_back({h, imp_row[h]});
-      t.groups.push_back(std::move(grp));
-    }
-    t.importance_include_new = a.importance_include_new;
     TileAttention(t, tile_scratch_, TileParallel());
     flops_ += 4.0 * a.n_head * a.n_new * n_keys * hd;
     return Status::Ok();
   }
-  kf_.resize(size_t(n_keys) * hd);
-  vf_.resize(size_t(n_keys) * hd);
-  for (int g = 0; g < a.n_head_kv; ++g) {
-    if (a.n_prefix > 0) {
-      GatherHead(kf_.data(), a.k_prefix.raw(), a.n_prefix, a.n_head_kv, g, hd);
-      GatherHead(vf_.data(), a.v_prefix.raw(), a.n_prefix, a.n_head_kv, g, hd);
-    }
-    GatherHead(kf_.data() + size_t(a.n_prefix) * hd, a.k_new.raw(), a.n_new, a.n_head_kv, g, hd);
-    GatherHead(vf_.data() + size_t(a.n_prefix) * hd, a.v_new.raw(), a.n_new, a.n_head_kv, g, hd);
-    std::vector<HeadJob> heads;
-    for (int h = g * group; h < (g + 1) * group; ++h) heads.push_back({h, imp_row[h]});
-    RunGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, kf_.data(), vf_.data(), a.n_prefix, a.out.raw(),
-             a.n_head * hd, a.importance_include_new);
-  }
+  for (const TileGroup& grp : t.groups)
+    RunGroup(t.q, t.ldq, a.n_new, hd, a.scale, grp, a.n_prefix, t.out, t.ldo, a.importance_include_new);
   return Status::Ok();
 }
 
@@ -713,18 +723,7 @@ Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
     flops_ += 2.0 * n_q * a.n_new * n_keys * hd;
     return Status::Ok();
   }
-  kf_.resize(size_t(n_keys) * hd);
-  for (int s = 0; s < n_slots; ++s) {
-    const int g = a.prefix_kv_heads[s];
-    std::vector<HeadJob> heads;
-    for (int x = 0; x < n_q; ++x)
-      if (a.query_heads[x] / group == g)
-        heads.push_back({a.query_heads[x], a.importance.raw() + int64_t(x) * a.n_prefix});
-    if (heads.empty()) continue;
-    if (a.n_prefix > 0) GatherHead(kf_.data(), a.k_prefix.raw(), a.n_prefix, n_slots, s, hd);
-    GatherHead(kf_.data() + size_t(a.n_prefix) * hd, a.k_new.raw(), a.n_new, a.n_head_kv, g, hd);
-    RunGroup(a.q.raw(), a.n_head * hd, a.n_new, hd, a.scale, heads, kf_.data(), nullptr, a.n_prefix, nullptr, 0, false);
-  }
+  for (const TileGroup& grp : t.groups) RunGroup(t.q, t.ldq, a.n_new, hd, a.scale, grp, a.n_prefix, nullptr, 0, false);
   return Status::Ok();
 }
 

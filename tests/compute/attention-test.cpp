@@ -221,10 +221,11 @@ TEST_P(AttentionTest, ScoreKeysEqualsAttentionImportance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
-                         ::testing::Values(Case{1, 4, 2, 16, 40},     // decode step
-                                           Case{7, 6, 2, 32, 0},      // no prefix at all
-                                           Case{19, 9, 3, 64, 37},    // SmolLM2's heads
-                                           Case{150, 4, 4, 32, 300},  // MHA, several token blocks
+                         ::testing::Values(Case{1, 4, 2, 16, 40},      // decode step
+                                           Case{7, 6, 2, 32, 0},       // no prefix at all
+                                           Case{19, 9, 3, 64, 37},     // SmolLM2's heads
+                                           Case{150, 4, 4, 32, 300},   // MHA, several token blocks
+                                           Case{100, 6, 2, 16, 4500},  // keys converted in chunks
                                            // A question over a selected prefix (blocked tiles):
                                            Case{25, 9, 3, 64, 1925},   // SmolLM2, many key blocks
                                            Case{13, 8, 2, 128, 700},   // Llama-3's group of 4
