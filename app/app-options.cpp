@@ -33,6 +33,12 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
       ->check(CLI::Range(0.001, 1.0));
   cmd->add_option("--keep-max", o->keep_max, "with --keep-mass: keep at most this share of the prefix")
       ->check(CLI::Range(0.001, 1.0));
+  cmd->add_option("--pool", o->pool,
+                  "rank each prefix token by the scores of the N tokens around it, so spans are kept whole (0 or 1: "
+                  "off; default 7)")
+      ->check(CLI::Range(0, kMaxPoolWidth));
+  cmd->add_flag("--pool-max,!--pool-sum", o->pool_max,
+                "with --pool: the window's largest score (the default) or its sum");
   cmd->add_option("--probe-heads", o->probe_heads, "probe query heads per layer")->check(CLI::Range(1, 1024));
   cmd->add_option("--sinks", o->sinks, "attention sinks always kept")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--recent", o->recent, "recent prefix tokens always kept")->check(CLI::Range(0, 1 << 20));
@@ -129,6 +135,8 @@ AskOptions AskOptionsFor(const CommonOptions& c, const GenerationDefaults& model
   o.pipeline.keep_mass = c.keep_mass;
   o.pipeline.keep_min = c.keep_min;
   o.pipeline.keep_max = c.keep_max;
+  o.pipeline.pool = c.pool;
+  o.pipeline.pool_max = c.pool_max;
   o.pipeline.alpha = c.alpha;
   o.pipeline.probe_heads = c.probe_heads;
   o.pipeline.sinks = c.sinks;

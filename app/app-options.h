@@ -22,6 +22,8 @@ struct CommonOptions {
   float keep_mass = PipelineSettings{}.keep_mass;
   float keep_min = PipelineSettings{}.keep_min;
   float keep_max = PipelineSettings{}.keep_max;
+  int pool = PipelineSettings{}.pool;  // score pooling window (PipelineSettings::pool, pool_max)
+  bool pool_max = PipelineSettings{}.pool_max;
   int probe_heads = 3;
   int sinks = 4;
   int recent = 32;

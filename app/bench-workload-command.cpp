@@ -165,6 +165,8 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
           {"keep_mass", o.settings.keep_mass},
           {"keep_min", o.settings.keep_min},
           {"keep_max", o.settings.keep_max},
+          {"pool", o.settings.pool},
+          {"pool_max", o.settings.pool_max},
           {"alpha", o.settings.alpha},
           {"probe_heads", o.settings.probe_heads},
           {"probe_spread", o.settings.probe_spread},
@@ -225,13 +227,16 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
 void PrintTable(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
   std::cout << fmt::format(
       "CPU {}; {} documents, {} tokens, KV {:.0f} MB ({}); device tier {:.0f} MB, host {:.0f} MB; {} requests (Zipf "
-      "s={:.2f}, follow-ups {:.0f}%); keep {}, alpha {:.2f}, probe heads {}{}; ingest {:.0f} s{}; I/O {}{}\n",
+      "s={:.2f}, follow-ups {:.0f}%); keep {}{}, alpha {:.2f}, probe heads {}{}; ingest {:.0f} s{}; I/O {}{}\n",
       CpuModelName(), r.n_docs, r.doc_tokens, double(r.kv_bytes) / 1e6, store::KVEncodingName(o.kv_encoding),
       double(r.device_bytes) / 1e6, double(r.host_bytes) / 1e6, r.requests.size(), o.spec.zipf_s,
       o.spec.follow_up * 100,
       o.settings.keep_mass > 0 ? fmt::format("{:.0f}% of the attention mass ({:.2f}..{:.2f} of the tokens)",
                                              o.settings.keep_mass * 100, o.settings.keep_min, o.settings.keep_max)
                                : fmt::format("{:.2f}", o.settings.keep),
+      o.settings.pool > 1
+          ? fmt::format(" (scores pooled: {} of {})", o.settings.pool_max ? "max" : "sum", o.settings.pool)
+          : "",
       o.settings.alpha, o.settings.probe_heads, o.settings.probe_spread ? " spread" : "", r.ingest_s,
       r.ingest_reused ? " (reused)" : "", r.io_engine, r.direct_io ? " + O_DIRECT" : "");
   if (!r.facts.empty())
@@ -303,12 +308,12 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       ->check(CLI::IsMember({"fp16", "int8"}));
   cmd->add_flag("--probe-spread", wa->opts.settings.probe_spread,
                 "probe query heads spread over the KV groups (else the first ones)");
-  cmd->add_option(
-      "--sweep", wa->sweep,
-      "run one system (the first of --systems, default impress) over values of one setting: NAME=v1,v2,... "
-      "with NAME alpha, keep, keep-mass (0: the fixed keep), probe-heads, probe-spread (0/1), select-group, "
-      "chunk-tokens, "
-      "device-fraction or host-fraction");
+  cmd->add_option("--sweep", wa->sweep,
+                  "run one system (the first of --systems, default impress) over values of one setting: NAME=v1,v2,... "
+                  "with NAME alpha, keep, keep-mass (0: the fixed keep), pool, pool-max (0/1), probe-heads, "
+                  "probe-spread (0/1), select-group, "
+                  "chunk-tokens, "
+                  "device-fraction or host-fraction");
   cmd->add_flag("--json", wa->json, "print JSON");
   cmd->callback([=] {
     ConfigureLogging(*common);

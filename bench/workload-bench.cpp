@@ -89,6 +89,12 @@ Status ApplySweep(const std::string& name, double v, RunSpec* r) {
   } else if (name == "keep-mass") {
     if (v < 0 || v > 1) return Status::InvalidArgument(fmt::format("sweep keep-mass: {} is not in [0, 1]", v));
     r->settings.keep_mass = float(v);
+  } else if (name == "pool") {
+    if (v < 0 || v > kMaxPoolWidth)
+      return Status::InvalidArgument(fmt::format("sweep pool: {} is not in [0, {}]", v, kMaxPoolWidth));
+    r->settings.pool = int(v);
+  } else if (name == "pool-max") {
+    r->settings.pool_max = v != 0;
   } else if (name == "probe-heads") {
     r->settings.probe_heads = std::max(1, int(v));
   } else if (name == "probe-spread") {
@@ -129,7 +135,7 @@ store::PrefixStoreOptions StoreOptionsForRun(const ModelContext& ctx, const RunS
 
 // FNV-1a over the documents' tokens and everything that shapes the stored bytes: a folder name
 // that changes whenever the ingest would.
-std::string IngestKey(const Prompts& w, const store::PrefixStoreOptions& so) {
+std::string IngestKey(const Prompts& w, const store::PrefixStoreOptions& so, const PipelineSettings& s) {
   uint64_t h = 0xcbf29ce484222325ull;
   auto mix = [&h](const void* p, size_t n) {
     for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ull;
@@ -142,6 +148,10 @@ std::string IngestKey(const Prompts& w, const store::PrefixStoreOptions& so) {
     const int enc = int(so.kv_encoding);
     mix(&enc, sizeof enc);
   }
+  if (s.pool > 1) {  // pooling reorders what is written; without it the key is the one it had before
+    const int pool[] = {s.pool, s.pool_max ? 1 : 0};
+    mix(pool, sizeof pool);
+  }
   for (const PromptTokens& p : w.docs) {
     mix(&p.n_prefix, sizeof p.n_prefix);
     mix(p.tokens.data(), size_t(p.n_prefix) * sizeof(int32_t));
@@ -149,9 +159,10 @@ std::string IngestKey(const Prompts& w, const store::PrefixStoreOptions& so) {
   return fmt::format("{:016x}", h);
 }
 
-// Ingests every document into a store at `dir` (fast tiers off: all of it lands on the SSD).
+// Ingests every document into a store at `dir` (fast tiers off: all of it lands on the SSD), its
+// chunks written in the order the run's pooling (`pool`, `pool_max`) gives.
 Status Ingest(ModelContext& ctx, const Prompts& w, store::PrefixStoreOptions so, const WorkloadBenchOptions& o,
-              const std::string& dir, WorkloadBenchResult* result) {
+              const PipelineSettings& pool, const std::string& dir, WorkloadBenchResult* result) {
   so.dir = dir;
   so.device_bytes = 0;
   so.host_bytes = 0;
@@ -160,6 +171,8 @@ Status Ingest(ModelContext& ctx, const Prompts& w, store::PrefixStoreOptions so,
   PipelineSettings s = o.settings;
   s.system = SystemKind::kRecomp;
   s.report_importance = false;
+  s.pool = pool.pool;
+  s.pool_max = pool.pool_max;
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t done = 0;
@@ -184,7 +197,7 @@ Status Ingest(ModelContext& ctx, const Prompts& w, store::PrefixStoreOptions so,
 Result<fs::path> EnsureIngested(ModelContext& ctx, const Prompts& w, const RunSpec& r, const WorkloadBenchOptions& o,
                                 const fs::path& root, WorkloadBenchResult* result) {
   const store::PrefixStoreOptions so = StoreOptionsForRun(ctx, r);
-  const std::string key = IngestKey(w, so);
+  const std::string key = IngestKey(w, so, r.settings);
   const fs::path dir = root / ("ingest-" + key), marker = root / ("ingest-" + key + ".done");
   std::error_code ec;
   if (fs::exists(marker, ec) && fs::is_directory(dir, ec)) {
@@ -202,7 +215,7 @@ Result<fs::path> EnsureIngested(ModelContext& ctx, const Prompts& w, const RunSp
   }
   fs::remove_all(dir, ec);
   fs::create_directories(root, ec);
-  IMPRESS_RETURN_IF_ERROR(Ingest(ctx, w, so, o, dir.string(), result));
+  IMPRESS_RETURN_IF_ERROR(Ingest(ctx, w, so, o, r.settings, dir.string(), result));
   std::ofstream(marker) << result->ingest_s << " " << (result->direct_io ? 1 : 0) << " " << result->io_engine << "\n";
   result->ingest_reused = false;
   return dir;
@@ -454,9 +467,9 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
 }
 
 const std::vector<std::string>& WorkloadSweepNames() {
-  static const std::vector<std::string> names = {"alpha",        "keep",         "keep-mass",    "probe-heads",
-                                                 "probe-spread", "select-group", "chunk-tokens", "device-fraction",
-                                                 "host-fraction"};
+  static const std::vector<std::string> names = {
+      "alpha",        "keep",         "keep-mass",       "pool",         "pool-max", "probe-heads", "probe-spread",
+      "select-group", "chunk-tokens", "device-fraction", "host-fraction"};
   return names;
 }
 

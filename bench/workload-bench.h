@@ -35,8 +35,8 @@ struct WorkloadSweep {
   std::vector<double> values;
 };
 
-// alpha, keep, keep-mass (0: the fixed keep), probe-heads, probe-spread, select-group, chunk-tokens,
-// device-fraction, host-fraction.
+// alpha, keep, keep-mass (0: the fixed keep), pool, pool-max (0/1), probe-heads, probe-spread, select-group,
+// chunk-tokens, device-fraction, host-fraction.
 const std::vector<std::string>& WorkloadSweepNames();
 
 struct WorkloadBenchOptions {

@@ -73,6 +73,11 @@ Result<TuningSettings> ParseTuning(const std::string& text, const TuningSettings
   PipelineSettings& p = s.pipeline;
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "alpha", 0, 2, &p.alpha));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "keep", 0.01, 1, &p.keep));
+  IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "pool", 0, kMaxPoolWidth, &p.pool));
+  if (auto it = j.find("pool_max"); it != j.end()) {
+    if (!it->is_boolean()) return Status::InvalidArgument("settings key 'pool_max' must be true or false");
+    p.pool_max = it->get<bool>();
+  }
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "probe_heads", 1, 64, &p.probe_heads));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "sinks", 0, 1024, &p.sinks));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "recent", 0, 8192, &p.recent));
@@ -102,6 +107,8 @@ std::string TuningToJson(const TuningSettings& s) {
   nlohmann::json j = {{"system", SystemName(p.system)},
                       {"alpha", p.alpha},
                       {"keep", p.keep},
+                      {"pool", p.pool},
+                      {"pool_max", p.pool_max},
                       {"probe_heads", p.probe_heads},
                       {"sinks", p.sinks},
                       {"recent", p.recent},

@@ -79,6 +79,10 @@ void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& 
     ImGui::SetTooltip("threshold t = (p/(2-p))^alpha; a larger alpha lowers t (more layers pass)");
   ImGui::SliderFloat("keep ratio", &p.keep, 0.05f, 1.0f, "%.2f");
   done();
+  ImGui::SliderInt("score pooling", &p.pool, 0, 15, p.pool > 1 ? "%d tokens" : "off");
+  done();
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("rank each prefix token by the largest score of the tokens around it, so whole spans are kept");
   ImGui::SliderInt("probe heads", &p.probe_heads, 1, 9);
   done();
   ImGui::SliderInt("sinks", &p.sinks, 0, 64);

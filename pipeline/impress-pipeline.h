@@ -80,6 +80,14 @@ struct PipelineSettings {
   float keep_mass = 0.0f;
   float keep_min = 0.05f;
   float keep_max = 1.0f;
+  // Score pooling before the selection (PoolScoresInto): a token's score becomes the largest
+  // (pool_max; else the sum) of the scores of the `pool` tokens centred on it, so neighbours of an
+  // important token are kept with it; <= 1: off. The write order pools the question's attention the
+  // same way, so the spans a later question keeps lie together on disk. The largest of 7 by
+  // default: on 11 documents and 20 hidden facts (impress bench workload, keep 25%) it answers 8
+  // facts against 5 unpooled, at 15.2 SSD MB per request against 15.6 (sum of 7: 7 facts, 15.0 MB).
+  int pool = 7;
+  bool pool_max = true;
 };
 
 // The query heads that probe each layer: `probe_heads` of them (clamped to [1, n_head]),
@@ -212,12 +220,15 @@ class ImpressPipeline {
   int n_new_total_ = 0;                        // new tokens of the last prefill
   struct {
     int sinks = 0, recent_begin = 0, recent_end = 0;  // kept by every later request: stored first
+    int pool = 0;                                     // PipelineSettings::pool and pool_max
+    bool pool_max = false;
   } write_keep_;
 
   // Scratch (host): one layer's per-head importance from ScoreKeys, reused by every layer.
   std::vector<float> score_scratch_;
-  std::vector<float> score_sum_;  // one layer's summed normalised importance (LayerJob::score)
-  SelectionScratch sel_scratch_;  // the selection's reused buffers
+  std::vector<float> score_sum_;     // one layer's summed normalised importance (LayerJob::score)
+  std::vector<float> pool_scratch_;  // the layer's LayerJob::score pooled (PipelineSettings::pool)
+  SelectionScratch sel_scratch_;     // the selection's reused buffers
   // Scratch (device) for probe / all keys and the selected K/V before they land in the buffers.
   DevPtr<f16_t> keys_scratch_;
   size_t keys_scratch_rows_ = 0;

@@ -257,13 +257,18 @@ void ImpressPipeline::SetKeepCount(LayerJob& job) {
 
 Status ImpressPipeline::ChooseTokens(LayerJob& job) {
   const PipelineSettings& s = job.run.s;
+  // The selection and the store's statistics rank by the pooled scores; the heatmap shows the
+  // scores as the heads gave them.
+  job.pooled = s.pool > 1;
+  if (job.pooled) PoolScoresInto(job.score, s.pool, s.pool_max, &pool_scratch_);
+  const std::span<const float> rank = job.pooled ? std::span<const float>(pool_scratch_) : job.score;
   const int group = s.select_group < 0 ? int(store_->BlockGroupTokens()) : s.select_group;
   if (group <= 1) {
-    SelectTokensInto(job.score, job.k, s.sinks, s.recent, sel_scratch_, &job.selected);
+    SelectTokensInto(rank, job.k, s.sinks, s.recent, sel_scratch_, &job.selected);
     return Status::Ok();
   }
   IMPRESS_ASSIGN_OR_RETURN(const std::vector<uint32_t> groups, store_->ReadGroups(handle_, job.il, uint32_t(group)));
-  SelectGroupsInto(job.score, job.k, s.sinks, s.recent, groups, sel_scratch_, &job.selected);
+  SelectGroupsInto(rank, job.k, s.sinks, s.recent, groups, sel_scratch_, &job.selected);
   return Status::Ok();
 }
 
@@ -309,7 +314,8 @@ void ImpressPipeline::RecordSelection(LayerJob& job) {
   }
   selected_scores_[il].clear();
   if (!job.score.empty()) {
-    for (uint32_t i : job.selected) selected_scores_[il].push_back(job.score[i]);
+    const std::vector<float>& ranked = job.pooled ? pool_scratch_ : job.score;
+    for (uint32_t i : job.selected) selected_scores_[il].push_back(ranked[i]);
   }
   selected_[il] = std::move(job.selected);
 }

@@ -55,7 +55,8 @@ struct ImpressPipeline::LayerJob {
   int n = 0;
   int k = 0;
   std::vector<uint32_t> selected;
-  std::vector<float> score;
+  std::vector<float> score;  // summed normalised importance, as scored
+  bool pooled = false;       // the selection ranked by pool_scratch_ (score pooled), not by score
 };
 
 }  // namespace impress

@@ -319,4 +319,22 @@ std::vector<uint32_t> SelectGroups(std::span<const float> score, int k, int sink
   return out;
 }
 
+void PoolScoresInto(std::span<const float> in, int width, bool max, std::vector<float>* out) {
+  const int n = int(in.size());
+  out->resize(in.size());
+  if (width <= 1) {
+    std::copy(in.begin(), in.end(), out->begin());
+    return;
+  }
+  const int r = std::min(width, kMaxPoolWidth) / 2;  // tokens on each side
+  for (int i = 0; i < n; ++i) {
+    const int lo = std::max(0, i - r), hi = std::min(n, i + r + 1);
+    // Added left to right from the window's first token, the same order a plain loop uses, so the
+    // result is exact against a reference and equal scores stay equal.
+    float v = in[size_t(lo)];
+    for (int j = lo + 1; j < hi; ++j) v = max ? std::max(v, in[size_t(j)]) : v + in[size_t(j)];
+    (*out)[size_t(i)] = v;
+  }
+}
+
 }  // namespace impress

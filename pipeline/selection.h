@@ -101,6 +101,14 @@ std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sink
 void SelectTokensInto(std::span<const float> score, int k, int sinks, int recent, SelectionScratch& scratch,
                       std::vector<uint32_t>* out);
 
+// Score pooling: out[i] is the sum (or, with `max`, the largest) of in[j] over the `width` tokens
+// centred on i (an even width is rounded up to the next odd one; the window is clipped at both
+// ends). A token next to an important one then ranks near it, so a selection keeps short spans
+// (the several tokens of a name, a number, a clause) rather than their single best-scored token.
+// width <= 1 copies; a width above kMaxPoolWidth counts as kMaxPoolWidth. O(n * width).
+inline constexpr int kMaxPoolWidth = 63;
+void PoolScoresInto(std::span<const float> in, int width, bool max, std::vector<float>* out);
+
 // I/O-aware selection: the unit selected is the unit read. `group[i]` names token i's read group
 // (tokens whose K and V records share disk blocks; ids in [0, n_groups)). The target is the
 // importance mass M that SelectTokens(score, k, sinks, recent) keeps. Whole groups are kept: first

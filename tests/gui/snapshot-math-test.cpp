@@ -347,12 +347,18 @@ TEST(TuningConfig, RoundTripsAndNamesBadKeys) {
   s.pipeline.system = SystemKind::kAsH2oLfu;
   s.policy = store::PolicyKind::kLru;
   s.host_budget_mb = 77;
+  s.pipeline.pool = 7;
+  s.pipeline.pool_max = true;
   auto back = ParseTuning(TuningToJson(s), TuningSettings{});
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_FLOAT_EQ(back->pipeline.alpha, 1.25f);
   EXPECT_EQ(back->pipeline.system, SystemKind::kAsH2oLfu);
   EXPECT_EQ(back->policy, store::PolicyKind::kLru);
   EXPECT_EQ(back->host_budget_mb, 77);
+  EXPECT_EQ(back->pipeline.pool, 7);
+  EXPECT_TRUE(back->pipeline.pool_max);
+  EXPECT_FALSE(ParseTuning(R"({"pool": 99})", TuningSettings{}).ok());
+  EXPECT_FALSE(ParseTuning(R"({"pool_max": 1})", TuningSettings{}).ok());
 
   auto bad = ParseTuning(R"({"alpha": 7})", TuningSettings{});
   ASSERT_FALSE(bad.ok());

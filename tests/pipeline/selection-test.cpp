@@ -613,5 +613,76 @@ TEST(MassKeep, FloorAndCapAreRespected) {
   EXPECT_EQ(MassKeepCount({}, 0.9, 0.1f, 0.5f, 0, 0, scratch), 0);
 }
 
+// ---- score pooling --------------------------------------------------------------------------
+
+// The window of token i as the header defines it: the `width` tokens centred on i (even widths
+// rounded up to odd, capped), clipped at the ends; summed left to right or maxed.
+std::vector<float> NaivePool(const std::vector<float>& v, int width, bool max) {
+  if (width <= 1) return v;
+  const int half = std::min(width, kMaxPoolWidth) / 2;
+  const int n = int(v.size());
+  std::vector<float> out(v.size());
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> window;
+    for (int j = i - half; j <= i + half; ++j) {
+      if (j >= 0 && j < n) window.push_back(v[size_t(j)]);
+    }
+    float acc = window[0];
+    for (size_t t = 1; t < window.size(); ++t) acc = max ? std::max(acc, window[t]) : acc + window[t];
+    out[size_t(i)] = acc;
+  }
+  return out;
+}
+
+TEST(ScorePool, SumAndMaxMatchTheWindowDefinitionExactly) {
+  std::mt19937 rng(41);
+  std::vector<float> out;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = int(rng() % 200);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = std::ldexp(float(rng() % 1000), -int(rng() % 20));
+    const int width = int(rng() % 12) - 1 + (trial % 50 == 0 ? 100 : 0);  // -1 .. 10, sometimes past the cap
+    for (bool max : {false, true}) {
+      PoolScoresInto(v, width, max, &out);
+      const std::vector<float> want = NaivePool(v, width, max);
+      ASSERT_EQ(out.size(), want.size());
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(out[size_t(i)], want[size_t(i)]) << "n " << n << " width " << width << " max " << max << " i " << i;
+    }
+  }
+}
+
+TEST(ScorePool, EvenWidthsCountAsTheNextOddOneAndOffCopies) {
+  const std::vector<float> v = {0, 0, 0, 8, 0, 0, 0};
+  std::vector<float> four, five;
+  PoolScoresInto(v, 4, false, &four);
+  PoolScoresInto(v, 5, false, &five);
+  EXPECT_EQ(four, five);
+  EXPECT_EQ(five, (std::vector<float>{0, 8, 8, 8, 8, 8, 0}));
+  std::vector<float> off;
+  PoolScoresInto(v, 1, true, &off);
+  EXPECT_EQ(off, v);
+  PoolScoresInto(v, 0, false, &off);
+  EXPECT_EQ(off, v);
+}
+
+TEST(ScorePool, PooledSelectionKeepsTheSpanAroundAPeakWhereRawScoresScatter) {
+  // One strong token (a fact's key word) among weak noise: the raw top-k takes it and k - 1 noise
+  // tokens elsewhere; pooled, its neighbours come with it.
+  std::mt19937 rng(7);
+  std::vector<float> score(400);
+  for (float& x : score) x = float(rng() % 100) / 1000.0f;
+  score[200] = 1.0f;
+  SelectionScratch scratch;
+  std::vector<uint32_t> raw, pooled;
+  std::vector<float> p;
+  SelectTokensInto(score, 5, 0, 0, scratch, &raw);
+  PoolScoresInto(score, 5, false, &p);
+  SelectTokensInto(p, 5, 0, 0, scratch, &pooled);
+  EXPECT_EQ(pooled, (std::vector<uint32_t>{198, 199, 200, 201, 202}));
+  EXPECT_NE(raw, pooled);
+  EXPECT_TRUE(std::find(raw.begin(), raw.end(), 200u) != raw.end());
+}
+
 }  // namespace
 }  // namespace impress
