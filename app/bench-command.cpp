@@ -319,6 +319,8 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     opts.keep = common->keep;
     opts.alpha = common->alpha;
     opts.probe_heads = common->probe_heads;
+    opts.pool = common->pool;
+    opts.pool_max = common->pool_max;
     auto ctx = LoadModelShowingProgress(*common);
     if (!ctx.ok()) {
       spdlog::error("{}", ctx.status().ToString());
@@ -367,6 +369,8 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"alpha", opts.alpha},
                      {"probe_spread", opts.probe_spread},
                      {"write_order", opts.write_order},
+                     {"pool", opts.pool},
+                     {"pool_max", opts.pool_max},
                      {"select_group", opts.select_group},
                      {"cross_layer_prefetch", opts.cross_layer_prefetch},
                      {"kv_encoding", store::KVEncodingName(opts.kv_encoding)},
@@ -387,12 +391,13 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       return;
     }
     std::cout << fmt::format(
-        "CPU {}; document {} tokens, {} questions, keep {:.2f}, alpha {:.2f}, probe heads {}{}, {}, selection {}, "
+        "CPU {}; document {} tokens, {} questions, keep {:.2f}, alpha {:.2f}, probe heads {}{}, {}, selection {}{}, "
         "KV at rest {}, I/O {}{}\n",
         CpuModelName(), r->n_document_tokens, r->n_questions, opts.keep, opts.alpha, opts.probe_heads,
         opts.probe_spread ? " spread over the KV groups" : " (the first)",
         opts.write_order ? "chunks written in importance order" : "chunks written in token order",
         opts.select_group == 0 ? std::string("per token") : fmt::format("in read groups ({})", opts.select_group),
+        opts.pool > 1 ? fmt::format(" on scores pooled ({} of {})", opts.pool_max ? "largest" : "sum", opts.pool) : "",
         store::KVEncodingName(opts.kv_encoding), r->io_engine, r->direct_io ? " + O_DIRECT" : "");
     // io wait: the I/O compute did not hide (the request waited on the store); probe: its share of TTFT.
     std::cout << fmt::format("{:<24} {:>8} {:>8} {:>8} {:>8} {:>7} {:>11} {:>11} {:>7} {:>9} {:>6} {:>7}\n", "system",

@@ -179,6 +179,8 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   s.system = SystemKind::kRecomp;
   s.report_importance = false;
   s.write_order = o.write_order;
+  s.pool = o.pool;
+  s.pool_max = o.pool_max;
   {
     IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[0].tokens, prompts[0].n_prefix}, s, 0, &logits,
                                                            [&](uint64_t d, uint64_t t, std::string_view) {
@@ -215,6 +217,8 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
     ps.probe_spread = o.probe_spread;
     ps.select_group = o.select_group;
     ps.cross_layer_prefetch = o.cross_layer_prefetch;
+    ps.pool = o.pool;
+    ps.pool_max = o.pool_max;
     ps.report_importance = sys == SystemKind::kImpress;  // reorder follows IMPRESS's verdicts
     return ps;
   };

@@ -11,6 +11,7 @@
 #include "base/progress.h"
 #include "base/status.h"
 #include "engine/runtime/model-context.h"
+#include "pipeline/impress-pipeline.h"
 #include "pipeline/report.h"
 #include "store/kv-codec.h"
 
@@ -24,8 +25,10 @@ struct PipelineBenchOptions {
   float keep = 0.25f;
   float alpha = 0.6f;
   int probe_heads = 3;
-  bool probe_spread = false;          // probe heads spread over the KV groups (PipelineSettings::probe_spread)
-  bool write_order = true;            // the ingest stores chunks in its attention's importance order
+  bool probe_spread = false;           // probe heads spread over the KV groups (PipelineSettings::probe_spread)
+  bool write_order = true;             // the ingest stores chunks in its attention's importance order
+  int pool = PipelineSettings{}.pool;  // score pooling (PipelineSettings::pool, pool_max): selection and ingest
+  bool pool_max = PipelineSettings{}.pool_max;
   int select_group = -1;              // PipelineSettings::select_group for the IMPRESS and AS+H2O rows
   bool cross_layer_prefetch = false;  // PipelineSettings::cross_layer_prefetch for the IMPRESS rows
   // How the store keeps the KV at rest. Not fp16: the same ingest is also stored as fp16, and a
