@@ -296,12 +296,13 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
   pipecmd->add_flag("--kernels-only", pa->kernels_only,
                     "time only the question path's attention and probe scoring (25 new tokens, 1,925 selected, "
                     "7,700 probed) against a plain sgemm");
-  pipecmd->add_flag("--probe-spread", pa->opts.probe_spread, "probe heads spread over the KV groups");
-  pipecmd->add_flag("--cross-layer-prefetch", pa->opts.cross_layer_prefetch,
+  pipecmd->add_flag("--probe-spread", pa->opts.settings.probe_spread, "probe heads spread over the KV groups");
+  pipecmd->add_flag("--cross-layer-prefetch", pa->opts.settings.cross_layer_prefetch,
                     "read layer l+1's K/V at layer l's selection ahead of its probe");
-  pipecmd->add_flag("--no-write-order{false}", pa->opts.write_order, "store the document's chunks in token order");
+  pipecmd->add_flag("--no-write-order{false}", pa->opts.settings.write_order,
+                    "store the document's chunks in token order");
   pipecmd
-      ->add_option("--select-group", pa->opts.select_group,
+      ->add_option("--select-group", pa->opts.settings.select_group,
                    "I/O-aware selection: tokens kept in read groups of N slots (-1: whole 4 KiB blocks; 0: per token)")
       ->check(CLI::Range(-1, 4096));
   pipecmd
@@ -316,11 +317,16 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     if (opts.document.empty()) opts.document = assets + "/docs/gpl-3.0.txt";
     if (opts.questions.empty()) opts.questions = assets + "/eval/gpl-questions.txt";
     opts.store_dir = common->store_dir.empty() ? DefaultStoreDir() : common->store_dir;
-    opts.keep = common->keep;
-    opts.alpha = common->alpha;
-    opts.probe_heads = common->probe_heads;
-    opts.pool = common->pool;
-    opts.pool_max = common->pool_max;
+    // The common options' selection (keep, keep mass, alpha, probe heads, sinks, recent, pooling),
+    // with this command's own flags on top.
+    {
+      PipelineSettings s = AskOptionsFor(*common).pipeline;
+      s.probe_spread = opts.settings.probe_spread;
+      s.cross_layer_prefetch = opts.settings.cross_layer_prefetch;
+      s.write_order = opts.settings.write_order;
+      s.select_group = opts.settings.select_group;
+      opts.settings = s;
+    }
     auto ctx = LoadModelShowingProgress(*common);
     if (!ctx.ok()) {
       spdlog::error("{}", ctx.status().ToString());
@@ -337,7 +343,8 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       }
       std::cout << fmt::format("CPU {}\n", CpuModelName());
       for (const auto& [name, be] : runs) {
-        auto kt = TimeQuestionKernels(*be, (*ctx)->config(), 25, 1925, 7700, opts.probe_heads, opts.probe_spread);
+        auto kt = TimeQuestionKernels(*be, (*ctx)->config(), 25, 1925, 7700, opts.settings.probe_heads,
+                                      opts.settings.probe_spread);
         if (!kt.ok()) {
           spdlog::error("{}", kt.status().ToString());
           *exit_code = 1;
@@ -365,14 +372,20 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     nlohmann::json j{{"cpu", CpuModelName()},
                      {"document_tokens", r->n_document_tokens},
                      {"questions", r->n_questions},
-                     {"keep", opts.keep},
-                     {"alpha", opts.alpha},
-                     {"probe_spread", opts.probe_spread},
-                     {"write_order", opts.write_order},
-                     {"pool", opts.pool},
-                     {"pool_max", opts.pool_max},
-                     {"select_group", opts.select_group},
-                     {"cross_layer_prefetch", opts.cross_layer_prefetch},
+                     {"keep", opts.settings.keep},
+                     {"keep_mass", opts.settings.keep_mass},
+                     {"keep_min", opts.settings.keep_min},
+                     {"keep_max", opts.settings.keep_max},
+                     {"alpha", opts.settings.alpha},
+                     {"probe_heads", opts.settings.probe_heads},
+                     {"probe_spread", opts.settings.probe_spread},
+                     {"sinks", opts.settings.sinks},
+                     {"recent", opts.settings.recent},
+                     {"write_order", opts.settings.write_order},
+                     {"pool", opts.settings.pool},
+                     {"pool_max", opts.settings.pool_max},
+                     {"select_group", opts.settings.select_group},
+                     {"cross_layer_prefetch", opts.settings.cross_layer_prefetch},
                      {"kv_encoding", store::KVEncodingName(opts.kv_encoding)},
                      {"recomp_ttft_ms", r->recomp_ttft_ms},
                      {"impress_vs_as_bytes", r->impress_vs_as_bytes},
@@ -391,13 +404,20 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       return;
     }
     std::cout << fmt::format(
-        "CPU {}; document {} tokens, {} questions, keep {:.2f}, alpha {:.2f}, probe heads {}{}, {}, selection {}{}, "
-        "KV at rest {}, I/O {}{}\n",
-        CpuModelName(), r->n_document_tokens, r->n_questions, opts.keep, opts.alpha, opts.probe_heads,
-        opts.probe_spread ? " spread over the KV groups" : " (the first)",
-        opts.write_order ? "chunks written in importance order" : "chunks written in token order",
-        opts.select_group == 0 ? std::string("per token") : fmt::format("in read groups ({})", opts.select_group),
-        opts.pool > 1 ? fmt::format(" on scores pooled ({} of {})", opts.pool_max ? "largest" : "sum", opts.pool) : "",
+        "CPU {}; document {} tokens, {} questions, keep {}, alpha {:.2f}, probe heads {}{}, sinks {}, recent {}, {}, "
+        "selection {}{}, KV at rest {}, I/O {}{}\n",
+        CpuModelName(), r->n_document_tokens, r->n_questions,
+        opts.settings.keep_mass > 0 ? fmt::format("{:.0f}% of the attention mass", opts.settings.keep_mass * 100)
+                                    : fmt::format("{:.2f}", opts.settings.keep),
+        opts.settings.alpha, opts.settings.probe_heads,
+        opts.settings.probe_spread ? " spread over the KV groups" : " (the first)", opts.settings.sinks,
+        opts.settings.recent,
+        opts.settings.write_order ? "chunks written in importance order" : "chunks written in token order",
+        opts.settings.select_group == 0 ? std::string("per token")
+                                        : fmt::format("in read groups ({})", opts.settings.select_group),
+        opts.settings.pool > 1 ? fmt::format(" on scores pooled ({} of {})", opts.settings.pool_max ? "largest" : "sum",
+                                             opts.settings.pool)
+                               : "",
         store::KVEncodingName(opts.kv_encoding), r->io_engine, r->direct_io ? " + O_DIRECT" : "");
     // io wait: the I/O compute did not hide (the request waited on the store); probe: its share of TTFT.
     std::cout << fmt::format("{:<24} {:>8} {:>8} {:>8} {:>8} {:>7} {:>11} {:>11} {:>7} {:>9} {:>6} {:>7}\n", "system",

@@ -143,7 +143,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   // The document lives only on the SSD: no device or host tier. A compact encoding also gets an
   // fp16 copy of the same ingest, the reference every question is judged against.
   const bool compact = o.kv_encoding != store::KVEncoding::kF16;
-  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), o.probe_heads, o.probe_spread);
+  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), o.settings.probe_heads, o.settings.probe_spread);
   so.dir = (dir / "main").string();
   so.device_bytes = 0;
   so.host_bytes = 0;
@@ -175,12 +175,9 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
 
   // Ingest: one full prefill of the document, stored (in both stores when compact).
   std::vector<float> logits;
-  PipelineSettings s;
+  PipelineSettings s = o.settings;
   s.system = SystemKind::kRecomp;
   s.report_importance = false;
-  s.write_order = o.write_order;
-  s.pool = o.pool;
-  s.pool_max = o.pool_max;
   {
     IMPRESS_ASSIGN_OR_RETURN(RequestReport r, pipe.Prefill({prompts[0].tokens, prompts[0].n_prefix}, s, 0, &logits,
                                                            [&](uint64_t d, uint64_t t, std::string_view) {
@@ -209,16 +206,8 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   std::vector<int32_t> ref_first(prompts.size());
   std::vector<std::vector<float>> ref_logits(prompts.size());
   auto settings_for = [&](SystemKind sys) {
-    PipelineSettings ps;
+    PipelineSettings ps = o.settings;
     ps.system = sys;
-    ps.keep = o.keep;
-    ps.alpha = o.alpha;
-    ps.probe_heads = o.probe_heads;
-    ps.probe_spread = o.probe_spread;
-    ps.select_group = o.select_group;
-    ps.cross_layer_prefetch = o.cross_layer_prefetch;
-    ps.pool = o.pool;
-    ps.pool_max = o.pool_max;
     ps.report_importance = sys == SystemKind::kImpress;  // reorder follows IMPRESS's verdicts
     return ps;
   };

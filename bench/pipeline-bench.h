@@ -22,15 +22,10 @@ struct PipelineBenchOptions {
   std::string document;   // text file (4,000+ tokens for the numbers)
   std::string questions;  // one question per line; '#' lines are comments
   int n_questions = 20;
-  float keep = 0.25f;
-  float alpha = 0.6f;
-  int probe_heads = 3;
-  bool probe_spread = false;           // probe heads spread over the KV groups (PipelineSettings::probe_spread)
-  bool write_order = true;             // the ingest stores chunks in its attention's importance order
-  int pool = PipelineSettings{}.pool;  // score pooling (PipelineSettings::pool, pool_max): selection and ingest
-  bool pool_max = PipelineSettings{}.pool_max;
-  int select_group = -1;              // PipelineSettings::select_group for the IMPRESS and AS+H2O rows
-  bool cross_layer_prefetch = false;  // PipelineSettings::cross_layer_prefetch for the IMPRESS rows
+  // The selection every sparse system runs with (keep or keep_mass, alpha, probe heads, sinks,
+  // recent, pooling, select_group, dense_layers, head_max); cross_layer_prefetch for the IMPRESS
+  // rows; write_order and pooling for the ingest. `system` and `report_importance` are set per run.
+  PipelineSettings settings;
   // How the store keeps the KV at rest. Not fp16: the same ingest is also stored as fp16, and a
   // full-KV (AS-like) run over it is every question's reference (first token, logits).
   store::KVEncoding kv_encoding = store::KVEncoding::kF16;
