@@ -171,7 +171,7 @@ Result<RequestReport> ImpressPipeline::PrefillOnce(const PipelineRequest& req, c
   write_from_ = std::clamp(req.n_prefix - n_matched_, 0, n_new);
   n_new_total_ = n_new;
   write_imp_.assign(store_ && s.write_order ? size_t(c.n_layer) : 0, {});
-  write_keep_ = {s.sinks, std::max(0, req.n_prefix - s.recent), req.n_prefix, s.pool, s.pool_max};
+  write_order_ = {s.sinks, std::max(0, req.n_prefix - s.recent), req.n_prefix, s.pool, s.pool_max};
   for (int b = 0, nb = 0; b < n_new; b += nb) {
     nb = std::min(ubatch, n_new - b);
     if (!write_imp_.empty() && b < write_from_) nb = std::min(nb, write_from_ - b);
@@ -379,17 +379,17 @@ void ImpressPipeline::StoreAsync(size_t n_tokens, store::PrefixStore* into) {
     imp->assign(size_t(c.n_layer), std::vector<float>(count, -1.0f));
     for (int il = 0; il < c.n_layer; ++il) {
       std::vector<float> sum = SumNormalisedImportance(write_imp_[size_t(il)], c.n_head, n_all);
-      if (write_keep_.pool > 1) {
+      if (write_order_.pool > 1) {
         // Pooled as the selection pools, so each span a question keeps lies in neighbouring slots.
         std::vector<float> pooled;
-        PoolScoresInto(sum, write_keep_.pool, write_keep_.pool_max, &pooled);
+        PoolScoresInto(sum, write_order_.pool, write_order_.pool_max, &pooled);
         sum.swap(pooled);
       }
       std::vector<float>& out = (*imp)[size_t(il)];
       std::copy_n(sum.begin(), std::min(sum.size(), count), out.begin());
       for (size_t t = 0; t < count; ++t) {
         const int pos = n_matched_ + int(t);
-        if (pos < write_keep_.sinks || (pos >= write_keep_.recent_begin && pos < write_keep_.recent_end))
+        if (pos < write_order_.sinks || (pos >= write_order_.recent_begin && pos < write_order_.recent_end))
           out[t] = 2.0f * c.n_head;
       }
     }

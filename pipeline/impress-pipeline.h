@@ -222,7 +222,7 @@ class ImpressPipeline {
     int sinks = 0, recent_begin = 0, recent_end = 0;  // kept by every later request: stored first
     int pool = 0;                                     // PipelineSettings::pool and pool_max
     bool pool_max = false;
-  } write_keep_;
+  } write_order_;
 
   // Scratch (host): one layer's per-head importance from ScoreKeys, reused by every layer.
   std::vector<float> score_scratch_;
