@@ -39,6 +39,14 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
       ->check(CLI::Range(0, kMaxPoolWidth));
   cmd->add_flag("--pool-max,!--pool-sum", o->pool_max,
                 "with --pool: the window's largest score (the default) or its sum");
+  cmd->add_option("--pool-follow", o->pool_follow,
+                  "with --pool: the N tokens after an important token rank with it too (what follows a cue)")
+      ->check(CLI::Range(0, kMaxPoolWidth));
+  cmd->add_flag("--head-max,!--head-sum", o->head_max,
+                "one score per token from the scored heads: the largest share (each head's favourites count) or "
+                "the sum");
+  cmd->add_option("--dense-layers", o->dense_layers, "the first N layers load every prefix token")
+      ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--probe-heads", o->probe_heads, "probe query heads per layer")->check(CLI::Range(1, 1024));
   cmd->add_option("--sinks", o->sinks, "attention sinks always kept")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--recent", o->recent, "recent prefix tokens always kept")->check(CLI::Range(0, 1 << 20));
@@ -137,6 +145,9 @@ AskOptions AskOptionsFor(const CommonOptions& c, const GenerationDefaults& model
   o.pipeline.keep_max = c.keep_max;
   o.pipeline.pool = c.pool;
   o.pipeline.pool_max = c.pool_max;
+  o.pipeline.pool_follow = c.pool_follow;
+  o.pipeline.head_max = c.head_max;
+  o.pipeline.dense_layers = c.dense_layers;
   o.pipeline.alpha = c.alpha;
   o.pipeline.probe_heads = c.probe_heads;
   o.pipeline.sinks = c.sinks;

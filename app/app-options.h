@@ -24,6 +24,9 @@ struct CommonOptions {
   float keep_max = PipelineSettings{}.keep_max;
   int pool = PipelineSettings{}.pool;  // score pooling window (PipelineSettings::pool, pool_max)
   bool pool_max = PipelineSettings{}.pool_max;
+  int pool_follow = PipelineSettings{}.pool_follow;  // PipelineSettings::pool_follow, head_max and
+  bool head_max = PipelineSettings{}.head_max;       // dense_layers
+  int dense_layers = PipelineSettings{}.dense_layers;
   int probe_heads = 3;
   int sinks = 4;
   int recent = 32;

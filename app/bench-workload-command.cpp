@@ -9,9 +9,11 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <sstream>
 
 #include "app/app-options.h"
@@ -123,11 +125,15 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
                        {"depth", f.depth},
                        {"correct", f.correct},
                        {"continuation_match", f.continuation_match},
+                       {"span_kept", f.span_kept},
                        {"output", f.output}});
     systems.push_back({{"system", s.system},
                        {"sweep_value", s.sweep_value},
                        {"fact_accuracy", s.fact_accuracy},
                        {"continuation_match", s.continuation_match},
+                       {"span_kept_by_layer", s.span_kept_by_layer},
+                       {"span_kept_mean", s.span_kept_mean},
+                       {"span_whole_share", s.span_whole_share},
                        {"facts", facts},
                        {"mean_breakdown_ms",
                         {{"match", s.mean_breakdown.match_ms},
@@ -200,11 +206,16 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
         s.hit_host, s.hit_ssd, s.mean_ssd_bytes, s.mean_read_amplification, s.unhidden_io_share,
         s.first_token_agreement, s.continuation_match, s.fact_accuracy, s.mean_probe_key_bytes);
   std::ofstream facts(stem + "-facts.csv");
-  facts << "system,sweep_value,fact,doc,depth,correct,continuation_match\n";
+  facts << "system,sweep_value,fact,doc,depth,correct,continuation_match,span_kept_min,span_kept_mean\n";
   for (const WorkloadSystemResult& s : r.systems)
-    for (const WorkloadFactResult& f : s.facts)
-      facts << fmt::format("{},{},{},{},{:.2f},{},{}\n", s.system, s.sweep_value, f.fact, f.doc, f.depth,
-                           f.correct ? 1 : 0, f.continuation_match);
+    for (const WorkloadFactResult& f : s.facts) {
+      const bool found = !f.span_kept.empty();
+      const double lo = found ? *std::min_element(f.span_kept.begin(), f.span_kept.end()) : -1;
+      const double mean =
+          found ? std::accumulate(f.span_kept.begin(), f.span_kept.end(), 0.0) / double(f.span_kept.size()) : -1;
+      facts << fmt::format("{},{},{},{},{:.2f},{},{},{:.4f},{:.4f}\n", s.system, s.sweep_value, f.fact, f.doc, f.depth,
+                           f.correct ? 1 : 0, f.continuation_match, lo, mean);
+    }
   std::ofstream req(stem + "-requests.csv");
   req << "system,sweep_value,request,doc,follow_up,n_prefix,n_matched,ttft_ms,io_wait_ms,ssd_bytes,chunks_device,"
          "chunks_host,"
@@ -222,6 +233,26 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
     }
   if (!sys || !req || !facts) return Status::IOError("cannot write the results to " + out_dir);
   return Status::Ok();
+}
+
+// How much of each fact's statement the sparse systems kept: the mean over layers, how many facts
+// kept all of it in every layer, and the three layers that kept least.
+void PrintSpans(const WorkloadBenchResult& r) {
+  for (const WorkloadSystemResult& s : r.systems) {
+    if (s.span_kept_mean < 0 || s.span_kept_mean >= 1.0) continue;
+    std::vector<int> order(s.span_kept_by_layer.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return s.span_kept_by_layer[size_t(a)] < s.span_kept_by_layer[size_t(b)]; });
+    std::string worst;
+    for (size_t i = 0; i < std::min<size_t>(3, order.size()); ++i)
+      worst += fmt::format("{}layer {} {:.0f}%", i ? ", " : "", order[i], s.span_kept_by_layer[size_t(order[i])] * 100);
+    std::cout << fmt::format(
+        "{}{}: fact statements kept {:.0f}% of their tokens (mean over layers), whole in every layer for {:.0f}% "
+        "of the facts; least: {}\n",
+        s.system, r.sweep.empty() ? std::string() : fmt::format(" {}", s.sweep_value), s.span_kept_mean * 100,
+        s.span_whole_share * 100, worst);
+  }
 }
 
 void PrintTable(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
@@ -261,6 +292,7 @@ void PrintTable(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
         s.unhidden_io_share * 100, Share(s.first_token_agreement), Share(s.continuation_match),
         s.facts.empty() ? std::string("-") : fmt::format("{}/{}", right, s.facts.size()));
   }
+  PrintSpans(r);
 }
 
 }  // namespace
@@ -308,12 +340,12 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       ->check(CLI::IsMember({"fp16", "int8"}));
   cmd->add_flag("--probe-spread", wa->opts.settings.probe_spread,
                 "probe query heads spread over the KV groups (else the first ones)");
-  cmd->add_option("--sweep", wa->sweep,
-                  "run one system (the first of --systems, default impress) over values of one setting: NAME=v1,v2,... "
-                  "with NAME alpha, keep, keep-mass (0: the fixed keep), pool, pool-max (0/1), probe-heads, "
-                  "probe-spread (0/1), select-group, "
-                  "chunk-tokens, "
-                  "device-fraction or host-fraction");
+  cmd->add_option(
+      "--sweep", wa->sweep,
+      "run one system (the first of --systems, default impress) over values of one setting: NAME=v1,v2,... "
+      "with NAME alpha, keep, keep-mass (0: the fixed keep), pool, pool-max (0/1), probe-heads, "
+      "probe-spread (0/1), select-group, chunk-tokens, pool-follow, dense-layers, head-max (0/1), device-fraction or "
+      "host-fraction");
   cmd->add_flag("--json", wa->json, "print JSON");
   cmd->callback([=] {
     ConfigureLogging(*common);

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <span>
+#include <utility>
 
 #include "chat/conversation.h"
 #include "pipeline/impress-pipeline.h"
@@ -93,8 +95,17 @@ Status ApplySweep(const std::string& name, double v, RunSpec* r) {
     if (v < 0 || v > kMaxPoolWidth)
       return Status::InvalidArgument(fmt::format("sweep pool: {} is not in [0, {}]", v, kMaxPoolWidth));
     r->settings.pool = int(v);
+  } else if (name == "pool-follow") {
+    if (v < 0 || v > kMaxPoolWidth)
+      return Status::InvalidArgument(fmt::format("sweep pool-follow: {} is not in [0, {}]", v, kMaxPoolWidth));
+    r->settings.pool_follow = int(v);
   } else if (name == "pool-max") {
     r->settings.pool_max = v != 0;
+  } else if (name == "dense-layers") {
+    if (v < 0) return Status::InvalidArgument(fmt::format("sweep dense-layers: {} is not a layer count", v));
+    r->settings.dense_layers = int(v);
+  } else if (name == "head-max") {
+    r->settings.head_max = v != 0;
   } else if (name == "probe-heads") {
     r->settings.probe_heads = std::max(1, int(v));
   } else if (name == "probe-spread") {
@@ -151,6 +162,7 @@ std::string IngestKey(const Prompts& w, const store::PrefixStoreOptions& so, con
   if (s.pool > 1) {  // pooling reorders what is written; without it the key is the one it had before
     const int pool[] = {s.pool, s.pool_max ? 1 : 0};
     mix(pool, sizeof pool);
+    if (s.pool_follow > 0) mix(&s.pool_follow, sizeof s.pool_follow);
   }
   for (const PromptTokens& p : w.docs) {
     mix(&p.n_prefix, sizeof p.n_prefix);
@@ -244,19 +256,71 @@ WorkloadRequestResult FromReport(const RequestReport& r, const WorkloadRequest& 
   return x;
 }
 
+// Where `statement` lies among the first n tokens of the prompt: [begin, end) of the tokens that
+// spell it (byte-level tokens decode to the text piece by piece). {0, 0} when it is not there.
+std::pair<int, int> StatementTokens(const Tokenizer& tok, std::span<const int32_t> tokens,
+                                    const std::string& statement) {
+  std::string text;
+  std::vector<size_t> starts;
+  starts.reserve(tokens.size());
+  for (int32_t t : tokens) {
+    starts.push_back(text.size());
+    text += tok.Decode(std::vector<int32_t>{t}, false);
+  }
+  const size_t at = text.find(statement);
+  if (at == std::string::npos) return {0, 0};
+  const auto first = std::upper_bound(starts.begin(), starts.end(), at) - starts.begin() - 1;
+  const auto last = std::lower_bound(starts.begin(), starts.end(), at + statement.size()) - starts.begin();
+  return {int(first), int(last)};
+}
+
+// Per layer, the share of the tokens [span.first, span.second) the request used.
+std::vector<float> SpanKept(const RequestReport& r, std::pair<int, int> span) {
+  const size_t n = size_t(r.n_matched), width = size_t(span.second - span.first);
+  if (n == 0 || width == 0 || size_t(span.second) > n || r.selected.size() != r.layers.size() * n) return {};
+  std::vector<float> kept(r.layers.size());
+  for (size_t il = 0; il < r.layers.size(); ++il) {
+    const uint8_t* row = r.selected.data() + il * n;
+    kept[il] = float(std::count(row + span.first, row + span.second, uint8_t{1})) / float(width);
+  }
+  return kept;
+}
+
+// The fact spans' figures of a system's summary from its facts' span_kept.
+void SummarizeSpans(WorkloadSystemResult* s) {
+  s->span_kept_by_layer.clear();
+  int n_found = 0, whole = 0;
+  for (const WorkloadFactResult& f : s->facts) {
+    if (f.span_kept.empty()) continue;
+    if (s->span_kept_by_layer.size() < f.span_kept.size()) s->span_kept_by_layer.resize(f.span_kept.size(), 0.0);
+    for (size_t il = 0; il < f.span_kept.size(); ++il) s->span_kept_by_layer[il] += f.span_kept[il];
+    ++n_found;
+    whole += *std::min_element(f.span_kept.begin(), f.span_kept.end()) >= 1.0f ? 1 : 0;
+  }
+  if (n_found == 0) return;
+  double sum = 0;
+  for (double& x : s->span_kept_by_layer) sum += x /= n_found;
+  s->span_kept_mean = sum / double(s->span_kept_by_layer.size());
+  s->span_whole_share = double(whole) / n_found;
+}
+
 // Each hidden fact's question, answered greedily with n_continue tokens; nothing is stored and
 // the store's statistics are left alone (the requests before already shaped the tiers).
 Status AskFacts(ImpressPipeline& pipe, const RunSpec& r, const Prompts& w, const WorkloadBenchOptions& o,
                 const WorkloadBenchResult& result, WorkloadSystemResult* out, uint64_t* step, uint64_t total) {
   PipelineSettings s = r.settings;
   s.report_importance = false;
+  s.record_importance = true;  // which tokens each layer used: how much of the fact it kept
   const Tokenizer& tok = pipe.context().tokenizer();
   std::vector<float> logits;
   for (size_t i = 0; i < w.facts.size(); ++i) {
     const PromptTokens& p = w.facts[i];
     const PlacedFact& placed = result.facts[i];
-    IMPRESS_RETURN_IF_ERROR(pipe.Prefill({p.tokens, p.n_prefix}, s, o.n_continue, &logits).status());
+    IMPRESS_ASSIGN_OR_RETURN(const RequestReport report,
+                             pipe.Prefill({p.tokens, p.n_prefix}, s, o.n_continue, &logits));
     WorkloadFactResult f;
+    const std::string& statement = o.facts[size_t(placed.fact)].statement;
+    f.span_kept = SpanKept(report, StatementTokens(tok, std::span(p.tokens).first(size_t(p.n_prefix)), statement));
     f.fact = placed.fact;
     f.doc = placed.doc;
     f.depth = placed.depth;
@@ -464,12 +528,13 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
   }
   s->fact_accuracy = s->facts.empty() ? -1 : double(right) / double(s->facts.size());
   s->continuation_match = n_cont > 0 ? cont / n_cont : -1;
+  SummarizeSpans(s);
 }
 
 const std::vector<std::string>& WorkloadSweepNames() {
   static const std::vector<std::string> names = {
-      "alpha",        "keep",         "keep-mass",       "pool",         "pool-max", "probe-heads", "probe-spread",
-      "select-group", "chunk-tokens", "device-fraction", "host-fraction"};
+      "alpha",        "keep",         "keep-mass",   "pool",         "pool-max", "probe-heads",     "probe-spread",
+      "select-group", "chunk-tokens", "pool-follow", "dense-layers", "head-max", "device-fraction", "host-fraction"};
   return names;
 }
 

@@ -93,6 +93,10 @@ struct WorkloadFactResult {
   int continuation_match = -1;  // leading tokens equal to the full-KV reference's; -1: no reference
   std::string output;           // the greedy output, up to the end of generation
   std::vector<int32_t> tokens;  // n_continue greedy tokens
+  // Per layer, the share of the fact's own tokens (its statement in the document) the question
+  // attended to; empty when the statement was not found among the prompt's tokens or nothing was
+  // reused (ReComp). Full KV keeps all of them.
+  std::vector<float> span_kept;
 };
 
 struct WorkloadSystemResult {
@@ -110,6 +114,11 @@ struct WorkloadSystemResult {
   double first_token_agreement = -1;  // -1: not compared
   double fact_accuracy = -1;          // share of facts answered right; -1: no facts asked
   double continuation_match = -1;     // mean share of the n_continue tokens before the first divergence
+  // Over the facts asked: the mean share of a fact's tokens kept, per layer, and how often the
+  // worst layer kept the whole statement; -1 / empty when no fact's span was found.
+  std::vector<double> span_kept_by_layer;
+  double span_kept_mean = -1;
+  double span_whole_share = -1;  // facts whose every layer kept every token of the statement
 };
 
 struct WorkloadBenchResult {

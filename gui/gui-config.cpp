@@ -78,6 +78,11 @@ Result<TuningSettings> ParseTuning(const std::string& text, const TuningSettings
     if (!it->is_boolean()) return Status::InvalidArgument("settings key 'pool_max' must be true or false");
     p.pool_max = it->get<bool>();
   }
+  IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "pool_follow", 0, kMaxPoolWidth, &p.pool_follow));
+  if (auto it = j.find("head_max"); it != j.end()) {
+    if (!it->is_boolean()) return Status::InvalidArgument("settings key 'head_max' must be true or false");
+    p.head_max = it->get<bool>();
+  }
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "probe_heads", 1, 64, &p.probe_heads));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "sinks", 0, 1024, &p.sinks));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "recent", 0, 8192, &p.recent));
@@ -109,6 +114,8 @@ std::string TuningToJson(const TuningSettings& s) {
                       {"keep", p.keep},
                       {"pool", p.pool},
                       {"pool_max", p.pool_max},
+                      {"pool_follow", p.pool_follow},
+                      {"head_max", p.head_max},
                       {"probe_heads", p.probe_heads},
                       {"sinks", p.sinks},
                       {"recent", p.recent},

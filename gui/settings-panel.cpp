@@ -83,6 +83,13 @@ void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& 
   done();
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("rank each prefix token by the largest score of the tokens around it, so whole spans are kept");
+  ImGui::SliderInt("keep after a match", &p.pool_follow, 0, 32, p.pool > 1 ? "%d tokens" : "(pooling off)");
+  done();
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("the tokens after an important one rank with it: what follows the words a question matches");
+  changed |= ImGui::Checkbox("largest head score", &p.head_max);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("a token's score is the largest share any scored head gives it (else the heads' sum)");
   ImGui::SliderInt("probe heads", &p.probe_heads, 1, 9);
   done();
   ImGui::SliderInt("sinks", &p.sinks, 0, 64);

@@ -171,7 +171,7 @@ Result<RequestReport> ImpressPipeline::PrefillOnce(const PipelineRequest& req, c
   write_from_ = std::clamp(req.n_prefix - n_matched_, 0, n_new);
   n_new_total_ = n_new;
   write_imp_.assign(store_ && s.write_order ? size_t(c.n_layer) : 0, {});
-  write_order_ = {s.sinks, std::max(0, req.n_prefix - s.recent), req.n_prefix, s.pool, s.pool_max};
+  write_order_ = {s.sinks, std::max(0, req.n_prefix - s.recent), req.n_prefix, s.pool, s.pool_max, s.pool_follow};
   for (int b = 0, nb = 0; b < n_new; b += nb) {
     nb = std::min(ubatch, n_new - b);
     if (!write_imp_.empty() && b < write_from_) nb = std::min(nb, write_from_ - b);
@@ -382,7 +382,7 @@ void ImpressPipeline::StoreAsync(size_t n_tokens, store::PrefixStore* into) {
       if (write_order_.pool > 1) {
         // Pooled as the selection pools, so each span a question keeps lies in neighbouring slots.
         std::vector<float> pooled;
-        PoolScoresInto(sum, write_order_.pool, write_order_.pool_max, &pooled);
+        PoolScoresInto(sum, write_order_.pool, write_order_.pool_max, &pooled, write_order_.pool_follow);
         sum.swap(pooled);
       }
       std::vector<float>& out = (*imp)[size_t(il)];

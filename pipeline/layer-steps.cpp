@@ -18,6 +18,10 @@ bool UsesProbe(SystemKind s) {
   return s == SystemKind::kImpress || s == SystemKind::kImpressItf || s == SystemKind::kImpressItfRo;
 }
 bool UsesH2o(SystemKind s) { return s == SystemKind::kAsH2oLru || s == SystemKind::kAsH2oLfu; }
+// Layer il loads every prefix token: AS-like everywhere, the sparse systems in their dense layers.
+bool LoadsWholeLayer(const PipelineSettings& s, int il) {
+  return s.system == SystemKind::kAsLike || (s.system != SystemKind::kRecomp && il < s.dense_layers);
+}
 
 // True when the store keeps probe keys for every KV head the probe query heads use; otherwise the
 // probe reads all keys (e.g. more probe heads than the store was opened for).
@@ -47,7 +51,7 @@ Status ImpressPipeline::PrefetchLayer(Run& run, int il) {
   if (!run.reuse || n_matched_ == 0 || il >= c.n_layer || prefetch_[size_t(il)]) return Status::Ok();
   std::optional<store::ReadTicket>& slot = prefetch_[size_t(il)];
   double* bucket = &run.report.breakdown.kv_io_ms;
-  if (sys == SystemKind::kAsLike) {
+  if (LoadsWholeLayer(run.s, il)) {
     IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadKV(handle_, il, AllTokens(n_matched_), true, true));
   } else if (UsesH2o(sys)) {
     IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, il));
@@ -78,7 +82,7 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
   job.score.swap(score_sum_);
   job.score.clear();
   job.lr.n = job.n;
-  switch (run.s.system) {
+  switch (LoadsWholeLayer(run.s, il) ? SystemKind::kAsLike : run.s.system) {
     case SystemKind::kAsLike: IMPRESS_RETURN_IF_ERROR(LoadFullLayer(job)); break;
     case SystemKind::kAsH2oLru:
     case SystemKind::kAsH2oLfu: IMPRESS_RETURN_IF_ERROR(SelectByAllHeads(job)); break;
@@ -90,7 +94,8 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
   }
   RecordSelection(job);
   job.score.swap(score_sum_);
-  if (run.s.cross_layer_prefetch && UsesProbe(run.s.system)) IMPRESS_RETURN_IF_ERROR(PrefetchNextLayerKV(run, il));
+  if (run.s.cross_layer_prefetch && UsesProbe(run.s.system) && !LoadsWholeLayer(run.s, il))
+    IMPRESS_RETURN_IF_ERROR(PrefetchNextLayerKV(run, il));
   return Status::Ok();
 }
 
@@ -204,7 +209,7 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
       fwd_->ScoreKeys(job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = kv_heads},
                       probe_heads, probe_imp.data()));
   bd.probe_score_ms += ElapsedMs(t_score, PipelineClock::now());
-  SumNormalisedImportanceInto(probe_imp, n_probe, n, &job.score);
+  CombineNormalisedImportanceInto(probe_imp, n_probe, n, job.run.s.head_max, &job.score);
   SetKeepCount(job);
   const ProbeVerdict verdict = JudgeProbe(probe_imp, n_probe, n, job.k, job.run.s.alpha, sel_scratch_);
   job.lr.s = verdict.s;
@@ -242,7 +247,7 @@ Status ImpressPipeline::SelectByAllHeads(LayerJob& job) {
       job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = FirstN(c.n_head_kv)},
       FirstN(c.n_head), imp.data()));
   bd.probe_score_ms += ElapsedMs(t_score, PipelineClock::now());
-  SumNormalisedImportanceInto(imp, c.n_head, n, &job.score);
+  CombineNormalisedImportanceInto(imp, c.n_head, n, job.run.s.head_max, &job.score);
   SetKeepCount(job);
   IMPRESS_RETURN_IF_ERROR(ChooseTokens(job));
   job.run.sw.Lap(&bd.probe_compute_ms);
@@ -260,7 +265,7 @@ Status ImpressPipeline::ChooseTokens(LayerJob& job) {
   // The selection and the store's statistics rank by the pooled scores; the heatmap shows the
   // scores as the heads gave them.
   job.pooled = s.pool > 1;
-  if (job.pooled) PoolScoresInto(job.score, s.pool, s.pool_max, &pool_scratch_);
+  if (job.pooled) PoolScoresInto(job.score, s.pool, s.pool_max, &pool_scratch_, s.pool_follow);
   const std::span<const float> rank = job.pooled ? std::span<const float>(pool_scratch_) : job.score;
   const int group = s.select_group < 0 ? int(store_->BlockGroupTokens()) : s.select_group;
   if (group <= 1) {

@@ -141,16 +141,25 @@ void TopKBits(std::span<const float> values, int k, SelectionScratch& scratch, u
   }
 }
 
-void SumNormalisedImportanceInto(std::span<const float> per_head, int n_heads, int n, std::vector<float>* out) {
+void CombineNormalisedImportanceInto(std::span<const float> per_head, int n_heads, int n, bool head_max,
+                                     std::vector<float>* out) {
   out->assign(size_t(std::max(n, 0)), 0.0f);
-  float* sum = out->data();
+  float* acc = out->data();
   for (int h = 0; h < n_heads; ++h) {
     const float* row = per_head.data() + size_t(h) * size_t(n);
     double total = 0;
     for (int i = 0; i < n; ++i) total += row[i];
     const float inv = total > 0 ? float(1.0 / total) : 0.0f;
-    for (int i = 0; i < n; ++i) sum[i] += row[i] * inv;
+    if (head_max) {
+      for (int i = 0; i < n; ++i) acc[i] = std::max(acc[i], row[i] * inv);
+    } else {
+      for (int i = 0; i < n; ++i) acc[i] += row[i] * inv;
+    }
   }
+}
+
+void SumNormalisedImportanceInto(std::span<const float> per_head, int n_heads, int n, std::vector<float>* out) {
+  CombineNormalisedImportanceInto(per_head, n_heads, n, false, out);
 }
 
 std::vector<float> SumNormalisedImportance(std::span<const float> per_head, int n_heads, int n) {
@@ -319,7 +328,7 @@ std::vector<uint32_t> SelectGroups(std::span<const float> score, int k, int sink
   return out;
 }
 
-void PoolScoresInto(std::span<const float> in, int width, bool max, std::vector<float>* out) {
+void PoolScoresInto(std::span<const float> in, int width, bool max, std::vector<float>* out, int follow) {
   const int n = int(in.size());
   out->resize(in.size());
   if (width <= 1) {
@@ -327,8 +336,9 @@ void PoolScoresInto(std::span<const float> in, int width, bool max, std::vector<
     return;
   }
   const int r = std::min(width, kMaxPoolWidth) / 2;  // tokens on each side
+  const int back = r + std::clamp(follow, 0, kMaxPoolWidth);
   for (int i = 0; i < n; ++i) {
-    const int lo = std::max(0, i - r), hi = std::min(n, i + r + 1);
+    const int lo = std::max(0, i - back), hi = std::min(n, i + r + 1);
     // Added left to right from the window's first token, the same order a plain loop uses, so the
     // result is exact against a reference and equal scores stay equal.
     float v = in[size_t(lo)];

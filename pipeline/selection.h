@@ -80,6 +80,9 @@ ProbeVerdict JudgeProbe(std::span<const float> per_head, int n_heads, int n, int
 
 // SumNormalisedImportance into *out (resized to n, its capacity reused).
 void SumNormalisedImportanceInto(std::span<const float> per_head, int n_heads, int n, std::vector<float>* out);
+// The same normalisation, combined by the largest share over the heads (head_max) or the sum.
+void CombineNormalisedImportanceInto(std::span<const float> per_head, int n_heads, int n, bool head_max,
+                                     std::vector<float>* out);
 
 // The keep by attention mass: the tokens SelectTokens forces (the `sinks` first and `recent` last
 // ones), plus the fewest of the others whose scores, taken largest first, sum to at least `target`
@@ -106,8 +109,12 @@ void SelectTokensInto(std::span<const float> score, int k, int sinks, int recent
 // ends). A token next to an important one then ranks near it, so a selection keeps short spans
 // (the several tokens of a name, a number, a clause) rather than their single best-scored token.
 // width <= 1 copies; a width above kMaxPoolWidth counts as kMaxPoolWidth. O(n * width).
+// follow > 0 stretches the window that many tokens further back, so the `follow` tokens after an
+// important one rank with it too (what follows a matched cue is often what answers the question);
+// follow is capped at kMaxPoolWidth and needs width > 1.
 inline constexpr int kMaxPoolWidth = 63;
-void PoolScoresInto(std::span<const float> in, int width, bool max, std::vector<float>* out);
+
+void PoolScoresInto(std::span<const float> in, int width, bool max, std::vector<float>* out, int follow = 0);
 
 // I/O-aware selection: the unit selected is the unit read. `group[i]` names token i's read group
 // (tokens whose K and V records share disk blocks; ids in [0, n_groups)). The target is the

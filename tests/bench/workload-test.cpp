@@ -205,6 +205,25 @@ TEST(Workload, SummaryScoresFactsAndContinuations) {
   EXPECT_EQ(none.continuation_match, -1);
 }
 
+TEST(Workload, SummaryAveragesFactSpansPerLayer) {
+  WorkloadSystemResult s;
+  WorkloadFactResult a, b, missing;
+  a.span_kept = {1.0f, 0.5f, 1.0f};
+  b.span_kept = {1.0f, 1.0f, 1.0f};  // whole in every layer
+  s.facts = {a, b, missing};         // a statement not found counts nowhere
+  SummarizeWorkloadSystem(&s, 32);
+  ASSERT_EQ(s.span_kept_by_layer.size(), 3u);
+  EXPECT_DOUBLE_EQ(s.span_kept_by_layer[0], 1.0);
+  EXPECT_DOUBLE_EQ(s.span_kept_by_layer[1], 0.75);
+  EXPECT_DOUBLE_EQ(s.span_kept_mean, (1.0 + 0.75 + 1.0) / 3);
+  EXPECT_DOUBLE_EQ(s.span_whole_share, 0.5);
+  WorkloadSystemResult none;
+  none.facts = {missing};
+  SummarizeWorkloadSystem(&none, 32);
+  EXPECT_TRUE(none.span_kept_by_layer.empty());
+  EXPECT_EQ(none.span_kept_mean, -1);
+}
+
 TEST(Workload, ContinuationMatchCountsTokensBeforeTheFirstDivergence) {
   const std::vector<int32_t> a = {5, 6, 7, 8, 9};
   EXPECT_EQ(ContinuationMatch(a, a), 5);

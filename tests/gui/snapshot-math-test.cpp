@@ -349,6 +349,8 @@ TEST(TuningConfig, RoundTripsAndNamesBadKeys) {
   s.host_budget_mb = 77;
   s.pipeline.pool = 7;
   s.pipeline.pool_max = true;
+  s.pipeline.pool_follow = 5;
+  s.pipeline.head_max = false;
   auto back = ParseTuning(TuningToJson(s), TuningSettings{});
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_FLOAT_EQ(back->pipeline.alpha, 1.25f);
@@ -357,6 +359,10 @@ TEST(TuningConfig, RoundTripsAndNamesBadKeys) {
   EXPECT_EQ(back->host_budget_mb, 77);
   EXPECT_EQ(back->pipeline.pool, 7);
   EXPECT_TRUE(back->pipeline.pool_max);
+  EXPECT_EQ(back->pipeline.pool_follow, 5);
+  EXPECT_FALSE(back->pipeline.head_max);
+  EXPECT_FALSE(ParseTuning(R"({"pool_follow": -1})", TuningSettings{}).ok());
+  EXPECT_FALSE(ParseTuning(R"({"head_max": "yes"})", TuningSettings{}).ok());
   EXPECT_FALSE(ParseTuning(R"({"pool": 99})", TuningSettings{}).ok());
   EXPECT_FALSE(ParseTuning(R"({"pool_max": 1})", TuningSettings{}).ok());
 

@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <span>
+#include <utility>
 
 namespace impress {
 namespace {
@@ -199,17 +200,26 @@ TEST(Threshold, EndsOfTheRangeIgnoreAlpha) {
 
 // ---- summed normalised importance -------------------------------------------------------------
 
-TEST(SumNormalised, MatchesDoubleReferenceAndIgnoresRowScale) {
-  std::mt19937 rng(5);
-  const int n_heads = 4, n = 37;
+// Random importance rows (n_heads x n) and, in double, each head's row over its own total combined
+// over the heads by `combine`.
+template <typename Combine>
+std::pair<std::vector<float>, std::vector<double>> RowsAndNormalised(uint32_t seed, int n_heads, int n,
+                                                                     Combine combine) {
+  std::mt19937 rng(seed);
   std::vector<float> imp(size_t(n_heads) * n);
   for (float& x : imp) x = float(rng() % 1000) / 100.0f;
   std::vector<double> want(size_t(n), 0.0);
   for (int h = 0; h < n_heads; ++h) {
     double total = 0;
     for (int i = 0; i < n; ++i) total += imp[size_t(h) * n + i];
-    for (int i = 0; i < n; ++i) want[size_t(i)] += imp[size_t(h) * n + i] / total;
+    for (int i = 0; i < n; ++i) want[size_t(i)] = combine(want[size_t(i)], imp[size_t(h) * n + i] / total);
   }
+  return {imp, want};
+}
+
+TEST(SumNormalised, MatchesDoubleReferenceAndIgnoresRowScale) {
+  const int n_heads = 4, n = 37;
+  auto [imp, want] = RowsAndNormalised(5, n_heads, n, [](double a, double b) { return a + b; });
   const std::vector<float> got = SumNormalisedImportance(imp, n_heads, n);
   ASSERT_EQ(got.size(), size_t(n));
   double sum = 0;
@@ -222,6 +232,22 @@ TEST(SumNormalised, MatchesDoubleReferenceAndIgnoresRowScale) {
   for (int i = 0; i < n; ++i) imp[size_t(2) * n + i] *= 1000.0f;
   const std::vector<float> scaled = SumNormalisedImportance(imp, n_heads, n);
   for (int i = 0; i < n; ++i) EXPECT_NEAR(scaled[size_t(i)], got[size_t(i)], 1e-5);
+}
+
+TEST(SumNormalised, HeadMaxTakesEachTokensLargestShare) {
+  const int n_heads = 3, n = 29;
+  const auto [imp, want] = RowsAndNormalised(11, n_heads, n, [](double a, double b) { return std::max(a, b); });
+  std::vector<float> got;
+  CombineNormalisedImportanceInto(imp, n_heads, n, /*head_max=*/true, &got);
+  ASSERT_EQ(got.size(), size_t(n));
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(got[size_t(i)], want[size_t(i)], 1e-6) << "token " << i;
+  // One sharp head's favourite outranks a token every head gives a middling share: the sum ranks
+  // them the other way round.
+  const std::vector<float> sharp = {0.6f, 0.2f, 0.2f, 0.1f, 0.5f, 0.4f, 0.1f, 0.5f, 0.4f};
+  CombineNormalisedImportanceInto(sharp, 3, 3, true, &got);
+  EXPECT_GT(got[0], got[1]);
+  CombineNormalisedImportanceInto(sharp, 3, 3, false, &got);
+  EXPECT_LT(got[0], got[1]);
 }
 
 TEST(SumNormalised, ZeroRowsContributeNothing) {
@@ -664,6 +690,17 @@ TEST(ScorePool, EvenWidthsCountAsTheNextOddOneAndOffCopies) {
   EXPECT_EQ(off, v);
   PoolScoresInto(v, 0, false, &off);
   EXPECT_EQ(off, v);
+}
+
+TEST(ScorePool, FollowCarriesAPeaksScoreToTheTokensAfterIt) {
+  const std::vector<float> v = {0, 0, 0, 8, 0, 0, 0, 0, 0, 0};
+  std::vector<float> out;
+  PoolScoresInto(v, 3, true, &out, 3);  // one token each side, three more after
+  EXPECT_EQ(out, (std::vector<float>{0, 0, 8, 8, 8, 8, 8, 8, 0, 0}));
+  PoolScoresInto(v, 3, false, &out, 3);  // the sum over the same stretched window
+  EXPECT_EQ(out, (std::vector<float>{0, 0, 8, 8, 8, 8, 8, 8, 0, 0}));
+  PoolScoresInto(v, 1, true, &out, 3);  // pooling off: follow alone changes nothing
+  EXPECT_EQ(out, v);
 }
 
 TEST(ScorePool, PooledSelectionKeepsTheSpanAroundAPeakWhereRawScoresScatter) {
