@@ -25,6 +25,7 @@ class [[nodiscard]] Status {
     kResourceExhausted,  // a budget or memory limit
     kCancelled,          // the user stopped it
     kInternal,           // a bug: an invariant did not hold
+    kDataLoss,           // data in use changed underneath (a model file truncated or rewritten while mapped)
   };
 
   Status() = default;
@@ -40,6 +41,7 @@ class [[nodiscard]] Status {
   static Status ResourceExhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
   static Status Cancelled(std::string m) { return {Code::kCancelled, std::move(m)}; }
   static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+  static Status DataLoss(std::string m) { return {Code::kDataLoss, std::move(m)}; }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
@@ -57,6 +59,7 @@ class [[nodiscard]] Status {
       case Code::kResourceExhausted: return "resource exhausted";
       case Code::kCancelled: return "cancelled";
       case Code::kInternal: return "internal error";
+      case Code::kDataLoss: return "data loss";
     }
     return "unknown";
   }

@@ -351,6 +351,11 @@ void ImpressPipeline::StoreAsync(size_t n_tokens, store::PrefixStore* into) {
   store_result_ = uint64_t{0};
   if (!into) into = store_;
   if (!into) return;
+  // KV computed while the model file changed on disk must never be reused (forward.h, Logits).
+  if (Status files = CheckModelFiles(ctx_.model()); !files.ok()) {
+    store_result_ = files;
+    return;
+  }
   const ModelConfig& c = ctx_.config();
   const size_t n_total = n_tokens == 0 ? seq_.size() : std::min(n_tokens, seq_.size());
   if (n_total <= size_t(n_matched_)) return;

@@ -528,9 +528,13 @@ Status Forward::Logits(std::span<const int> rows, float* out) {
   }
   be_.MatMul(nr, output_, h, width, 0.0f, logits_, c.n_vocab);
   be_.CopyToHost(out, DevPtr<const void>(logits_.raw()), sizeof(float) * size_t(nr) * c.n_vocab);
+  // Weights are read in place from the model file: if it was truncated or rewritten on disk since
+  // it was loaded, what this pass computed (logits, and the KV a caller may store) came from zeros
+  // or another file's bytes, and must not be used. Checked after every prefill and decode step.
+  bad_logits_ = false;
+  IMPRESS_RETURN_IF_ERROR(CheckModelFiles(model_));
   // A scan of what was copied anyway (n_vocab floats a row): cheap next to the LM head.
   const size_t n_out = size_t(nr) * c.n_vocab;
-  bad_logits_ = false;
   for (size_t i = 0; i < n_out && !bad_logits_; ++i) bad_logits_ = !std::isfinite(out[i]);
   if (bad_logits_) {
     std::string where = "the first non-finite layer output is unknown (re-run with check_layers to find it)";

@@ -109,6 +109,8 @@ class Forward {
   // After the last layer: logits (rows.size(), n_vocab) of the chosen batch rows, into out (host).
   // Internal error naming the model when any is NaN or inf (a model that computes garbage
   // must not answer with an empty string); the layer is named when check_layers found it.
+  // DataLoss naming the file when the model file changed on disk since it was loaded
+  // (CheckModelFiles): nothing computed since, logits or K/V, may be used.
   Status Logits(std::span<const int> rows, float* out);
 
   // Diagnosis of non-finite output. With check_layers on, Begin and each Attend copy the batch's

@@ -265,6 +265,7 @@ Result<Model> DequantizedCopy(const Model& model) {
   for (LayerWeights& l : w.layers)
     for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) IMPRESS_RETURN_IF_ERROR(expand(*t));
   m.storage.reset();
+  m.mapped_files.clear();
   return m;
 }
 

@@ -117,6 +117,7 @@ class GgufFile {
   uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
   uint64_t file_size() const { return image_.size(); }
   const uint8_t* file_data() const { return image_.data(); }  // the whole file image
+  const MappedFile& image() const { return image_; }
   // Hint that [p, p + n) (inside the image) will not be read again: a mapped file drops those
   // pages from memory (they are re-read from the file if touched). No-op for in-memory images.
   void DiscardPages(const uint8_t* p, uint64_t n) const { image_.DiscardPages(p, n); }

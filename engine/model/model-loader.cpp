@@ -373,8 +373,11 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
   f.DiscardPages(f.file_data(), f.data_offset());
   bool viewed = false;
   for (const WeightJob& j : loader.jobs()) viewed |= j.keep_stored && j.unpermute_heads <= 0;
+  // Nothing above may come from a file that changed while it was read (the digest, converted weights).
+  IMPRESS_RETURN_IF_ERROR(f.image().CheckUnchanged());
   // The mapping moves with the file object (its address is unchanged), so views stay valid.
   if (viewed) m.storage = std::make_shared<GgufFile>(std::move(f));
+  if (viewed) m.mapped_files = {&static_cast<const GgufFile*>(m.storage.get())->image()};
   return m;
 }
 
@@ -702,8 +705,13 @@ Result<Model> LoadHfFolder(const std::string& dir, const ProgressFn& progress, c
   m.config.fingerprint = digest;
   bool viewed = false;
   for (const WeightJob& j : loader.jobs()) viewed |= j.keep_stored;
+  for (const SafetensorsFile& f : set.files()) IMPRESS_RETURN_IF_ERROR(f.image().CheckUnchanged());
   // The mappings move with the set (their addresses are unchanged), so views stay valid.
   if (viewed) m.storage = std::make_shared<SafetensorsSet>(std::move(set));
+  if (viewed) {
+    for (const SafetensorsFile& f : static_cast<const SafetensorsSet*>(m.storage.get())->files())
+      m.mapped_files.push_back(&f.image());
+  }
   return m;
 }
 

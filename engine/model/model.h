@@ -13,7 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace impress {
+
+class MappedFile;  // engine/model/mapped-file.h
 
 enum class Arch { kLlama, kOpt };
 
@@ -120,6 +124,14 @@ struct Model {
   // Keeps alive what stored tensors view: for a GGUF load, the GgufFile (engine/model/gguf.h)
   // whose mapping they point into; null when no tensor views anything.
   std::shared_ptr<const void> storage;
+  // The file mappings inside `storage` (at fixed addresses while it lives), for CheckModelFiles.
+  std::vector<const MappedFile*> mapped_files;
 };
+
+// Ok while every file the model's stored tensors are read from is as it was when loaded;
+// DataLoss naming the file when one was truncated or rewritten on disk since (its weights may
+// then have been read as zeros or as another file's bytes: MappedFile::CheckUnchanged). Cheap (an
+// atomic load and an fstat per file), so it runs after every forward pass. Safe from any thread.
+Status CheckModelFiles(const Model& model);
 
 }  // namespace impress

@@ -59,6 +59,7 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return image_.size(); }
   const uint8_t* file_data() const { return image_.data(); }
+  const MappedFile& image() const { return image_; }
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }  // "__metadata__"
   const SafetensorsTensor* FindTensor(std::string_view name) const;
