@@ -73,8 +73,8 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
       // (or soon will be), and one replacement saves a signal per page. MAP_FIXED replaces the
       // file pages atomically; the owner's munmap of the whole range still releases them.
       const uintptr_t page = addr & ~(g_page - 1);
-      void* p = ::mmap(reinterpret_cast<void*>(page), end - page, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
+      void* p =
+          ::mmap(reinterpret_cast<void*>(page), end - page, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) break;  // cannot repair it: behave as if unguarded
       s.poisoned.store(true, std::memory_order_relaxed);
       errno = saved_errno;

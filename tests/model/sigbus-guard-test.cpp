@@ -107,7 +107,8 @@ TEST_F(SigbusGuardTest, RewriteInPlaceIsReportedAndReplacementByRenameIsNot) {
   ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
   const Status s = f->CheckUnchanged();
   EXPECT_EQ(s.code(), Status::Code::kDataLoss) << s.ToString();
-  EXPECT_NE(s.message().find(path + ": the model file changed on disk while in use"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(path + ": the model file changed on disk while in use"), std::string::npos)
+      << s.ToString();
   EXPECT_FALSE(f->poisoned());
 
   // A new file renamed over the path: this mapping's file is untouched (only unlinked).
@@ -130,7 +131,8 @@ TEST(SigbusGuard, BorrowedImageIsAlwaysUnchanged) {
 // Files of the death tests' children, which end in _exit (no TearDown): each is unlinked as soon
 // as it is mapped (the mapping keeps the file), so nothing is left behind.
 std::string ChildFile(const char* what) {
-  return (fs::temp_directory_path() / ("impress-sigbus-guard-test-" + std::to_string(::getpid()) + "-" + what)).string();
+  return (fs::temp_directory_path() / ("impress-sigbus-guard-test-" + std::to_string(::getpid()) + "-" + what))
+      .string();
 }
 
 // A SIGBUS for a file mapping nobody registered: ::mmap directly, the file truncated, one read.
