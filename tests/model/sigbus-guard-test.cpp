@@ -165,16 +165,22 @@ MappedFile OpenGuarded() {
 
 void ExitFromHandler(int, siginfo_t*, void*) { _exit(42); }
 
+// A SIGBUS handler of the program's own, installed before the guard's (which keeps it as the
+// previous action): exits with 42.
+void InstallExitFromHandler() {
+  struct sigaction act = {};
+  act.sa_sigaction = ExitFromHandler;
+  act.sa_flags = SA_SIGINFO;
+  ::sigaction(SIGBUS, &act, nullptr);
+}
+
 TEST(SigbusGuardDeathTest, ForeignFaultReachesTheHandlerInstalledBefore) {
   // "threadsafe": the child re-runs this test alone in a fresh process, so the handler below is
   // installed before the guard's (which then keeps it as the previous action).
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
-        struct sigaction act = {};
-        act.sa_sigaction = ExitFromHandler;
-        act.sa_flags = SA_SIGINFO;
-        ::sigaction(SIGBUS, &act, nullptr);
+        InstallExitFromHandler();
         MappedFile m = OpenGuarded();
         FaultOutsideTheGuard();
       },
@@ -207,10 +213,7 @@ TEST(SigbusGuardDeathTest, SentSigbusStillEndsTheProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
-        struct sigaction act = {};
-        act.sa_sigaction = ExitFromHandler;
-        act.sa_flags = SA_SIGINFO;
-        ::sigaction(SIGBUS, &act, nullptr);
+        InstallExitFromHandler();
         MappedFile m = OpenGuarded();
         ::raise(SIGBUS);  // kill/raise: not a fault, whatever si_addr's bytes say
         _exit(4);
