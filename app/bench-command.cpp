@@ -50,6 +50,7 @@ nlohmann::json SummaryJson(const SystemSummary& s) {
           {"max_kl", s.max_kl},
           {"mean_read_amplification", s.mean_read_amplification},
           {"mean_chunks_ssd", s.mean_chunks_ssd},
+          {"mean_ssd_reads", s.mean_ssd_reads},
           {"layers_passed", s.layers_passed},
           {"breakdown_unaccounted_mean", s.mean_breakdown_error},
           {"breakdown_unaccounted_max", s.max_breakdown_error},
@@ -309,6 +310,10 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       ->add_option("--kv-encoding", pa->kv_encoding,
                    "KV at rest: fp16 or int8 (int8: fidelity judged against an fp16 copy of the same ingest)")
       ->check(CLI::IsMember({"fp16", "int8"}));
+  pipecmd
+      ->add_option("--chunk-tokens", pa->opts.chunk_tokens,
+                   "the store's chunk size in tokens (default: sized for the model, 256 for SmolLM2)")
+      ->check(CLI::Range(1, 4096));
   pipecmd->callback([=] {
     ConfigureLogging(*common);
     PipelineBenchOptions opts = pa->opts;
@@ -397,6 +402,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"read_amp_after_reorder", r->read_amp_after_reorder},
                      {"segments_reordered", r->segments_reordered},
                      {"io_engine", r->io_engine},
+                     {"chunk_tokens", r->chunk_tokens},
                      {"direct_io", r->direct_io},
                      {"systems", systems}};
     if (pa->json) {
@@ -405,7 +411,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     }
     std::cout << fmt::format(
         "CPU {}; document {} tokens, {} questions, keep {}, alpha {:.2f}, probe heads {}{}, sinks {}, recent {}, {}, "
-        "selection {}{}, KV at rest {}, I/O {}{}\n",
+        "selection {}{}, KV at rest {} in chunks of {} tokens, I/O {}{}\n",
         CpuModelName(), r->n_document_tokens, r->n_questions,
         opts.settings.keep_mass > 0 ? fmt::format("{:.0f}% of the attention mass", opts.settings.keep_mass * 100)
                                     : fmt::format("{:.2f}", opts.settings.keep),
@@ -418,17 +424,17 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
         opts.settings.pool > 1 ? fmt::format(" on scores pooled ({} of {})", opts.settings.pool_max ? "largest" : "sum",
                                              opts.settings.pool)
                                : "",
-        store::KVEncodingName(opts.kv_encoding), r->io_engine, r->direct_io ? " + O_DIRECT" : "");
+        store::KVEncodingName(opts.kv_encoding), r->chunk_tokens, r->io_engine, r->direct_io ? " + O_DIRECT" : "");
     // io wait: the I/O compute did not hide (the request waited on the store); probe: its share of TTFT.
-    std::cout << fmt::format("{:<24} {:>8} {:>8} {:>8} {:>8} {:>7} {:>11} {:>11} {:>7} {:>9} {:>6} {:>7}\n", "system",
-                             "TTFT ms", "p50 ms", "p99 ms", "io wait", "probe", "SSD MB/req", "KV MB/req", "agree",
-                             "KL", "RA", "passed");
+    std::cout << fmt::format("{:<24} {:>8} {:>8} {:>8} {:>8} {:>7} {:>11} {:>10} {:>11} {:>7} {:>9} {:>6} {:>7}\n",
+                             "system", "TTFT ms", "p50 ms", "p99 ms", "io wait", "probe", "SSD MB/req", "reads/req",
+                             "KV MB/req", "agree", "KL", "RA", "passed");
     for (const SystemSummary& s : r->systems) {
       std::cout << fmt::format(
-          "{:<24} {:>8.0f} {:>8.0f} {:>8.0f} {:>7.0f}% {:>6.1f}% {:>11.2f} {:>11.2f} {:>6.0f}% {:>9.4f} {:>6.2f} "
-          "{:>6.0f}%\n",
+          "{:<24} {:>8.0f} {:>8.0f} {:>8.0f} {:>7.0f}% {:>6.1f}% {:>11.2f} {:>10.0f} {:>11.2f} {:>6.0f}% {:>9.4f} "
+          "{:>6.2f} {:>6.0f}%\n",
           s.system, s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms, s.unhidden_io_share * 100, s.probe_share * 100,
-          s.mean_ssd_bytes / 1e6, s.mean_kv_bytes / 1e6, s.first_token_agreement * 100, s.mean_kl,
+          s.mean_ssd_bytes / 1e6, s.mean_ssd_reads, s.mean_kv_bytes / 1e6, s.first_token_agreement * 100, s.mean_kl,
           s.mean_read_amplification, s.layers_passed * 100);
     }
     // Where each system's TTFT goes (mean ms per request).

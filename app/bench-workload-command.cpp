@@ -331,7 +331,8 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       ->delimiter(',')
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--continue", wa->opts.n_continue, "greedy tokens per fact question")->check(CLI::Range(1, 4096));
-  cmd->add_option("--chunk-tokens", wa->opts.chunk_tokens, "the store's chunk size in tokens")
+  cmd->add_option("--chunk-tokens", wa->opts.chunk_tokens,
+                  "the store's chunk size in tokens (default: sized for the model, 256 for SmolLM2)")
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--select-group", wa->opts.settings.select_group,
                   "I/O-aware selection group (tokens; -1: the store's block group; 0: per token)")

@@ -54,7 +54,8 @@ double SoftmaxKl(const std::vector<float>& p_logits, const std::vector<float>& q
 struct Accumulator {
   std::string system;
   std::vector<double> ttft;
-  double ssd = 0, kv = 0, err_sum = 0, err_max = 0, agree = 0, amp = 0, chunks = 0, passed = 0, kl = 0, kl_max = 0;
+  double ssd = 0, kv = 0, err_sum = 0, err_max = 0, agree = 0, amp = 0, chunks = 0, reads = 0, passed = 0, kl = 0,
+         kl_max = 0;
   double probe_share = 0, io_share = 0;
   TtftBreakdown bd;
 
@@ -72,6 +73,7 @@ struct Accumulator {
     agree += agrees ? 1 : 0;
     amp += r.read_amplification();
     chunks += r.chunks_ssd;
+    reads += r.ssd_reads;
     passed += r.layers.empty() ? 0 : double(r.n_layers_passed) / double(r.layers.size());
     const TtftBreakdown& b = r.breakdown;
     bd.match_ms += b.match_ms;
@@ -108,6 +110,7 @@ struct Accumulator {
     s.max_kl = kl_max;
     s.mean_read_amplification = amp / n;
     s.mean_chunks_ssd = chunks / n;
+    s.mean_ssd_reads = reads / n;
     s.layers_passed = passed / n;
     s.mean_breakdown = bd;
     for (double* p : {&s.mean_breakdown.match_ms, &s.mean_breakdown.probe_io_ms, &s.mean_breakdown.probe_compute_ms,
@@ -144,6 +147,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   // fp16 copy of the same ingest, the reference every question is judged against.
   const bool compact = o.kv_encoding != store::KVEncoding::kF16;
   store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), o.settings.probe_heads, o.settings.probe_spread);
+  if (o.chunk_tokens > 0) so.chunk_tokens = o.chunk_tokens;
   so.dir = (dir / "main").string();
   so.device_bytes = 0;
   so.host_bytes = 0;
@@ -263,6 +267,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   result.read_amp_after_reorder = imp_ro.mean_read_amplification;
   const store::StoreStats stats = st->Stats();
   result.io_engine = stats.io_engine;
+  result.chunk_tokens = st->options().chunk_tokens;
   result.direct_io = stats.direct_io;
   return result;
 }

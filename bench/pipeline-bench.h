@@ -29,6 +29,7 @@ struct PipelineBenchOptions {
   // How the store keeps the KV at rest. Not fp16: the same ingest is also stored as fp16, and a
   // full-KV (AS-like) run over it is every question's reference (first token, logits).
   store::KVEncoding kv_encoding = store::KVEncoding::kF16;
+  int chunk_tokens = 0;  // the store's chunk size (0: its default)
   ProgressFn progress;
 };
 
@@ -49,7 +50,8 @@ struct SystemSummary {
   double max_kl = 0;
   double mean_read_amplification = 0;  // SSD bytes read / bytes of the K/V used
   double mean_chunks_ssd = 0;
-  double layers_passed = 0;  // mean fraction of layers where the probe passed
+  double mean_ssd_reads = 0;  // read requests per request: an IOPS-bound device pays per request, not per byte
+  double layers_passed = 0;   // mean fraction of layers where the probe passed
   TtftBreakdown mean_breakdown;
 };
 
@@ -71,6 +73,7 @@ struct PipelineBenchResult {
   uint64_t segments_reordered = 0;
   std::string io_engine;
   bool direct_io = false;
+  int chunk_tokens = 0;  // the store's chunk size
 };
 
 Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const PipelineBenchOptions& options);

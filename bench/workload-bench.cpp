@@ -58,7 +58,7 @@ struct Scratch {
 struct RunSpec {
   SystemKind system = SystemKind::kImpress;
   PipelineSettings settings;
-  int chunk_tokens = 64;
+  int chunk_tokens = 0;        // 0: the model's (ChunkTokensFor)
   int stored_probe_heads = 3;  // the store keeps probe keys for these query heads' KV heads
   store::KVEncoding kv_encoding = store::KVEncoding::kF16;
   double device_fraction = 0, host_fraction = 0;
@@ -138,7 +138,7 @@ struct Prompts {
 // KV head); WorkloadRequestResult::probe_key_bytes counts what it read.
 store::PrefixStoreOptions StoreOptionsForRun(const ModelContext& ctx, const RunSpec& r) {
   store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), r.stored_probe_heads, /*spread=*/false);
-  so.chunk_tokens = r.chunk_tokens;
+  if (r.chunk_tokens > 0) so.chunk_tokens = r.chunk_tokens;
   so.kv_encoding = r.kv_encoding;
   so.reorder_interval = std::chrono::milliseconds(0);
   return so;

@@ -61,7 +61,7 @@ struct WorkloadBenchOptions {
   std::vector<SystemKind> systems;  // empty: all, in the order above (a sweep: the first one)
   int recomp_requests = 8;
   int reorder_every = 10;
-  int chunk_tokens = 64;      // the store's chunk (C)
+  int chunk_tokens = 0;       // the store's chunk (C; 0: the model's, ChunkTokensFor)
   PipelineSettings settings;  // keep, alpha, probe heads, ...; system and report_importance set per run
   WorkloadSweep sweep;
   ProgressFn progress;

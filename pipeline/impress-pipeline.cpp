@@ -63,12 +63,20 @@ std::vector<int> ProbeKvHeads(const ModelConfig& c, int probe_heads, bool spread
   return kv;
 }
 
+int ChunkTokensFor(const ModelConfig& c) {
+  const int64_t k_bytes = int64_t(std::max(1, c.n_head_kv)) * std::max(1, c.head_dim) * int64_t(sizeof(f16_t));
+  int tokens = 64;
+  while (tokens < 1024 && 2 * tokens * k_bytes <= kChunkRegionTarget) tokens *= 2;
+  return tokens;
+}
+
 store::PrefixStoreOptions StoreOptionsFor(const ModelConfig& c, int probe_heads, bool spread) {
   store::PrefixStoreOptions o;
   o.model_fingerprint = c.fingerprint;
   o.n_layer = c.n_layer;
   o.n_head_kv = c.n_head_kv;
   o.head_dim = c.head_dim;
+  o.chunk_tokens = ChunkTokensFor(c);
   o.probe_kv_heads = ProbeKvHeads(c, probe_heads, spread);
   return o;
 }
@@ -301,6 +309,7 @@ void ImpressPipeline::FinishRequest(Run& run) {
   RequestReport& report = run.report;
   for (const LayerReport& lr : report.layers) {
     report.ssd_bytes_read += lr.ssd_bytes;
+    report.ssd_reads += lr.ssd_reads;
     report.chunks_device += lr.chunks_device;
     report.chunks_host += lr.chunks_host;
     report.chunks_ssd += lr.chunks_ssd;

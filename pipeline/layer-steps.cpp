@@ -333,6 +333,7 @@ Result<store::ReadResult> ImpressPipeline::WaitRead(LayerJob& job, store::ReadTi
   if (r.ok()) {
     const store::ReadStats& st = r->stats;
     job.lr.ssd_bytes += st.ssd_bytes;
+    job.lr.ssd_reads += st.n_ios;
     job.lr.chunks_device += st.chunks_device;
     job.lr.chunks_host += st.chunks_host;
     job.lr.chunks_ssd += st.chunks_ssd;

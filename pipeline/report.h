@@ -50,6 +50,7 @@ struct LayerReport {
   uint64_t key_bytes = 0;  // keys read for this layer (probe keys + fallback keys + selected keys)
   uint64_t value_bytes = 0;
   uint64_t ssd_bytes = 0;  // bytes the store read from disk for this layer
+  uint32_t ssd_reads = 0;  // read requests those bytes took (runs of consecutive blocks)
   uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
   double io_wait_ms = 0;  // how long compute waited on this layer's reads
   // Cross-layer prefetch (PipelineSettings::cross_layer_prefetch): rows read ahead on the previous
@@ -70,6 +71,7 @@ struct RequestReport {
   TtftBreakdown breakdown;
   std::vector<LayerReport> layers;
   uint64_t ssd_bytes_read = 0;
+  uint32_t ssd_reads = 0;          // read requests issued to the SSD (a device is bound by these or by bytes)
   uint64_t useful_bytes_read = 0;  // bytes of the K/V the request used, as stored
   uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
   int n_layers_passed = 0;
