@@ -120,8 +120,8 @@ std::vector<int> ProbeKvHeads(const ModelConfig& config, int probe_heads, bool s
 // the largest power of two whose K region (fp16) stays within kChunkRegionTarget, at least 64
 // tokens (the paper's size) and at most 1,024. SmolLM2 (384 bytes of K per token and layer): 256;
 // Llama-3.2-1B (1 KiB): 128; Llama-3.1-8B (2 KiB): 64. On a 7,700-token document 256-token
-// chunks cut IMPRESS's TTFT 10-20% and AS-like's about 30% against 64 (impress bench pipeline
-// --chunk-tokens): the same bytes in a quarter of the reads.
+// chunks cut IMPRESS's TTFT about 20% and AS-like's about 30% against 64 (impress bench pipeline
+// --chunk-tokens): the same bytes in a quarter of AS-like's reads and 0.57x of IMPRESS's.
 constexpr int kChunkRegionTarget = 128 * 1024;
 int ChunkTokensFor(const ModelConfig& config);
 
