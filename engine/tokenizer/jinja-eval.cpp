@@ -83,6 +83,15 @@ class Evaluator {
     for (const auto& [k, v] : globals) scopes_[0][k] = v;
     scopes_.emplace_back();  // the template's own variables
   }
+  // A namespace is the only value a template can change after making it, so it is the only way to
+  // a reference cycle (`{% set ns.me = ns %}`); emptying every namespace at the end breaks them all.
+  ~Evaluator() {
+    for (const std::weak_ptr<Dict>& w : namespaces_) {
+      if (std::shared_ptr<Dict> d = w.lock()) Dict().swap(*d);
+    }
+  }
+  Evaluator(const Evaluator&) = delete;
+  Evaluator& operator=(const Evaluator&) = delete;
 
   void Exec(const Node& n) {
     Step();
@@ -542,6 +551,7 @@ class Evaluator {
     if (f.s == "namespace") {
       Value ns = Value::MakeDict({});
       ns.is_namespace = true;
+      namespaces_.push_back(ns.dict);
       if (!a.empty() && a[0].kind == Kind::kDict) *ns.dict = *a[0].dict;
       for (const auto& [k, v] : kw) ns.dict->emplace_back(k, v);
       return ns;
@@ -628,6 +638,7 @@ class Evaluator {
   std::vector<std::map<std::string, Value>> scopes_;  // [0]: globals; [1]: the template's; then loops
   std::string out_;
   std::vector<ByteRange>* data_;
+  std::vector<std::weak_ptr<Dict>> namespaces_;
   size_t steps_ = 0;
 };
 

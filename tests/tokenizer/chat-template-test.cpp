@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/conversation.h"
+#include "engine/tokenizer/jinja.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/tokenizer/reference-cache.h"
 
@@ -251,6 +252,27 @@ TEST(ChatTemplateTest, DefaultModelUsesChatMlAndStopsOnImEnd) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), im_start), 3);  // default system, user, assistant
   EXPECT_EQ(std::count(ids.begin(), ids.end(), im_end), 2);
   EXPECT_EQ(tok->Decode(ids), prompt);
+}
+
+// A namespace that holds itself (directly, through a bound method, or through another namespace)
+// is a reference cycle; the render must still free everything it made. Observable without a leak
+// checker: a global the namespaces hold goes back to its caller's single reference.
+TEST(ChatTemplateTest, SelfReferencingNamespacesAreFreedAfterTheRender) {
+  auto t = jinja::Template::Parse(
+      "{% set ns = namespace(n=1) %}{% set other = namespace(back=ns) %}"
+      "{% set ns.me = ns %}{% set ns.items_of = ns.items %}{% set ns.other = other %}"
+      "{% set ns.doc = doc %}{{ ns.me.me.n }}-{{ ns.other.back.n }}-{{ ns.doc | length }}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  jinja::Dict globals;
+  globals.emplace_back("doc", jinja::Value::MakeList({jinja::Value::Int(7), jinja::Value::Int(8)}));
+  const std::shared_ptr<jinja::List> doc = globals.back().second.list;
+  ASSERT_EQ(doc.use_count(), 2);  // `globals` and `doc`
+  for (int round = 0; round < 2; ++round) {
+    auto out = t->Render(globals);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(*out, "1-1-2");
+    EXPECT_EQ(doc.use_count(), 2) << "the render kept a reference (a namespace cycle leaked)";
+  }
 }
 
 }  // namespace
