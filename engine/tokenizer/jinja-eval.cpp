@@ -12,13 +12,33 @@ namespace {
 
 constexpr size_t kMaxOutput = size_t(64) << 20;  // bytes a template may write
 constexpr size_t kMaxSteps = 20'000'000;         // nodes evaluated: bounds loops over ranges
-constexpr int64_t kMaxRange = 1'000'000;
+constexpr int64_t kMaxRange = 1'000'000;         // items of a range or a list sum
+constexpr size_t kMaxWork = size_t(256) << 20;   // bytes of the values a render makes (see Eval)
+constexpr size_t kPieceWork = 160;               // the same for each piece a replace or split makes
 
 using Kind = Value::Kind;
 using Args = std::vector<Value>;
 using Kwargs = std::map<std::string, Value>;
 
 [[noreturn]] void Fail(const std::string& what) { throw JinjaError(what); }
+
+// Integer arithmetic as Python's where the result fits an int64_t, an error where it does not
+// (Python's integers are unbounded; a template that needs 2^63 is not a chat template).
+int64_t AddInt(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) Fail("integer overflow");
+  return r;
+}
+int64_t SubInt(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) Fail("integer overflow");
+  return r;
+}
+int64_t MulInt(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) Fail("integer overflow");
+  return r;
+}
 
 const Value* Arg(const Args& a, const Kwargs& kw, size_t k, const char* name) {
   if (k < a.size()) return &a[k];
@@ -41,6 +61,8 @@ List Iterate(const Value& v) {
       return keys;
     }
     case Kind::kString: {
+      // A value per code point: bounded like a range (a chat template walks short strings).
+      if (v.s.size() > size_t(kMaxRange)) Fail("string too long to iterate");
       List chars;
       for (size_t i = 0; i < v.s.size();) {
         const size_t b = i;
@@ -131,6 +153,10 @@ class Evaluator {
   std::string TakeOutput() { return std::move(out_); }
 
  private:
+  void Charge(size_t bytes) {
+    work_ += bytes;
+    if (work_ > kMaxWork) Fail("template ran too long");
+  }
   void Step() {
     if (++steps_ > kMaxSteps) Fail("template ran too long");
   }
@@ -230,10 +256,15 @@ class Evaluator {
       if (k < 0) k += n;
       if (k < 0 || k >= n) return Value();
       if (obj.kind == Kind::kList) return (*obj.list)[size_t(k)];
-      const List chars = Iterate(obj);  // strings index by code point
-      const int64_t m = int64_t(chars.size());
+      // Strings index by code point.
+      const int64_t m = int64_t(CodepointCount(obj.s));
       k = AsInt(key) < 0 ? AsInt(key) + m : AsInt(key);
-      return k >= 0 && k < m ? chars[size_t(k)] : Value();
+      if (k < 0 || k >= m) return Value();
+      size_t at = 0;
+      for (int64_t c = 0; c < k; ++c) NextCodepoint(obj.s, &at);
+      size_t end = at;
+      NextCodepoint(obj.s, &end);
+      return Substr(obj, at, end);
     }
     if (obj.kind == Kind::kDict && key.kind == Kind::kString) {
       if (const Value* v = obj.Find(key.s)) return *v;
@@ -244,10 +275,10 @@ class Evaluator {
   Value Slice(const Value& obj, const Value& b, const Value& e, const Value& st) {
     const bool is_str = obj.kind == Kind::kString;
     if (!is_str && obj.kind != Kind::kList) Fail("cannot slice " + Repr(obj));
-    const List items = is_str ? Iterate(obj) : *obj.list;
-    const int64_t n = int64_t(items.size());
-    const int64_t step = st.defined() && st.kind != Kind::kNone ? AsInt(st) : 1;
+    const int64_t n = is_str ? int64_t(CodepointCount(obj.s)) : int64_t(obj.list->size());
+    int64_t step = st.defined() && st.kind != Kind::kNone ? AsInt(st) : 1;
     if (step == 0) Fail("slice step cannot be zero");
+    step = std::clamp<int64_t>(step, -(n + 1), n + 1);  // a longer step takes one item all the same
     auto bound = [&](const Value& v, int64_t dflt) {
       if (!v.defined() || v.kind == Kind::kNone) return dflt;
       int64_t x = AsInt(v);
@@ -255,11 +286,19 @@ class Evaluator {
       return step > 0 ? std::clamp<int64_t>(x, 0, n) : std::clamp<int64_t>(x, -1, n - 1);
     };
     const int64_t from = bound(b, step > 0 ? 0 : n - 1), to = bound(e, step > 0 ? n : -1);
+    if (is_str && step == 1) {  // s[i:j], the usual slice: code point offsets, no copy per code point
+      size_t at = 0;
+      for (int64_t c = 0; c < from; ++c) NextCodepoint(obj.s, &at);
+      size_t end = at;
+      for (int64_t c = from; c < to; ++c) NextCodepoint(obj.s, &end);
+      return Substr(obj, at, end);
+    }
+    const List items = is_str ? Iterate(obj) : *obj.list;
     List out;
     for (int64_t k = from; step > 0 ? k < to : k > to; k += step) out.push_back(items[size_t(k)]);
     if (!is_str) return Value::MakeList(std::move(out));
     Value s = Value::Str("");
-    for (const Value& c : out) s = Concat(s, c);
+    for (const Value& c : out) Append(&s, c);
     return s;
   }
 
@@ -286,15 +325,13 @@ class Evaluator {
       if (a.kind == Kind::kString && b.kind == Kind::kString) return Concat(a, b);
       if (a.kind == Kind::kList && b.kind == Kind::kList) {
         List r = *a.list;
+        if (r.size() + b.list->size() > size_t(kMaxRange)) Fail("list too long");
         r.insert(r.end(), b.list->begin(), b.list->end());
         return Value::MakeList(std::move(r));
       }
     }
     if (op == "*" && a.kind == Kind::kString && (b.kind == Kind::kInt || b.kind == Kind::kBool)) {
-      if (AsInt(b) * int64_t(a.s.size()) > int64_t(kMaxOutput)) Fail("string too large");
-      Value r = Value::Str("");
-      for (int64_t k = 0; k < AsInt(b); ++k) r = Concat(r, a);
-      return r;
+      return Repeat(a, AsInt(b));
     }
     if (!IsNumber(a) || !IsNumber(b)) {
       Fail("unsupported operand types for " + op + ": " + Repr(a) + " and " + Repr(b));
@@ -307,18 +344,20 @@ class Evaluator {
     }
     if (ints) {
       const int64_t p = AsInt(a), q = AsInt(b);
-      if (op == "+") return Value::Int(p + q);
-      if (op == "-") return Value::Int(p - q);
-      if (op == "*") return Value::Int(p * q);
+      if (op == "+") return Value::Int(AddInt(p, q));
+      if (op == "-") return Value::Int(SubInt(p, q));
+      if (op == "*") return Value::Int(MulInt(p, q));
       if (op == "//" || op == "%") {
         if (q == 0) Fail("division by zero");
+        if (q == -1) return Value::Int(op == "//" ? SubInt(0, p) : 0);  // INT64_MIN / -1 overflows
         int64_t d = p / q, m = p % q;
         if (m != 0 && ((m < 0) != (q < 0))) --d, m += q;  // Python floors
         return Value::Int(op == "//" ? d : m);
       }
       if (op == "**" && q >= 0) {
         int64_t r = 1;
-        for (int64_t k = 0; k < q && k < 64; ++k) r *= p;
+        if (p == 1 || p == -1) return Value::Int(p == -1 && q % 2 == 1 ? -1 : 1);
+        for (int64_t k = 0; k < q && r != 0; ++k) r = MulInt(r, p);  // overflows within 64 steps
         return Value::Int(r);
       }
     }
@@ -421,7 +460,7 @@ class Evaluator {
       std::reverse(items.begin(), items.end());
       if (v.kind != Kind::kString) return Value::MakeList(std::move(items));
       Value s = Value::Str("");
-      for (const Value& c : items) s = Concat(s, c);
+      for (const Value& c : items) Append(&s, c);
       return s;
     }
     if (name == "join") {
@@ -430,9 +469,9 @@ class Evaluator {
       Value s = Value::Str("");
       bool first = true;
       for (const Value& x : Iterate(v)) {
-        if (!first && sep) s = Concat(s, ToStr(*sep));
+        if (!first && sep) Append(&s, ToStr(*sep));
         first = false;
-        s = Concat(s, ToStr(attr ? GetAttr(x, attr->s) : x));
+        Append(&s, ToStr(attr ? GetAttr(x, attr->s) : x));
       }
       return s;
     }
@@ -462,7 +501,9 @@ class Evaluator {
       }
     }
     if (name == "float") return Value::Float(IsNumber(v) ? AsDouble(v) : 0.0);
-    if (name == "abs") return v.kind == Kind::kFloat ? Value::Float(std::fabs(v.f)) : Value::Int(std::llabs(AsInt(v)));
+    if (name == "abs")
+      return v.kind == Kind::kFloat ? Value::Float(std::fabs(v.f))
+                                    : Value::Int(AsInt(v) < 0 ? SubInt(0, AsInt(v)) : AsInt(v));
     Fail("unsupported filter '" + name + "'");
   }
 
@@ -479,10 +520,11 @@ class Evaluator {
       }
       if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
         std::string s = self.s;
+        const bool upper = name == "upper", title = name == "title", capitalize = name == "capitalize";
         bool word_start = true;
         for (size_t k = 0; k < s.size(); ++k) {
           const unsigned char c = static_cast<unsigned char>(s[k]);
-          bool up = name == "upper" || (name == "title" && word_start) || (name == "capitalize" && k == 0);
+          const bool up = upper || (title && word_start) || (capitalize && k == 0);
           s[k] = char(up ? std::toupper(c) : std::tolower(c));
           word_start = !std::isalpha(c);
         }
@@ -496,7 +538,9 @@ class Evaluator {
         std::string s;
         size_t at = 0;
         for (size_t p; (p = self.s.find(a[0].s, at)) != std::string::npos; at = p + a[0].s.size()) {
-          s += self.s.substr(at, p - at) + a[1].s;
+          s.append(self.s, at, p - at).append(a[1].s);
+          if (s.size() > kMaxStringBytes) Fail("string too large");
+          Charge(kPieceWork);
         }
         s += self.s.substr(at);
         return Derived(std::move(s), self);
@@ -512,6 +556,7 @@ class Evaluator {
             size_t e = b;
             while (e < self.s.size() && !(n = e, IsPyWs(self.s, &n))) NextCodepoint(self.s, &e);
             out.push_back(Substr(self, b, e));
+            Charge(kPieceWork + (e - b));
             i = e;
           }
         } else {
@@ -520,6 +565,7 @@ class Evaluator {
           size_t at = 0;
           for (size_t p; (p = self.s.find(a[0].s, at)) != std::string::npos; at = p + a[0].s.size()) {
             out.push_back(Substr(self, at, p));
+            Charge(kPieceWork + (p - at));
           }
           out.push_back(Substr(self, at, self.s.size()));
         }
@@ -562,9 +608,10 @@ class Evaluator {
       const int64_t st = a.size() > 2 ? AsInt(a[2]) : 1;
       if (st == 0) Fail("range step cannot be zero");
       List out;
-      for (int64_t k = b; st > 0 ? k < e : k > e; k += st) {
+      for (int64_t k = b; st > 0 ? k < e : k > e;) {
         if (int64_t(out.size()) >= kMaxRange) Fail("range too long");
         out.push_back(Value::Int(k));
+        if (__builtin_add_overflow(k, st, &k)) break;  // past every int64_t end
       }
       return Value::MakeList(std::move(out));
     }
@@ -572,7 +619,16 @@ class Evaluator {
   }
 
  public:
+  // Every value an expression makes is copied, so the bytes of the strings and the items of the
+  // lists made bound the render's work (a loop that copies a long string each step ends too).
   Value Eval(const Node& n) {
+    Value v = EvalNode(n);
+    Charge(v.kind == Kind::kString ? v.s.size() : v.kind == Kind::kList ? v.list->size() * sizeof(Value) : 0);
+    return v;
+  }
+
+ private:
+  Value EvalNode(const Node& n) {
     Step();
     switch (n.kind) {
       case Node::Kind::kLiteral: return n.literal;
@@ -609,7 +665,7 @@ class Evaluator {
         if (n.name == "not") return Value::Bool(!v.Truthy());
         if (!IsNumber(v)) Fail("bad operand for unary " + n.name);
         if (n.name == "+") return v;
-        return v.kind == Kind::kFloat ? Value::Float(-v.f) : Value::Int(-AsInt(v));
+        return v.kind == Kind::kFloat ? Value::Float(-v.f) : Value::Int(SubInt(0, AsInt(v)));
       }
       case Node::Kind::kBinary: return Binary(n.name, n);
       case Node::Kind::kTernary:
@@ -640,6 +696,7 @@ class Evaluator {
   std::vector<ByteRange>* data_;
   std::vector<std::weak_ptr<Dict>> namespaces_;
   size_t steps_ = 0;
+  size_t work_ = 0;  // bytes of the values Eval made
 };
 
 }  // namespace

@@ -205,9 +205,30 @@ void Json(const Value& v, int indent, int level, std::string* out) {
 }  // namespace
 
 Value Concat(const Value& a, const Value& b) {
+  if (a.s.size() + b.s.size() > kMaxStringBytes) throw JinjaError("string too large");
   Value r = Value::Str(a.s + b.s);
   r.data = a.data;
   for (const ByteRange& d : b.data) AddRange(&r.data, d.begin + a.s.size(), d.end + a.s.size());
+  return r;
+}
+
+void Append(Value* a, const Value& b) {
+  if (a->s.size() + b.s.size() > kMaxStringBytes) throw JinjaError("string too large");
+  for (const ByteRange& d : b.data) AddRange(&a->data, d.begin + a->s.size(), d.end + a->s.size());
+  a->s += b.s;
+}
+
+Value Repeat(const Value& a, int64_t n) {
+  if (n <= 0 || a.s.empty()) return Value::Str("");
+  if (uint64_t(n) > kMaxStringBytes / a.s.size()) throw JinjaError("string too large");
+  std::string s;
+  s.reserve(a.s.size() * size_t(n));
+  Value r = Value::Str("");
+  for (int64_t k = 0; k < n; ++k) {
+    for (const ByteRange& d : a.data) AddRange(&r.data, d.begin + s.size(), d.end + s.size());
+    s += a.s;
+  }
+  r.s = std::move(s);
   return r;
 }
 
@@ -218,6 +239,7 @@ Value Substr(const Value& a, size_t begin, size_t end) {
 }
 
 Value Derived(std::string text, const Value& from) {
+  if (text.size() > kMaxStringBytes) throw JinjaError("string too large");
   return from.data.empty() ? Value::Str(std::move(text)) : Value::Data(std::move(text));
 }
 
@@ -260,7 +282,11 @@ bool IsNumber(const Value& v) {
   return v.kind == Value::Kind::kInt || v.kind == Value::Kind::kFloat || v.kind == Value::Kind::kBool;
 }
 int64_t AsInt(const Value& v) {
-  return v.kind == Value::Kind::kBool ? int64_t(v.b) : v.kind == Value::Kind::kFloat ? int64_t(v.f) : v.i;
+  if (v.kind == Value::Kind::kBool) return int64_t(v.b);
+  if (v.kind != Value::Kind::kFloat) return v.i;
+  // [-2^63, 2^63): the doubles that truncate to an int64_t (NaN fails every comparison).
+  if (!(v.f >= -0x1p63 && v.f < 0x1p63)) throw JinjaError("integer out of range");
+  return int64_t(v.f);
 }
 double AsDouble(const Value& v) {
   return v.kind == Value::Kind::kFloat ? v.f : v.kind == Value::Kind::kBool ? double(v.b) : double(v.i);

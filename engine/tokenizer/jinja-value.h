@@ -11,8 +11,16 @@
 
 namespace impress::jinja {
 
+// The longest string a template may build; longer is a JinjaError. A prompt that long would be
+// millions of tokens, far past any model's context.
+constexpr size_t kMaxStringBytes = size_t(16) << 20;
+
 // a + b for strings, the data ranges carried along.
 Value Concat(const Value& a, const Value& b);
+// *a += b for strings, the data ranges carried along: building a string piece by piece stays linear.
+void Append(Value* a, const Value& b);
+// Python's str * int, the data ranges carried along; n <= 0 gives "".
+Value Repeat(const Value& a, int64_t n);
 // a.s[begin, end) with the data ranges inside it.
 Value Substr(const Value& a, size_t begin, size_t end);
 // A string computed from `from` in a way that does not keep positions (upper, replace, ...):

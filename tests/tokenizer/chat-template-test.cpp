@@ -275,5 +275,78 @@ TEST(ChatTemplateTest, SelfReferencingNamespacesAreFreedAfterTheRender) {
   }
 }
 
+// Python's integers are unbounded; the interpreter's are int64_t. Results that fit are Python's
+// (jinja2 gives the same text for every case below); results that do not are a render error,
+// never a wrapped number (nor undefined behaviour, which the sanitizer builds would report).
+TEST(ChatTemplateTest, IntegerArithmeticIsPythonsOrAnOverflowError) {
+  auto render = [](const std::string& src) -> Result<std::string> {
+    auto t = jinja::Template::Parse(src);
+    if (!t.ok()) return t.status();
+    return t->Render({});
+  };
+  const std::pair<const char*, const char*> same_as_python[] = {
+      {"{{ (-9223372036854775807 - 1) % -1 }}", "0"},
+      {"{{ range(1, 9223372036854775807, 9223372036854775807) | list | length }}", "1"},
+      {"{{ [1, 2, 3][1::9223372036854775807] }}", "[2]"},
+      {"{{ [1, 2, 3][::-9223372036854775807] }}", "[3]"},
+      {"{{ (-1) ** 5 }},{{ 2 ** 10 }},{{ 0 ** 0 }},{{ 7 // -1 }},{{ -7 % 3 }}", "-1,1024,1,-7,2"},
+      {"{{ 4611686018427387903 * 2 }}", "9223372036854775806"},
+  };
+  for (const auto& [src, want] : same_as_python) {
+    auto out = render(src);
+    ASSERT_TRUE(out.ok()) << src << ": " << out.status().ToString();
+    EXPECT_EQ(*out, want) << src;
+  }
+  for (const char* src : {"{{ 4611686018427387904 * 2 }}", "{{ 9223372036854775807 + 1 }}",
+                          "{{ -9223372036854775807 - 2 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
+                          "{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) | abs }}",
+                          "{{ 3 ** 41 }}", "{{ 1e300 | int }}", "{{ 'ab' * 4611686018427387904 }}"}) {
+    auto out = render(src);
+    ASSERT_FALSE(out.ok()) << src << " rendered " << *out;
+    EXPECT_NE(out.status().message().find("chat template"), std::string::npos) << out.status().ToString();
+  }
+}
+
+// Strings and lists a template builds are bounded, and so is the work of copying them: a render
+// that would build gigabytes (or copy a long string in every step of a loop) is an error, not an
+// allocation failure or a hang.
+TEST(ChatTemplateTest, StringGrowthAndCopyingAreBounded) {
+  auto render = [](const std::string& src, jinja::Dict globals = {}) -> Result<std::string> {
+    auto t = jinja::Template::Parse(src);
+    if (!t.ok()) return t.status();
+    return t->Render(globals);
+  };
+  for (const char* src : {
+           "{% set ns = namespace(s='xy') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+           "{% set ns = namespace(s='xy') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+           "{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s.replace('a', 'aa') %}"
+           "{% endfor %}",
+           "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+           "{{ 'ab' * 50000000 }}",
+           "{% set s = 'x' * 10000000 %}{% for i in range(1000) %}{% set t = s ~ 'y' %}{% endfor %}",
+           "{% set s = 'x' * 10000000 %}{% for i in range(1000) %}{% set t = s.replace('x', 'y') %}{% endfor %}",
+           "{% set s = 'x ' * 5000000 %}{% for i in range(1000) %}{% set t = s.split() %}{% endfor %}",
+       }) {
+    auto out = render(src);
+    ASSERT_FALSE(out.ok()) << src;
+    EXPECT_NE(out.status().message().find("chat template"), std::string::npos) << out.status().ToString();
+  }
+  // Repetition keeps the data ranges of every copy.
+  jinja::Dict globals;
+  globals.emplace_back("m", jinja::Value::Data("hi"));
+  auto t = jinja::Template::Parse("<{{ m * 3 }}>{{ 'ab' * 2 }}");
+  ASSERT_TRUE(t.ok());
+  std::vector<ByteRange> data;
+  auto out = t->Render(globals, &data);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(*out, "<hihihi>abab");
+  ASSERT_FALSE(data.empty());
+  size_t covered = 0;
+  for (const ByteRange& r : data) covered += r.end - r.begin;
+  EXPECT_EQ(data.front().begin, 1u);
+  EXPECT_EQ(data.back().end, 7u);
+  EXPECT_EQ(covered, 6u);
+}
+
 }  // namespace
 }  // namespace impress
