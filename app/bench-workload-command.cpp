@@ -151,6 +151,7 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
                        {"hit_host", s.hit_host},
                        {"hit_ssd", s.hit_ssd},
                        {"mean_ssd_bytes", s.mean_ssd_bytes},
+                       {"mean_ssd_reads", s.mean_ssd_reads},
                        {"mean_probe_key_bytes", s.mean_probe_key_bytes},
                        {"read_amplification", s.mean_read_amplification},
                        {"unhidden_io_share", s.unhidden_io_share},
@@ -198,13 +199,13 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
   std::ofstream sys(stem + "-systems.csv");
   sys << "system,sweep_value,requests,mean_ttft_ms,p50_ttft_ms,p99_ttft_ms,hit_device,hit_host,hit_ssd,mean_ssd_bytes,"
          "read_amplification,unhidden_io_share,first_token_agreement,continuation_match,fact_accuracy,"
-         "mean_probe_key_bytes\n";
+         "mean_probe_key_bytes,mean_ssd_reads\n";
   for (const WorkloadSystemResult& s : r.systems)
     sys << fmt::format(
-        "{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f}\n",
+        "{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.1f}\n",
         s.system, s.sweep_value, s.requests.size(), s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms, s.hit_device,
         s.hit_host, s.hit_ssd, s.mean_ssd_bytes, s.mean_read_amplification, s.unhidden_io_share,
-        s.first_token_agreement, s.continuation_match, s.fact_accuracy, s.mean_probe_key_bytes);
+        s.first_token_agreement, s.continuation_match, s.fact_accuracy, s.mean_probe_key_bytes, s.mean_ssd_reads);
   std::ofstream facts(stem + "-facts.csv");
   facts << "system,sweep_value,fact,doc,depth,correct,continuation_match,span_kept_min,span_kept_mean\n";
   for (const WorkloadSystemResult& s : r.systems)
@@ -220,16 +221,16 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
   req << "system,sweep_value,request,doc,follow_up,n_prefix,n_matched,ttft_ms,io_wait_ms,ssd_bytes,chunks_device,"
          "chunks_host,"
          "chunks_ssd,read_amplification,layers_passed,layers,first_token,agrees,probe_io_ms,probe_compute_ms,kv_io_ms,"
-         "copy_ms,compute_ms\n";
+         "copy_ms,compute_ms,ssd_reads\n";
   for (const WorkloadSystemResult& s : r.systems)
     for (size_t i = 0; i < s.requests.size(); ++i) {
       const WorkloadRequestResult& x = s.requests[i];
       const TtftBreakdown& b = x.breakdown;
       req << fmt::format(
-          "{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{:.4f},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f}\n",
+          "{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{:.4f},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{}\n",
           s.system, s.sweep_value, i, x.doc, x.follow_up ? 1 : 0, x.n_prefix, x.n_matched, x.ttft_ms, x.io_wait_ms,
           x.ssd_bytes, x.chunks_device, x.chunks_host, x.chunks_ssd, x.read_amplification, x.layers_passed, x.layers,
-          x.first_token, x.agrees, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms, b.compute_ms);
+          x.first_token, x.agrees, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms, b.compute_ms, x.ssd_reads);
     }
   if (!sys || !req || !facts) return Status::IOError("cannot write the results to " + out_dir);
   return Status::Ok();
@@ -277,20 +278,21 @@ void PrintTable(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
         r.continuation_reference, o.n_continue, r.facts.size());
   const bool sweep = !r.sweep.empty();
   std::cout << fmt::format(
-      "{:<24} {:>5} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>10} {:>9} {:>6} {:>8} {:>6} {:>6} {:>6}\n",
+      "{:<24} {:>5} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>10} {:>9} {:>9} {:>6} {:>8} {:>6} {:>6} {:>6}\n",
       sweep ? "system " + r.sweep : std::string("system"), "reqs", "TTFT ms", "p50", "p99", "device", "host", "SSD",
-      "SSD MB/req", "probe MB", "RA", "unhid.IO", "agree", "cont", "facts");
+      "SSD MB/req", "reads/req", "probe MB", "RA", "unhid.IO", "agree", "cont", "facts");
   for (const WorkloadSystemResult& s : r.systems) {
     const int right = int(std::count_if(s.facts.begin(), s.facts.end(), [](const auto& f) { return f.correct; }));
     const std::string name =
         sweep && s.system != SystemName(SystemKind::kAsLike) ? fmt::format("{} {}", s.system, s.sweep_value) : s.system;
     std::cout << fmt::format(
-        "{:<24} {:>5} {:>9.0f} {:>8.0f} {:>8.0f} {:>6.1f}% {:>6.1f}% {:>6.1f}% {:>10.2f} {:>9.2f} {:>6.2f} {:>7.1f}% "
+        "{:<24} {:>5} {:>9.0f} {:>8.0f} {:>8.0f} {:>6.1f}% {:>6.1f}% {:>6.1f}% {:>10.2f} {:>9.0f} {:>9.2f} {:>6.2f} "
+        "{:>7.1f}% "
         "{:>6} {:>6} {:>6}\n",
         name, s.requests.size(), s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms, s.hit_device * 100, s.hit_host * 100,
-        s.hit_ssd * 100, s.mean_ssd_bytes / 1e6, s.mean_probe_key_bytes / 1e6, s.mean_read_amplification,
-        s.unhidden_io_share * 100, Share(s.first_token_agreement), Share(s.continuation_match),
-        s.facts.empty() ? std::string("-") : fmt::format("{}/{}", right, s.facts.size()));
+        s.hit_ssd * 100, s.mean_ssd_bytes / 1e6, s.mean_ssd_reads, s.mean_probe_key_bytes / 1e6,
+        s.mean_read_amplification, s.unhidden_io_share * 100, Share(s.first_token_agreement),
+        Share(s.continuation_match), s.facts.empty() ? std::string("-") : fmt::format("{}/{}", right, s.facts.size()));
   }
   PrintSpans(r);
 }

@@ -246,6 +246,7 @@ WorkloadRequestResult FromReport(const RequestReport& r, const WorkloadRequest& 
   x.io_wait_ms = r.breakdown.io_wait_ms;
   x.breakdown = r.breakdown;
   x.ssd_bytes = r.ssd_bytes_read;
+  x.ssd_reads = r.ssd_reads;
   x.chunks_device = r.chunks_device;
   x.chunks_host = r.chunks_host;
   x.chunks_ssd = r.chunks_ssd;
@@ -475,7 +476,7 @@ Result<std::vector<RunSpec>> PlanRuns(const WorkloadBenchOptions& o) {
 
 void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
   std::vector<double> ttft;
-  double dev = 0, host = 0, ssd = 0, bytes = 0, probe = 0, amp = 0, io = 0, sum_ttft = 0, agree = 0;
+  double dev = 0, host = 0, ssd = 0, bytes = 0, reads = 0, probe = 0, amp = 0, io = 0, sum_ttft = 0, agree = 0;
   int compared = 0;
   for (const WorkloadRequestResult& r : s->requests) {
     ttft.push_back(r.ttft_ms);
@@ -484,6 +485,7 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
     host += r.chunks_host;
     ssd += r.chunks_ssd;
     bytes += double(r.ssd_bytes);
+    reads += r.ssd_reads;
     probe += double(r.probe_key_bytes);
     amp += r.read_amplification;
     io += r.io_wait_ms;
@@ -501,6 +503,7 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
   s->hit_host = chunks > 0 ? host / chunks : 0;
   s->hit_ssd = chunks > 0 ? ssd / chunks : 0;
   s->mean_ssd_bytes = bytes / n;
+  s->mean_ssd_reads = reads / n;
   s->mean_probe_key_bytes = probe / n;
   s->mean_read_amplification = amp / n;
   s->unhidden_io_share = sum_ttft > 0 ? io / sum_ttft : 0;

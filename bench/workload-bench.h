@@ -75,6 +75,7 @@ struct WorkloadRequestResult {
   double io_wait_ms = 0;  // I/O time compute waited for
   TtftBreakdown breakdown;
   uint64_t ssd_bytes = 0;
+  uint32_t ssd_reads = 0;  // read requests those bytes took (a device pays per request as well as per byte)
   // Keys the probe step scored (fp16 rows of the probe's KV heads over the matched prefix, every
   // probed layer): the probe's I/O, whichever tier served it.
   uint64_t probe_key_bytes = 0;
@@ -107,6 +108,7 @@ struct WorkloadSystemResult {
   double mean_ttft_ms = 0, p50_ttft_ms = 0, p99_ttft_ms = 0;
   double hit_device = 0, hit_host = 0, hit_ssd = 0;  // shares of the chunks read
   double mean_ssd_bytes = 0;
+  double mean_ssd_reads = 0;
   double mean_probe_key_bytes = 0;
   double mean_read_amplification = 0;
   double unhidden_io_share = 0;       // sum io_wait / sum TTFT

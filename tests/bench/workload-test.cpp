@@ -169,6 +169,7 @@ TEST(Workload, SummaryMatchesSumsByHand) {
     r.chunks_host = 1;
     r.chunks_ssd = i % 2 ? 0 : 4;  // 50 requests read 4 chunks from the SSD
     r.ssd_bytes = r.chunks_ssd * 1000;
+    r.ssd_reads = r.chunks_ssd * 3;         // 12 where 4 chunks came from the SSD
     r.probe_key_bytes = i <= 25 ? 400 : 0;  // a quarter of the requests probed
     r.read_amplification = 2;
     r.agrees = i <= 90 ? 1 : 0;
@@ -183,6 +184,7 @@ TEST(Workload, SummaryMatchesSumsByHand) {
   EXPECT_DOUBLE_EQ(s.hit_host, 100 / chunks);
   EXPECT_DOUBLE_EQ(s.hit_ssd, 200 / chunks);
   EXPECT_DOUBLE_EQ(s.mean_ssd_bytes, 2000);
+  EXPECT_DOUBLE_EQ(s.mean_ssd_reads, 6);
   EXPECT_DOUBLE_EQ(s.mean_probe_key_bytes, 100);
   EXPECT_NEAR(s.unhidden_io_share, 0.1, 1e-12);
   EXPECT_DOUBLE_EQ(s.first_token_agreement, 0.9);
