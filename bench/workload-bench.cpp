@@ -257,22 +257,13 @@ WorkloadRequestResult FromReport(const RequestReport& r, const WorkloadRequest& 
   return x;
 }
 
-// Where `statement` lies among the first n tokens of the prompt: [begin, end) of the tokens that
-// spell it (byte-level tokens decode to the text piece by piece). {0, 0} when it is not there.
+// Where `statement` lies among the prompt's tokens: [begin, end) of the tokens that spell it.
 std::pair<int, int> StatementTokens(const Tokenizer& tok, std::span<const int32_t> tokens,
                                     const std::string& statement) {
-  std::string text;
-  std::vector<size_t> starts;
-  starts.reserve(tokens.size());
-  for (int32_t t : tokens) {
-    starts.push_back(text.size());
-    text += tok.Decode(std::vector<int32_t>{t}, false);
-  }
-  const size_t at = text.find(statement);
-  if (at == std::string::npos) return {0, 0};
-  const auto first = std::upper_bound(starts.begin(), starts.end(), at) - starts.begin() - 1;
-  const auto last = std::lower_bound(starts.begin(), starts.end(), at + statement.size()) - starts.begin();
-  return {int(first), int(last)};
+  std::vector<std::string> pieces;
+  pieces.reserve(tokens.size());
+  for (int32_t t : tokens) pieces.push_back(tok.Decode(std::vector<int32_t>{t}, false));
+  return PiecesSpelling(pieces, statement);
 }
 
 // Per layer, the share of the tokens [span.first, span.second) the request used.

@@ -203,6 +203,23 @@ bool AnswerMatches(std::string_view output, const std::vector<std::string>& answ
   return false;
 }
 
+std::pair<int, int> PiecesSpelling(std::span<const std::string> pieces, std::string_view statement) {
+  if (statement.empty()) return {0, 0};
+  std::string text;
+  std::vector<size_t> starts;
+  starts.reserve(pieces.size());
+  for (const std::string& p : pieces) {
+    starts.push_back(text.size());
+    text += p;
+  }
+  const size_t at = text.find(statement);
+  if (at == std::string::npos) return {0, 0};
+  // The last piece starting at or before `at`, and the first starting at or after the end.
+  const auto first = std::upper_bound(starts.begin(), starts.end(), at) - starts.begin() - 1;
+  const auto last = std::lower_bound(starts.begin(), starts.end(), at + statement.size()) - starts.begin();
+  return {int(first), int(last)};
+}
+
 int ContinuationMatch(std::span<const int32_t> a, std::span<const int32_t> b) {
   const size_t n = std::min(a.size(), b.size());
   size_t i = 0;

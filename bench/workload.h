@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -100,5 +101,10 @@ bool AnswerMatches(std::string_view output, const std::vector<std::string>& answ
 // The greedy-continuation match: how many leading tokens of `a` and `b` are equal (tokens before
 // the first divergence), at most min(a.size(), b.size()).
 int ContinuationMatch(std::span<const int32_t> a, std::span<const int32_t> b);
+
+// Where `statement` lies in a text given as the pieces its tokens decode to (byte-level tokens
+// decode piece by piece): [begin, end) of the pieces that spell it, including those it starts or
+// ends inside; its first occurrence. {0, 0} when it is not there or empty.
+std::pair<int, int> PiecesSpelling(std::span<const std::string> pieces, std::string_view statement);
 
 }  // namespace impress

@@ -235,6 +235,42 @@ TEST(Workload, ContinuationMatchCountsTokensBeforeTheFirstDivergence) {
   EXPECT_EQ(ContinuationMatch({}, a), 0);
 }
 
+TEST(Workload, PiecesSpellingCoversExactlyTheStatementsPieces) {
+  const std::vector<std::string> pieces = {"Notes",  ".\n", "The", " meeting", " is", " on",
+                                           " March", " 1",  "4",   ".\n",      "End"};
+  EXPECT_EQ(PiecesSpelling(pieces, "The meeting is on March 14."), std::make_pair(2, 10));
+  EXPECT_EQ(PiecesSpelling(pieces, "meeting is on March 14"), std::make_pair(3, 9));
+  // Starting and ending inside pieces takes those pieces whole.
+  EXPECT_EQ(PiecesSpelling(pieces, "eting is on March 1"), std::make_pair(3, 8));
+  EXPECT_EQ(PiecesSpelling(pieces, "Notes"), std::make_pair(0, 1));
+  EXPECT_EQ(PiecesSpelling(pieces, "End"), std::make_pair(10, 11));
+  // The first occurrence; absent or empty statements give {0, 0}.
+  const std::vector<std::string> twice = {"ab", "c", "ab", "c"};
+  EXPECT_EQ(PiecesSpelling(twice, "abc"), std::make_pair(0, 2));
+  EXPECT_EQ(PiecesSpelling(twice, "ca"), std::make_pair(1, 3));
+  EXPECT_EQ(PiecesSpelling(pieces, "March 15"), std::make_pair(0, 0));
+  EXPECT_EQ(PiecesSpelling(pieces, ""), std::make_pair(0, 0));
+  EXPECT_EQ(PiecesSpelling({}, "x"), std::make_pair(0, 0));
+  // Against a naive search: for every substring of the joined text, the pieces returned spell a
+  // text that contains it, and dropping the first or last piece loses it.
+  std::string joined;
+  for (const std::string& p : pieces) joined += p;
+  for (size_t b = 0; b < joined.size(); ++b)
+    for (size_t e = b + 1; e <= joined.size(); ++e) {
+      const std::string s = joined.substr(b, e - b);
+      const auto [first, last] = PiecesSpelling(pieces, s);
+      ASSERT_LT(first, last) << s;
+      auto spelled = [&](int f, int l) {
+        std::string t;
+        for (int k = f; k < l; ++k) t += pieces[size_t(k)];
+        return t;
+      };
+      EXPECT_NE(spelled(first, last).find(s), std::string::npos) << s;
+      EXPECT_EQ(spelled(first + 1, last).find(s), std::string::npos) << s;
+      EXPECT_EQ(spelled(first, last - 1).find(s), std::string::npos) << s;
+    }
+}
+
 TEST(Workload, FactsParseAndBadLinesAreNamed) {
   auto f = ParseFacts(
       "# comment\n\nThe cat is Tom. | What is the cat called? | Tom\n"
