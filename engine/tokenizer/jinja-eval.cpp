@@ -50,6 +50,12 @@ void NeedString(const Value& v, const char* what) {
   if (v.kind != Kind::kString) Fail(std::string(what) + " needs a string, got " + Repr(v));
 }
 
+// The byte offset `n` code points after byte `at` of s (n <= 0: at).
+size_t SkipCodepoints(const std::string& s, size_t at, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) NextCodepoint(s, &at);
+  return at;
+}
+
 // The items a for loop (or list()) walks: list items, dict keys, string characters.
 List Iterate(const Value& v) {
   switch (v.kind) {
@@ -260,11 +266,8 @@ class Evaluator {
       const int64_t m = int64_t(CodepointCount(obj.s));
       k = AsInt(key) < 0 ? AsInt(key) + m : AsInt(key);
       if (k < 0 || k >= m) return Value();
-      size_t at = 0;
-      for (int64_t c = 0; c < k; ++c) NextCodepoint(obj.s, &at);
-      size_t end = at;
-      NextCodepoint(obj.s, &end);
-      return Substr(obj, at, end);
+      const size_t at = SkipCodepoints(obj.s, 0, k);
+      return Substr(obj, at, SkipCodepoints(obj.s, at, 1));
     }
     if (obj.kind == Kind::kDict && key.kind == Kind::kString) {
       if (const Value* v = obj.Find(key.s)) return *v;
@@ -287,11 +290,8 @@ class Evaluator {
     };
     const int64_t from = bound(b, step > 0 ? 0 : n - 1), to = bound(e, step > 0 ? n : -1);
     if (is_str && step == 1) {  // s[i:j], the usual slice: code point offsets, no copy per code point
-      size_t at = 0;
-      for (int64_t c = 0; c < from; ++c) NextCodepoint(obj.s, &at);
-      size_t end = at;
-      for (int64_t c = from; c < to; ++c) NextCodepoint(obj.s, &end);
-      return Substr(obj, at, end);
+      const size_t at = SkipCodepoints(obj.s, 0, from);
+      return Substr(obj, at, SkipCodepoints(obj.s, at, to - from));
     }
     const List items = is_str ? Iterate(obj) : *obj.list;
     List out;

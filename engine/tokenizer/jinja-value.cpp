@@ -205,10 +205,8 @@ void Json(const Value& v, int indent, int level, std::string* out) {
 }  // namespace
 
 Value Concat(const Value& a, const Value& b) {
-  if (a.s.size() + b.s.size() > kMaxStringBytes) throw JinjaError("string too large");
-  Value r = Value::Str(a.s + b.s);
-  r.data = a.data;
-  for (const ByteRange& d : b.data) AddRange(&r.data, d.begin + a.s.size(), d.end + a.s.size());
+  Value r = a;
+  Append(&r, b);
   return r;
 }
 
@@ -221,14 +219,9 @@ void Append(Value* a, const Value& b) {
 Value Repeat(const Value& a, int64_t n) {
   if (n <= 0 || a.s.empty()) return Value::Str("");
   if (uint64_t(n) > kMaxStringBytes / a.s.size()) throw JinjaError("string too large");
-  std::string s;
-  s.reserve(a.s.size() * size_t(n));
   Value r = Value::Str("");
-  for (int64_t k = 0; k < n; ++k) {
-    for (const ByteRange& d : a.data) AddRange(&r.data, d.begin + s.size(), d.end + s.size());
-    s += a.s;
-  }
-  r.s = std::move(s);
+  r.s.reserve(a.s.size() * size_t(n));
+  for (int64_t k = 0; k < n; ++k) Append(&r, a);
   return r;
 }
 
