@@ -16,7 +16,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- 1. Debian packages -------------------------------------------------------------------
 packages=(
-  cmake g++ make pkg-config ninja-build
+  cmake g++ make pkg-config ninja-build ccache
   libopenblas-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcli11-dev
   libxxhash-dev libsqlite3-dev liburing-dev libsentencepiece-dev
   libglfw3-dev libimgui-dev libcpp-httplib-dev

@@ -39,7 +39,9 @@ echo "=== The suite can fail: a corrupt model and a killed reference script fail
 bash "$here/check-tests-fail.sh" build
 
 echo "=== ASan/UBSan build + tests"
-bash "$here/build.sh" build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIMPRESS_SANITIZE=ON
+# -O1 -g1: the sanitizers find the same bugs, and the build takes about half the time of -O2 -g.
+bash "$here/build.sh" build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIMPRESS_SANITIZE=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run_ctest build-asan -j "$IMPRESS_JOBS" --timeout 1800 -LE no-sanitizer
 
