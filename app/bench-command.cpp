@@ -285,6 +285,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     bool json = false;
     bool kernels_only = false;
     std::string kv_encoding = "fp16";
+    std::string probe_keys;
     PipelineBenchOptions opts;
   };
   auto pa = std::make_shared<PipeArgs>();
@@ -311,6 +312,10 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                    "KV at rest: fp16 or int8 (int8: fidelity judged against an fp16 copy of the same ingest)")
       ->check(CLI::IsMember({"fp16", "int8"}));
   pipecmd
+      ->add_option("--probe-keys", pa->probe_keys,
+                   "probe keys at rest: fp16, int8 or int4 (default: as --kv-encoding); they rank tokens only")
+      ->check(CLI::IsMember({"fp16", "int8", "int4"}));
+  pipecmd
       ->add_option("--chunk-tokens", pa->opts.chunk_tokens,
                    "the store's chunk size in tokens (default: sized for the model, 256 for SmolLM2)")
       ->check(CLI::Range(1, 4096));
@@ -318,6 +323,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     ConfigureLogging(*common);
     PipelineBenchOptions opts = pa->opts;
     opts.kv_encoding = *store::ParseKVEncoding(pa->kv_encoding);
+    if (!pa->probe_keys.empty()) opts.probe_encoding = store::ParseKVEncoding(pa->probe_keys);
     const std::string assets = AssetsDir();
     if (opts.document.empty()) opts.document = assets + "/docs/gpl-3.0.txt";
     if (opts.questions.empty()) opts.questions = assets + "/eval/gpl-questions.txt";
@@ -392,6 +398,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"select_group", opts.settings.select_group},
                      {"cross_layer_prefetch", opts.settings.cross_layer_prefetch},
                      {"kv_encoding", store::KVEncodingName(opts.kv_encoding)},
+                     {"probe_encoding", store::KVEncodingName(opts.probe_encoding.value_or(opts.kv_encoding))},
                      {"recomp_ttft_ms", r->recomp_ttft_ms},
                      {"impress_vs_as_bytes", r->impress_vs_as_bytes},
                      {"reorder_vs_as_bytes", r->reorder_vs_as_bytes},
@@ -411,7 +418,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     }
     std::cout << fmt::format(
         "CPU {}; document {} tokens, {} questions, keep {}, alpha {:.2f}, probe heads {}{}, sinks {}, recent {}, {}, "
-        "selection {}{}, KV at rest {} in chunks of {} tokens, I/O {}{}\n",
+        "selection {}{}, KV at rest {} (probe keys {}) in chunks of {} tokens, I/O {}{}\n",
         CpuModelName(), r->n_document_tokens, r->n_questions,
         opts.settings.keep_mass > 0 ? fmt::format("{:.0f}% of the attention mass", opts.settings.keep_mass * 100)
                                     : fmt::format("{:.2f}", opts.settings.keep),
@@ -424,7 +431,8 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
         opts.settings.pool > 1 ? fmt::format(" on scores pooled ({} of {})", opts.settings.pool_max ? "largest" : "sum",
                                              opts.settings.pool)
                                : "",
-        store::KVEncodingName(opts.kv_encoding), r->chunk_tokens, r->io_engine, r->direct_io ? " + O_DIRECT" : "");
+        store::KVEncodingName(opts.kv_encoding), store::KVEncodingName(opts.probe_encoding.value_or(opts.kv_encoding)),
+        r->chunk_tokens, r->io_engine, r->direct_io ? " + O_DIRECT" : "");
     // io wait: the I/O compute did not hide (the request waited on the store); probe: its share of TTFT.
     std::cout << fmt::format("{:<24} {:>8} {:>8} {:>8} {:>8} {:>7} {:>11} {:>10} {:>11} {:>7} {:>9} {:>6} {:>7}\n",
                              "system", "TTFT ms", "p50 ms", "p99 ms", "io wait", "probe", "SSD MB/req", "reads/req",

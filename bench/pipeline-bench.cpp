@@ -153,6 +153,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   so.host_bytes = 0;
   so.reorder_interval = std::chrono::milliseconds(0);
   so.kv_encoding = o.kv_encoding;
+  so.probe_encoding = o.probe_encoding;
   IMPRESS_ASSIGN_OR_RETURN(auto st, store::PrefixStore::Open(so));
   std::unique_ptr<store::PrefixStore> ref_st;
   if (compact) {

@@ -29,7 +29,8 @@ struct PipelineBenchOptions {
   // How the store keeps the KV at rest. Not fp16: the same ingest is also stored as fp16, and a
   // full-KV (AS-like) run over it is every question's reference (first token, logits).
   store::KVEncoding kv_encoding = store::KVEncoding::kF16;
-  int chunk_tokens = 0;  // the store's chunk size (0: the model's, ChunkTokensFor)
+  std::optional<store::KVEncoding> probe_encoding;  // probe keys at rest (nullopt: as kv_encoding)
+  int chunk_tokens = 0;                             // the store's chunk size (0: the model's, ChunkTokensFor)
   ProgressFn progress;
 };
 

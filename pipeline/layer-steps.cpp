@@ -74,7 +74,9 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
                .n = n_matched_,
                .k = KeepCount(n_matched_, run.s.keep),
                .selected = {},
-               .score = {}};
+               .score = {},
+               .pooled = false,
+               .keys = {}};
   // The buffers of the layer's selection and scores come from the last request's (their capacity
   // reused); RecordSelection hands them back.
   job.selected.swap(selected_[size_t(il)]);
@@ -173,7 +175,7 @@ Status ImpressPipeline::SelectByProbe(LayerJob& job) {
   // Pass: the probe heads chose (job.selected) and keys come with the values. Fallback ("safe
   // mode"): all keys, all heads, as AS+H2O does.
   if (!verdict.passed) return SelectByAllHeads(job);
-  return LoadSelected(job, nullptr);
+  return LoadSelected(job, job.keys.empty() ? nullptr : &job.keys);
 }
 
 Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
@@ -198,6 +200,11 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   IMPRESS_RETURN_IF_ERROR(EnsureKeysScratch(size_t(n)));
   be.CopyToDevice(DevPtr<void>(keys_scratch_.raw()), keys.k.data(), keys.k.size() * sizeof(f16_t));
   be.Synchronize();
+  const store::PrefixStoreOptions& so = store_->options();
+  if (!store_covers ||
+      (kv_heads == FirstN(c.n_head_kv) && so.probe_encoding.value_or(so.kv_encoding) == so.kv_encoding)) {
+    job.keys = std::move(keys.k);  // all keys, exactly as K: LoadSelected gathers instead of reading
+  }
   job.run.sw.Lap(&bd.copy_ms);
 
   // Importance of each prefix token for each probe query head (n_probe x n), in a buffer kept
@@ -228,17 +235,23 @@ Status ImpressPipeline::SelectByAllHeads(LayerJob& job) {
   const ModelConfig& c = ctx_.config();
   TtftBreakdown& bd = job.run.report.breakdown;
   const int n = job.n;
-  // The AS+H2O baselines prefetched all keys; after a failed probe the slot is already empty.
-  std::optional<store::ReadTicket> t = TakePrefetch(job.il);
-  if (!t) {
-    IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitReadAllKeys(handle_, job.il));
+  // The AS+H2O baselines prefetched all keys; after a failed probe the slot is already empty,
+  // and the probe may have read all keys already (then they are on the device too).
+  store::ReadResult keys;
+  if (!job.keys.empty()) {
+    keys.k = std::move(job.keys);
+  } else {
+    std::optional<store::ReadTicket> t = TakePrefetch(job.il);
+    if (!t) {
+      IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitReadAllKeys(handle_, job.il));
+    }
+    IMPRESS_ASSIGN_OR_RETURN(keys, WaitRead(job, *t, &bd.kv_io_ms));
+    job.lr.key_bytes += uint64_t(keys.k.size()) * sizeof(f16_t);
+    IMPRESS_RETURN_IF_ERROR(EnsureKeysScratch(size_t(n)));
+    Upload(keys_scratch_, keys.k, size_t(n));
+    ctx_.backend().Synchronize();
+    job.run.sw.Lap(&bd.copy_ms);
   }
-  IMPRESS_ASSIGN_OR_RETURN(store::ReadResult keys, WaitRead(job, *t, &bd.kv_io_ms));
-  job.lr.key_bytes += uint64_t(keys.k.size()) * sizeof(f16_t);
-  IMPRESS_RETURN_IF_ERROR(EnsureKeysScratch(size_t(n)));
-  Upload(keys_scratch_, keys.k, size_t(n));
-  ctx_.backend().Synchronize();
-  job.run.sw.Lap(&bd.copy_ms);
 
   std::vector<float>& imp = score_scratch_;  // n_head x n
   imp.resize(size_t(c.n_head) * n);

@@ -57,6 +57,10 @@ struct ImpressPipeline::LayerJob {
   std::vector<uint32_t> selected;
   std::vector<float> score;  // summed normalised importance, as scored
   bool pooled = false;       // the selection ranked by pool_scratch_ (score pooled), not by score
+  // Every prefix token's keys as the KV holds them, when the probe read them all (its store keeps
+  // probe keys of every KV head in the KV's encoding, or it read all keys): then no key is read
+  // twice. Empty otherwise.
+  std::vector<f16_t> keys;
 };
 
 }  // namespace impress

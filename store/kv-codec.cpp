@@ -6,43 +6,82 @@
 
 namespace impress::store {
 
-const char* KVEncodingName(KVEncoding e) { return e == KVEncoding::kInt8 ? "int8" : "fp16"; }
+const char* KVEncodingName(KVEncoding e) {
+  switch (e) {
+    case KVEncoding::kInt8: return "int8";
+    case KVEncoding::kInt4: return "int4";
+    case KVEncoding::kF16: break;
+  }
+  return "fp16";
+}
 
 std::optional<KVEncoding> ParseKVEncoding(const std::string& name) {
   if (name == "fp16" || name == "f16") return KVEncoding::kF16;
   if (name == "int8" || name == "i8") return KVEncoding::kInt8;
+  if (name == "int4" || name == "i4") return KVEncoding::kInt4;
   return std::nullopt;
 }
 
 uint32_t RecordBytes(KVEncoding e, int n_heads, int head_dim) {
   if (e == KVEncoding::kInt8) return uint32_t(n_heads) * (uint32_t(head_dim) + 2);
+  if (e == KVEncoding::kInt4) return uint32_t(n_heads) * ((uint32_t(head_dim) + 1) / 2 + 2);
   return uint32_t(n_heads) * uint32_t(head_dim) * 2;
 }
 
 namespace {
 
-// The smallest fp16 scale s with absmax / s <= 127, so every quantized value fits int8.
-f16_t ScaleFor(float absmax) {
+// The largest code of an encoding: q in [-QMax, QMax].
+float QMax(KVEncoding e) { return e == KVEncoding::kInt4 ? 7.0f : 127.0f; }
+
+// The smallest fp16 scale s with absmax / s <= qmax, so every quantized value fits its code.
+f16_t ScaleFor(float absmax, float qmax) {
   if (!(absmax > 0.0f)) return 0;  // zero (or NaN) head: all q = 0
-  const float want = absmax / 127.0f;
+  const float want = absmax / qmax;
   f16_t s = Fp32ToFp16(want);
   // Rounded down (or to zero): step up one fp16 ulp. Positive fp16 bits order like the values.
   while (Fp16ToFp32(s) < want && s < 0x7bff) ++s;
   return s;
 }
 
-void EncodeInt8(const f16_t* row, int n_heads, int head_dim, const int* heads, uint8_t* rec) {
-  int8_t* q = reinterpret_cast<int8_t*>(rec + 2 * size_t(n_heads));
+// int8: one byte per value. int4: two values per byte, the even one in the low nibble, each
+// stored as q + 8 (so 0 never occurs but for padding).
+void PutCode(KVEncoding e, uint8_t* codes, size_t i, int q) {
+  if (e == KVEncoding::kInt8) {
+    codes[i] = uint8_t(int8_t(q));
+    return;
+  }
+  const uint8_t nib = uint8_t(q + 8);
+  uint8_t& b = codes[i / 2];
+  b = (i % 2) ? uint8_t((b & 0x0f) | (nib << 4)) : uint8_t((b & 0xf0) | nib);
+}
+
+int GetCode(KVEncoding e, const uint8_t* codes, size_t i) {
+  if (e == KVEncoding::kInt8) return int8_t(codes[i]);
+  const uint8_t b = codes[i / 2];
+  return int((i % 2) ? (b >> 4) : (b & 0x0f)) - 8;
+}
+
+// Bytes of one head's codes.
+size_t CodeBytes(KVEncoding e, int head_dim) {
+  return e == KVEncoding::kInt4 ? (size_t(head_dim) + 1) / 2 : size_t(head_dim);
+}
+
+void EncodeQuantized(KVEncoding e, const f16_t* row, int n_heads, int head_dim, const int* heads, uint8_t* rec) {
+  const float qmax = QMax(e);
+  uint8_t* codes = rec + 2 * size_t(n_heads);
+  const size_t head_code_bytes = CodeBytes(e, head_dim);
+  std::memset(codes, 0, head_code_bytes * size_t(n_heads));
   float x[512];
   for (int j = 0; j < n_heads; ++j) {
     const f16_t* h = row + size_t(heads ? heads[j] : j) * size_t(head_dim);
+    uint8_t* hc = codes + size_t(j) * head_code_bytes;
     float amax = 0.0f;
     for (int d = 0; d < head_dim; d += 512) {
       const int m = std::min(512, head_dim - d);
       Fp16ToFp32Row(h + d, x, size_t(m));
       for (int i = 0; i < m; ++i) amax = std::max(amax, std::fabs(x[i]));
     }
-    const f16_t s16 = ScaleFor(amax);
+    const f16_t s16 = ScaleFor(amax, qmax);
     std::memcpy(rec + 2 * size_t(j), &s16, 2);  // rec is only byte-aligned: copy, don't alias
     const float s = Fp16ToFp32(s16);
     const float inv = s > 0.0f ? 1.0f / s : 0.0f;
@@ -50,9 +89,9 @@ void EncodeInt8(const f16_t* row, int n_heads, int head_dim, const int* heads, u
       const int m = std::min(512, head_dim - d);
       Fp16ToFp32Row(h + d, x, size_t(m));
       for (int i = 0; i < m; ++i) {
-        // x * inv may land a hair above 127 when s was rounded up exactly to absmax / 127.
+        // x * inv may land a hair above qmax when s was rounded up exactly to absmax / qmax.
         const float r = std::nearbyint(x[i] * inv);
-        q[size_t(j) * size_t(head_dim) + size_t(d + i)] = int8_t(std::clamp(r, -127.0f, 127.0f));
+        PutCode(e, hc, size_t(d + i), int(std::clamp(r, -qmax, qmax)));
       }
     }
   }
@@ -67,8 +106,8 @@ void EncodeRecords(KVEncoding e, const f16_t* src, size_t src_stride, size_t n_t
   for (size_t t = 0; t < n_tokens; ++t) {
     const f16_t* row = src + t * src_stride;
     uint8_t* out = dst + t * rec;
-    if (e == KVEncoding::kInt8) {
-      EncodeInt8(row, n_heads, head_dim, heads, out);
+    if (e != KVEncoding::kF16) {
+      EncodeQuantized(e, row, n_heads, head_dim, heads, out);
     } else if (!heads) {
       std::memcpy(out, row, rec);
     } else {
@@ -79,21 +118,32 @@ void EncodeRecords(KVEncoding e, const f16_t* src, size_t src_stride, size_t n_t
 }
 
 void DecodeRecord(KVEncoding e, const uint8_t* rec, int n_heads, int head_dim, f16_t* dst) {
-  if (e != KVEncoding::kInt8) {
+  if (e == KVEncoding::kF16) {
     std::memcpy(dst, rec, size_t(n_heads) * size_t(head_dim) * 2);
     return;
   }
-  const int8_t* q = reinterpret_cast<const int8_t*>(rec + 2 * size_t(n_heads));
+  const uint8_t* codes = rec + 2 * size_t(n_heads);
+  const size_t head_code_bytes = CodeBytes(e, head_dim);
   float x[512];
   for (int j = 0; j < n_heads; ++j) {
     f16_t s16;
     std::memcpy(&s16, rec + 2 * size_t(j), 2);
     const float s = Fp16ToFp32(s16);
+    const uint8_t* hc = codes + size_t(j) * head_code_bytes;
     for (int d = 0; d < head_dim; d += 512) {
       const int m = std::min(512, head_dim - d);
-      const int8_t* qh = q + size_t(j) * size_t(head_dim) + size_t(d);
       // q * s may pass the largest half (65504) when s was rounded up; the input did not.
-      for (int i = 0; i < m; ++i) x[i] = std::clamp(float(qh[i]) * s, -65504.0f, 65504.0f);
+      if (e == KVEncoding::kInt8) {
+        const int8_t* q = reinterpret_cast<const int8_t*>(hc) + d;
+        for (int i = 0; i < m; ++i) x[i] = std::clamp(float(q[i]) * s, -65504.0f, 65504.0f);
+      } else {  // int4: d is even, so each byte holds elements i and i + 1
+        const uint8_t* b = hc + d / 2;
+        for (int i = 0; i + 1 < m; i += 2) {
+          x[i] = std::clamp(float(int(b[i / 2] & 0x0f) - 8) * s, -65504.0f, 65504.0f);
+          x[i + 1] = std::clamp(float(int(b[i / 2] >> 4) - 8) * s, -65504.0f, 65504.0f);
+        }
+        if (m % 2) x[m - 1] = std::clamp(float(GetCode(e, hc, size_t(d + m - 1))) * s, -65504.0f, 65504.0f);
+      }
       Fp32ToFp16Row(x, dst + size_t(j) * size_t(head_dim) + size_t(d), size_t(m));
     }
   }

@@ -7,6 +7,10 @@
 //          token and head (absmax / 127, rounded up to the next fp16 so no q leaves [-127, 127]).
 //          Half the bytes of fp16 plus 2 per head; each decoded element is within scale / 2 of
 //          the fp16 input (plus the fp16 rounding of q * scale).
+//   kInt4: as kInt8 with q in [-7, 7], two per byte (the even element in the low nibble, stored
+//          as q + 8): a quarter of fp16's bytes plus 2 per head; within scale / 2 = absmax / 14.
+//          For probe keys only (PrefixStoreOptions::probe_encoding): they rank tokens, they do
+//          not enter attention.
 //
 // Pure functions; safe from any thread.
 #pragma once
@@ -20,9 +24,9 @@
 
 namespace impress::store {
 
-enum class KVEncoding : uint16_t { kF16 = 0, kInt8 = 1 };
+enum class KVEncoding : uint16_t { kF16 = 0, kInt8 = 1, kInt4 = 2 };
 
-const char* KVEncodingName(KVEncoding e);  // "fp16", "int8"
+const char* KVEncodingName(KVEncoding e);  // "fp16", "int8", "int4"
 std::optional<KVEncoding> ParseKVEncoding(const std::string& name);
 
 // Bytes of one token's record of n_heads heads.

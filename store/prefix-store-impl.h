@@ -206,7 +206,8 @@ struct PrefixStore::Impl {
   const uint32_t C;                // tokens per chunk
   const uint32_t k_bytes;          // K (or V) of one token: (n_head_kv, head_dim) fp16
   const uint32_t rec_bytes;        // K + V of one token (memory tiers hold n_slots * rec_bytes)
-  const uint32_t probe_rec_bytes;  // (n_probe, head_dim) fp16
+  const KVEncoding probe_enc;      // probe_encoding, else kv_encoding
+  const uint32_t probe_rec_bytes;  // (n_probe, head_dim) in probe_enc
   const std::shared_ptr<MemorySpace> device_mem, host_mem;
   std::unique_ptr<Catalog> catalog;  // internally synchronized; commits are ordered by mu
   std::shared_ptr<ExtentFiles> files;

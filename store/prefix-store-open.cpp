@@ -20,6 +20,9 @@ Status ValidateOptions(const PrefixStoreOptions& o) {
     return Status::InvalidArgument("store: chunk_tokens must be in [1, 4096]");
   if (o.kv_encoding != KVEncoding::kF16 && o.kv_encoding != KVEncoding::kInt8)
     return Status::InvalidArgument("store: unknown KV encoding " + std::to_string(int(o.kv_encoding)));
+  if (o.probe_encoding && *o.probe_encoding != KVEncoding::kF16 && *o.probe_encoding != KVEncoding::kInt8 &&
+      *o.probe_encoding != KVEncoding::kInt4)
+    return Status::InvalidArgument("store: unknown probe key encoding " + std::to_string(int(*o.probe_encoding)));
   if (o.probe_kv_heads.empty()) return Status::InvalidArgument("store: at least one probe KV head is needed");
   for (int h : o.probe_kv_heads)
     if (h < 0 || h >= o.n_head_kv)
@@ -66,7 +69,8 @@ PrefixStore::Impl::Impl(PrefixStoreOptions o) :
     C(uint32_t(opt.chunk_tokens)),
     k_bytes(RecordBytes(opt.kv_encoding, opt.n_head_kv, opt.head_dim)),
     rec_bytes(2 * k_bytes),
-    probe_rec_bytes(RecordBytes(opt.kv_encoding, int(opt.probe_kv_heads.size()), opt.head_dim)),
+    probe_enc(opt.probe_encoding.value_or(opt.kv_encoding)),
+    probe_rec_bytes(RecordBytes(probe_enc, int(opt.probe_kv_heads.size()), opt.head_dim)),
     device_mem(opt.device_memory ? opt.device_memory : std::make_shared<HostMemorySpace>("device (host stand-in)")),
     host_mem(opt.host_memory ? opt.host_memory : std::make_shared<HostMemorySpace>("host")),
     tiers(MakeCachePolicy(opt.policy), opt.device_bytes, opt.host_bytes),
@@ -93,7 +97,7 @@ ChunkHeader PrefixStore::Impl::HeaderFor(ChunkKind kind, uint64_t seg, uint64_t 
   h.n_heads = kind == ChunkKind::kKV ? uint32_t(opt.n_head_kv) : uint32_t(opt.probe_kv_heads.size());
   h.head_dim = uint32_t(opt.head_dim);
   h.record_bytes = kind == ChunkKind::kKV ? k_bytes : probe_rec_bytes;
-  h.encoding = uint16_t(opt.kv_encoding);
+  h.encoding = uint16_t(kind == ChunkKind::kKV ? opt.kv_encoding : probe_enc);
   h.reordered = reordered ? 1 : 0;
   return h;
 }
@@ -128,9 +132,11 @@ std::string PrefixStore::Impl::ModelKey() const {
   // fp16 chunks keep the key of format version 2 (whose layout they share), so stores written
   // before compact encodings existed are still read; other encodings have keys of their own, so
   // KV is never read under an encoding it was not written with.
-  if (opt.kv_encoding == KVEncoding::kF16) return opt.model_fingerprint + "|" + Geometry() + "|f2";
+  // Probe keys in an encoding of their own add it to the key.
+  const std::string probe = probe_enc == opt.kv_encoding ? "" : std::string(".p") + KVEncodingName(probe_enc);
+  if (opt.kv_encoding == KVEncoding::kF16 && probe.empty()) return opt.model_fingerprint + "|" + Geometry() + "|f2";
   return opt.model_fingerprint + "|" + Geometry() + "|f" + std::to_string(kFormatVersion) + "." +
-         KVEncodingName(opt.kv_encoding);
+         KVEncodingName(opt.kv_encoding) + probe;
 }
 
 // The catalog, created private. One that is not a usable SQLite catalog (garbage, truncated,

@@ -354,8 +354,7 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
         recs = s.img.data() + kChunkHeaderBytes;
       }
       for (auto [row, rec] : s.rows)
-        DecodeRecord(opt.kv_encoding, recs + size_t(rec) * probe_rec_bytes, n_probe, opt.head_dim,
-                     k_out + size_t(row) * pe);
+        DecodeRecord(probe_enc, recs + size_t(rec) * probe_rec_bytes, n_probe, opt.head_dim, k_out + size_t(row) * pe);
     }
   } else {
     GatherKV(*pr, k_out, v_out);

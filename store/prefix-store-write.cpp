@@ -108,8 +108,8 @@ Status PrefixStore::Impl::WriteInsert(std::span<const LayerKV> layers, uint64_t 
     }
     EncodeRecords(opt.kv_encoding, k, row_elems, n, opt.n_head_kv, opt.head_dim, nullptr, krecs.data());
     EncodeRecords(opt.kv_encoding, v, row_elems, n, opt.n_head_kv, opt.head_dim, nullptr, vrecs.data());
-    EncodeRecords(opt.kv_encoding, k, row_elems, n, int(opt.probe_kv_heads.size()), opt.head_dim,
-                  opt.probe_kv_heads.data(), probe_recs.data());
+    EncodeRecords(probe_enc, k, row_elems, n, int(opt.probe_kv_heads.size()), opt.head_dim, opt.probe_kv_heads.data(),
+                  probe_recs.data());
     IMPRESS_RETURN_IF_ERROR(WriteLayer(
         job->seg, 0, uint32_t(il), n, job->mapping[size_t(il)], all,
         [&](uint32_t o) { return krecs.data() + size_t(o) * k_bytes; },
@@ -199,7 +199,7 @@ void PrefixStore::Impl::AdmitInsertedLocked(const InsertJob& job, std::span<cons
     if (!l->probes[il]) continue;
     const f16_t* k = layers[il].k + skip * row_elems;
     AdmitFreshLocked(ProbeCid(job.seg, il), l->generation, uint64_t(job.n) * probe_rec_bytes, [&](uint8_t* out) {
-      EncodeRecords(opt.kv_encoding, k, row_elems, job.n, n_probe, opt.head_dim, opt.probe_kv_heads.data(), out);
+      EncodeRecords(probe_enc, k, row_elems, job.n, n_probe, opt.head_dim, opt.probe_kv_heads.data(), out);
     });
   }
   for (uint32_t il = 0; il < l->chunks.size(); ++il) {

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ struct PrefixStoreOptions {
   // reads return fp16 either way. KV stored under another encoding is kept but not read (as
   // another model's): its prefixes are recomputed.
   KVEncoding kv_encoding = KVEncoding::kF16;
+  // Probe keys may be kept more compactly than K (int4: a quarter of fp16's bytes): they only rank
+  // tokens. nullopt: as kv_encoding.
+  std::optional<KVEncoding> probe_encoding;
   uint64_t device_bytes = 256ull << 20;
   uint64_t host_bytes = 1ull << 30;
   uint64_t ssd_bytes = 16ull << 30;  // data files + catalog never grow past this

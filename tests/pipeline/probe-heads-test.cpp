@@ -142,7 +142,10 @@ TEST_F(ProbeAgreement, SpreadProbeHeadsAgreeBetterWithAllHeadsThanTheFirstHeads)
       uint64_t probe_bytes = 0;
       for (const LayerReport& lr : r->layers) {
         ASSERT_TRUE(lr.passed);
-        probe_bytes += lr.key_bytes - uint64_t(lr.k) * c.n_head_kv * c.head_dim * 2;  // minus the selected keys
+        // This store's probe keys are every KV head's, as fp16: the selected tokens' keys are
+        // gathered from them, not read again.
+        EXPECT_EQ(lr.key_bytes, uint64_t(n) * c.n_head_kv * c.head_dim * 2);
+        probe_bytes += lr.key_bytes;
       }
       (spread ? recall_spread : recall_first) += recall / double(questions.size());
       if (spread) probe_bytes_spread += probe_bytes;

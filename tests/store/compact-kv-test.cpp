@@ -1,4 +1,5 @@
-// Compact KV at rest (store/kv-codec.h): int8 records with one fp16 scale per token and head.
+// Compact KV at rest (store/kv-codec.h): int8 records with one fp16 scale per token and head,
+// and int4 probe keys next to fp16 or int8 K/V.
 // Each decoded element lies within scale / 2 of its fp16 input (plus the output's fp16
 // rounding), where the bound is recomputed here from the input alone; the store returns such
 // values from the SSD, from the memory tiers and after a reorder; chunk headers name their
@@ -27,12 +28,13 @@ using testing::TestOptions;
 
 constexpr int kLayers = 2, kHeads = 3, kDim = 64;
 
-// The largest error int8 at-rest storage may add to element x of a head whose largest magnitude
-// is amax: half a quantization step (the scale is at most amax / 127 rounded up by one fp16
-// ulp, 2^-10 relative) plus the rounding of the decoded value to fp16 (half an ulp, 2^-11
-// relative, or half the smallest subnormal step).
-double Int8Bound(double amax, double x) {
-  const double scale = amax / 127.0 * (1.0 + 1.0 / 1024.0) + 6e-8;
+// The largest error quantized at-rest storage (codes in [-qmax, qmax]: 127 for int8, 7 for
+// int4) may add to element x of a head whose largest magnitude is amax: half a quantization step
+// (the scale is at most amax / qmax rounded up by one fp16 ulp, 2^-10 relative) plus the
+// rounding of the decoded value to fp16 (half an ulp, 2^-11 relative, or half the smallest
+// subnormal step).
+double QuantBound(double amax, double x, double qmax) {
+  const double scale = amax / qmax * (1.0 + 1.0 / 1024.0) + 6e-8;
   return scale / 2.0 + std::fabs(x) * (1.0 / 2048.0) + scale * (1.0 / 2048.0) + 3e-8;
 }
 
@@ -50,8 +52,8 @@ std::vector<f16_t> RandomRows(std::mt19937& rng, size_t n, int heads, int dim) {
   return out;
 }
 
-// Checks decoded rows against the originals, head by head: every element within Int8Bound.
-::testing::AssertionResult WithinInt8Bound(const f16_t* orig, const f16_t* got, size_t n, int heads, int dim) {
+// Checks decoded rows against the originals, head by head: every element within QuantBound.
+::testing::AssertionResult WithinBound(const f16_t* orig, const f16_t* got, size_t n, int heads, int dim, double qmax) {
   for (size_t t = 0; t < n; ++t)
     for (int h = 0; h < heads; ++h) {
       const f16_t* o = orig + (t * size_t(heads) + size_t(h)) * size_t(dim);
@@ -60,7 +62,7 @@ std::vector<f16_t> RandomRows(std::mt19937& rng, size_t n, int heads, int dim) {
       for (int d = 0; d < dim; ++d) amax = std::max(amax, std::fabs(double(Fp16ToFp32(o[d]))));
       for (int d = 0; d < dim; ++d) {
         const double x = Fp16ToFp32(o[d]), y = Fp16ToFp32(r[d]);
-        if (!(std::fabs(x - y) <= Int8Bound(amax, x)))
+        if (!(std::fabs(x - y) <= QuantBound(amax, x, qmax)))
           return ::testing::AssertionFailure() << "token " << t << " head " << h << " dim " << d << ": " << x
                                                << " came back as " << y << " (head absmax " << amax << ")";
       }
@@ -68,25 +70,49 @@ std::vector<f16_t> RandomRows(std::mt19937& rng, size_t n, int heads, int dim) {
   return ::testing::AssertionSuccess();
 }
 
+::testing::AssertionResult WithinInt8Bound(const f16_t* orig, const f16_t* got, size_t n, int heads, int dim) {
+  return WithinBound(orig, got, n, heads, dim, 127.0);
+}
+
+// Random rows of heads of `dim` values with edge cases (an all-zero head, the largest finite
+// halves, a lone subnormal) encoded as `e` and decoded: {rows, decoded}.
+std::pair<std::vector<f16_t>, std::vector<f16_t>> RoundTrip(KVEncoding e, std::mt19937& rng, size_t n, int dim) {
+  std::vector<f16_t> rows = RandomRows(rng, n, kHeads, dim);
+  std::fill_n(rows.begin(), dim, f16_t(0));
+  rows[size_t(dim) + 3] = 0x7bff;
+  rows[size_t(dim) + 4] = 0xfbff;
+  rows[2 * size_t(dim) + 1] = 0x0001;
+  const uint32_t rb = RecordBytes(e, kHeads, dim);
+  std::vector<uint8_t> recs(n * rb);
+  EncodeRecords(e, rows.data(), size_t(kHeads) * dim, n, kHeads, dim, nullptr, recs.data());
+  std::vector<f16_t> back(rows.size());
+  for (size_t t = 0; t < n; ++t) DecodeRecord(e, recs.data() + t * rb, kHeads, dim, back.data() + t * kHeads * dim);
+  return {rows, back};
+}
+
 TEST(KVCodec, Int8ErrorIsBoundedPerElement) {
   std::mt19937 rng(7);
   const size_t n = 200;
-  std::vector<f16_t> rows = RandomRows(rng, n, kHeads, kDim);
-  // Edge cases: an all-zero head, the largest finite half, a lone subnormal.
-  std::fill_n(rows.begin(), kDim, f16_t(0));
-  rows[size_t(kDim) + 3] = 0x7bff;
-  rows[size_t(kDim) + 4] = 0xfbff;
-  rows[2 * size_t(kDim) + 1] = 0x0001;
-  const uint32_t rb = RecordBytes(KVEncoding::kInt8, kHeads, kDim);
-  EXPECT_EQ(rb, uint32_t(kHeads * (kDim + 2)));
-  std::vector<uint8_t> recs(n * rb);
-  EncodeRecords(KVEncoding::kInt8, rows.data(), size_t(kHeads) * kDim, n, kHeads, kDim, nullptr, recs.data());
-  std::vector<f16_t> back(rows.size());
-  for (size_t t = 0; t < n; ++t)
-    DecodeRecord(KVEncoding::kInt8, recs.data() + t * rb, kHeads, kDim, back.data() + t * size_t(kHeads) * kDim);
+  EXPECT_EQ(RecordBytes(KVEncoding::kInt8, kHeads, kDim), uint32_t(kHeads * (kDim + 2)));
+  const auto [rows, back] = RoundTrip(KVEncoding::kInt8, rng, n, kDim);
   EXPECT_TRUE(WithinInt8Bound(rows.data(), back.data(), n, kHeads, kDim));
   for (int d = 0; d < kDim; ++d) EXPECT_EQ(back[size_t(d)], 0) << "a zero head stays zero";
   EXPECT_EQ(Fp16ToFp32(back[size_t(kDim) + 3]), 65504.0f) << "the head's absmax is exact (q = 127)";
+}
+
+TEST(KVCodec, Int4ErrorIsBoundedPerElementAndPacksTwoPerByte) {
+  std::mt19937 rng(9);
+  for (const int dim : {kDim, 5}) {  // an odd head size leaves the last byte half used
+    const size_t n = 200;
+    EXPECT_EQ(RecordBytes(KVEncoding::kInt4, kHeads, dim), uint32_t(kHeads * ((dim + 1) / 2 + 2)));
+    const auto [rows, back] = RoundTrip(KVEncoding::kInt4, rng, n, dim);
+    EXPECT_TRUE(WithinBound(rows.data(), back.data(), n, kHeads, dim, 7.0)) << "head size " << dim;
+    for (int d = 0; d < dim; ++d) EXPECT_EQ(back[size_t(d)], 0) << "a zero head stays zero";
+    EXPECT_EQ(Fp16ToFp32(back[size_t(dim) + 3]), 65504.0f) << "the head's absmax is exact (q = 7)";
+    EXPECT_EQ(Fp16ToFp32(back[size_t(dim) + 4]), -65504.0f);
+    // Not the int8 bound: int4 has 15 levels, and random heads use them all somewhere.
+    EXPECT_FALSE(WithinInt8Bound(rows.data(), back.data(), n, kHeads, dim));
+  }
 }
 
 TEST(KVCodec, Fp16IsCopiedAndHeadsArePicked) {
@@ -273,6 +299,72 @@ TEST(CompactKV, AStoreWrittenAsFp16IsNeverReadAsInt8) {
     EXPECT_TRUE(ReadsExact(*s, kv, t, t.size()));
     EXPECT_TRUE(s->CheckConsistency().ok());
   }
+  std::filesystem::remove_all(dir);
+}
+
+// int4 probe keys next to fp16 K/V: K and V read bit for bit, the probe keys within the int4
+// bound at about a quarter of their fp16 bytes; a store of fp16 probe keys is not read under
+// int4 ones (the catalog key names both encodings).
+TEST(CompactKV, Int4ProbeKeysBesideFp16KV) {
+  const std::string dir = TempDir("probe-int4");
+  std::mt19937 rng(14);
+  const SyntheticKV kv{kLayers, kHeads, kDim};
+  const std::vector<int32_t> t = RandomTokens(rng, 270);
+  std::vector<std::vector<f16_t>> keys, values;
+  kv.Make(t, 0, &keys, &values);
+  auto probe_bytes = [&](PrefixStore& s) {
+    MatchHandle h = s.Match(t);
+    uint64_t bytes = 0;
+    for (int il = 0; il < kLayers; ++il) {
+      auto pt = s.SubmitProbeKeys(h, il);
+      EXPECT_TRUE(pt.ok());
+      if (!pt.ok()) break;
+      auto pr = s.Wait(*pt);
+      EXPECT_TRUE(pr.ok());
+      if (!pr.ok()) break;
+      bytes += pr->stats.ssd_bytes;
+      const std::vector<int>& probe = s.options().probe_kv_heads;
+      std::vector<f16_t> want(t.size() * probe.size() * kDim);
+      for (size_t i = 0; i < t.size(); ++i)
+        for (size_t j = 0; j < probe.size(); ++j)
+          std::memcpy(want.data() + (i * probe.size() + j) * kDim,
+                      keys[size_t(il)].data() + (i * kHeads + size_t(probe[j])) * kDim, kDim * 2);
+      const double qmax = s.options().probe_encoding == KVEncoding::kInt4 ? 7.0 : 0.0;
+      if (qmax > 0) {
+        EXPECT_TRUE(WithinBound(want.data(), pr->k.data(), t.size(), int(probe.size()), kDim, qmax));
+      } else {
+        EXPECT_EQ(0, std::memcmp(want.data(), pr->k.data(), want.size() * 2)) << "fp16 probe keys are exact";
+      }
+    }
+    EXPECT_TRUE(s.Release(h).ok());
+    return bytes;
+  };
+  PrefixStoreOptions o = Options(dir, KVEncoding::kF16);
+  o.device_bytes = 0;
+  o.host_bytes = 0;
+  o.probe_encoding = KVEncoding::kInt4;
+  uint64_t int4_bytes = 0, f16_bytes = 0;
+  {
+    auto s = OpenOrDie(o);
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+    EXPECT_TRUE(ReadsExact(*s, kv, t, t.size())) << "K and V stay fp16";
+    int4_bytes = probe_bytes(*s);
+    EXPECT_TRUE(s->CheckConsistency().ok());
+  }
+  o.probe_encoding = KVEncoding::kF16;
+  {
+    auto s = OpenOrDie(o);
+    ASSERT_TRUE(s);
+    MatchHandle h = s->Match(t);
+    EXPECT_EQ(h.n_matched, 0u) << "int4 probe keys must not be served as fp16 ones";
+    ASSERT_TRUE(s->Release(h).ok());
+    ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+    f16_bytes = probe_bytes(*s);
+  }
+  // 270 tokens x 2 heads: 68 bytes per token and head in int4, 128 in fp16, in whole 4 KiB blocks.
+  EXPECT_GT(int4_bytes, 0u);
+  EXPECT_LT(double(int4_bytes), 0.6 * double(f16_bytes)) << int4_bytes << " vs " << f16_bytes;
   std::filesystem::remove_all(dir);
 }
 
