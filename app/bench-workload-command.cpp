@@ -36,6 +36,7 @@ struct WorkloadArgs {
   std::string ingest_dir;  // empty: <out>/ingested
   std::string sweep;       // NAME=v1,v2,...
   std::string kv_encoding = "fp16";
+  std::string probe_keys;
   std::vector<std::string> systems;
   std::string out = "workload-results";
   bool json = false;
@@ -178,6 +179,7 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
           {"probe_heads", o.settings.probe_heads},
           {"probe_spread", o.settings.probe_spread},
           {"kv_encoding", store::KVEncodingName(o.kv_encoding)},
+          {"probe_encoding", store::KVEncodingName(o.probe_encoding.value_or(o.kv_encoding))},
           {"n_continue", o.n_continue},
           {"continuation_reference", r.continuation_reference},
           {"sweep", r.sweep},
@@ -258,11 +260,12 @@ void PrintSpans(const WorkloadBenchResult& r) {
 
 void PrintTable(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
   std::cout << fmt::format(
-      "CPU {}; {} documents, {} tokens, KV {:.0f} MB ({}); device tier {:.0f} MB, host {:.0f} MB; {} requests (Zipf "
+      "CPU {}; {} documents, {} tokens, KV {:.0f} MB ({}, probe keys {}); device tier {:.0f} MB, host {:.0f} MB; {} "
+      "requests (Zipf "
       "s={:.2f}, follow-ups {:.0f}%); keep {}{}, alpha {:.2f}, probe heads {}{}; ingest {:.0f} s{}; I/O {}{}\n",
       CpuModelName(), r.n_docs, r.doc_tokens, double(r.kv_bytes) / 1e6, store::KVEncodingName(o.kv_encoding),
-      double(r.device_bytes) / 1e6, double(r.host_bytes) / 1e6, r.requests.size(), o.spec.zipf_s,
-      o.spec.follow_up * 100,
+      store::KVEncodingName(o.probe_encoding.value_or(o.kv_encoding)), double(r.device_bytes) / 1e6,
+      double(r.host_bytes) / 1e6, r.requests.size(), o.spec.zipf_s, o.spec.follow_up * 100,
       o.settings.keep_mass > 0 ? fmt::format("{:.0f}% of the attention mass ({:.2f}..{:.2f} of the tokens)",
                                              o.settings.keep_mass * 100, o.settings.keep_min, o.settings.keep_max)
                                : fmt::format("{:.2f}", o.settings.keep),
@@ -341,6 +344,9 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       ->check(CLI::Range(-1, 1 << 16));
   cmd->add_option("--kv-encoding", wa->kv_encoding, "how the store keeps K/V: fp16 or int8 (budgets follow it)")
       ->check(CLI::IsMember({"fp16", "int8"}));
+  cmd->add_option("--probe-keys", wa->probe_keys,
+                  "probe keys at rest: fp16, int8 or int4 (default: as --kv-encoding); they rank tokens only")
+      ->check(CLI::IsMember({"fp16", "int8", "int4"}));
   cmd->add_flag("--probe-spread", wa->opts.settings.probe_spread,
                 "probe query heads spread over the KV groups (else the first ones)");
   cmd->add_option(
@@ -382,6 +388,7 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       o.sweep = std::move(*sweep);
     }
     o.kv_encoding = *store::ParseKVEncoding(wa->kv_encoding);
+    if (!wa->probe_keys.empty()) o.probe_encoding = store::ParseKVEncoding(wa->probe_keys);
     o.scratch_dir = common->store_dir.empty() ? DefaultStoreDir() : common->store_dir;
     o.ingest_dir = wa->ingest_dir.empty() ? wa->out + "/ingested" : wa->ingest_dir;
     const int select_group = o.settings.select_group;

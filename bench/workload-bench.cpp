@@ -61,6 +61,7 @@ struct RunSpec {
   int chunk_tokens = 0;        // 0: the model's (ChunkTokensFor)
   int stored_probe_heads = 3;  // the store keeps probe keys for these query heads' KV heads
   store::KVEncoding kv_encoding = store::KVEncoding::kF16;
+  std::optional<store::KVEncoding> probe_encoding;
   double device_fraction = 0, host_fraction = 0;
   double sweep_value = 0;
   bool swept = false;
@@ -75,6 +76,7 @@ RunSpec BaseRun(SystemKind s, const WorkloadBenchOptions& o) {
   r.chunk_tokens = o.chunk_tokens;
   r.stored_probe_heads = o.settings.probe_heads;
   r.kv_encoding = o.kv_encoding;
+  r.probe_encoding = o.probe_encoding;
   r.device_fraction = o.device_fraction;
   r.host_fraction = o.host_fraction;
   return r;
@@ -140,6 +142,7 @@ store::PrefixStoreOptions StoreOptionsForRun(const ModelContext& ctx, const RunS
   store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), r.stored_probe_heads, /*spread=*/false);
   if (r.chunk_tokens > 0) so.chunk_tokens = r.chunk_tokens;
   so.kv_encoding = r.kv_encoding;
+  so.probe_encoding = r.probe_encoding;
   so.reorder_interval = std::chrono::milliseconds(0);
   return so;
 }
@@ -157,6 +160,10 @@ std::string IngestKey(const Prompts& w, const store::PrefixStoreOptions& so, con
   mix(so.probe_kv_heads.data(), so.probe_kv_heads.size() * sizeof(int));
   if (so.kv_encoding != store::KVEncoding::kF16) {  // fp16 keeps the key it had before encodings
     const int enc = int(so.kv_encoding);
+    mix(&enc, sizeof enc);
+  }
+  if (so.probe_encoding && *so.probe_encoding != so.kv_encoding) {  // probe keys of their own encoding
+    const int enc = 16 + int(*so.probe_encoding);
     mix(&enc, sizeof enc);
   }
   if (s.pool > 1) {  // pooling reorders what is written; without it the key is the one it had before
@@ -352,7 +359,9 @@ Result<WorkloadSystemResult> RunSystem(ModelContext& ctx, const RunSpec& r, cons
     return std::find(so.probe_kv_heads.begin(), so.probe_kv_heads.end(), g) != so.probe_kv_heads.end();
   });
   const uint64_t probe_row_bytes =
-      uint64_t(covered ? so.probe_kv_heads.size() : size_t(ctx.config().n_head_kv)) * ctx.config().head_dim * 2;
+      covered ? store::RecordBytes(so.probe_encoding.value_or(so.kv_encoding), int(so.probe_kv_heads.size()),
+                                   ctx.config().head_dim)
+              : store::RecordBytes(so.kv_encoding, ctx.config().n_head_kv, ctx.config().head_dim);
   WorkloadSystemResult out;
   out.system = SystemName(r.system);
   out.sweep_value = r.sweep_value;

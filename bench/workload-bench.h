@@ -54,6 +54,7 @@ struct WorkloadBenchOptions {
   WorkloadSpec spec;
   // How the store keeps K/V (fp16 or int8 with per-token-per-head scales).
   store::KVEncoding kv_encoding = store::KVEncoding::kF16;
+  std::optional<store::KVEncoding> probe_encoding;  // probe keys at rest (nullopt: as kv_encoding)
   // Fast-tier budgets as fractions of the documents' total K/V as the store holds it (its
   // encoding: int8 K/V is about half the fp16 bytes, and so are the budgets).
   double device_fraction = 0.10;
@@ -76,7 +77,7 @@ struct WorkloadRequestResult {
   TtftBreakdown breakdown;
   uint64_t ssd_bytes = 0;
   uint32_t ssd_reads = 0;  // read requests those bytes took (a device pays per request as well as per byte)
-  // Keys the probe step scored (fp16 rows of the probe's KV heads over the matched prefix, every
+  // Keys the probe step scored (rows of the probe's KV heads, in their at-rest encoding, over the matched prefix, every
   // probed layer): the probe's I/O, whichever tier served it.
   uint64_t probe_key_bytes = 0;
   uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;

@@ -55,12 +55,6 @@ void PutCode(KVEncoding e, uint8_t* codes, size_t i, int q) {
   b = (i % 2) ? uint8_t((b & 0x0f) | (nib << 4)) : uint8_t((b & 0xf0) | nib);
 }
 
-int GetCode(KVEncoding e, const uint8_t* codes, size_t i) {
-  if (e == KVEncoding::kInt8) return int8_t(codes[i]);
-  const uint8_t b = codes[i / 2];
-  return int((i % 2) ? (b >> 4) : (b & 0x0f)) - 8;
-}
-
 // Bytes of one head's codes.
 size_t CodeBytes(KVEncoding e, int head_dim) {
   return e == KVEncoding::kInt4 ? (size_t(head_dim) + 1) / 2 : size_t(head_dim);
@@ -117,6 +111,36 @@ void EncodeRecords(KVEncoding e, const f16_t* src, size_t src_stride, size_t n_t
   }
 }
 
+namespace {
+
+// Decoded values are clamped to the halves: q * s may pass the largest half (65504) when s was
+// rounded up; the input did not.
+void DecodeInt8Head(const int8_t* q, float s, int head_dim, f16_t* out) {
+  float x[512];
+  for (int d = 0; d < head_dim; d += 512) {
+    const int m = std::min(512, head_dim - d);
+    for (int i = 0; i < m; ++i) x[i] = std::clamp(float(q[d + i]) * s, -65504.0f, 65504.0f);
+    Fp32ToFp16Row(x, out + d, size_t(m));
+  }
+}
+
+// int4: the nibbles unpacked to int8 codes (the even element in the low nibble), then as int8.
+void DecodeInt4Head(const uint8_t* codes, float s, int head_dim, f16_t* out) {
+  int8_t q[512];
+  for (int d = 0; d < head_dim; d += 512) {
+    const int m = std::min(512, head_dim - d);
+    const uint8_t* b = codes + d / 2;  // d is even
+    for (int i = 0; i < m / 2; ++i) {
+      q[2 * i] = int8_t((b[i] & 0x0f) - 8);
+      q[2 * i + 1] = int8_t((b[i] >> 4) - 8);
+    }
+    if (m % 2) q[m - 1] = int8_t((b[m / 2] & 0x0f) - 8);
+    DecodeInt8Head(q, s, m, out + d);
+  }
+}
+
+}  // namespace
+
 void DecodeRecord(KVEncoding e, const uint8_t* rec, int n_heads, int head_dim, f16_t* dst) {
   if (e == KVEncoding::kF16) {
     std::memcpy(dst, rec, size_t(n_heads) * size_t(head_dim) * 2);
@@ -124,27 +148,16 @@ void DecodeRecord(KVEncoding e, const uint8_t* rec, int n_heads, int head_dim, f
   }
   const uint8_t* codes = rec + 2 * size_t(n_heads);
   const size_t head_code_bytes = CodeBytes(e, head_dim);
-  float x[512];
   for (int j = 0; j < n_heads; ++j) {
     f16_t s16;
     std::memcpy(&s16, rec + 2 * size_t(j), 2);
     const float s = Fp16ToFp32(s16);
     const uint8_t* hc = codes + size_t(j) * head_code_bytes;
-    for (int d = 0; d < head_dim; d += 512) {
-      const int m = std::min(512, head_dim - d);
-      // q * s may pass the largest half (65504) when s was rounded up; the input did not.
-      if (e == KVEncoding::kInt8) {
-        const int8_t* q = reinterpret_cast<const int8_t*>(hc) + d;
-        for (int i = 0; i < m; ++i) x[i] = std::clamp(float(q[i]) * s, -65504.0f, 65504.0f);
-      } else {  // int4: d is even, so each byte holds elements i and i + 1
-        const uint8_t* b = hc + d / 2;
-        for (int i = 0; i + 1 < m; i += 2) {
-          x[i] = std::clamp(float(int(b[i / 2] & 0x0f) - 8) * s, -65504.0f, 65504.0f);
-          x[i + 1] = std::clamp(float(int(b[i / 2] >> 4) - 8) * s, -65504.0f, 65504.0f);
-        }
-        if (m % 2) x[m - 1] = std::clamp(float(GetCode(e, hc, size_t(d + m - 1))) * s, -65504.0f, 65504.0f);
-      }
-      Fp32ToFp16Row(x, dst + size_t(j) * size_t(head_dim) + size_t(d), size_t(m));
+    f16_t* out = dst + size_t(j) * size_t(head_dim);
+    if (e == KVEncoding::kInt8) {
+      DecodeInt8Head(reinterpret_cast<const int8_t*>(hc), s, head_dim, out);
+    } else {
+      DecodeInt4Head(hc, s, head_dim, out);
     }
   }
 }
