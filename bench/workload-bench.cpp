@@ -58,8 +58,9 @@ struct Scratch {
 struct RunSpec {
   SystemKind system = SystemKind::kImpress;
   PipelineSettings settings;
-  int chunk_tokens = 0;        // 0: the model's (ChunkTokensFor)
-  int stored_probe_heads = 3;  // the store keeps probe keys for these query heads' KV heads
+  int chunk_tokens = 0;              // 0: the model's (ChunkTokensFor)
+  int stored_probe_heads = 3;        // the store keeps probe keys for these query heads' KV heads
+  bool stored_probe_spread = false;  // ... chosen spread over the KV groups
   store::KVEncoding kv_encoding = store::KVEncoding::kF16;
   std::optional<store::KVEncoding> probe_encoding;
   double device_fraction = 0, host_fraction = 0;
@@ -75,6 +76,7 @@ RunSpec BaseRun(SystemKind s, const WorkloadBenchOptions& o) {
   r.settings.report_importance = true;  // the store's statistics drive LFU, score caching and reorder
   r.chunk_tokens = o.chunk_tokens;
   r.stored_probe_heads = o.settings.probe_heads;
+  r.stored_probe_spread = o.settings.probe_spread;
   r.kv_encoding = o.kv_encoding;
   r.probe_encoding = o.probe_encoding;
   r.device_fraction = o.device_fraction;
@@ -132,14 +134,15 @@ struct Prompts {
   std::vector<PromptTokens> docs, requests, facts;
 };
 
-// The store keeps probe keys for the KV heads of the first P query heads of the benchmark's own
-// settings (not of a sweep's value), whichever choice and count the run probes with: runs that
+// The store keeps probe keys for the KV heads of the P query heads of the benchmark's own
+// settings (the first P, or P spread over the KV groups with --probe-spread; not of a sweep's
+// value), whichever choice and count the run probes with: runs that
 // differ only in them share one ingest (an hour of prefill on a busy machine). A probe whose KV
 // heads the store lacks reads the layer's keys from the chunks instead (with grouped-query
 // attention and P >= n_head_kv spread: every KV head's keys, the same bytes as probe keys of every
 // KV head); WorkloadRequestResult::probe_key_bytes counts what it read.
 store::PrefixStoreOptions StoreOptionsForRun(const ModelContext& ctx, const RunSpec& r) {
-  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), r.stored_probe_heads, /*spread=*/false);
+  store::PrefixStoreOptions so = StoreOptionsFor(ctx.config(), r.stored_probe_heads, r.stored_probe_spread);
   if (r.chunk_tokens > 0) so.chunk_tokens = r.chunk_tokens;
   so.kv_encoding = r.kv_encoding;
   so.probe_encoding = r.probe_encoding;
