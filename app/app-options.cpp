@@ -48,6 +48,9 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
   cmd->add_option("--dense-layers", o->dense_layers, "the first N layers load every prefix token")
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("--probe-heads", o->probe_heads, "probe query heads per layer")->check(CLI::Range(1, 1024));
+  cmd->add_option("--probe-keys", o->probe_keys,
+                  "probe keys at rest: fp16, int8 or int4 (default: as the KV); they rank tokens only")
+      ->check(CLI::IsMember({"fp16", "int8", "int4"}));
   cmd->add_option("--sinks", o->sinks, "attention sinks always kept")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--recent", o->recent, "recent prefix tokens always kept")->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--no-store", o->no_store, "do not use the KV store (recompute every prefix)");
@@ -96,6 +99,10 @@ std::string AssetsDir() { return EnvOr("IMPRESS_ASSETS_DIR", IMPRESS_ASSETS_DIR_
 
 std::string ResolveModelPath(const CommonOptions& o) { return o.model.empty() ? DefaultModelPath() : o.model; }
 
+std::optional<store::KVEncoding> ProbeEncodingFor(const CommonOptions& c) {
+  return c.probe_keys.empty() ? std::nullopt : store::ParseKVEncoding(c.probe_keys);
+}
+
 ChatSessionOptions SessionOptionsFor(const CommonOptions& c) {
   ChatSessionOptions o;
   o.model_path = ResolveModelPath(c);
@@ -106,6 +113,7 @@ ChatSessionOptions SessionOptionsFor(const CommonOptions& c) {
   o.host_bytes = uint64_t(c.host_budget_mb * (1 << 20));
   o.ssd_bytes = uint64_t(c.ssd_budget_mb * (1 << 20));
   o.probe_heads_stored = c.probe_heads;
+  o.probe_encoding = ProbeEncodingFor(c);
   return o;
 }
 

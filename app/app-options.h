@@ -28,6 +28,7 @@ struct CommonOptions {
   bool head_max = PipelineSettings{}.head_max;       // dense_layers
   int dense_layers = PipelineSettings{}.dense_layers;
   int probe_heads = 3;
+  std::string probe_keys;  // --probe-keys: "" as the KV, else fp16 | int8 | int4 (store/kv-codec.h)
   int sinks = 4;
   int recent = 32;
   bool no_store = false;    // recompute everything, store nothing
@@ -67,6 +68,8 @@ std::string ResolveModelPath(const CommonOptions& opts);
 // The chat session the options describe: model, backend, store directory (none with
 // --no-store) and tier budgets.
 ChatSessionOptions SessionOptionsFor(const CommonOptions& opts);
+// --probe-keys as the store's probe_encoding (nullopt: as the KV).
+std::optional<store::KVEncoding> ProbeEncodingFor(const CommonOptions& opts);
 
 // Loads the model the options name (--model, --threads, --backend) with a progress bar on stderr.
 Result<std::unique_ptr<ModelContext>> LoadModelShowingProgress(const CommonOptions& opts);

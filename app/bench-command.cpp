@@ -285,7 +285,6 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     bool json = false;
     bool kernels_only = false;
     std::string kv_encoding = "fp16";
-    std::string probe_keys;
     PipelineBenchOptions opts;
   };
   auto pa = std::make_shared<PipeArgs>();
@@ -312,10 +311,6 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                    "KV at rest: fp16 or int8 (int8: fidelity judged against an fp16 copy of the same ingest)")
       ->check(CLI::IsMember({"fp16", "int8"}));
   pipecmd
-      ->add_option("--probe-keys", pa->probe_keys,
-                   "probe keys at rest: fp16, int8 or int4 (default: as --kv-encoding); they rank tokens only")
-      ->check(CLI::IsMember({"fp16", "int8", "int4"}));
-  pipecmd
       ->add_option("--chunk-tokens", pa->opts.chunk_tokens,
                    "the store's chunk size in tokens (default: sized for the model, 256 for SmolLM2)")
       ->check(CLI::Range(1, 4096));
@@ -323,7 +318,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     ConfigureLogging(*common);
     PipelineBenchOptions opts = pa->opts;
     opts.kv_encoding = *store::ParseKVEncoding(pa->kv_encoding);
-    if (!pa->probe_keys.empty()) opts.probe_encoding = store::ParseKVEncoding(pa->probe_keys);
+    opts.probe_encoding = ProbeEncodingFor(*common);
     const std::string assets = AssetsDir();
     if (opts.document.empty()) opts.document = assets + "/docs/gpl-3.0.txt";
     if (opts.questions.empty()) opts.questions = assets + "/eval/gpl-questions.txt";

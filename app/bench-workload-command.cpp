@@ -36,7 +36,6 @@ struct WorkloadArgs {
   std::string ingest_dir;  // empty: <out>/ingested
   std::string sweep;       // NAME=v1,v2,...
   std::string kv_encoding = "fp16";
-  std::string probe_keys;
   std::vector<std::string> systems;
   std::string out = "workload-results";
   bool json = false;
@@ -344,9 +343,6 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       ->check(CLI::Range(-1, 1 << 16));
   cmd->add_option("--kv-encoding", wa->kv_encoding, "how the store keeps K/V: fp16 or int8 (budgets follow it)")
       ->check(CLI::IsMember({"fp16", "int8"}));
-  cmd->add_option("--probe-keys", wa->probe_keys,
-                  "probe keys at rest: fp16, int8 or int4 (default: as --kv-encoding); they rank tokens only")
-      ->check(CLI::IsMember({"fp16", "int8", "int4"}));
   cmd->add_flag("--probe-spread", wa->opts.settings.probe_spread,
                 "probe query heads spread over the KV groups (else the first ones)");
   cmd->add_option(
@@ -388,7 +384,7 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       o.sweep = std::move(*sweep);
     }
     o.kv_encoding = *store::ParseKVEncoding(wa->kv_encoding);
-    if (!wa->probe_keys.empty()) o.probe_encoding = store::ParseKVEncoding(wa->probe_keys);
+    o.probe_encoding = ProbeEncodingFor(*common);
     o.scratch_dir = common->store_dir.empty() ? DefaultStoreDir() : common->store_dir;
     o.ingest_dir = wa->ingest_dir.empty() ? wa->out + "/ingested" : wa->ingest_dir;
     const int select_group = o.settings.select_group;

@@ -105,6 +105,7 @@ void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code) {
         ModelContextOptions{.n_threads = common->threads, .backend = common->backend, .weights = common->weights};
     so.store_dir = common->no_store ? "" : (common->store_dir.empty() ? DefaultStoreDir() : common->store_dir);
     so.probe_heads_stored = common->probe_heads;
+    so.probe_encoding = ProbeEncodingFor(*common);
     so.store_lock_wait = std::chrono::milliseconds(int64_t(common->store_wait_s * 1000));
     // Saved conversations live beside the store ($XDG_DATA_HOME/impress/conversations.db).
     if (!args->no_save) {

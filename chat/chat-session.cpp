@@ -19,6 +19,7 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Open(const ChatSessionOptions&
   if (!o.store_dir.empty()) {
     store::PrefixStoreOptions so = StoreOptionsFor(s->ctx_->config(), o.probe_heads_stored);
     so.dir = o.store_dir;
+    so.probe_encoding = o.probe_encoding;
     so.device_bytes = o.device_bytes;
     so.host_bytes = o.host_bytes;
     so.ssd_bytes = o.ssd_bytes;

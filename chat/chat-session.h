@@ -10,6 +10,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "chat/conversation.h"
@@ -28,7 +29,8 @@ struct ChatSessionOptions {
   uint64_t device_bytes = 256ull << 20;
   uint64_t host_bytes = 1ull << 30;
   uint64_t ssd_bytes = 16ull << 30;
-  int probe_heads_stored = 3;  // probe keys are kept for the KV heads these query heads use
+  int probe_heads_stored = 3;                       // probe keys are kept for the KV heads these query heads use
+  std::optional<store::KVEncoding> probe_encoding;  // probe keys at rest (nullopt: as the KV)
   std::chrono::milliseconds reorder_interval = std::chrono::minutes(10);
   // How long to wait for another program to close the store before refusing (0: at once).
   std::chrono::milliseconds store_lock_wait{0};
