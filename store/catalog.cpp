@@ -67,6 +67,8 @@ bool IsBlobOrNull(const Stmt& s, int col) {
   const int t = sqlite3_column_type(s.get(), col);
   return t == SQLITE_BLOB || t == SQLITE_NULL;
 }
+// A chunk's access frequency is a count kept as REAL: at most 2^63, so it converts to uint64.
+constexpr double kMaxFrequency = 9223372036854775808.0;
 bool FiniteIn(const Stmt& s, int col, double lo, double hi) {
   const int t = sqlite3_column_type(s.get(), col);
   if (t != SQLITE_FLOAT && t != SQLITE_INTEGER) return false;
@@ -373,8 +375,8 @@ Status Catalog::LoadChunksLocked(CatalogContents* out) {
                     IntIn(s, 2, 0, kMaxSegmentTokens) && IntIn(s, 3, 0, UINT64_MAX >> 1) && ExtentValid(s, 4) &&
                     IntIn(s, 7, 0, kMaxSegmentTokens) && IntIn(s, 8, 1, kMaxSegmentTokens + 1) && IsInt(s, 9) &&
                     sqlite3_column_type(s.get(), 10) == SQLITE_BLOB &&
-                    sqlite3_column_bytes(s.get(), 10) % int(sizeof(uint64_t)) == 0 && FiniteIn(s, 11, 0, 1e300) &&
-                    FiniteIn(s, 12, 0, 1) && IntIn(s, 13, 0, UINT64_MAX >> 1);
+                    sqlite3_column_bytes(s.get(), 10) % int(sizeof(uint64_t)) == 0 &&
+                    FiniteIn(s, 11, 0, kMaxFrequency) && FiniteIn(s, 12, 0, 1) && IntIn(s, 13, 0, UINT64_MAX >> 1);
     if (!ok) {
       bad.push_back({s.Int(0), s.Int(1), s.Int(2)});
       return;

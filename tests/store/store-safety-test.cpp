@@ -125,7 +125,7 @@ TEST(StoreSafety, NegativeOrOverflowingExtentValuesDropTheRow) {
   std::mt19937 rng(3);
   const auto t = RandomTokens(rng, 70);
   for (const char* set : {"offset = -4096", "length = 1099511627776", "file = -1", "n_slots = 1000000000",
-                          "imp_ratio = 'x'", "freq = -1.0", "block_sums = x'0102'"}) {
+                          "imp_ratio = 'x'", "freq = -1.0", "freq = 1.3e294", "block_sums = x'0102'"}) {
     const std::string dir = StoreWith("bad-extent", t);
     Sql(dir + "/catalog.db", std::string("UPDATE chunks SET ") + set + " WHERE layer = 1 AND idx = 2;");
     auto s = OpenOrDie(Options(dir));
