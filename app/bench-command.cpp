@@ -393,7 +393,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"select_group", opts.settings.select_group},
                      {"cross_layer_prefetch", opts.settings.cross_layer_prefetch},
                      {"kv_encoding", store::KVEncodingName(opts.kv_encoding)},
-                     {"probe_encoding", store::KVEncodingName(opts.probe_encoding.value_or(opts.kv_encoding))},
+                     {"probe_encoding", store::KVEncodingName(store::ProbeEncoding(opts))},
                      {"recomp_ttft_ms", r->recomp_ttft_ms},
                      {"impress_vs_as_bytes", r->impress_vs_as_bytes},
                      {"reorder_vs_as_bytes", r->reorder_vs_as_bytes},
@@ -426,8 +426,8 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
         opts.settings.pool > 1 ? fmt::format(" on scores pooled ({} of {})", opts.settings.pool_max ? "largest" : "sum",
                                              opts.settings.pool)
                                : "",
-        store::KVEncodingName(opts.kv_encoding), store::KVEncodingName(opts.probe_encoding.value_or(opts.kv_encoding)),
-        r->chunk_tokens, r->io_engine, r->direct_io ? " + O_DIRECT" : "");
+        store::KVEncodingName(opts.kv_encoding), store::KVEncodingName(store::ProbeEncoding(opts)), r->chunk_tokens,
+        r->io_engine, r->direct_io ? " + O_DIRECT" : "");
     // io wait: the I/O compute did not hide (the request waited on the store); probe: its share of TTFT.
     std::cout << fmt::format("{:<24} {:>8} {:>8} {:>8} {:>8} {:>7} {:>11} {:>10} {:>11} {:>7} {:>9} {:>6} {:>7}\n",
                              "system", "TTFT ms", "p50 ms", "p99 ms", "io wait", "probe", "SSD MB/req", "reads/req",

@@ -178,7 +178,7 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
           {"probe_heads", o.settings.probe_heads},
           {"probe_spread", o.settings.probe_spread},
           {"kv_encoding", store::KVEncodingName(o.kv_encoding)},
-          {"probe_encoding", store::KVEncodingName(o.probe_encoding.value_or(o.kv_encoding))},
+          {"probe_encoding", store::KVEncodingName(store::ProbeEncoding(o))},
           {"n_continue", o.n_continue},
           {"continuation_reference", r.continuation_reference},
           {"sweep", r.sweep},
@@ -259,12 +259,13 @@ void PrintSpans(const WorkloadBenchResult& r) {
 
 void PrintTable(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
   std::cout << fmt::format(
-      "CPU {}; {} documents, {} tokens, KV {:.0f} MB ({}, probe keys {}); device tier {:.0f} MB, host {:.0f} MB; {} "
-      "requests (Zipf "
-      "s={:.2f}, follow-ups {:.0f}%); keep {}{}, alpha {:.2f}, probe heads {}{}; ingest {:.0f} s{}; I/O {}{}\n",
+      "CPU {}; {} documents, {} tokens, KV {:.0f} MB ({}, probe keys {}); "
+      "device tier {:.0f} MB, host {:.0f} MB; "
+      "{} requests (Zipf s={:.2f}, follow-ups {:.0f}%); "
+      "keep {}{}, alpha {:.2f}, probe heads {}{}; ingest {:.0f} s{}; I/O {}{}\n",
       CpuModelName(), r.n_docs, r.doc_tokens, double(r.kv_bytes) / 1e6, store::KVEncodingName(o.kv_encoding),
-      store::KVEncodingName(o.probe_encoding.value_or(o.kv_encoding)), double(r.device_bytes) / 1e6,
-      double(r.host_bytes) / 1e6, r.requests.size(), o.spec.zipf_s, o.spec.follow_up * 100,
+      store::KVEncodingName(store::ProbeEncoding(o)), double(r.device_bytes) / 1e6, double(r.host_bytes) / 1e6,
+      r.requests.size(), o.spec.zipf_s, o.spec.follow_up * 100,
       o.settings.keep_mass > 0 ? fmt::format("{:.0f}% of the attention mass ({:.2f}..{:.2f} of the tokens)",
                                              o.settings.keep_mass * 100, o.settings.keep_min, o.settings.keep_max)
                                : fmt::format("{:.2f}", o.settings.keep),

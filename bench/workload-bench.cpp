@@ -362,8 +362,7 @@ Result<WorkloadSystemResult> RunSystem(ModelContext& ctx, const RunSpec& r, cons
     return std::find(so.probe_kv_heads.begin(), so.probe_kv_heads.end(), g) != so.probe_kv_heads.end();
   });
   const uint64_t probe_row_bytes =
-      covered ? store::RecordBytes(so.probe_encoding.value_or(so.kv_encoding), int(so.probe_kv_heads.size()),
-                                   ctx.config().head_dim)
+      covered ? store::RecordBytes(store::ProbeEncoding(so), int(so.probe_kv_heads.size()), ctx.config().head_dim)
               : store::RecordBytes(so.kv_encoding, ctx.config().n_head_kv, ctx.config().head_dim);
   WorkloadSystemResult out;
   out.system = SystemName(r.system);

@@ -201,8 +201,7 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   be.CopyToDevice(DevPtr<void>(keys_scratch_.raw()), keys.k.data(), keys.k.size() * sizeof(f16_t));
   be.Synchronize();
   const store::PrefixStoreOptions& so = store_->options();
-  if (!store_covers ||
-      (kv_heads == FirstN(c.n_head_kv) && so.probe_encoding.value_or(so.kv_encoding) == so.kv_encoding)) {
+  if (!store_covers || (kv_heads == FirstN(c.n_head_kv) && store::ProbeEncoding(so) == so.kv_encoding)) {
     job.keys = std::move(keys.k);  // all keys, exactly as K: LoadSelected gathers instead of reading
   }
   job.run.sw.Lap(&bd.copy_ms);

@@ -44,15 +44,15 @@ f16_t ScaleFor(float absmax, float qmax) {
 }
 
 // int8: one byte per value. int4: two values per byte, the even one in the low nibble, each
-// stored as q + 8 (so 0 never occurs but for padding).
-void PutCode(KVEncoding e, uint8_t* codes, size_t i, int q) {
+// stored as q + 8 (so 0 never occurs but for padding). d is even unless it is the last run.
+void PutCodes(KVEncoding e, const int8_t* q, int m, int d, uint8_t* codes) {
   if (e == KVEncoding::kInt8) {
-    codes[i] = uint8_t(int8_t(q));
+    std::memcpy(codes + d, q, size_t(m));
     return;
   }
-  const uint8_t nib = uint8_t(q + 8);
-  uint8_t& b = codes[i / 2];
-  b = (i % 2) ? uint8_t((b & 0x0f) | (nib << 4)) : uint8_t((b & 0xf0) | nib);
+  uint8_t* b = codes + d / 2;
+  for (int i = 0; i < m / 2; ++i) b[i] = uint8_t((q[2 * i] + 8) | ((q[2 * i + 1] + 8) << 4));
+  if (m % 2) b[m / 2] = uint8_t(q[m - 1] + 8);
 }
 
 // Bytes of one head's codes.
@@ -64,8 +64,8 @@ void EncodeQuantized(KVEncoding e, const f16_t* row, int n_heads, int head_dim, 
   const float qmax = QMax(e);
   uint8_t* codes = rec + 2 * size_t(n_heads);
   const size_t head_code_bytes = CodeBytes(e, head_dim);
-  std::memset(codes, 0, head_code_bytes * size_t(n_heads));
   float x[512];
+  int8_t q[512];
   for (int j = 0; j < n_heads; ++j) {
     const f16_t* h = row + size_t(heads ? heads[j] : j) * size_t(head_dim);
     uint8_t* hc = codes + size_t(j) * head_code_bytes;
@@ -82,11 +82,9 @@ void EncodeQuantized(KVEncoding e, const f16_t* row, int n_heads, int head_dim, 
     for (int d = 0; d < head_dim; d += 512) {
       const int m = std::min(512, head_dim - d);
       Fp16ToFp32Row(h + d, x, size_t(m));
-      for (int i = 0; i < m; ++i) {
-        // x * inv may land a hair above qmax when s was rounded up exactly to absmax / qmax.
-        const float r = std::nearbyint(x[i] * inv);
-        PutCode(e, hc, size_t(d + i), int(std::clamp(r, -qmax, qmax)));
-      }
+      // x * inv may land a hair above qmax when s was rounded up exactly to absmax / qmax.
+      for (int i = 0; i < m; ++i) q[i] = int8_t(std::clamp(std::nearbyint(x[i] * inv), -qmax, qmax));
+      PutCodes(e, q, m, d, hc);
     }
   }
 }

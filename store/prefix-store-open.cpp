@@ -69,7 +69,7 @@ PrefixStore::Impl::Impl(PrefixStoreOptions o) :
     C(uint32_t(opt.chunk_tokens)),
     k_bytes(RecordBytes(opt.kv_encoding, opt.n_head_kv, opt.head_dim)),
     rec_bytes(2 * k_bytes),
-    probe_enc(opt.probe_encoding.value_or(opt.kv_encoding)),
+    probe_enc(ProbeEncoding(opt)),
     probe_rec_bytes(RecordBytes(probe_enc, int(opt.probe_kv_heads.size()), opt.head_dim)),
     device_mem(opt.device_memory ? opt.device_memory : std::make_shared<HostMemorySpace>("device (host stand-in)")),
     host_mem(opt.host_memory ? opt.host_memory : std::make_shared<HostMemorySpace>("host")),

@@ -75,6 +75,13 @@ struct PrefixStoreOptions {
   std::shared_ptr<MemorySpace> host_memory;    // nullptr: host memory
 };
 
+// The encoding probe keys are kept in: probe_encoding, else the K/V's. For the store's options and
+// for every settings struct that carries the pair (benchmarks, chat sessions).
+template <class Options>
+KVEncoding ProbeEncoding(const Options& o) {
+  return o.probe_encoding.value_or(o.kv_encoding);
+}
+
 // K and V of one layer for tokens [start, end) of an insert, fp16, each (n_tokens, n_head_kv, head_dim).
 // `importance` (optional, n_tokens values, larger = more important) is what the computation that
 // produced the KV saw (e.g. H2O column sums over the prompt's last part): the layer's chunks are

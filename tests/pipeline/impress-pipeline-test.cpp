@@ -379,7 +379,8 @@ TEST_F(PipelineOnModel, ImpressReadsFewerStoreBytesThanTheBaselines) {
 // AS+H2O's selection with the keys read up front: the same tokens in every layer and the same
 // logits, and no key read twice (the selected tokens' keys are gathered from the probe's, not
 // read again), so it reads no more than AS+H2O+LFU (probe chunks and K regions pad to 4 KiB
-// blocks differently: within 2%). The same store with int4 probe keys reads fewer bytes.
+// blocks differently: within 2%), also when the probe fails and the all-heads fallback decides.
+// The same store with int4 probe keys reads fewer bytes.
 TEST_F(PipelineOnModel, AnAllHeadsProbeReadsEachKeyOnce) {
   const int all_heads = ctx_->config().n_head;
   store::PrefixStoreOptions o = StoreOptionsFor(ctx_->config(), all_heads);
@@ -409,6 +410,18 @@ TEST_F(PipelineOnModel, AnAllHeadsProbeReadsEachKeyOnce) {
   EXPECT_EQ(h2o_logits, imp_logits);
   for (const LayerReport& l : imp.layers) EXPECT_TRUE(l.passed);
   EXPECT_LE(double(imp_bytes), 1.02 * double(h2o_bytes)) << imp_bytes << " vs " << h2o_bytes;
+
+  // A probe that fails in every layer (alpha 0) falls back to every head's importance over the
+  // keys it already read: the same selection again, and still no key read twice.
+  s.alpha = 0.0f;
+  std::vector<float> fallback_logits;
+  uint64_t fallback_bytes = 0;
+  const RequestReport fb = run(SystemKind::kImpress, &fallback_logits, &fallback_bytes);
+  for (const LayerReport& l : fb.layers) EXPECT_FALSE(l.passed) << "layer " << l.il;
+  EXPECT_EQ(h2o.selected, fb.selected);
+  EXPECT_EQ(h2o_logits, fallback_logits);
+  EXPECT_LE(double(fallback_bytes), 1.02 * double(h2o_bytes)) << fallback_bytes << " vs " << h2o_bytes;
+  s.alpha = 8.0f;
 
   o.probe_encoding = store::KVEncoding::kInt4;
   ASSERT_NO_FATAL_FAILURE(OpenStore(o));
