@@ -19,6 +19,7 @@
 #include "engine/compute/tile-attention.h"
 #include "engine/compute/typed-gemv.h"
 #include "engine/quant/gemm.h"
+#include "engine/quant/key-scores.h"
 #include "engine/quant/quant-kernels.h"
 
 namespace impress {
@@ -56,6 +57,12 @@ class CpuBackend final : public Backend {
     SetBlasThreads(o.n_threads);
     const char* env = std::getenv("IMPRESS_ATTENTION_TILES");
     if (env && std::string(env) == "0") tiles_ = false;
+    const char* int8_env = std::getenv("IMPRESS_INT8_SCORES");
+    const quant::KernelPath path = quant::ActiveKernelPath();
+    if (o.int8_key_scores && !(int8_env && std::string(int8_env) == "0")) {
+      if (o.key_score_path) int8_scores_ = o.key_score_path;
+      else if (quant::HasFastKeyScores(path)) int8_scores_ = path;
+    }
   }
 
   std::string Name() const override { return "cpu (OpenBLAS, " + std::to_string(pool_.n_threads()) + " threads)"; }
@@ -368,12 +375,13 @@ class CpuBackend final : public Backend {
   // Decode attention: per (kv head, key block, query row) partial max, sum and value sum; the
   // raw scores when importance is wanted.
   std::vector<float> part_max_, part_sum_, part_acc_, raw_scores_;
-  TileScratch tile_scratch_;          // the tiled attention's buffers, kept between calls
-  bool tiles_ = true;                 // CpuBackendOptions::tile_attention
-  RopeAngles rope_angles_;            // the last decode position's rotation
-  TypedGemvs gemv_;                   // typed GEMV jobs (decode): their activation rows and staging
-  std::vector<float> tile_;           // decoded weight tile
-  quant::GemmActivations gemm_acts_;  // int8 GEMM: the quantized activation rows
+  TileScratch tile_scratch_;                      // the tiled attention's buffers, kept between calls
+  bool tiles_ = true;                             // CpuBackendOptions::tile_attention
+  std::optional<quant::KernelPath> int8_scores_;  // CpuBackendOptions::int8_key_scores, where fast
+  RopeAngles rope_angles_;                        // the last decode position's rotation
+  TypedGemvs gemv_;                               // typed GEMV jobs (decode): their activation rows and staging
+  std::vector<float> tile_;                       // decoded weight tile
+  quant::GemmActivations gemm_acts_;              // int8 GEMM: the quantized activation rows
 };
 
 // Activation rows up to which a typed MatMul runs as GEMV (decode and small batches); beyond,
@@ -719,6 +727,7 @@ Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
     if (!grp.heads.empty()) t.groups.push_back(std::move(grp));
   }
   if (tiles_ && fits) {
+    t.int8_scores = int8_scores_;
     TileAttention(t, tile_scratch_, TileParallel());
     flops_ += 2.0 * n_q * a.n_new * n_keys * hd;
     return Status::Ok();
@@ -728,63 +737,6 @@ Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
 }
 
 }  // namespace
-
-namespace {
-
-// The shape both argument sets share; `what` names the op in the message.
-Status CheckQueryShape(const AttentionQuery& a, int n_prefix, const char* what) {
-  if (a.n_new <= 0 || a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim <= 0 || a.head_dim > 512 ||
-      a.n_head % a.n_head_kv != 0 || n_prefix < 0)
-    return Status::InvalidArgument(std::string(what) + ": bad shape (n_new " + std::to_string(a.n_new) + ", n_head " +
-                                   std::to_string(a.n_head) + ", n_head_kv " + std::to_string(a.n_head_kv) +
-                                   ", head_dim " + std::to_string(a.head_dim) + ", n_prefix " +
-                                   std::to_string(n_prefix) + ")");
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status CheckAttentionArgs(const AttentionArgs& a) {
-  IMPRESS_RETURN_IF_ERROR(CheckQueryShape(a, a.n_prefix, "attention"));
-  if (!a.q || !a.k_new || !a.v_new || !a.out || (a.n_prefix > 0 && (!a.k_prefix || !a.v_prefix)))
-    return Status::InvalidArgument("attention: missing buffer");
-  std::vector<bool> seen(a.n_head, false);
-  for (int h : a.importance_heads) {
-    if (h < 0 || h >= a.n_head)
-      return Status::InvalidArgument("attention: importance head " + std::to_string(h) + " out of range");
-    if (seen[h]) return Status::InvalidArgument("attention: importance head " + std::to_string(h) + " listed twice");
-    seen[h] = true;
-  }
-  const bool imp_has_cols = a.n_prefix > 0 || a.importance_include_new;
-  if (!a.importance_heads.empty() && imp_has_cols && !a.importance)
-    return Status::InvalidArgument("attention: missing importance buffer");
-  return Status::Ok();
-}
-
-Status CheckScoreKeysArgs(const ScoreKeysArgs& a) {
-  IMPRESS_RETURN_IF_ERROR(CheckQueryShape(a, a.n_prefix, "score keys"));
-  if (!a.q || !a.k_new || (a.n_prefix > 0 && !a.k_prefix) ||
-      (!a.query_heads.empty() && a.n_prefix > 0 && !a.importance))
-    return Status::InvalidArgument("score keys: missing buffer");
-  const int group = a.n_head / a.n_head_kv;
-  std::vector<int> slot_of(a.n_head_kv, -1);
-  for (size_t s = 0; s < a.prefix_kv_heads.size(); ++s) {
-    const int g = a.prefix_kv_heads[s];
-    if (g < 0 || g >= a.n_head_kv || slot_of[g] >= 0)
-      return Status::InvalidArgument("score keys: prefix kv head " + std::to_string(g) + " out of range or repeated");
-    slot_of[g] = static_cast<int>(s);
-  }
-  std::vector<bool> seen(a.n_head, false);
-  for (int h : a.query_heads) {
-    if (h < 0 || h >= a.n_head || seen[h])
-      return Status::InvalidArgument("score keys: query head " + std::to_string(h) + " out of range or repeated");
-    seen[h] = true;
-    if (slot_of[h / group] < 0)
-      return Status::InvalidArgument("score keys: query head " + std::to_string(h) + " uses kv head " +
-                                     std::to_string(h / group) + ", whose keys were not supplied");
-  }
-  return Status::Ok();
-}
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(options);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "engine/compute/backend.h"
 #include "engine/quant/quant-kernels.h"
@@ -28,6 +29,14 @@ struct CpuBackendOptions {
   // (engine/compute/tile-attention.h); false: the per-head sgemm path, for comparisons. The
   // environment's IMPRESS_ATTENTION_TILES=0 turns it off for a whole process.
   bool tile_attention = true;
+  // Scores-only attention (ScoreKeys: the probe, the all-heads fallback, the H2O baselines) from
+  // int8 queries and keys where the CPU has AVX-512 VNNI (engine/quant/key-scores.h): it only
+  // ranks tokens, and costs a quarter of the fp32 multiply-adds. false: fp32 tiles. The
+  // environment's IMPRESS_INT8_SCORES=0 turns it off for a whole process.
+  bool int8_key_scores = true;
+  // With int8_key_scores: the kernel path for them even where it is not the fast one (tests run
+  // the scalar reference through the whole op); nullopt: the active path, where it is fast.
+  std::optional<quant::KernelPath> key_score_path = std::nullopt;
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options = {});

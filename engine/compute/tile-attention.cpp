@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "engine/compute/simd-math.h"
+#include "engine/quant/key-scores.h"
 
 namespace impress {
 
@@ -155,14 +156,51 @@ struct TileLayout {
   int n_keys = 0, n_blocks = 0, rows = 0;  // rows: the most any group has
   size_t Part(int g, int b, int r) const { return (size_t(g) * n_blocks + size_t(b)) * rows + size_t(r); }
   size_t Raw(int g, int r) const { return (size_t(g) * rows + size_t(r)) * n_keys; }
+  // Block b holds keys [BlockStart(b), BlockStart(b + 1)).
+  int BlockStart(int b) const { return int(int64_t(n_keys) * b / n_blocks); }
+  int BlockOf(int j) const {
+    int b = int(int64_t(j) * n_blocks / n_keys);
+    while (b > 0 && BlockStart(b) > j) --b;
+    while (b + 1 < n_blocks && BlockStart(b + 1) <= j) ++b;
+    return b;
+  }
 };
+
+// Scores of group g's rows against its keys [j0, j0 + n) (n_pre of them from the prefix), from
+// int8 codes: the block's keys quantized and packed once for all the rows. s has ld >= the
+// padded width.
+void Int8BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, int max_rows, int j0, int n, int n_pre,
+                     float* s, int ld) {
+  const TileGroup& grp = a.groups[size_t(g)];
+  const int hd = a.head_dim, rows = int(grp.heads.size()) * a.n_new;
+  const quant::KernelPath path = *a.int8_scores;
+  const int n_pad = quant::KeyScorePad(n);
+  thread_local std::vector<int8_t> codes;
+  thread_local std::vector<float> k_scale;
+  thread_local std::vector<int32_t> k_sum;
+  codes.resize(size_t(hd) * n_pad);
+  k_scale.resize(size_t(n_pad));
+  k_sum.resize(size_t(n_pad));
+  for (int c = 0; c < hd / 4; ++c) std::memset(codes.data() + (int64_t(c) * n_pad + n) * 4, 0, size_t(n_pad - n) * 4);
+  std::fill(k_scale.begin() + n, k_scale.end(), 0.0f);
+  std::fill(k_sum.begin() + n, k_sum.end(), 0);
+  if (n_pre > 0)
+    quant::PackKeysInt8(path, grp.k_prefix + int64_t(j0) * grp.prefix_stride, grp.prefix_stride, n_pre, hd,
+                        codes.data(), n_pad, 0, k_scale.data(), k_sum.data());
+  if (n > n_pre)
+    quant::PackKeysInt8(path, grp.k_new + int64_t(j0 + n_pre - a.n_prefix) * grp.new_stride, grp.new_stride, n - n_pre,
+                        hd, codes.data(), n_pad, n_pre, k_scale.data() + n_pre, k_sum.data() + n_pre);
+  const size_t q0 = size_t(g) * size_t(max_rows);
+  quant::KeyScoresInt8(path, sc.q_u8.data() + q0 * hd, sc.q_scale.data() + q0, rows, hd, codes.data(), n_pad,
+                       k_scale.data(), k_sum.data(), s, ld);
+}
 
 // One task: the scores of block b of group g, their per-row softmax parts and, with values,
 // the block's weighted value sums.
 void TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc, int g, int b) {
   const TileGroup& grp = a.groups[size_t(g)];
   const int hd = a.head_dim, nh = int(grp.heads.size()), rows = nh * a.n_new;
-  const int j0 = int(int64_t(L.n_keys) * b / L.n_blocks), j1 = int(int64_t(L.n_keys) * (b + 1) / L.n_blocks);
+  const int j0 = L.BlockStart(b), j1 = L.BlockStart(b + 1);
   const int n = j1 - j0, n16 = RoundUpTile(n);
   // The row stride is not a multiple of 4 KiB, so rows do not alias in the caches.
   const int ldk = n16 + kTileCols;
@@ -174,23 +212,29 @@ void TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
   auto run_ptr = [&](const f16_t* prefix, const f16_t* fresh, bool first) {
     return first ? prefix + int64_t(j0) * grp.prefix_stride : fresh + int64_t(j0 + n_pre - a.n_prefix) * grp.new_stride;
   };
-  if (n_pre > 0) TransposeKeysF32(run_ptr(grp.k_prefix, grp.k_new, true), grp.prefix_stride, n_pre, hd, kt.data(), ldk);
-  if (n > n_pre)
-    TransposeKeysF32(run_ptr(grp.k_prefix, grp.k_new, false), grp.new_stride, n - n_pre, hd, kt.data() + n_pre, ldk);
-  for (int c = 0; c < hd; ++c) std::fill(kt.data() + int64_t(c) * ldk + n, kt.data() + int64_t(c) * ldk + n16, 0.0f);
-  const float* q = sc.q.data() + size_t(g) * L.rows * hd;
-  TileScores(q, rows, hd, kt.data(), ldk, n, s.data(), ldk);
+  if (a.int8_scores && !a.out) {
+    Int8BlockScores(a, sc, g, L.rows, j0, n, n_pre, s.data(), ldk);
+  } else {
+    if (n_pre > 0)
+      TransposeKeysF32(run_ptr(grp.k_prefix, grp.k_new, true), grp.prefix_stride, n_pre, hd, kt.data(), ldk);
+    if (n > n_pre)
+      TransposeKeysF32(run_ptr(grp.k_prefix, grp.k_new, false), grp.new_stride, n - n_pre, hd, kt.data() + n_pre, ldk);
+    for (int c = 0; c < hd; ++c) std::fill(kt.data() + int64_t(c) * ldk + n, kt.data() + int64_t(c) * ldk + n16, 0.0f);
+    const float* q = sc.q.data() + size_t(g) * L.rows * hd;
+    TileScores(q, rows, hd, kt.data(), ldk, n, s.data(), ldk);
+  }
   for (int i = 0; i < a.n_new; ++i) {
     const int valid = std::clamp(a.n_prefix + i + 1 - j0, 0, n);  // causal among the new tokens
     for (int x = 0; x < nh; ++x) {
       const int r = i * nh + x;
       float* row = s.data() + int64_t(r) * ldk;
       const size_t idx = L.Part(g, b, r);
-      if (grp.heads[size_t(x)].importance && valid > 0)
-        std::memcpy(sc.raw.data() + L.Raw(g, r) + j0, row, sizeof(float) * size_t(valid));
       float sum = 0;
       sc.part_max[idx] = valid > 0 ? ExpShift(row, valid, &sum) : -INFINITY;
       sc.part_sum[idx] = sum;
+      // exp(score - the block's max): MergeRows finds the factor that makes them probabilities.
+      if (grp.heads[size_t(x)].importance && valid > 0)
+        std::memcpy(sc.raw.data() + L.Raw(g, r) + j0, row, sizeof(float) * size_t(valid));
       std::fill(row + valid, row + n, 0.0f);
     }
   }
@@ -219,8 +263,12 @@ void MergeRows(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc)
       if (out) std::fill(out, out + hd, 0.0f);
       for (int b = 0; b < L.n_blocks; ++b) {
         const size_t idx = L.Part(int(g), b, r);
-        if (sc.part_sum[idx] == 0) continue;
+        if (sc.part_sum[idx] == 0) {
+          sc.part_w[idx] = 0;
+          continue;
+        }
         const float w = std::exp(sc.part_max[idx] - mx);
+        sc.part_w[idx] = w;
         total += sc.part_sum[idx] * w;
         if (!out) continue;
         const float* acc = sc.part_acc.data() + idx * hd;
@@ -229,13 +277,14 @@ void MergeRows(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc)
       const float inv = 1.0f / total;
       if (out)
         for (int c = 0; c < hd; ++c) out[c] *= inv;
-      sc.row_max[g * size_t(L.rows) + size_t(r)] = mx;
-      sc.row_inv[g * size_t(L.rows) + size_t(r)] = inv;
+      // A block's exp(score - block max) times this is the probability.
+      for (int b = 0; b < L.n_blocks; ++b) sc.part_w[L.Part(int(g), b, r)] *= inv;
     }
   }
 }
 
-// Importance columns [c0, c1): each requested head's column sums of its rows' probabilities.
+// Importance columns [c0, c1): each requested head's column sums of its rows' probabilities,
+// block by block (raw holds exp(score - the block's max), part_w the factor to a probability).
 void ImportanceColumns(const TileAttentionArgs& a, const TileLayout& L, const TileScratch& sc, int c0, int c1) {
   for (size_t g = 0; g < a.groups.size(); ++g) {
     const TileGroup& grp = a.groups[g];
@@ -248,14 +297,17 @@ void ImportanceColumns(const TileAttentionArgs& a, const TileLayout& L, const Ti
         const int n_valid = a.n_prefix + i + 1;
         const int end = std::min(c1, a.importance_include_new ? n_valid : std::min(n_valid, a.n_prefix));
         const float* raw = sc.raw.data() + L.Raw(int(g), r);
-        const float mx = sc.row_max[g * size_t(L.rows) + size_t(r)], inv = sc.row_inv[g * size_t(L.rows) + size_t(r)];
-        const __m256 vm = _mm256_set1_ps(mx), vinv = _mm256_set1_ps(inv);
-        int j = c0;
-        for (; j + 8 <= end; j += 8) {
-          const __m256 p = _mm256_mul_ps(Exp8(_mm256_sub_ps(_mm256_loadu_ps(raw + j), vm)), vinv);
-          _mm256_storeu_ps(imp + j, _mm256_add_ps(_mm256_loadu_ps(imp + j), p));
+        for (int b = L.BlockOf(c0); b < L.n_blocks; ++b) {
+          const int lo = std::max(c0, L.BlockStart(b)), hi = std::min(end, L.BlockStart(b + 1));
+          if (lo >= end) break;
+          const float w = sc.part_w[L.Part(int(g), b, r)];
+          const __m256 vw = _mm256_set1_ps(w);
+          int j = lo;
+          for (; j + 8 <= hi; j += 8)
+            _mm256_storeu_ps(imp + j,
+                             _mm256_add_ps(_mm256_loadu_ps(imp + j), _mm256_mul_ps(_mm256_loadu_ps(raw + j), vw)));
+          for (; j < hi; ++j) imp[j] += raw[j] * w;
         }
-        for (; j < end; ++j) imp[j] += std::exp(raw[j] - mx) * inv;
       }
     }
   }
@@ -286,13 +338,17 @@ void TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
         for (int c = 0; c < hd; ++c) dst[c] = src[c] * a.scale;
       }
   }
+  if (a.int8_scores && !a.out) {
+    sc.q_u8.resize(sc.q.size());
+    sc.q_scale.resize(size_t(n_groups) * L.rows);
+    quant::QuantizeQueriesInt8(sc.q.data(), n_groups * L.rows, hd, sc.q_u8.data(), sc.q_scale.data());
+  }
   const size_t n_part = size_t(n_groups) * L.n_blocks * L.rows;
   sc.part_max.resize(n_part);
   sc.part_sum.resize(n_part);
   if (a.out) sc.part_acc.resize(n_part * hd);
   if (any_importance) sc.raw.resize(size_t(n_groups) * L.rows * L.n_keys);
-  sc.row_max.resize(size_t(n_groups) * L.rows);
-  sc.row_inv.resize(size_t(n_groups) * L.rows);
+  sc.part_w.resize(n_part);
   parallel_for(int64_t(n_groups) * L.n_blocks,
                [&](int64_t t) { TileBlock(a, L, sc, int(t / L.n_blocks), int(t % L.n_blocks)); });
   MergeRows(a, L, sc);

@@ -9,9 +9,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "base/fp16.h"
+#include "engine/quant/quant-kernels.h"
 
 namespace impress {
 
@@ -71,11 +73,15 @@ struct TileAttentionArgs {
   float* out = nullptr;
   int ldo = 0;
   bool importance_include_new = false;
+  // Scores only (out == nullptr): queries and keys as int8 on this kernel path
+  // (engine/quant/key-scores.h), the importance of a ranking; nullopt: fp32 tiles.
+  std::optional<quant::KernelPath> int8_scores;
 };
 
 // Buffers a caller keeps between calls so a call allocates nothing once they have grown.
 struct TileScratch {
-  std::vector<float> q, part_max, part_sum, part_acc, raw, row_max, row_inv;
+  std::vector<float> q, part_max, part_sum, part_w, part_acc, raw, q_scale;
+  std::vector<uint8_t> q_u8;
 };
 
 // Runs fn(i) for i in [0, n), possibly in parallel (the backend's pool).

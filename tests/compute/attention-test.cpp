@@ -10,6 +10,7 @@
 
 #include "engine/compute/backend.h"
 #include "engine/compute/cpu-backend.h"
+#include "engine/compute/tile-attention.h"
 
 namespace impress {
 namespace {
@@ -187,37 +188,117 @@ TEST_P(AttentionTest, EachHeadsImportanceOverAllColumnsSumsToNewRows) {
   }
 }
 
+// The probe's shape: the query heads of the last kv head (and of kv head 0 when there are
+// several), every other one.
+struct ProbeHeads {
+  std::vector<int> kv_heads, q_heads;
+};
+
+ProbeHeads ProbeHeadsFor(const Case& c) {
+  ProbeHeads p;
+  const int group = c.n_head / c.n_head_kv;
+  p.kv_heads = {c.n_head_kv - 1};
+  if (c.n_head_kv > 1) p.kv_heads.push_back(0);
+  for (int g : p.kv_heads)
+    for (int h = g * group; h < (g + 1) * group; h += 2) p.q_heads.push_back(h);
+  return p;
+}
+
+// ScoreKeys over all earlier tokens with the probe's keys only, (q_heads, n_ctx) importance.
+std::vector<float> ScoreProbe(Backend& be, const Data& d, const ProbeHeads& p) {
+  const Case& c = d.c;
+  // Keys of just those kv heads, (n_ctx, kv_heads.size(), hd).
+  std::vector<f16_t> keys;
+  for (int t = 0; t < c.n_ctx; ++t)
+    for (int g : p.kv_heads) {
+      const auto* src = d.k_ctx.data() + (size_t(t) * c.n_head_kv + g) * c.head_dim;
+      keys.insert(keys.end(), src, src + c.head_dim);
+    }
+  std::vector<float> imp(p.q_heads.size() * c.n_ctx, -1.0f);
+  ScoreKeysArgs a;
+  static_cast<AttentionQuery&>(a) = HostQuery(d);
+  a.n_prefix = c.n_ctx;
+  a.k_prefix = DevPtr<const f16_t>(keys.data());
+  a.prefix_kv_heads = p.kv_heads;
+  a.query_heads = p.q_heads;
+  a.importance = DevPtr<float>(imp.data());
+  const Status st = be.ScoreKeys(a);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return imp;
+}
+
 TEST_P(AttentionTest, ScoreKeysEqualsAttentionImportance) {
   const Case c = GetParam();
   const Data d = MakeData(c, 9);
   std::vector<int> all(c.n_ctx);
   std::iota(all.begin(), all.end(), 0);
-  // Probe: the query heads of the last kv head (and of kv head 0 when there are several).
-  const int group = c.n_head / c.n_head_kv;
-  std::vector<int> kv_heads = {c.n_head_kv - 1};
-  if (c.n_head_kv > 1) kv_heads.push_back(0);
-  std::vector<int> q_heads;
-  for (int g : kv_heads)
-    for (int h = g * group; h < (g + 1) * group; h += 2) q_heads.push_back(h);
-  const AttnRun full = RunAttention(*be_, d, all, q_heads, false);
-  // Keys of just those kv heads, (n_ctx, kv_heads.size(), hd).
-  std::vector<f16_t> keys;
-  for (int t = 0; t < c.n_ctx; ++t)
-    for (int g : kv_heads) {
-      const auto* src = d.k_ctx.data() + (size_t(t) * c.n_head_kv + g) * c.head_dim;
-      keys.insert(keys.end(), src, src + c.head_dim);
-    }
-  std::vector<float> imp(q_heads.size() * c.n_ctx, -1.0f);
-  ScoreKeysArgs a;
-  static_cast<AttentionQuery&>(a) = HostQuery(d);
-  a.n_prefix = c.n_ctx;
-  a.k_prefix = DevPtr<const f16_t>(keys.data());
-  a.prefix_kv_heads = kv_heads;
-  a.query_heads = q_heads;
-  a.importance = DevPtr<float>(imp.data());
-  ASSERT_TRUE(be_->ScoreKeys(a).ok());
+  const ProbeHeads p = ProbeHeadsFor(c);
+  // fp32 scores, as attention computes them (int8 scores: the next test).
+  auto be = MakeCpuBackend({.n_threads = 2, .int8_key_scores = false});
+  const AttnRun full = RunAttention(*be, d, all, p.q_heads, false);
+  const std::vector<float> imp = ScoreProbe(*be, d, p);
   ASSERT_EQ(imp.size(), full.imp.size());
   for (size_t i = 0; i < imp.size(); ++i) ASSERT_NEAR(imp[i], full.imp[i], 1e-6 + 1e-5 * std::abs(full.imp[i])) << i;
+}
+
+// Int8 scores (engine/quant/key-scores.h) through the whole op: the scalar reference and the
+// AVX-512 kernel give bit-identical importance, and it is within what the quantization allows of
+// the fp32 importance. Every score s_rj moves by at most D (the largest per-score bound of
+// key-scores-test over the op's queries and keys), so each probability moves by a factor within
+// exp(+-2D) and so does each column sum: |imp8 - imp32| <= imp32 * (exp(2D) - 1), plus fp32 rounding.
+TEST_P(AttentionTest, Int8ScoreKeysStayWithinTheirQuantizationBound) {
+  const Case c = GetParam();
+  const Data d = MakeData(c, 9);
+  const ProbeHeads p = ProbeHeadsFor(c);
+  auto fp32 = MakeCpuBackend({.n_threads = 2, .int8_key_scores = false});
+  auto scalar = MakeCpuBackend({.n_threads = 2, .key_score_path = quant::KernelPath::kScalar});
+  const std::vector<float> want = ScoreProbe(*fp32, d, p), got = ScoreProbe(*scalar, d, p);
+  if (!quant::MissingCpuFeature(quant::KernelPath::kAvx512)) {
+    auto avx512 = MakeCpuBackend({.n_threads = 2, .key_score_path = quant::KernelPath::kAvx512});
+    EXPECT_EQ(ScoreProbe(*avx512, d, p), got) << "AVX-512 against the scalar reference";
+  }
+  const int hd = c.head_dim, group = c.n_head / c.n_head_kv;
+  const double scale = HostQuery(d).scale;
+  auto amax = [&](auto value) {
+    double m = 0;
+    for (int x = 0; x < hd; ++x) m = std::max(m, std::fabs(double(value(x))));
+    return m;
+  };
+  double bound = 0;  // D
+  for (int h : p.q_heads) {
+    const int g = h / group;
+    for (int i = 0; i < c.n_new; ++i) {
+      const float* q = d.q.data() + (size_t(i) * c.n_head + h) * hd;
+      const double qs = amax([&](int x) { return q[x] * scale; }) / 127;
+      for (int t = 0; t < c.n_ctx + i + 1; ++t) {
+        const f16_t* k = t < c.n_ctx ? d.k_ctx.data() + (size_t(t) * c.n_head_kv + g) * hd
+                                     : d.k_new.data() + (size_t(t - c.n_ctx) * c.n_head_kv + g) * hd;
+        const double ks = amax([&](int x) { return Fp16ToFp32(k[x]); }) / 127;
+        double b = 0;
+        for (int x = 0; x < hd; ++x)
+          b += std::fabs(q[x] * scale) * ks / 2 + std::fabs(Fp16ToFp32(k[x])) * qs / 2 + qs * ks / 4;
+        bound = std::max(bound, b);
+      }
+    }
+  }
+  const double factor = std::exp(2 * bound * 1.01) - 1;
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - want[i]);
+    worst = std::max(worst, want[i] > 0 ? err / want[i] : 0.0);
+    ASSERT_LE(err, want[i] * factor + 1e-6 + 2e-5 * std::fabs(want[i])) << i;
+  }
+  RecordProperty("worst_relative_error", std::to_string(worst));
+  // The int8 scores are the tiled path's; shapes it does not take score in fp32 as before.
+  int most_rows = 0;
+  for (int g : p.kv_heads)
+    most_rows = std::max(
+        most_rows,
+        int(std::count_if(p.q_heads.begin(), p.q_heads.end(), [&](int h) { return h / group == g; })) * c.n_new);
+  if (got.empty()) return;
+  if (TileAttentionFits(most_rows, hd)) EXPECT_GT(worst, 0.0) << "equal to fp32 exactly: the int8 path did not run";
+  else EXPECT_EQ(worst, 0.0) << "a shape the tiles do not take";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,

@@ -98,7 +98,7 @@ class ForwardTest : public ::testing::TestWithParam<Arch> {
  protected:
   void SetUp() override {
     model_ = TinyModel(GetParam(), 42);
-    be_ = MakeCpuBackend({2});
+    be_ = MakeCpuBackend({.n_threads = 2, .int8_key_scores = false});  // fp32 probe scores, as attention
     auto f = Forward::Create(model_, *be_, {64});
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     fwd_ = std::move(*f);

@@ -132,7 +132,7 @@ class CudaOps : public ::testing::Test {
     auto be = MakeCudaBackend({0, CudaGemmPrecision::kFp32});
     ASSERT_TRUE(be.ok()) << be.status().ToString();
     gpu_ = std::move(*be);
-    cpu_ = MakeCpuBackend({2});
+    cpu_ = MakeCpuBackend({.n_threads = 2, .int8_key_scores = false});  // fp32 scores, as the GPU
   }
   void TearDown() override {
     if (gpu_) {
@@ -487,7 +487,7 @@ TEST(CudaSmolLM2, LogitsMatchCpuWithinGemmPrecision) {
   }
 }
 
-// The IMPRESS path on the same store: CPU and CUDA (fp32 GEMMs) choose the same tokens.
+// The IMPRESS path on the same store: CPU and CUDA (fp32 GEMMs and scores) choose the same tokens.
 TEST(CudaSmolLM2, ImpressPipelineSelectsTheSameTokensAsCpu) {
   REQUIRE_GPU();
   if (!std::filesystem::exists(DefaultModel())) GTEST_SKIP() << "default model not found: " << DefaultModel();
@@ -495,7 +495,9 @@ TEST(CudaSmolLM2, ImpressPipelineSelectsTheSameTokensAsCpu) {
   auto cuda_ctx = ModelContext::Load(DefaultModel(), ModelContextOptions{.backend = "cuda"});
   unsetenv("IMPRESS_CUDA_GEMM");
   ASSERT_TRUE(cuda_ctx.ok()) << cuda_ctx.status().ToString();
+  setenv("IMPRESS_INT8_SCORES", "0", 1);  // fp32 probe scores on the CPU, as the GPU's
   auto cpu_ctx = ModelContext::Load(DefaultModel(), ModelContextOptions{});
+  unsetenv("IMPRESS_INT8_SCORES");
   ASSERT_TRUE(cpu_ctx.ok()) << cpu_ctx.status().ToString();
 
   const auto dir = std::filesystem::temp_directory_path() / ("impress-cuda-pipeline-" + std::to_string(::getpid()));

@@ -271,7 +271,7 @@ TEST_P(ScoreKeysEmulation, MatchesCpuBackend) {
   a.query_heads = query_heads;
   std::vector<float> want(query_heads.size() * c.n_prefix);
   a.importance = DevPtr<float>(want.data());
-  ASSERT_TRUE(MakeCpuBackend({1})->ScoreKeys(a).ok());
+  ASSERT_TRUE(MakeCpuBackend({.n_threads = 1, .int8_key_scores = false})->ScoreKeys(a).ok());
 
   const AttnShape s{c.n_new,   c.n_head, c.n_head_kv, hd,      scale,     q.data(),
                     kn.data(), nullptr,  c.n_prefix,  n_slots, kp.data(), nullptr};

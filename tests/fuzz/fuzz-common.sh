@@ -12,7 +12,12 @@ fuzz_build() {
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -S "$FUZZ_SRC" -B "$FUZZ_BUILD" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "${launcher[@]}" >/dev/null
-  cmake --build "$FUZZ_BUILD" -j "$IMPRESS_JOBS" >/dev/null
+  # Quiet when it builds; a failure shows the compiler's messages.
+  if ! cmake --build "$FUZZ_BUILD" -j "$IMPRESS_JOBS" >"$FUZZ_BUILD/build.log" 2>&1; then
+    tail -n 60 "$FUZZ_BUILD/build.log" >&2
+    echo "[fuzz] build failed (full log: $FUZZ_BUILD/build.log)" >&2
+    return 1
+  fi
   mkdir -p "$FUZZ_BUILD/artifacts"
 }
 

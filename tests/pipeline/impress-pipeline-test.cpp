@@ -510,10 +510,16 @@ void ExpectSameTokensUpToTheBoundary(const RequestReport& a, const RequestReport
 }
 
 TEST_F(PipelineOnModel, TiledAttentionChoosesTheSameTokensAndLogits) {
+  // Both with fp32 scores (int8 scores, which only the tiles have: the next test).
+  ASSERT_EQ(::setenv("IMPRESS_INT8_SCORES", "0", 1), 0);
+  auto tiles_ctx = ModelContext::Load(DefaultModel(), ModelContextOptions{});
   ASSERT_EQ(::setenv("IMPRESS_ATTENTION_TILES", "0", 1), 0);
   auto per_head = ModelContext::Load(DefaultModel(), ModelContextOptions{});
   ::unsetenv("IMPRESS_ATTENTION_TILES");
+  ::unsetenv("IMPRESS_INT8_SCORES");
+  ASSERT_TRUE(tiles_ctx.ok()) << tiles_ctx.status().ToString();
   ASSERT_TRUE(per_head.ok()) << per_head.status().ToString();
+  ImpressPipeline tiles(**tiles_ctx, store_.get());
   ImpressPipeline before(**per_head, store_.get());
   const PromptTokens p = Prompt("What does the license say about warranty?");
   ASSERT_NO_FATAL_FAILURE(Ingest(p));
@@ -526,7 +532,9 @@ TEST_F(PipelineOnModel, TiledAttentionChoosesTheSameTokensAndLogits) {
     s.pool = 0;
     s.select_group = 0;
     std::vector<float> tiled, sgemm;
-    const RequestReport r0 = Run(p, s, &tiled);
+    auto r0_or = tiles.Prefill({p.tokens, p.n_prefix}, s, 8, &tiled);
+    ASSERT_TRUE(r0_or.ok()) << r0_or.status().ToString();
+    const RequestReport& r0 = *r0_or;
     auto r1 = before.Prefill({p.tokens, p.n_prefix}, s, 8, &sgemm);
     ASSERT_TRUE(r1.ok()) << r1.status().ToString();
     ASSERT_EQ(r0.n_matched, p.n_prefix);
