@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace impress::store {
 
 const char* KVEncodingName(KVEncoding e) {
@@ -112,28 +116,50 @@ void EncodeRecords(KVEncoding e, const f16_t* src, size_t src_stride, size_t n_t
 namespace {
 
 // Decoded values are clamped to the halves: q * s may pass the largest half (65504) when s was
-// rounded up; the input did not.
-void DecodeInt8Head(const int8_t* q, float s, int head_dim, f16_t* out) {
-  float x[512];
-  for (int d = 0; d < head_dim; d += 512) {
-    const int m = std::min(512, head_dim - d);
-    for (int i = 0; i < m; ++i) x[i] = std::clamp(float(q[d + i]) * s, -65504.0f, 65504.0f);
-    Fp32ToFp16Row(x, out + d, size_t(m));
-  }
+// rounded up; the input did not. (A NaN product, possible only from a NaN scale, becomes -65504
+// on every path: the vector max takes its second operand then.)
+inline float ClampToHalf(float x) {
+  x = x > -65504.0f ? x : -65504.0f;
+  return x < 65504.0f ? x : 65504.0f;
 }
 
-// int4: the nibbles unpacked to int8 codes (the even element in the low nibble), then as int8.
+#if defined(__AVX2__) && defined(__F16C__)
+// Eight int8 codes (the low 8 bytes of q8) times s, clamped, to halves (F16C's nearest even, as
+// Fp32ToFp16 rounds).
+inline void Int8x8ToHalves(__m128i q8, __m256 vs, f16_t* out) {
+  __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), vs);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-65504.0f)), _mm256_set1_ps(65504.0f));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+#endif
+
+void DecodeInt8Head(const int8_t* q, float s, int head_dim, f16_t* out) {
+  int d = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+  const __m256 vs = _mm256_set1_ps(s);
+  for (; d + 8 <= head_dim; d += 8)
+    Int8x8ToHalves(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + d)), vs, out + d);
+#endif
+  for (; d < head_dim; ++d) out[d] = Fp32ToFp16(ClampToHalf(float(q[d]) * s));
+}
+
+// int4: two codes per byte, the even element in the low nibble, each stored as q + 8.
 void DecodeInt4Head(const uint8_t* codes, float s, int head_dim, f16_t* out) {
-  int8_t q[512];
-  for (int d = 0; d < head_dim; d += 512) {
-    const int m = std::min(512, head_dim - d);
-    const uint8_t* b = codes + d / 2;  // d is even
-    for (int i = 0; i < m / 2; ++i) {
-      q[2 * i] = int8_t((b[i] & 0x0f) - 8);
-      q[2 * i + 1] = int8_t((b[i] >> 4) - 8);
-    }
-    if (m % 2) q[m - 1] = int8_t((b[m / 2] & 0x0f) - 8);
-    DecodeInt8Head(q, s, m, out + d);
+  int d = 0;
+#if defined(__AVX2__) && defined(__F16C__)
+  const __m256 vs = _mm256_set1_ps(s);
+  const __m128i low4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+  for (; d + 16 <= head_dim; d += 16) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + d / 2));  // 16 codes
+    const __m128i lo = _mm_and_si128(b, low4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
+    const __m128i q = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight);  // in element order
+    Int8x8ToHalves(q, vs, out + d);
+    Int8x8ToHalves(_mm_srli_si128(q, 8), vs, out + d + 8);
+  }
+#endif
+  for (; d < head_dim; ++d) {
+    const int nib = (d % 2) ? codes[d / 2] >> 4 : codes[d / 2] & 0x0f;
+    out[d] = Fp32ToFp16(ClampToHalf(float(nib - 8) * s));
   }
 }
 

@@ -115,6 +115,51 @@ TEST(KVCodec, Int4ErrorIsBoundedPerElementAndPacksTwoPerByte) {
   }
 }
 
+// Decoding is exactly code * scale, clamped to the halves and rounded to nearest even, for every
+// element: the vector paths (16 codes at a time, then 8) and the scalar tail agree with a
+// reference built here from the record's bytes with the soft fp16 conversions. Head sizes cover
+// whole vectors, a tail of each length class, and an odd int4 head; scales include the largest
+// and the smallest halves.
+TEST(KVCodec, DecodeIsCodeTimesScaleRoundedToHalfExactly) {
+  std::mt19937 rng(12);
+  for (const KVEncoding e : {KVEncoding::kInt8, KVEncoding::kInt4}) {
+    for (const int dim : {64, 40, 24, 13, 7, 1}) {
+      SCOPED_TRACE(::testing::Message() << KVEncodingName(e) << " head size " << dim);
+      const uint32_t rb = RecordBytes(e, kHeads, dim);
+      const size_t code_bytes = e == KVEncoding::kInt4 ? size_t(dim + 1) / 2 : size_t(dim);
+      std::vector<uint8_t> rec(rb);
+      std::vector<f16_t> got(size_t(kHeads) * dim);
+      for (int trial = 0; trial < 50; ++trial) {
+        for (uint8_t& b : rec) b = uint8_t(rng());
+        const f16_t scales[] = {0x7bff, 0x0001, 0x3c00, f16_t(rng() & 0x7bff)};  // max, min, 1, any
+        for (int h = 0; h < kHeads; ++h) std::memcpy(rec.data() + 2 * h, &scales[(trial + h) % 4], 2);
+        if (e == KVEncoding::kInt4) {  // codes 1..15 (q + 8); 0 only as an odd head's padding
+          for (size_t i = 2 * kHeads; i < rec.size(); ++i) {
+            if ((rec[i] & 0x0f) == 0) rec[i] |= 0x01;
+            if ((rec[i] >> 4) == 0) rec[i] |= 0x10;
+          }
+        } else {  // codes in [-127, 127]
+          for (size_t i = 2 * kHeads; i < rec.size(); ++i)
+            if (rec[i] == 0x80) rec[i] = 0x81;
+        }
+        DecodeRecord(e, rec.data(), kHeads, dim, got.data());
+        for (int h = 0; h < kHeads; ++h) {
+          f16_t s16;
+          std::memcpy(&s16, rec.data() + 2 * h, 2);
+          const float s = Fp16ToFp32Soft(s16);
+          const uint8_t* codes = rec.data() + 2 * kHeads + size_t(h) * code_bytes;
+          for (int d = 0; d < dim; ++d) {
+            const int q = e == KVEncoding::kInt8 ? int(int8_t(codes[d]))
+                                                 : ((d % 2) ? codes[d / 2] >> 4 : codes[d / 2] & 0x0f) - 8;
+            const f16_t want = Fp32ToFp16Soft(std::min(std::max(float(q) * s, -65504.0f), 65504.0f));
+            ASSERT_EQ(got[size_t(h) * dim + d], want) << "head " << h << " element " << d << " code " << q;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(KVCodec, Fp16IsCopiedAndHeadsArePicked) {
   std::mt19937 rng(8);
   const size_t n = 5;
