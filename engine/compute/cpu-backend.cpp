@@ -58,11 +58,10 @@ class CpuBackend final : public Backend {
     const char* env = std::getenv("IMPRESS_ATTENTION_TILES");
     if (env && std::string(env) == "0") tiles_ = false;
     const char* int8_env = std::getenv("IMPRESS_INT8_SCORES");
+    const bool int8 = int8_env && *int8_env ? std::string(int8_env) == "1" : o.int8_key_scores;
     const quant::KernelPath path = quant::ActiveKernelPath();
-    if (o.int8_key_scores && !(int8_env && std::string(int8_env) == "0")) {
-      if (o.key_score_path) int8_scores_ = o.key_score_path;
-      else if (quant::HasFastKeyScores(path)) int8_scores_ = path;
-    }
+    if (o.key_score_path) int8_scores_ = o.key_score_path;
+    else if (int8 && quant::HasFastKeyScores(path)) int8_scores_ = path;
   }
 
   std::string Name() const override { return "cpu (OpenBLAS, " + std::to_string(pool_.n_threads()) + " threads)"; }

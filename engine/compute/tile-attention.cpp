@@ -147,9 +147,6 @@ void TileWeightedValues(const float* p, int rows, int ld, const float* v32, int 
 
 namespace {
 
-// Keys per task: a block's fp32 keys and values (64 KiB each at head_dim 64) stay in L2.
-constexpr int kBlock = 256;
-
 // Where one call's pieces live: rows r = i * n_heads + x (token i, the group's x-th head),
 // blocks of keys b; parts (g, b, r) and raw scores (g, r, key).
 struct TileLayout {
@@ -157,7 +154,7 @@ struct TileLayout {
   size_t Part(int g, int b, int r) const { return (size_t(g) * n_blocks + size_t(b)) * rows + size_t(r); }
   size_t Raw(int g, int r) const { return (size_t(g) * rows + size_t(r)) * n_keys; }
   // Block b holds keys [BlockStart(b), BlockStart(b + 1)).
-  int BlockStart(int b) const { return int(int64_t(n_keys) * b / n_blocks); }
+  int BlockStart(int b) const { return TileBlockStart(n_keys, n_blocks, b); }
   int BlockOf(int j) const {
     int b = int(int64_t(j) * n_blocks / n_keys);
     while (b > 0 && BlockStart(b) > j) --b;
@@ -167,8 +164,8 @@ struct TileLayout {
 };
 
 // Scores of group g's rows against its keys [j0, j0 + n) (n_pre of them from the prefix), from
-// int8 codes: the block's keys quantized and packed once for all the rows. s has ld >= the
-// padded width.
+// int8 codes: the block's keys quantized per channel and packed once for all the rows, the rows
+// quantized with those channel scales folded in. s has ld >= the padded width.
 void Int8BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, int max_rows, int j0, int n, int n_pre,
                      float* s, int ld) {
   const TileGroup& grp = a.groups[size_t(g)];
@@ -176,23 +173,31 @@ void Int8BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, i
   const quant::KernelPath path = *a.int8_scores;
   const int n_pad = quant::KeyScorePad(n);
   thread_local std::vector<int8_t> codes;
-  thread_local std::vector<float> k_scale;
   thread_local std::vector<int32_t> k_sum;
+  thread_local std::vector<float> amax, ch_scale, ch_inv, q_scale;
+  thread_local std::vector<uint8_t> q_u8;
   codes.resize(size_t(hd) * n_pad);
-  k_scale.resize(size_t(n_pad));
   k_sum.resize(size_t(n_pad));
   for (int c = 0; c < hd / 4; ++c) std::memset(codes.data() + (int64_t(c) * n_pad + n) * 4, 0, size_t(n_pad - n) * 4);
-  std::fill(k_scale.begin() + n, k_scale.end(), 0.0f);
   std::fill(k_sum.begin() + n, k_sum.end(), 0);
+  const f16_t* pre = grp.k_prefix + int64_t(j0) * grp.prefix_stride;
+  const f16_t* fresh = grp.k_new + int64_t(j0 + n_pre - a.n_prefix) * grp.new_stride;
+  amax.assign(size_t(hd), 0.0f);
+  if (n_pre > 0) quant::KeyChannelAbsMax(path, pre, grp.prefix_stride, n_pre, hd, amax.data());
+  if (n > n_pre) quant::KeyChannelAbsMax(path, fresh, grp.new_stride, n - n_pre, hd, amax.data());
+  ch_scale.resize(size_t(hd));
+  ch_inv.resize(size_t(hd));
+  quant::KeyChannelScales(amax.data(), hd, ch_scale.data(), ch_inv.data());
   if (n_pre > 0)
-    quant::PackKeysInt8(path, grp.k_prefix + int64_t(j0) * grp.prefix_stride, grp.prefix_stride, n_pre, hd,
-                        codes.data(), n_pad, 0, k_scale.data(), k_sum.data());
+    quant::PackKeysInt8(path, pre, grp.prefix_stride, n_pre, hd, ch_inv.data(), codes.data(), n_pad, 0, k_sum.data());
   if (n > n_pre)
-    quant::PackKeysInt8(path, grp.k_new + int64_t(j0 + n_pre - a.n_prefix) * grp.new_stride, grp.new_stride, n - n_pre,
-                        hd, codes.data(), n_pad, n_pre, k_scale.data() + n_pre, k_sum.data() + n_pre);
-  const size_t q0 = size_t(g) * size_t(max_rows);
-  quant::KeyScoresInt8(path, sc.q_u8.data() + q0 * hd, sc.q_scale.data() + q0, rows, hd, codes.data(), n_pad,
-                       k_scale.data(), k_sum.data(), s, ld);
+    quant::PackKeysInt8(path, fresh, grp.new_stride, n - n_pre, hd, ch_inv.data(), codes.data(), n_pad, n_pre,
+                        k_sum.data() + n_pre);
+  q_u8.resize(size_t(rows) * hd);
+  q_scale.resize(size_t(rows));
+  quant::QuantizeQueriesInt8(sc.q.data() + size_t(g) * size_t(max_rows) * hd, rows, hd, ch_scale.data(), q_u8.data(),
+                             q_scale.data());
+  quant::KeyScoresInt8(path, q_u8.data(), q_scale.data(), rows, hd, codes.data(), n_pad, k_sum.data(), s, ld);
 }
 
 // One task: the scores of block b of group g, their per-row softmax parts and, with values,
@@ -319,7 +324,7 @@ void TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
   const int hd = a.head_dim, n_groups = int(a.groups.size());
   TileLayout L;
   L.n_keys = a.n_prefix + a.n_new;
-  L.n_blocks = std::max(1, (L.n_keys + kBlock - 1) / kBlock);
+  L.n_blocks = TileBlocks(L.n_keys);
   bool any_importance = false;
   for (const TileGroup& grp : a.groups) {
     L.rows = std::max(L.rows, int(grp.heads.size()) * a.n_new);
@@ -337,11 +342,6 @@ void TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
         float* dst = sc.q.data() + (size_t(g) * L.rows + size_t(i * nh + x)) * hd;
         for (int c = 0; c < hd; ++c) dst[c] = src[c] * a.scale;
       }
-  }
-  if (a.int8_scores && !a.out) {
-    sc.q_u8.resize(sc.q.size());
-    sc.q_scale.resize(size_t(n_groups) * L.rows);
-    quant::QuantizeQueriesInt8(sc.q.data(), n_groups * L.rows, hd, sc.q_u8.data(), sc.q_scale.data());
   }
   const size_t n_part = size_t(n_groups) * L.n_blocks * L.rows;
   sc.part_max.resize(n_part);

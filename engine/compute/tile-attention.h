@@ -7,6 +7,7 @@
 // Thread contract: pure functions of their arguments; the backend calls them from its pool.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -80,8 +81,7 @@ struct TileAttentionArgs {
 
 // Buffers a caller keeps between calls so a call allocates nothing once they have grown.
 struct TileScratch {
-  std::vector<float> q, part_max, part_sum, part_w, part_acc, raw, q_scale;
-  std::vector<uint8_t> q_u8;
+  std::vector<float> q, part_max, part_sum, part_w, part_acc, raw;
 };
 
 // Runs fn(i) for i in [0, n), possibly in parallel (the backend's pool).
@@ -93,5 +93,13 @@ inline bool TileAttentionFits(int rows_per_group, int head_dim) {
 }
 
 void TileAttention(const TileAttentionArgs& a, TileScratch& scratch, const TileParallelFor& parallel_for);
+
+// How TileAttention splits n keys (prefix, then new) into blocks, one task each: about
+// kTileBlockKeys keys per block, so a block's fp32 keys and values (64 KiB each at head_dim 64)
+// stay in L2; block b holds keys [TileBlockStart(n, TileBlocks(n), b), ... (b + 1)). Int8 scores
+// quantize keys per channel over a block.
+constexpr int kTileBlockKeys = 256;
+inline int TileBlocks(int n_keys) { return std::max(1, (n_keys + kTileBlockKeys - 1) / kTileBlockKeys); }
+inline int TileBlockStart(int n_keys, int n_blocks, int b) { return int(int64_t(n_keys) * b / n_blocks); }
 
 }  // namespace impress

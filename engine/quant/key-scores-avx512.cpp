@@ -15,37 +15,44 @@ namespace {
 constexpr int kAhead = 8;  // rows ahead the packer prefetches
 }  // namespace
 
-void PackKeysInt8Avx512(const f16_t* k, int64_t stride, int n, int hd, int8_t* codes, int n_pad, int col0, float* scale,
-                        int32_t* sum) {
+// 16 channels of row `row` from channel c on (fewer at the end of the head: masked, zeros).
+inline __m512 LoadChannels(const f16_t* row, int c, int hd) {
+  const __mmask16 m = c + 16 <= hd ? __mmask16(0xffff) : __mmask16((1u << (hd - c)) - 1);
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + c));
+}
+
+// Rows are strided (one kv head of each token): ask for a later row's lines ahead of use, the
+// prefetchers follow this pattern too late.
+inline void PrefetchRow(const f16_t* k, int64_t stride, int j, int n, int hd) {
+  if (j + kAhead >= n) return;
+  const char* ahead = reinterpret_cast<const char*>(k + int64_t(j + kAhead) * stride);
+  for (int b = 0; b < hd * 2; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+}
+
+void KeyChannelAbsMaxAvx512(const f16_t* k, int64_t stride, int n, int hd, float* amax) {
+  for (int j = 0; j < n; ++j) {
+    PrefetchRow(k, stride, j, n, hd);
+    const f16_t* row = k + int64_t(j) * stride;
+    for (int c = 0; c < hd; c += 16) {
+      const __mmask16 m = c + 16 <= hd ? __mmask16(0xffff) : __mmask16((1u << (hd - c)) - 1);
+      const __m512 v = _mm512_max_ps(_mm512_maskz_loadu_ps(m, amax + c), _mm512_abs_ps(LoadChannels(row, c, hd)));
+      _mm512_mask_storeu_ps(amax + c, m, v);
+    }
+  }
+}
+
+void PackKeysInt8Avx512(const f16_t* k, int64_t stride, int n, int hd, const float* channel_inv, int8_t* codes,
+                        int n_pad, int col0, int32_t* sum) {
   const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-  const int row_bytes = hd * 2;
   for (int j = 0; j < n; ++j) {
     const f16_t* row = k + int64_t(j) * stride;
-    // Rows are strided (one kv head of each token): ask for a later row's lines ahead of use,
-    // the prefetchers follow this pattern too late.
-    if (j + kAhead < n) {
-      const char* ahead = reinterpret_cast<const char*>(row + kAhead * stride);
-      for (int b = 0; b < row_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
-    }
-    auto load = [&](int c) {
-      const __mmask16 m = c + 16 <= hd ? __mmask16(0xffff) : __mmask16((1u << (hd - c)) - 1);
-      return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + c));
-    };
-    __m512 vmax = _mm512_setzero_ps();
-    for (int c = 0; c < hd; c += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(load(c)));
-    const float amax = _mm512_reduce_max_ps(vmax);
+    PrefetchRow(k, stride, j, n, hd);
     int8_t* col = codes + int64_t(col0 + j) * 4;
-    if (!(amax > 0.0f)) {
-      scale[j] = 0;
-      sum[j] = 0;
-      for (int c4 = 0; c4 < hd / 4; ++c4) std::memset(col + int64_t(c4) * n_pad * 4, 0, 4);
-      continue;
-    }
-    scale[j] = amax / 127.0f;
-    const __m512 inv = _mm512_set1_ps(127.0f / amax);
     __m512i total = _mm512_setzero_si512();
     for (int c = 0; c < hd; c += 16) {
-      const __m512 y = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(load(c), inv), lo), hi);
+      const __mmask16 m = c + 16 <= hd ? __mmask16(0xffff) : __mmask16((1u << (hd - c)) - 1);
+      const __m512 inv = _mm512_maskz_loadu_ps(m, channel_inv + c);
+      const __m512 y = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(LoadChannels(row, c, hd), inv), lo), hi);
       const __m512i q = _mm512_cvtps_epi32(y);  // nearest even, as the scalar path's nearbyint
       total = _mm512_add_epi32(total, q);
       alignas(16) int32_t groups[4];
@@ -61,8 +68,8 @@ namespace {
 
 // RB query rows x 32 keys per step.
 template <int RB>
-void ScoreRows(const uint8_t* q, const float* q_scale, int hd, const int8_t* codes, int n_pad, const float* k_scale,
-               const int32_t* k_sum, float* s, int ld) {
+void ScoreRows(const uint8_t* q, const float* q_scale, int hd, const int8_t* codes, int n_pad, const int32_t* k_sum,
+               float* s, int ld) {
   for (int j = 0; j < n_pad; j += kKeyScoreCols) {
     __m512i acc[RB][2];
     for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
@@ -80,14 +87,11 @@ void ScoreRows(const uint8_t* q, const float* q_scale, int hd, const int8_t* cod
     // The queries' codes are stored + 128: take 128 * sum(k) back out, exactly, in integers.
     const __m512i corr0 = _mm512_slli_epi32(_mm512_loadu_si512(k_sum + j), 7);
     const __m512i corr1 = _mm512_slli_epi32(_mm512_loadu_si512(k_sum + j + 16), 7);
-    const __m512 ks0 = _mm512_loadu_ps(k_scale + j), ks1 = _mm512_loadu_ps(k_scale + j + 16);
     for (int r = 0; r < RB; ++r) {
       const __m512 qs = _mm512_set1_ps(q_scale[r]);
       float* out = s + int64_t(r) * ld + j;
-      _mm512_storeu_ps(out,
-                       _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][0], corr0)), _mm512_mul_ps(qs, ks0)));
-      _mm512_storeu_ps(out + 16,
-                       _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][1], corr1)), _mm512_mul_ps(qs, ks1)));
+      _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][0], corr0)), qs));
+      _mm512_storeu_ps(out + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][1], corr1)), qs));
     }
   }
 }
@@ -95,11 +99,11 @@ void ScoreRows(const uint8_t* q, const float* q_scale, int hd, const int8_t* cod
 }  // namespace
 
 void KeyScoresInt8Avx512(const uint8_t* q_u8, const float* q_scale, int rows, int hd, const int8_t* codes, int n_pad,
-                         const float* k_scale, const int32_t* k_sum, float* s, int ld) {
+                         const int32_t* k_sum, float* s, int ld) {
   constexpr int kRows = 8;  // 16 accumulators, two key vectors and a broadcast of the 32 registers
   int r = 0;
   auto run = [&]<int RB>() {
-    ScoreRows<RB>(q_u8 + int64_t(r) * hd, q_scale + r, hd, codes, n_pad, k_scale, k_sum, s + int64_t(r) * ld, ld);
+    ScoreRows<RB>(q_u8 + int64_t(r) * hd, q_scale + r, hd, codes, n_pad, k_sum, s + int64_t(r) * ld, ld);
     r += RB;
   };
   while (r + kRows <= rows) run.template operator()<kRows>();

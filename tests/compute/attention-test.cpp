@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -243,9 +244,11 @@ TEST_P(AttentionTest, ScoreKeysEqualsAttentionImportance) {
 
 // Int8 scores (engine/quant/key-scores.h) through the whole op: the scalar reference and the
 // AVX-512 kernel give bit-identical importance, and it is within what the quantization allows of
-// the fp32 importance. Every score s_rj moves by at most D (the largest per-score bound of
-// key-scores-test over the op's queries and keys), so each probability moves by a factor within
-// exp(+-2D) and so does each column sum: |imp8 - imp32| <= imp32 * (exp(2D) - 1), plus fp32 rounding.
+// the fp32 importance. Every score s_rj moves by at most D, so each probability moves by a factor
+// within exp(+-2D) and so does each column sum: |imp8 - imp32| <= imp32 * (exp(2D) - 1), plus fp32
+// rounding. D is the largest of key-scores-test's per-score bounds, here over the blocks the op
+// quantizes keys in (tile-attention.h: channel scales ks_c per block, the row's qs per block):
+//   |error| <= sum_c (|q_c| ks_c / 2 + qs |k_c| / (2 ks_c) + 3 qs / 4).
 TEST_P(AttentionTest, Int8ScoreKeysStayWithinTheirQuantizationBound) {
   const Case c = GetParam();
   const Data d = MakeData(c, 9);
@@ -258,26 +261,33 @@ TEST_P(AttentionTest, Int8ScoreKeysStayWithinTheirQuantizationBound) {
     EXPECT_EQ(ScoreProbe(*avx512, d, p), got) << "AVX-512 against the scalar reference";
   }
   const int hd = c.head_dim, group = c.n_head / c.n_head_kv;
+  const int n_keys = c.n_ctx + c.n_new, n_blocks = TileBlocks(n_keys);
   const double scale = HostQuery(d).scale;
-  auto amax = [&](auto value) {
-    double m = 0;
-    for (int x = 0; x < hd; ++x) m = std::max(m, std::fabs(double(value(x))));
-    return m;
-  };
   double bound = 0;  // D
   for (int h : p.q_heads) {
     const int g = h / group;
-    for (int i = 0; i < c.n_new; ++i) {
-      const float* q = d.q.data() + (size_t(i) * c.n_head + h) * hd;
-      const double qs = amax([&](int x) { return q[x] * scale; }) / 127;
-      for (int t = 0; t < c.n_ctx + i + 1; ++t) {
-        const f16_t* k = t < c.n_ctx ? d.k_ctx.data() + (size_t(t) * c.n_head_kv + g) * hd
-                                     : d.k_new.data() + (size_t(t - c.n_ctx) * c.n_head_kv + g) * hd;
-        const double ks = amax([&](int x) { return Fp16ToFp32(k[x]); }) / 127;
-        double b = 0;
+    auto key = [&](int t) {
+      return t < c.n_ctx ? d.k_ctx.data() + (size_t(t) * c.n_head_kv + g) * hd
+                         : d.k_new.data() + (size_t(t - c.n_ctx) * c.n_head_kv + g) * hd;
+    };
+    for (int b = 0; b < n_blocks; ++b) {
+      const int t0 = TileBlockStart(n_keys, n_blocks, b), t1 = TileBlockStart(n_keys, n_blocks, b + 1);
+      std::vector<double> ks(size_t(hd), 0.0);
+      for (int t = t0; t < t1; ++t)
         for (int x = 0; x < hd; ++x)
-          b += std::fabs(q[x] * scale) * ks / 2 + std::fabs(Fp16ToFp32(k[x])) * qs / 2 + qs * ks / 4;
-        bound = std::max(bound, b);
+          ks[size_t(x)] = std::max(ks[size_t(x)], std::fabs(double(Fp16ToFp32(key(t)[x]))) / 127);
+      for (int i = 0; i < c.n_new; ++i) {
+        const float* q = d.q.data() + (size_t(i) * c.n_head + h) * hd;
+        double qs = 0;
+        for (int x = 0; x < hd; ++x) qs = std::max(qs, std::fabs(q[x] * scale) * ks[size_t(x)] / 127);
+        for (int t = t0; t < std::min(t1, c.n_ctx + i + 1); ++t) {
+          double e = 0;
+          for (int x = 0; x < hd; ++x) {
+            const double kx = std::fabs(double(Fp16ToFp32(key(t)[x]))), kss = ks[size_t(x)];
+            e += std::fabs(q[x] * scale) * kss / 2 + (kss > 0 ? qs * kx / (2 * kss) : 0.0) + 0.75 * qs;
+          }
+          bound = std::max(bound, e);
+        }
       }
     }
   }
@@ -290,6 +300,24 @@ TEST_P(AttentionTest, Int8ScoreKeysStayWithinTheirQuantizationBound) {
     ASSERT_LE(err, want[i] * factor + 1e-6 + 2e-5 * std::fabs(want[i])) << i;
   }
   RecordProperty("worst_relative_error", std::to_string(worst));
+  RecordProperty("allowed_relative_error", std::to_string(factor));
+  // What the scores are for, ranking: each head's top quarter by int8 importance is its top
+  // quarter by fp32 importance but for a few tokens near the boundary (at most 5% of it, or one).
+  for (size_t x = 0; x < p.q_heads.size() && c.n_ctx >= 8; ++x) {
+    auto top = [&](const std::vector<float>& imp) {
+      std::vector<int> idx(size_t(c.n_ctx));
+      std::iota(idx.begin(), idx.end(), 0);
+      const float* row = imp.data() + x * size_t(c.n_ctx);
+      std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return row[a] > row[b]; });
+      idx.resize(size_t(c.n_ctx) / 4);
+      std::sort(idx.begin(), idx.end());
+      return idx;
+    };
+    const std::vector<int> a = top(want), b = top(got);
+    std::vector<int> both;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+    EXPECT_LE(a.size() - both.size(), std::max<size_t>(1, a.size() / 20)) << "head " << p.q_heads[x];
+  }
   // The int8 scores are the tiled path's; shapes it does not take score in fp32 as before.
   int most_rows = 0;
   for (int g : p.kv_heads)
