@@ -406,11 +406,13 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"io_engine", r->io_engine},
                      {"chunk_tokens", r->chunk_tokens},
                      {"direct_io", r->direct_io},
-                     {"systems", systems}};
+                     {"systems", systems},
+                     {"backend", (*ctx)->backend().Name()}};
     if (pa->json) {
       std::cout << j.dump(2) << "\n";
       return;
     }
+    std::cout << fmt::format("backend {}\n", (*ctx)->backend().Name());
     std::cout << fmt::format(
         "CPU {}; document {} tokens, {} questions, keep {}, alpha {:.2f}, probe heads {}{}, sinks {}, recent {}, {}, "
         "selection {}{}, KV at rest {} (probe keys {}) in chunks of {} tokens, I/O {}{}\n",

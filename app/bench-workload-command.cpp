@@ -400,12 +400,14 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     auto r = RunWorkloadBenchmark(**ctx, o);
     bar.Finish();
     if (!r.ok()) return fail(r.status());
-    const nlohmann::json j = ToJson(*r, o);
+    nlohmann::json j = ToJson(*r, o);
+    j["backend"] = (*ctx)->backend().Name();  // names int8 key scores when they were on
     if (Status w = WriteResults(wa->out, *r, j); !w.ok()) return fail(w);
     if (wa->json) {
       std::cout << j.dump(2) << "\n";
       return;
     }
+    std::cout << fmt::format("backend {}\n", (*ctx)->backend().Name());
     PrintTable(*r, o);
     std::cout << fmt::format("results in {}/ (plots: scripts/plot-workload.py {}); ingested store in {}\n", wa->out,
                              wa->out, o.ingest_dir);

@@ -64,7 +64,11 @@ class CpuBackend final : public Backend {
     else if (int8 && quant::HasFastKeyScores(path)) int8_scores_ = path;
   }
 
-  std::string Name() const override { return "cpu (OpenBLAS, " + std::to_string(pool_.n_threads()) + " threads)"; }
+  // Benchmarks print this next to their numbers: it says when scores were int8.
+  std::string Name() const override {
+    return "cpu (OpenBLAS, " + std::to_string(pool_.n_threads()) + " threads" +
+           (int8_scores_ ? std::string(", int8 key scores (") + quant::KernelPathName(*int8_scores_) + ")" : "") + ")";
+  }
 
   Result<DevPtr<void>> Alloc(size_t bytes) override {
     void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
