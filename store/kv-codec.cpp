@@ -48,7 +48,8 @@ f16_t ScaleFor(float absmax, float qmax) {
 }
 
 // int8: one byte per value. int4: two values per byte, the even one in the low nibble, each
-// stored as q + 8 (so 0 never occurs but for padding). d is even unless it is the last run.
+// stored as q + 8 (so 0 never occurs but for padding). Codes q[0, m) are elements d.. of the
+// head; d is a multiple of 512, so a byte never holds two runs' codes.
 void PutCodes(KVEncoding e, const int8_t* q, int m, int d, uint8_t* codes) {
   if (e == KVEncoding::kInt8) {
     std::memcpy(codes + d, q, size_t(m));

@@ -380,7 +380,7 @@ class CpuBackend final : public Backend {
   std::vector<float> part_max_, part_sum_, part_acc_, raw_scores_;
   TileScratch tile_scratch_;                      // the tiled attention's buffers, kept between calls
   bool tiles_ = true;                             // CpuBackendOptions::tile_attention
-  std::optional<quant::KernelPath> int8_scores_;  // CpuBackendOptions::int8_key_scores, where fast
+  std::optional<quant::KernelPath> int8_scores_;  // int8 key scores' path (CpuBackendOptions); nullopt: fp32
   RopeAngles rope_angles_;                        // the last decode position's rotation
   TypedGemvs gemv_;                               // typed GEMV jobs (decode): their activation rows and staging
   std::vector<float> tile_;                       // decoded weight tile

@@ -12,29 +12,33 @@
 namespace impress::quant {
 
 namespace {
+
 constexpr int kAhead = 8;  // rows ahead the packer prefetches
-}  // namespace
+
+// The lanes of the 16 channels from c on that the head has (all but at its end).
+__mmask16 ChannelMask(int c, int hd) { return c + 16 <= hd ? __mmask16(0xffff) : __mmask16((1u << (hd - c)) - 1); }
 
 // 16 channels of row `row` from channel c on (fewer at the end of the head: masked, zeros).
-inline __m512 LoadChannels(const f16_t* row, int c, int hd) {
-  const __mmask16 m = c + 16 <= hd ? __mmask16(0xffff) : __mmask16((1u << (hd - c)) - 1);
-  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + c));
+__m512 LoadChannels(const f16_t* row, int c, int hd) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ChannelMask(c, hd), row + c));
 }
 
 // Rows are strided (one kv head of each token): ask for a later row's lines ahead of use, the
 // prefetchers follow this pattern too late.
-inline void PrefetchRow(const f16_t* k, int64_t stride, int j, int n, int hd) {
+void PrefetchRow(const f16_t* k, int64_t stride, int j, int n, int hd) {
   if (j + kAhead >= n) return;
   const char* ahead = reinterpret_cast<const char*>(k + int64_t(j + kAhead) * stride);
   for (int b = 0; b < hd * 2; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
 }
+
+}  // namespace
 
 void KeyChannelAbsMaxAvx512(const f16_t* k, int64_t stride, int n, int hd, float* amax) {
   for (int j = 0; j < n; ++j) {
     PrefetchRow(k, stride, j, n, hd);
     const f16_t* row = k + int64_t(j) * stride;
     for (int c = 0; c < hd; c += 16) {
-      const __mmask16 m = c + 16 <= hd ? __mmask16(0xffff) : __mmask16((1u << (hd - c)) - 1);
+      const __mmask16 m = ChannelMask(c, hd);
       const __m512 v = _mm512_max_ps(_mm512_maskz_loadu_ps(m, amax + c), _mm512_abs_ps(LoadChannels(row, c, hd)));
       _mm512_mask_storeu_ps(amax + c, m, v);
     }
@@ -50,7 +54,7 @@ void PackKeysInt8Avx512(const f16_t* k, int64_t stride, int n, int hd, const flo
     int8_t* col = codes + int64_t(col0 + j) * 4;
     __m512i total = _mm512_setzero_si512();
     for (int c = 0; c < hd; c += 16) {
-      const __mmask16 m = c + 16 <= hd ? __mmask16(0xffff) : __mmask16((1u << (hd - c)) - 1);
+      const __mmask16 m = ChannelMask(c, hd);
       const __m512 inv = _mm512_maskz_loadu_ps(m, channel_inv + c);
       const __m512 y = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(LoadChannels(row, c, hd), inv), lo), hi);
       const __m512i q = _mm512_cvtps_epi32(y);  // nearest even, as the scalar path's nearbyint

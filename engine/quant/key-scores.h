@@ -36,7 +36,7 @@ void KeyChannelAbsMax(KernelPath path, const f16_t* k, int64_t stride, int n, in
 // channel).
 void KeyChannelScales(const float* amax, int hd, float* scale, float* inv);
 
-// Query rows (rows x hd floats, hd % 4 == 0) times the channel scales, to unsigned codes
+// Query rows (rows x hd floats, hd % 4 == 0, hd <= 512) times the channel scales, to unsigned codes
 // (rows x hd) and one scale per row.
 void QuantizeQueriesInt8(const float* q, int rows, int hd, const float* channel_scale, uint8_t* q_u8, float* q_scale);
 
