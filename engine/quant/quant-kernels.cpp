@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "engine/quant/kernel-table.h"
 
@@ -164,24 +165,43 @@ static bool HasF16c() {
 }
 #endif
 
+// Whether IMPRESS_CPU_HIDE (a comma-separated list of feature names) hides `feature`.
+[[maybe_unused]] static bool HiddenCpuFeature(std::string_view feature) {
+  static const std::string hidden = [] {
+    const char* e = std::getenv("IMPRESS_CPU_HIDE");
+    return std::string(e ? e : "");
+  }();
+  std::string_view rest = hidden;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    if (rest.substr(0, comma) == feature) return true;
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return false;
+}
+
 const char* MissingCpuFeature(KernelPath path) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
+  // __builtin_cpu_supports needs a string literal, hence a macro rather than a function.
+#define IMPRESS_REQUIRE(name, present) \
+  if (!(present) || HiddenCpuFeature(name)) return name
   switch (path) {
     case KernelPath::kScalar: return nullptr;
     case KernelPath::kAvx512:
-      if (!__builtin_cpu_supports("avx512f")) return "avx512f";
-      if (!__builtin_cpu_supports("avx512bw")) return "avx512bw";
-      if (!__builtin_cpu_supports("avx512vl")) return "avx512vl";
-      if (!__builtin_cpu_supports("avx512dq")) return "avx512dq";
-      if (!__builtin_cpu_supports("avx512vnni")) return "avx512vnni";
+      IMPRESS_REQUIRE("avx512f", __builtin_cpu_supports("avx512f"));
+      IMPRESS_REQUIRE("avx512bw", __builtin_cpu_supports("avx512bw"));
+      IMPRESS_REQUIRE("avx512vl", __builtin_cpu_supports("avx512vl"));
+      IMPRESS_REQUIRE("avx512dq", __builtin_cpu_supports("avx512dq"));
+      IMPRESS_REQUIRE("avx512vnni", __builtin_cpu_supports("avx512vnni"));
       [[fallthrough]];
     case KernelPath::kAvx2:
-      if (!__builtin_cpu_supports("avx2")) return "avx2";
-      if (!__builtin_cpu_supports("fma")) return "fma";
-      if (!HasF16c()) return "f16c";
+      IMPRESS_REQUIRE("avx2", __builtin_cpu_supports("avx2"));
+      IMPRESS_REQUIRE("fma", __builtin_cpu_supports("fma"));
+      IMPRESS_REQUIRE("f16c", HasF16c());
       return nullptr;
   }
+#undef IMPRESS_REQUIRE
   return "an unknown path";
 #else
   return path == KernelPath::kScalar ? nullptr : "an x86-64 CPU";

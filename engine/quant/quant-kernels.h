@@ -92,6 +92,8 @@ enum class KernelPath { kScalar, kAvx2, kAvx512 };
 
 const char* KernelPathName(KernelPath path);  // "scalar", "avx2", "avx512"
 // nullptr when this CPU runs `path`; otherwise the first CPU feature it lacks ("avx512vnni").
+// IMPRESS_CPU_HIDE (comma-separated feature names, e.g. "avx512f") makes features count as
+// absent, so a machine can run the suite as a CPU without them would (read once per process).
 const char* MissingCpuFeature(KernelPath path);
 // Parses "scalar" | "avx2" | "avx512". Errors: kInvalidArgument naming the text.
 Result<KernelPath> ParseKernelPath(std::string_view text);
