@@ -1,6 +1,7 @@
 #include "app/app-options.h"
 
 #include "app/progress-bar.h"
+#include "chat/model-library.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -18,7 +19,19 @@ std::string Home() { return EnvOr("HOME", "."); }
 }  // namespace
 
 void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
-  cmd->add_option("--model", o->model, "GGUF file or Hugging Face folder (default: SmolLM2-135M-Instruct Q4_1)");
+  cmd->add_option("--model", o->model,
+                  "GGUF file, Hugging Face folder, or a known model's name (`impress models`; default: the chat "
+                  "model when downloaded, else the test model)")
+      ->transform(CLI::Validator(
+          [](std::string& text) {
+            auto catalog = LoadModelCatalog(CatalogPath(AssetsDir()));
+            if (!catalog.ok()) return std::string();  // a path as given; loading it says what is wrong
+            auto path = ResolveModelArgument(text, *catalog, ModelsDir());
+            if (!path.ok()) return path.status().message();
+            text = *path;
+            return std::string();
+          },
+          "PATH|NAME"));
   cmd->add_option("--store", o->store_dir, "KV store directory (default: $XDG_DATA_HOME/impress/store)");
   cmd->add_option("--threads", o->threads, "compute threads")->check(CLI::Range(1, 256));
   cmd->add_option("--system", o->system, "recomp|as|as-h2o-lru|as-h2o-lfu|impress")
@@ -86,9 +99,30 @@ void ConfigureLogging(const CommonOptions& o) {
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
 }
 
+namespace {
+std::string FindDefaultModel() {
+  if (const char* e = std::getenv("IMPRESS_DEFAULT_MODEL"); e && *e) return e;
+  const std::string fallback = ModelsDir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  auto catalog = LoadModelCatalog(CatalogPath(AssetsDir()));
+  if (!catalog.ok()) {
+    spdlog::warn("{}; trying {}", catalog.status().ToString(), fallback);
+    return fallback;
+  }
+  std::string notice;
+  auto path = DefaultModelFile(*catalog, ModelsDir(), &notice);
+  if (!notice.empty()) spdlog::warn("{}", notice);
+  if (!path.ok()) {
+    spdlog::error("{}", path.status().message());
+    return fallback;
+  }
+  return *path;
+}
+}  // namespace
+
+// Decided once per process, so the notice is said once.
 std::string DefaultModelPath() {
-  const std::string cache = EnvOr("IMPRESS_CACHE_DIR", EnvOr("XDG_CACHE_HOME", Home() + "/.cache") + "/impress");
-  return EnvOr("IMPRESS_DEFAULT_MODEL", cache + "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  static const std::string path = FindDefaultModel();
+  return path;
 }
 
 std::string DefaultStoreDir() {

@@ -12,7 +12,7 @@
 namespace impress::app {
 
 struct CommonOptions {
-  std::string model;      // GGUF file or Hugging Face folder; empty = the default model
+  std::string model;      // GGUF file or Hugging Face folder (a known name resolved at parse); empty = the default
   std::string store_dir;  // KV store directory; empty = $XDG_DATA_HOME/impress/store
   int threads = 2;
   std::string system = "impress";  // recomp|as|as-h2o-lru|as-h2o-lfu|impress
@@ -53,7 +53,9 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* opts);
 // Applies --log-level to spdlog (logs go to stderr).
 void ConfigureLogging(const CommonOptions& opts);
 
-// The default model path: $IMPRESS_DEFAULT_MODEL, else the setup script's cache location.
+// The default model path: $IMPRESS_DEFAULT_MODEL, else the model library's default (the chat
+// model when it is downloaded, else the test model, with a one-line notice how to get the better
+// one: chat/model-library.h).
 std::string DefaultModelPath();
 
 // $IMPRESS_STORE_DIR, else $XDG_DATA_HOME/impress/store (~/.local/share/impress/store).

@@ -16,5 +16,6 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
 void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code);       // gui (also the default)
 void RegisterServeCommand(CLI::App& app, CommonOptions* common, int* exit_code);     // serve (OpenAI-compatible)
 void RegisterQuantizeCommand(CLI::App& app, CommonOptions* common, int* exit_code);  // quantize (GGUF writer)
+void RegisterModelsCommand(CLI::App& app, CommonOptions* common, int* exit_code);    // models [pull|rm NAME]
 
 }  // namespace impress::app

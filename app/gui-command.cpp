@@ -85,6 +85,7 @@ void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code) {
     }
     gui::GuiOptions o;
     o.config_dir = args->config_dir.empty() ? gui::DefaultConfigDir() : args->config_dir;
+    o.assets_dir = AssetsDir();
     o.script_path = args->script;
     o.width = args->width;
     o.height = args->height;

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   RegisterGuiCommand(app, &common, &exit_code);
   RegisterServeCommand(app, &common, &exit_code);
   RegisterQuantizeCommand(app, &common, &exit_code);
+  RegisterModelsCommand(app, &common, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -204,6 +204,13 @@ Result<int> RunGui(const GuiOptions& o) {
     Worker worker(o.worker);
     Host host(worker);
     UiState ui;
+    ModelDownloads downloads(o.assets_dir, ModelsDir());
+    if (auto catalog = LoadModelCatalog(CatalogPath(o.assets_dir)); catalog.ok()) {
+      ui.model.catalog = std::move(*catalog);
+    } else {
+      ui.model.catalog_error = catalog.status().ToString();
+    }
+    ui.model.models_dir = downloads.models_dir();
     FrameTimes times;
     RedrawPacer pacer({.busy_hz = o.busy_redraw_hz, .idle_hz = kIdleRedrawHz, .idle_wait = 0.1});
     auto last = Clock::now();
@@ -216,7 +223,9 @@ Result<int> RunGui(const GuiOptions& o) {
       // (which input ends early) and leave the cores to the model.
       const auto now = Clock::now();
       const std::shared_ptr<const AppSnapshot> peek = worker.Snapshot();
-      const bool busy_now = WorkerBusy(peek->phase);
+      ui.model.download = downloads.Status();
+      // A download redraws like a busy worker: its progress bar moves without input.
+      const bool busy_now = WorkerBusy(peek->phase) || ui.model.download.active;
       pacer.Observe(now, busy_now);
       const bool wanted = script || settle_frames > 0 || events.input || peek->version != drawn_version;
       if (const double wait = pacer.WaitSeconds(now, busy_now, wanted); wait > 0) {
@@ -305,6 +314,8 @@ Result<int> RunGui(const GuiOptions& o) {
 
       // Send what the panels asked for.
       if (actions.stop) worker.Stop();
+      if (!actions.pull_model.empty()) downloads.Start(actions.pull_model);
+      if (actions.cancel_pull) downloads.Cancel();
       for (Command& c : actions.commands) worker.Send(std::move(c));
       if (!keep_running) break;
     }

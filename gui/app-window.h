@@ -18,6 +18,7 @@ struct GuiOptions {
   WorkerOptions worker;
   std::string config_dir;   // imgui.ini lives here (gui.json: worker.settings_path)
   std::string script_path;  // empty: interactive
+  std::string assets_dir;   // the model library's catalog and fetch script (assets/models)
   int width = 1600, height = 900;
   bool print_frame_stats = false;  // also without a script
   // Frames per second at most while the worker computes (software OpenGL draws on the model's

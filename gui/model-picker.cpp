@@ -1,8 +1,8 @@
 // The model picker: the loaded model's row (name, RAM, "Open model...") and a modal dialog with
-// a file browser of its own (a folder's listing with a name filter: subfolders, Hugging Face
-// model folders, .gguf files), the recently loaded models, and for the selection the RAM it
-// will need against what is available; Load is offered only when it fits (the worker checks
-// again before unloading anything).
+// the known models (download with progress, or select), a file browser of its own (a folder's listing with a name
+// filter: subfolders, Hugging Face model folders, .gguf files), the recently loaded models, and for the selection the
+// RAM it will need against what is available; Load is offered only when it fits (the worker checks again before
+// unloading anything).
 #include <imgui.h>
 #include <imgui_stdlib.h>
 #include <spdlog/fmt/fmt.h>
@@ -91,7 +91,59 @@ void Browser(ModelPickerState& st) {
   ImGui::EndChild();
 }
 
+// The known models: each with its size and the RAM it needs at 4K tokens; Select for one that
+// is present, Download (with progress and Cancel) for one that is not.
+void KnownModels(ModelPickerState& st, UiActions& out) {
+  if (!st.catalog_error.empty()) {
+    ImGui::TextDisabled("%s", st.catalog_error.c_str());
+    return;
+  }
+  if (st.catalog.models.empty()) return;
+  ImGui::TextDisabled("known models (in %s)", st.models_dir.c_str());
+  const DownloadStatus& d = st.download;
+  if (ImGui::BeginTable("##known", 4, ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_RowBg)) {
+    for (const KnownModel& m : st.catalog.models) {
+      ImGui::PushID(m.name.c_str());
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(m.display.c_str());
+      if (ImGui::IsItemHovered()) {
+        ImGui::SetTooltip("%s: %d layers, %d KV heads x %d, context %d, %s\nKV %s per token; RAM at 16K %s, 32K %s",
+                          m.name.c_str(), m.n_layer, m.n_head_kv, m.head_dim, m.n_ctx, m.license.c_str(),
+                          FormatBytes(m.KvBytesPerToken()).c_str(), FormatBytes(m.RamBytes(16384)).c_str(),
+                          FormatBytes(m.RamBytes(32768)).c_str());
+      }
+      ImGui::TableNextColumn();
+      ImGui::Text("%s", FormatBytes(m.bytes).c_str());
+      ImGui::TableNextColumn();
+      ImGui::Text("RAM %s at 4K", FormatBytes(m.RamBytes(4096)).c_str());
+      ImGui::TableNextColumn();
+      const bool present = IsModelPresent(m, st.models_dir);
+      if (d.active && d.name == m.name) {
+        const float frac = d.total ? float(double(d.done) / double(d.total)) : 0.0f;
+        ImGui::ProgressBar(frac, ImVec2(120, 0), fmt::format("{:.0f}%", 100.0 * frac).c_str());
+        ImGui::SameLine();
+        if (ImGui::SmallButton("Cancel")) out.cancel_pull = true;
+      } else if (present) {
+        if (ImGui::SmallButton("Select")) Select(st, ModelFilePath(m, st.models_dir));
+      } else {
+        ImGui::BeginDisabled(d.active);
+        if (ImGui::SmallButton("Download")) out.pull_model = m.name;
+        ImGui::EndDisabled();
+      }
+      ImGui::PopID();
+    }
+    ImGui::EndTable();
+  }
+  if (!d.active && !d.name.empty()) {
+    if (d.ok) ImGui::TextDisabled("%s downloaded and verified", d.name.c_str());
+    else ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.4f, 1), "%s: %s", d.name.c_str(), d.message.c_str());
+  }
+  ImGui::Separator();
+}
+
 void Dialog(const AppSnapshot& s, ModelPickerState& st, UiActions& out) {
+  KnownModels(st, out);
   if (st.dir.empty()) {
     // A file's folder, or the folder holding an HF model folder. (assign, not operator=: GCC 12
     // warns falsely with -Wrestrict on the inlined copy.)

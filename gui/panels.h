@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "chat/model-library.h"
 #include "gui/app-snapshot.h"
+#include "gui/model-downloads.h"
 #include "gui/worker.h"
 
 namespace impress::gui {
@@ -18,6 +20,8 @@ namespace impress::gui {
 struct UiActions {
   std::vector<Command> commands;  // sent to the worker in order
   bool stop = false;              // cancel the request in flight
+  std::string pull_model;         // start downloading this known model (gui/model-downloads.h)
+  bool cancel_pull = false;       // cancel the download in flight
 };
 
 struct ChatPanelState {
@@ -56,6 +60,12 @@ struct ModelPickerState {
   std::string estimate_text, estimate_error;  // the selection's RAM estimate, or why there is none
   bool fits = false;
   double estimated_at = -1;  // ImGui time of the estimate (MemAvailable is read again every 2 s)
+  // The model library (chat/model-library.h), filled by the frame loop: the known models, the
+  // folder they go to, and the download in flight.
+  ModelCatalog catalog;
+  std::string catalog_error;
+  std::string models_dir;
+  DownloadStatus download;
 };
 
 struct TiersPanelState {};

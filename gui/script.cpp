@@ -29,8 +29,8 @@ bool ParseDouble(const std::string& v, double* out) {
 
 const std::set<std::string> kNoArg = {"again", "regenerate", "new",  "reorder",      "expect-answer",
                                       "quit",  "docs",       "tree", "conversations"};
-const std::set<std::string> kWithArg = {"doc", "ask",   "set",      "frames", "sleep", "tab",   "screenshot",
-                                        "pin", "unpin", "drop-doc", "mode",   "open",  "model", "picker"};
+const std::set<std::string> kWithArg = {"doc",   "ask",      "set",  "frames", "sleep", "tab",    "screenshot", "pin",
+                                        "unpin", "drop-doc", "mode", "open",   "model", "picker", "pull"};
 
 }  // namespace
 
@@ -217,6 +217,7 @@ bool ScriptRunner::Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, S
     ++pc_;
     if (l.verb == "doc") actions.commands.push_back(MakeCommand(Command::Kind::kAddDocument, l.arg));
     else if (l.verb == "model") actions.commands.push_back(MakeCommand(Command::Kind::kLoadModel, l.arg));
+    else if (l.verb == "pull") actions.pull_model = l.arg;  // as the picker's Download button
     else if (l.verb == "ask") actions.commands.push_back(MakeCommand(Command::Kind::kAsk, l.arg));
     else if (l.verb == "again") actions.commands.push_back(MakeCommand(Command::Kind::kAskAgain));
     else if (l.verb == "regenerate") actions.commands.push_back(MakeCommand(Command::Kind::kRegenerate));

@@ -13,6 +13,7 @@
 //   open N                    (reopen saved conversation N of the list, most recent first)
 //   model PATH                (switch to the model at PATH, as the model picker's Load does)
 //   picker PATH               (open the model picker on a folder, or with the model at PATH selected)
+//   pull NAME                 (start downloading the known model NAME, as the picker's Download does)
 // set keys: alpha keep probe_heads sinks recent system policy device_mb host_mb ssd_mb
 //           max_tokens temperature fidelity_tokens
 //

