@@ -204,14 +204,17 @@ Status PullModel(const std::string& name, const std::string& assets_dir, const s
   bool cancelled = false;
   std::string last_error;
   LineReader out_reader, err_reader;
-  auto on_progress = [&](const std::string& line) {
-    unsigned long long done = 0, total = 0;
-    int part = 0, parts = 0;
-    if (std::sscanf(line.c_str(), "progress %llu %llu %d %d", &done, &total, &part, &parts) == 4 && !cancelled &&
-        !ReportProgress(progress, done, total, "downloading " + name)) {
+  unsigned long long done = 0, total = 0;
+  // Asks the caller whether to go on (also while a part downloads and no line comes).
+  auto report = [&] {
+    if (!cancelled && !ReportProgress(progress, done, total, "downloading " + name)) {
       cancelled = true;
       kill(pid, SIGINT);  // the script removes its temporary folder on an interrupt
     }
+  };
+  auto on_progress = [&](const std::string& line) {
+    int part = 0, parts = 0;
+    if (std::sscanf(line.c_str(), "progress %llu %llu %d %d", &done, &total, &part, &parts) == 4) report();
   };
   auto on_error = [&](const std::string& line) {
     if (line.empty()) return;
@@ -221,9 +224,14 @@ Status PullModel(const std::string& name, const std::string& assets_dir, const s
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   int open_fds = 2;
   while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) {
+    const int ready = poll(fds, 2, 250);
+    if (ready < 0) {
       if (errno == EINTR) continue;
       break;
+    }
+    if (ready == 0) {
+      report();
+      continue;
     }
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;

@@ -101,7 +101,8 @@ void KnownModels(ModelPickerState& st, UiActions& out) {
   if (st.catalog.models.empty()) return;
   ImGui::TextDisabled("known models (in %s)", st.models_dir.c_str());
   const DownloadStatus& d = st.download;
-  if (ImGui::BeginTable("##known", 4, ImGuiTableFlags_SizingStretchProp | ImGuiTableFlags_RowBg)) {
+  if (ImGui::BeginTable("##known", 4, ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg)) {
+    ImGui::TableSetupColumn("model", ImGuiTableColumnFlags_WidthStretch);
     for (const KnownModel& m : st.catalog.models) {
       ImGui::PushID(m.name.c_str());
       ImGui::TableNextRow();
@@ -116,7 +117,7 @@ void KnownModels(ModelPickerState& st, UiActions& out) {
       ImGui::TableNextColumn();
       ImGui::Text("%s", FormatBytes(m.bytes).c_str());
       ImGui::TableNextColumn();
-      ImGui::Text("RAM %s at 4K", FormatBytes(m.RamBytes(4096)).c_str());
+      ImGui::Text("RAM at 4K %s", FormatBytes(m.RamBytes(4096)).c_str());
       ImGui::TableNextColumn();
       const bool present = IsModelPresent(m, st.models_dir);
       if (d.active && d.name == m.name) {
@@ -198,7 +199,7 @@ void DrawModelPicker(const AppSnapshot& s, ModelPickerState& st, UiActions& out)
     ImGui::OpenPopup("Open model");
     st.open_requested = false;
   }
-  ImGui::SetNextWindowSize(ImVec2(640, 0), ImGuiCond_Appearing);
+  ImGui::SetNextWindowSize(ImVec2(860, 0), ImGuiCond_Appearing);
   if (ImGui::BeginPopupModal("Open model", nullptr)) {
     Dialog(s, st, out);
     ImGui::EndPopup();

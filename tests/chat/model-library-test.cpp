@@ -141,5 +141,26 @@ TEST_F(ModelLibrary, PullReportsTheScriptsErrorAndChangesNothing) {
   }
 }
 
+TEST_F(ModelLibrary, PullStopsWhenTheProgressCallbackSaysSo) {
+  // A stand-in for python that would take half a minute and print nothing: the callback is still
+  // asked while no line comes, and its "stop" ends the fetch as cancelled.
+  const std::string slow = dir_ + "/slow-python";
+  std::ofstream(slow) << "#!/bin/sh\nsleep 30\n";
+  fs::permissions(slow, fs::perms::owner_all);
+  PullOptions options;
+  options.python = slow;
+  int asked = 0;
+  const Status s = PullModel(
+      "smollm2-135m", AssetsDir(), dir_,
+      [&](uint64_t, uint64_t, std::string_view) {
+        ++asked;
+        return false;
+      },
+      options);
+  EXPECT_EQ(s.code(), Status::Code::kCancelled) << s.ToString();
+  EXPECT_GE(asked, 1);
+  EXPECT_FALSE(IsModelPresent(*catalog_.Find("smollm2-135m"), dir_));
+}
+
 }  // namespace
 }  // namespace impress
