@@ -32,6 +32,8 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
           {"n_prefix", r.n_prefix},
           {"reused_tokens", r.n_matched},
           {"new_tokens", r.n_new},
+          {"attention", r.selected_attention() ? "selected" : "full"},
+          {"attended_share", r.attended_share()},
           {"keep", r.keep},
           {"alpha", r.alpha},
           {"layers_passed", r.n_layers_passed},

@@ -97,6 +97,24 @@ struct RequestReport {
   }
   // The share of TTFT spent waiting on reads: the I/O that compute did not hide.
   double unhidden_io_share() const { return ttft_ms > 0 ? breakdown.io_wait_ms / ttft_ms : 0.0; }
+  // Whether some layer attended to a selection of the reused prefix rather than all of it. The
+  // same prompt then answers as full attention would only as closely as the selection allows, so
+  // every report says which ran ("selected" or "full").
+  bool selected_attention() const {
+    for (const LayerReport& l : layers) {
+      if (l.k < l.n) return true;
+    }
+    return false;
+  }
+  // Prefix tokens attended, summed over layers, over those available (1 for full attention).
+  double attended_share() const {
+    uint64_t k = 0, n = 0;
+    for (const LayerReport& l : layers) {
+      k += uint64_t(l.k);
+      n += uint64_t(l.n);
+    }
+    return n ? double(k) / double(n) : 1.0;
+  }
 };
 
 }  // namespace impress
