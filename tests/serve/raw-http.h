@@ -84,7 +84,8 @@ class RawHttp {
   }
   bool HasHeader(std::string_view line) const {
     const size_t end = received_.find("\r\n\r\n");
-    return end != std::string::npos && received_.substr(0, end + 2).find(std::string(line) + "\r\n") != std::string::npos;
+    return end != std::string::npos &&
+           received_.substr(0, end + 2).find(std::string(line) + "\r\n") != std::string::npos;
   }
 
  private:

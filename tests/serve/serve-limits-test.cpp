@@ -4,8 +4,8 @@
 // Host, the Origin and the content type are refused before any body arrives; headers and bodies
 // that come too slowly get 408; an address past its connection limit gets 429; /metrics wants the
 // key and /health shows the model only with it. The default model serves (no store).
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <filesystem>
@@ -87,8 +87,8 @@ TEST_F(ServeLimits, AChunkedBodyPastTheLimitGets413WithoutTheRestBeingRead) {
 TEST_F(ServeLimits, AContentLengthPastTheLimitGets413BeforeTheBody) {
   Start();
   RawHttp c(port());
-  c.Send("POST /v1/completions HTTP/1.1\r\n" + Host() + "Content-Type: application/json\r\nContent-Length: " +
-         std::to_string(size_t(1) << 30) + "\r\n\r\n");
+  c.Send("POST /v1/completions HTTP/1.1\r\n" + Host() +
+         "Content-Type: application/json\r\nContent-Length: " + std::to_string(size_t(1) << 30) + "\r\n\r\n");
   c.ReadToClose();
   ASSERT_EQ(c.status(), 413) << c.received();
   EXPECT_EQ(ErrorOf(c)["error"]["code"], "request_too_large");
@@ -234,8 +234,8 @@ TEST_F(ServeLimits, HostOriginAndContentTypeAreCheckedBeforeTheBody) {
   EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"), "http://localhost:3000");
   // A cross-site form posts text/plain: refused before its body is read.
   RawHttp c(port());
-  c.Send("POST /v1/chat/completions HTTP/1.1\r\n" + Host() + "Content-Type: text/plain\r\nContent-Length: " +
-         std::to_string(kSmallChat.size()) + "\r\n\r\n");
+  c.Send("POST /v1/chat/completions HTTP/1.1\r\n" + Host() +
+         "Content-Type: text/plain\r\nContent-Length: " + std::to_string(kSmallChat.size()) + "\r\n\r\n");
   c.ReadToClose();
   ASSERT_EQ(c.status(), 415) << c.received();
   EXPECT_EQ(ErrorOf(c)["error"]["code"], "unsupported_media_type");

@@ -34,7 +34,8 @@ using nlohmann::json;
 struct Gate {
   std::mutex mu;
   std::condition_variable cv;
-  bool entered = false, opened = false, released_by_cancel = false;
+  bool entered = false, opened = false;
+  std::atomic<bool> released_by_cancel{false};  // read by the test once the request is answered
   std::atomic<bool> armed{true};
 
   void Hold(Job& job) {
@@ -46,7 +47,7 @@ struct Gate {
     while (!opened && !job.cancel.load() && std::chrono::steady_clock::now() < limit) {
       cv.wait_for(lock, std::chrono::milliseconds(10));
     }
-    released_by_cancel = job.cancel.load();
+    released_by_cancel.store(job.cancel.load());
   }
   bool WaitEntered() {
     std::unique_lock<std::mutex> lock(mu);
