@@ -8,25 +8,23 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <strings.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <strings.h>
 
 namespace impress::serve {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kPollSliceMs = 100;            // how often a wait looks at the server stopping
-constexpr size_t kMaxChunkLine = 1024;       // a chunk's size line with its extensions
-constexpr double kLingerS = 1.0;             // draining a refused request's unread body
+constexpr int kPollSliceMs = 100;       // how often a wait looks at the server stopping
+constexpr size_t kMaxChunkLine = 1024;  // a chunk's size line with its extensions
+constexpr double kLingerS = 1.0;        // draining a refused request's unread body
 constexpr size_t kLingerBytes = 256 << 10;
 
 thread_local Connection* t_current = nullptr;
 
-Clock::time_point After(double seconds) {
-  return Clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6));
-}
+Clock::time_point After(double seconds) { return Clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6)); }
 
 int MsUntil(Clock::time_point t) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
@@ -346,7 +344,8 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     t_current = &conn;
     ok = process_request(stream, n + 1 == limits_.max_requests_per_connection, connection_closed, nullptr);
     t_current = nullptr;
-    if (!conn.wrote_ && (conn.failure_ == ReadFailure::kHeaderTimeout || conn.failure_ == ReadFailure::kHeadersTooLarge)) {
+    if (!conn.wrote_ &&
+        (conn.failure_ == ReadFailure::kHeaderTimeout || conn.failure_ == ReadFailure::kHeadersTooLarge)) {
       // The request line itself was not complete: httplib answers nothing then.
       const bool timeout = conn.failure_ == ReadFailure::kHeaderTimeout;
       Refuse(sock, timeout ? 408 : 431,

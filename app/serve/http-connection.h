@@ -30,10 +30,10 @@
 namespace impress::serve {
 
 struct ConnectionLimits {
-  double header_timeout_s = 10;     // request line and headers, from their first byte
-  double body_timeout_s = 60;       // the body, from the end of the headers
-  double idle_timeout_s = 5;        // a kept-alive connection waiting for its next request
-  double write_timeout_s = 60;      // one write of the response making no progress
+  double header_timeout_s = 10;  // request line and headers, from their first byte
+  double body_timeout_s = 60;    // the body, from the end of the headers
+  double idle_timeout_s = 5;     // a kept-alive connection waiting for its next request
+  double write_timeout_s = 60;   // one write of the response making no progress
   size_t max_header_bytes = 64 << 10;
   size_t max_connections_per_client = 16;  // open connections from one address
   size_t max_requests_per_connection = 100;

@@ -104,9 +104,9 @@ std::optional<ApiError> CheckBodyHeaders(std::string_view content_type, std::str
   const std::string_view type = Trim(content_type.substr(0, content_type.find(';')));
   if (Lower(type) != "application/json") {
     return ApiError{415,
-                    type.empty() ? std::string("the request body must be JSON (Content-Type: application/json)")
-                                 : fmt::format("the request body must be JSON (Content-Type: application/json), not '{}'",
-                                               type),
+                    type.empty()
+                        ? std::string("the request body must be JSON (Content-Type: application/json)")
+                        : fmt::format("the request body must be JSON (Content-Type: application/json), not '{}'", type),
                     "invalid_request_error", "", "unsupported_media_type"};
   }
   if (transfer_encoding.empty()) {
