@@ -159,7 +159,8 @@ class Connection::Stream : public httplib::Stream {
   Connection& c_;
 };
 
-Connection::Connection(int sock, const ConnectionLimits& limits) : sock_(sock), limits_(limits) {}
+Connection::Connection(int sock, const ConnectionLimits& limits, const std::atomic<socket_t>& listening) :
+    sock_(sock), limits_(limits), listening_(listening) {}
 
 void Connection::BeginBody() {
   phase_ = Phase::kBody;
@@ -175,6 +176,10 @@ bool Connection::WaitReadable() {
   while (true) {
     if (Clock::now() >= deadline_) {
       Fail(phase_ == Phase::kHeaders ? ReadFailure::kHeaderTimeout : ReadFailure::kBodyTimeout);
+      return false;
+    }
+    if (idle_ && listening_ == INVALID_SOCKET) {  // stopping: no new request on this connection
+      Fail(ReadFailure::kClosed);
       return false;
     }
     pollfd p{sock_, POLLIN, 0};
@@ -328,14 +333,17 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     LingeringClose(sock);
     return false;
   }
-  Connection conn(sock, limits_);
+  Connection conn(sock, limits_, svr_sock_);
   Connection::Stream stream(conn);
   bool ok = true;
   for (size_t n = 0; n < limits_.max_requests_per_connection && svr_sock_ != INVALID_SOCKET; ++n) {
     // Idle until the next request's first byte; a connection that sends nothing just closes.
     conn.phase_ = Connection::Phase::kHeaders;
     conn.deadline_ = After(n == 0 ? limits_.header_timeout_s : limits_.idle_timeout_s);
-    if (conn.buf_off_ == conn.buf_len_ && !conn.WaitReadable()) break;
+    conn.idle_ = true;
+    const bool request = conn.buf_off_ < conn.buf_len_ || conn.WaitReadable();
+    conn.idle_ = false;
+    if (!request) break;
     conn.deadline_ = After(limits_.header_timeout_s);
     conn.header_bytes_ = 0;
     conn.wrote_ = false;

@@ -19,6 +19,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -76,7 +77,8 @@ class Connection {
   friend class GuardedHttpServer;
   class Stream;
   enum class Phase { kHeaders, kBody };
-  explicit Connection(int sock, const ConnectionLimits& limits);
+  // `listening`: the server's socket, INVALID_SOCKET once it stops (an idle wait then ends).
+  Connection(int sock, const ConnectionLimits& limits, const std::atomic<socket_t>& listening);
   // Reads up to n bytes within the current phase's deadline; <= 0: none (failure_ says why).
   ptrdiff_t Read(char* out, size_t n);
   bool ReadExact(char* out, size_t n);
@@ -87,6 +89,8 @@ class Connection {
 
   const int sock_;
   const ConnectionLimits& limits_;
+  const std::atomic<socket_t>& listening_;
+  bool idle_ = false;  // waiting for a request's first byte
   Phase phase_ = Phase::kHeaders;
   std::chrono::steady_clock::time_point deadline_;
   size_t header_bytes_ = 0;
