@@ -6,6 +6,7 @@
 
 #include "app/serve/metrics.h"
 #include "app/serve/openai-api.h"
+#include "app/serve/prefix-scopes.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace impress::serve {
@@ -18,6 +19,12 @@ bool Job::Wait(std::string* text, std::chrono::steady_clock::time_point until) {
   text->append(pending_);
   pending_.clear();
   return done_;
+}
+
+void Job::Cancel(CancelReason why) {
+  int none = int(CancelReason::kNone);
+  cancel_reason_.compare_exchange_strong(none, int(why));
+  cancel.store(true);
 }
 
 void Job::Append(const std::string& text) {
@@ -34,8 +41,9 @@ void Job::Finish(Outcome outcome) {
   cv_.SignalAll();
 }
 
-ModelWorker::ModelWorker(ChatSession& session, size_t max_queue, ServeMetrics* metrics) :
-    session_(session), max_queue_(max_queue), metrics_(metrics) {
+ModelWorker::ModelWorker(ChatSession& session, size_t max_queue, ServeMetrics* metrics, PrefixScopes* scopes,
+                         WorkerHooks hooks) :
+    session_(session), max_queue_(max_queue), metrics_(metrics), scopes_(scopes), hooks_(std::move(hooks)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -59,12 +67,14 @@ void ModelWorker::Shutdown() {
     MutexLock lock(&mu_);
     stopping_ = true;
     dropped.swap(queue_);
-    if (running_) running_->cancel.store(true);
+    if (running_) running_->Cancel(CancelReason::kShutdown);
     cv_.SignalAll();
   }
   for (auto& job : dropped) {
+    job->Cancel(CancelReason::kShutdown);
     Job::Outcome out;
     out.status = Status::Cancelled("the server is shutting down");
+    out.cancel_reason = CancelReason::kShutdown;
     job->Finish(std::move(out));
   }
   if (thread_.joinable()) thread_.join();
@@ -106,38 +116,55 @@ void ModelWorker::Run(Job& job) {
     job.Finish(std::move(out));
     return;
   }
-  if (job.cancel.load() || std::chrono::steady_clock::now() >= job.deadline) {
-    out.timed_out = !job.cancel.load();
+  if (std::chrono::steady_clock::now() >= job.deadline) job.Cancel(CancelReason::kTimeout);
+  if (job.cancel.load()) {
+    out.cancel_reason = job.cancel_reason();
+    out.timed_out = out.cancel_reason == CancelReason::kTimeout;
     if (metrics_) metrics_->CountCancelled();
     out.status =
         Status::Cancelled(out.timed_out ? "the request's time limit passed in the queue" : "the client went away");
     job.Finish(std::move(out));
     return;
   }
+  // Reuse only what this prompt's scope sent before (the store itself matches anyone's).
+  PromptTokens prompt = job.prompt;
+  if (scopes_) prompt.n_prefix = scopes_->Reusable(job.scope, prompt.tokens, prompt.n_prefix);
   StopMatcher stops(job.stop);
   AskOptions ask = job.ask;
   ask.remember = false;
   ask.cancel = &job.cancel;
+  bool prefill_reported = false;
+  ask.on_prefill_progress = [&](uint64_t, uint64_t, std::string_view) {
+    if (!prefill_reported && hooks_.on_prefill) hooks_.on_prefill(job);
+    prefill_reported = true;
+    if (std::chrono::steady_clock::now() >= job.deadline) job.Cancel(CancelReason::kTimeout);
+    return !job.cancel.load();
+  };
   ask.on_text = [&](const std::string& piece) {
-    job.decoding.store(true);
+    const bool first = !job.decoding.exchange(true);
     job.Append(stops.Push(piece));
-    if (std::chrono::steady_clock::now() >= job.deadline) {
-      out.timed_out = true;
-      job.cancel.store(true);
-    }
+    if (first && hooks_.on_first_token) hooks_.on_first_token(job);
+    if (std::chrono::steady_clock::now() >= job.deadline) job.Cancel(CancelReason::kTimeout);
     return !stops.stopped();
   };
-  auto answer = session_.AskPrompt(job.prompt, ask);
+  auto answer = session_.AskPrompt(prompt, ask);
+  out.cancel_reason = job.cancel_reason();
+  out.timed_out = out.cancel_reason == CancelReason::kTimeout;
   if (!answer.ok()) {
     out.status = answer.status();
     if (metrics_ && out.status.code() == Status::Code::kCancelled) metrics_->CountCancelled();
-    if (std::chrono::steady_clock::now() >= job.deadline) out.timed_out = true;
     job.Finish(std::move(out));
     return;
+  }
+  if (scopes_) {
+    std::vector<int32_t> seen = prompt.tokens;
+    seen.insert(seen.end(), answer->tokens.begin(), answer->tokens.end());
+    scopes_->Record(job.scope, seen);
   }
   job.Append(stops.Flush());
   out.stop_string = stops.stopped();
   out.cancelled = answer->stopped_by_user && !out.stop_string;
+  if (!out.cancelled) out.cancel_reason = CancelReason::kNone;
   if (!answer->tokens.empty()) {
     const int32_t last = answer->tokens.back();
     const auto& eog = session_.context().stop_tokens();

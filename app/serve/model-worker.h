@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,6 +23,10 @@
 namespace impress::serve {
 
 class ServeMetrics;
+class PrefixScopes;
+
+// Why a job was stopped before its answer ended by itself.
+enum class CancelReason { kNone, kClientGone, kTimeout, kShutdown };
 
 // One request for the worker and what comes back.
 class Job {
@@ -33,9 +38,15 @@ class Job {
   AskOptions ask;  // on_text, cancel and remember are set by the worker
   std::vector<std::string> stop;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Whose prompt this is (PrefixScopes): its reusable prefix is capped to what this scope sent
+  // before. Ignored when the worker has no scopes (one cache shared by all).
+  std::string scope;
 
-  // Set by anyone: the generation stops at its next check.
+  // Set by anyone (through Cancel): the generation stops at its next check.
   std::atomic<bool> cancel{false};
+  // Stops the job; the first reason given is the one its outcome reports.
+  void Cancel(CancelReason why);
+  CancelReason cancel_reason() const { return CancelReason(cancel_reason_.load()); }
   // Set by the worker when the first answer token came (the prompt's prefill is done).
   std::atomic<bool> decoding{false};
 
@@ -47,10 +58,11 @@ class Job {
   struct Outcome {
     Status status;
     ChatAnswer answer;
-    bool ended_by_model = false;  // a stop token ended the answer
-    bool stop_string = false;     // a stop string cut it
-    bool timed_out = false;       // the time limit cancelled it
-    bool cancelled = false;       // cancel (client gone, time limit, shutdown) stopped the answer
+    bool ended_by_model = false;                       // a stop token ended the answer
+    bool stop_string = false;                          // a stop string cut it
+    bool timed_out = false;                            // the time limit cancelled it
+    bool cancelled = false;                            // cancel (client gone, time limit, shutdown) stopped the answer
+    CancelReason cancel_reason = CancelReason::kNone;  // why, when cancelled or failed Cancelled
   };
   const Outcome& outcome() const { return outcome_; }
 
@@ -59,6 +71,7 @@ class Job {
   void Append(const std::string& text) EXCLUDES(mu_);
   void Finish(Outcome outcome) EXCLUDES(mu_);
 
+  std::atomic<int> cancel_reason_{int(CancelReason::kNone)};
   Mutex mu_;
   CondVar cv_;
   std::string pending_ GUARDED_BY(mu_);
@@ -66,10 +79,19 @@ class Job {
   Outcome outcome_;  // written once before done_ is set, read after
 };
 
+// Points where a test may hold the worker thread (to make a queue full, or a client leave, at
+// a known moment). Unset in the product.
+struct WorkerHooks {
+  std::function<void(Job&)> on_prefill;      // after the prompt's first prefill batch
+  std::function<void(Job&)> on_first_token;  // after the answer's first token was passed on
+};
+
 class ModelWorker {
  public:
-  // `session` and `metrics` outlive the worker. max_queue: jobs waiting beside the running one.
-  ModelWorker(ChatSession& session, size_t max_queue, ServeMetrics* metrics);
+  // `session`, `metrics` and `scopes` (may be null: every prompt may reuse every stored prefix)
+  // outlive the worker. max_queue: jobs waiting beside the running one.
+  ModelWorker(ChatSession& session, size_t max_queue, ServeMetrics* metrics, PrefixScopes* scopes = nullptr,
+              WorkerHooks hooks = {});
   ~ModelWorker();  // Shutdown()
   ModelWorker(const ModelWorker&) = delete;
   ModelWorker& operator=(const ModelWorker&) = delete;
@@ -88,6 +110,8 @@ class ModelWorker {
   ChatSession& session_;
   const size_t max_queue_;
   ServeMetrics* const metrics_;
+  PrefixScopes* const scopes_;
+  const WorkerHooks hooks_;
   Mutex mu_;
   CondVar cv_;
   std::deque<std::shared_ptr<Job>> queue_ GUARDED_BY(mu_);

@@ -86,6 +86,14 @@ std::optional<ApiError> ParseCommon(const json& j, CompletionRequest* r) {
     }
   }
   if (j.contains("n") && !j["n"].is_null() && j["n"] != 1) return Invalid("only n = 1 is supported", "n");
+  // Parameters that would change the answer if honoured: refused rather than ignored.
+  for (const char* key : {"logit_bias", "tools", "tool_choice", "functions", "function_call", "response_format"}) {
+    if (!j.contains(key) || j[key].is_null() || (j[key].is_structured() && j[key].empty())) continue;
+    if (std::string_view(key) == "response_format" && j[key].is_object() && j[key].value("type", "") == "text") {
+      continue;  // the default
+    }
+    return Invalid(fmt::format("'{}' is not supported by this server", key), key, "unsupported_parameter");
+  }
   if (j.contains("impress") && !j["impress"].is_null()) {
     const json& x = j["impress"];
     if (!x.is_object()) return WrongType("impress", "an object");
@@ -197,8 +205,24 @@ std::optional<ApiError> CheckModel(const std::string& requested, const std::stri
                   "invalid_request_error", "model", "model_not_found"};
 }
 
-std::optional<ApiError> CheckApiKey(const std::string& api_key, const std::string& authorization) {
-  if (api_key.empty() || authorization == "Bearer " + api_key) return std::nullopt;
+std::optional<ApiError> CheckApiKey(const std::vector<std::string>& api_keys, const std::string& authorization,
+                                    int* which) {
+  if (which) *which = -1;
+  if (api_keys.empty()) return std::nullopt;
+  constexpr std::string_view kBearer = "Bearer ";
+  const std::string_view given = std::string_view(authorization).starts_with(kBearer)
+                                     ? std::string_view(authorization).substr(kBearer.size())
+                                     : std::string_view();
+  for (size_t i = 0; i < api_keys.size(); ++i) {
+    const std::string& key = api_keys[i];
+    // Every byte compared, whatever differs first: the time does not tell a prefix of the key.
+    unsigned char diff = given.size() == key.size() ? 0 : 1;
+    for (size_t b = 0; b < key.size(); ++b) diff |= (b < given.size() ? given[b] : 0) ^ key[b];
+    if (diff == 0 && !key.empty()) {
+      if (which) *which = int(i);
+      return std::nullopt;
+    }
+  }
   return ApiError{401,
                   authorization.empty() ? "no API key given (Authorization: Bearer KEY)" : "the API key is not valid",
                   "invalid_request_error", "", "invalid_api_key"};

@@ -57,15 +57,19 @@ struct CompletionRequest {
 };
 
 // Parses and validates a body. Returns the error (400: malformed JSON, wrong types, missing or
-// empty messages/prompt, max_tokens <= 0, a bad "impress" object) or nothing, filling *out.
+// empty messages/prompt, max_tokens <= 0, a bad "impress" object, a parameter this server does
+// not implement: logit_bias, tools, functions; code "unsupported_parameter") or nothing,
+// filling *out.
 std::optional<ApiError> ParseChatRequest(std::string_view body, CompletionRequest* out);
 std::optional<ApiError> ParseCompletionRequest(std::string_view body, CompletionRequest* out);
 
 // 404 unless `requested` is empty or names the served model (its id, or "impress").
 std::optional<ApiError> CheckModel(const std::string& requested, const std::string& model_id);
 
-// 401 when a key is configured and `authorization` is not "Bearer <key>".
-std::optional<ApiError> CheckApiKey(const std::string& api_key, const std::string& authorization);
+// 401 when keys are configured and `authorization` is not "Bearer <one of them>" (compared in
+// time independent of where they differ). *which (optional): the key's index, -1 without keys.
+std::optional<ApiError> CheckApiKey(const std::vector<std::string>& api_keys, const std::string& authorization,
+                                    int* which = nullptr);
 
 // The served model's id: the model file's name without its extension (a folder: its name).
 std::string ModelId(const std::string& model_path);

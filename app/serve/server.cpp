@@ -7,9 +7,12 @@
 #include <ctime>
 #include <thread>
 
+#include "app/serve/http-connection.h"
 #include "app/serve/metrics.h"
 #include "app/serve/model-worker.h"
 #include "app/serve/openai-api.h"
+#include "app/serve/prefix-scopes.h"
+#include "app/serve/request-checks.h"
 #include "chat/report-json.h"
 
 namespace impress::serve {
@@ -26,14 +29,60 @@ void SetError(httplib::Response& res, const ApiError& e) {
   res.set_content(Dump(ErrorJson(e)), "application/json");
 }
 
-// The error for a generation that failed in the worker.
+// The metrics label of a path: the route, or "other".
+std::string Endpoint(const std::string& path) {
+  for (const char* p : {"/health", "/v1/models", "/metrics", "/v1/chat/completions", "/v1/completions"}) {
+    if (path == p) return path;
+  }
+  return "other";
+}
+
+// Whether a route exists for the method and path (others get 404 before their body is read).
+bool IsRoute(const std::string& method, const std::string& path) {
+  if (method == "GET" || method == "HEAD") return path == "/health" || path == "/v1/models" || path == "/metrics";
+  if (method == "POST") return path == "/v1/chat/completions" || path == "/v1/completions";
+  return false;
+}
+
+// The error for a request body that could not be read whole.
+ApiError BodyError(ReadFailure f, const ServeOptions& o) {
+  switch (f) {
+    case ReadFailure::kBodyTooLarge:
+      return {413, fmt::format("the request body is larger than {} bytes", o.max_body_bytes), "invalid_request_error",
+              "", "request_too_large"};
+    case ReadFailure::kBodyTimeout:
+    case ReadFailure::kHeaderTimeout:
+      return {408, fmt::format("the request body did not arrive within {} s", o.body_timeout_s),
+              "invalid_request_error", "", "request_timeout"};
+    case ReadFailure::kHeadersTooLarge:
+      return {431, "the request's trailer fields are too large", "invalid_request_error", "", "headers_too_large"};
+    case ReadFailure::kMalformed:
+      return {400, "the request body's chunked framing is malformed", "invalid_request_error", "", "invalid_framing"};
+    default:
+      return {400, "the request body ended before it was complete", "invalid_request_error", "", "incomplete_body"};
+  }
+}
+
+// The error for a generation that failed in the worker, or that a cancel cut short.
 ApiError WorkerError(const Job::Outcome& o) {
-  if (o.status.code() == Status::Code::kCancelled && !o.timed_out) {
+  switch (o.cancel_reason) {
+    case CancelReason::kTimeout:
+      return {504, fmt::format("the request's time limit passed after {} answer tokens", o.answer.tokens.size()),
+              "server_error", "", "timeout"};
+    case CancelReason::kShutdown:
+      return {503, "the server is shutting down; the request was stopped", "server_error", "", "shutting_down"};
+    case CancelReason::kClientGone: return {499, "the client closed the connection", "server_error", "", "cancelled"};
+    case CancelReason::kNone: break;
+  }
+  if (o.status.code() == Status::Code::kCancelled) {
     return {503, "the request was cancelled: " + o.status.message(), "server_error", "", "cancelled"};
   }
-  if (o.timed_out) return {504, "the request's time limit passed", "server_error", "", "timeout"};
   return {500, o.status.ToString(), "server_error", "", "internal_error"};
 }
+
+// finish_reason of an answer a cancel cut short: never "length", which tells a client it asked
+// for too few tokens.
+const char* CutFinishReason(CancelReason why) { return why == CancelReason::kTimeout ? "timeout" : "cancelled"; }
 
 }  // namespace
 
@@ -41,8 +90,9 @@ struct Server::Impl {
   ChatSession& session;
   const ServeOptions opts;
   ServeMetrics metrics;
+  std::unique_ptr<PrefixScopes> scopes;  // null: one cache for every client
   ModelWorker worker;
-  httplib::Server http;
+  GuardedHttpServer http;
   std::thread listen_thread;
   int port = 0;
   std::atomic<uint64_t> next_id{1};
@@ -51,31 +101,93 @@ struct Server::Impl {
   CondVar stop_cv;
   bool stop_done GUARDED_BY(stop_mu) = false;
 
-  Impl(ChatSession& s, ServeOptions o) : session(s), opts(std::move(o)), worker(s, opts.max_queue, &metrics) {}
+  Impl(ChatSession& s, ServeOptions o) :
+      session(s),
+      opts(std::move(o)),
+      scopes(opts.api_keys.size() > 1 && !opts.shared_cache ? std::make_unique<PrefixScopes>() : nullptr),
+      worker(s, opts.max_queue, &metrics, scopes.get(), opts.test_hooks),
+      http(ConnectionLimits{.header_timeout_s = opts.header_timeout_s,
+                            .body_timeout_s = opts.body_timeout_s,
+                            .idle_timeout_s = opts.idle_timeout_s,
+                            .max_connections_per_client = opts.max_connections_per_client},
+           [this](int status, const std::string& message) {
+             metrics.CountRequest("other", status);
+             const char* code = status == 408   ? "request_timeout"
+                                : status == 429 ? "too_many_connections"
+                                                : "headers_too_large";
+             return Dump(ErrorJson({status, message, "invalid_request_error", "", code}));
+           }) {}
 
   void Routes();
+  httplib::Server::HandlerResponse PreRouting(const httplib::Request& req, httplib::Response& res);
   void Completion(const httplib::Request& req, httplib::Response& res, bool chat);
   void Respond(const std::shared_ptr<Job>& job, const CompletionRequest& r, const ResponseId& rid,
                httplib::Response& res, const std::string& endpoint);
   void Stream(const std::shared_ptr<Job>& job, const CompletionRequest& r, const ResponseId& rid,
               httplib::Response& res);
-  // A check before a route's work; false (response set, request counted) when it fails.
-  bool Authorized(const httplib::Request& req, httplib::Response& res, const std::string& endpoint) {
-    if (auto e = CheckApiKey(opts.api_key, req.get_header_value("Authorization"))) {
-      SetError(res, *e);
-      metrics.CountRequest(endpoint, res.status);
-      return false;
-    }
-    return true;
+  bool KeyGiven(const httplib::Request& req) {
+    return !CheckApiKey(opts.api_keys, req.get_header_value("Authorization")).has_value();
   }
 };
 
+// Runs once the headers are read, before any body: every refusal here leaves the body unread and
+// closes the connection after the answer.
+httplib::Server::HandlerResponse Server::Impl::PreRouting(const httplib::Request& req, httplib::Response& res) {
+  Connection* conn = CurrentConnection();
+  if (conn) conn->BeginBody();
+  const std::string endpoint = Endpoint(req.path);
+  auto refuse = [&](const ApiError& e) {
+    SetError(res, e);
+    metrics.CountRequest(endpoint, res.status);
+    if (conn) conn->CloseAfterResponse();
+    return httplib::Server::HandlerResponse::Handled;
+  };
+  if (auto e = CheckHost(req.get_header_value("Host"), opts.host, opts.allowed_hosts)) return refuse(*e);
+  const std::string origin = req.get_header_value("Origin");
+  if (auto e = CheckOrigin(origin, opts.allowed_origins)) return refuse(*e);
+  if (!origin.empty()) {
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+  }
+  if (req.method == "OPTIONS" && !origin.empty()) {  // a browser's preflight for an allowed origin
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.set_header("Access-Control-Max-Age", "600");
+    metrics.CountRequest(endpoint, 204);
+    if (conn) conn->CloseAfterResponse();
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  if (!IsRoute(req.method, req.path)) {
+    return refuse({404, fmt::format("no route {} {}", req.method, req.path), "invalid_request_error", "", "not_found"});
+  }
+  const bool open = req.path == "/health" && !req.has_param("check");
+  if (!open) {
+    if (auto e = CheckApiKey(opts.api_keys, req.get_header_value("Authorization"))) return refuse(*e);
+  }
+  if (req.method == "POST") {
+    if (auto e = CheckBodyHeaders(req.get_header_value("Content-Type"), req.get_header_value("Content-Length"),
+                                  req.get_header_value("Transfer-Encoding"), req.get_header_value("Content-Encoding"),
+                                  opts.max_body_bytes)) {
+      return refuse(*e);
+    }
+  } else if (req.has_header("Transfer-Encoding") ||
+             (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0")) {
+    return refuse(
+        {400, fmt::format("a {} request has no body", req.method), "invalid_request_error", "", "unexpected_body"});
+  }
+  return httplib::Server::HandlerResponse::Unhandled;
+}
+
 void Server::Impl::Routes() {
+  http.set_pre_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) { return PreRouting(req, res); });
   http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
-    json j = {{"status", "ok"}, {"model", opts.model_id}, {"queue_depth", worker.queue_depth()}};
+    // The model's id only to those with the key: /health answers anyone.
+    json j = {{"status", "ok"}, {"queue_depth", worker.queue_depth()}};
+    if (KeyGiven(req)) j["model"] = opts.model_id;
     // ?check=store: the store's tree, tiers and catalog agree (run by the worker, between requests).
     if (req.get_param_value("check") == "store") {
-      if (!Authorized(req, res, "/health")) return;
       auto job = std::make_shared<Job>();
       job->kind = Job::Kind::kCheckStore;
       if (Status st = worker.Submit(job); !st.ok()) {
@@ -93,8 +205,7 @@ void Server::Impl::Routes() {
     res.set_content(Dump(j), "application/json");
     metrics.CountRequest("/health", 200);
   });
-  http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req, res, "/v1/models")) return;
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(Dump(ModelsJson(opts.model_id, int64_t(std::time(nullptr)))), "application/json");
     metrics.CountRequest("/v1/models", 200);
   });
@@ -102,41 +213,55 @@ void Server::Impl::Routes() {
     metrics.CountRequest("/metrics", 200);  // counted before rendering, so a scrape sees itself
     res.set_content(metrics.Render(session.store()), "text/plain; version=0.0.4");
   });
-  http.Post("/v1/chat/completions",
-            [this](const httplib::Request& req, httplib::Response& res) { Completion(req, res, true); });
-  http.Post("/v1/completions",
-            [this](const httplib::Request& req, httplib::Response& res) { Completion(req, res, false); });
-  // Statuses httplib sets itself (413 body too large, 404 no route, 400 bad HTTP) get the
-  // OpenAI error body; responses our handlers made already have one.
+  // The body is read by Completion (Connection::ReadBody), within its limits, never by httplib.
+  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                           const httplib::ContentReader&) { Completion(req, res, true); });
+  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                      const httplib::ContentReader&) { Completion(req, res, false); });
+  // Statuses httplib sets itself (400 bad HTTP, which is 408 / 431 when a deadline or the header
+  // budget stopped the read) get the OpenAI error body; responses our handlers made have one.
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    ApiError e{res.status, "", "invalid_request_error", "", ""};
-    if (res.status == 413) {
+    ApiError e{res.status, "the request could not be read", "invalid_request_error", "", ""};
+    const Connection* conn = CurrentConnection();
+    const ReadFailure f = conn ? conn->failure() : ReadFailure::kNone;
+    if (f == ReadFailure::kHeaderTimeout) {
+      e = {408, fmt::format("the request's headers did not arrive within {} s", opts.header_timeout_s),
+           "invalid_request_error", "", "request_timeout"};
+    } else if (f == ReadFailure::kHeadersTooLarge) {
+      e = {431, "the request's headers are too large", "invalid_request_error", "", "headers_too_large"};
+    } else if (res.status == 413) {
       e.message = fmt::format("the request body is larger than {} bytes", opts.max_body_bytes);
       e.code = "request_too_large";
     } else if (res.status == 404) {
       e.message = fmt::format("no route {} {}", req.method, req.path);
       e.code = "not_found";
-    } else {
-      e.message = "the request could not be read";
     }
-    res.set_content(Dump(ErrorJson(e)), "application/json");
-    metrics.CountRequest(res.status == 404 ? "other" : req.path, res.status);
+    SetError(res, e);
+    metrics.CountRequest(Endpoint(req.path), res.status);
   });
 }
 
 void Server::Impl::Completion(const httplib::Request& req, httplib::Response& res, bool chat) {
   const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
-  if (!Authorized(req, res, endpoint)) return;
   auto fail = [&](const ApiError& e) {
     SetError(res, e);
     metrics.CountRequest(endpoint, res.status);
   };
+  Connection* conn = CurrentConnection();
+  if (!conn) return fail({500, "the request has no connection", "server_error", "", "internal_error"});
+  std::string body;
+  if (ReadFailure f = conn->ReadBody(req, opts.max_body_bytes, &body); f != ReadFailure::kNone) {
+    return fail(BodyError(f, opts));
+  }
+  int key = -1;
+  if (auto e = CheckApiKey(opts.api_keys, req.get_header_value("Authorization"), &key)) return fail(*e);
   if (stopped.load()) return fail({503, "the server is shutting down", "server_error", "", "shutting_down"});
   CompletionRequest r;
-  if (auto e = chat ? ParseChatRequest(req.body, &r) : ParseCompletionRequest(req.body, &r)) return fail(*e);
+  if (auto e = chat ? ParseChatRequest(body, &r) : ParseCompletionRequest(body, &r)) return fail(*e);
   if (auto e = CheckModel(r.model, opts.model_id)) return fail(*e);
   auto job = std::make_shared<Job>();
+  job->scope = fmt::format("key{}", key);
   ModelContext& ctx = session.context();  // tokenizer and template: immutable, any thread
   if (auto e = BuildRequestPrompt(r, ctx.tokenizer(), ctx.chat_template(), &job->prompt)) return fail(*e);
   job->ask = opts.defaults;
@@ -168,10 +293,15 @@ void Server::Impl::Completion(const httplib::Request& req, httplib::Response& re
 
 namespace {
 
-// The whole response body of a finished non-streaming job: the completion, or the error.
+// The whole response body of a finished non-streaming job: the completion, or the error (with
+// what was generated before a cancel, as "impress_partial").
 std::string ResponseBody(const Job& job, const CompletionRequest& r, const ResponseId& rid, const std::string& text) {
   const Job::Outcome& o = job.outcome();
-  if (!o.status.ok()) return Dump(ErrorJson(WorkerError(o)));
+  if (!o.status.ok() || o.cancelled) {
+    json j = ErrorJson(WorkerError(o));
+    if (o.status.ok()) j["impress_partial"] = {{"text", text}, {"completion_tokens", o.answer.tokens.size()}};
+    return Dump(j);
+  }
   const Usage usage{o.answer.report.n_prompt, int(o.answer.tokens.size()), o.answer.report.n_matched};
   const char* finish = FinishReason(o.ended_by_model, o.stop_string, o.answer.stop_reason);
   json report = r.impress.report ? RequestReportJson(o.answer.report) : json();
@@ -185,41 +315,20 @@ std::string ResponseBody(const Job& job, const CompletionRequest& r, const Respo
 
 void Server::Impl::Respond(const std::shared_ptr<Job>& job, const CompletionRequest& r, const ResponseId& rid,
                            httplib::Response& res, const std::string& endpoint) {
-  // Until the answer's first token, whatever fails (queue time limit, shutdown, prefill) still
-  // gets its own status.
+  // Nothing is sent before the end, so a cut answer still gets the status a client acts on
+  // (504 time limit, 503 shutdown). A client that hangs up, in the prefill or the decode, is
+  // seen on its socket and its generation cancelled.
+  Connection* conn = CurrentConnection();
   std::string text;
-  bool done = false;
-  while (!(done = job->Wait(&text, Clock::now() + kPoll)) && !job->decoding.load()) {
-    if (Clock::now() >= job->deadline) job->cancel.store(true);
+  while (!job->Wait(&text, Clock::now() + kPoll)) {
+    if (Clock::now() >= job->deadline) job->Cancel(CancelReason::kTimeout);
+    if (conn && conn->PeerClosed()) job->Cancel(CancelReason::kClientGone);
   }
-  if (done) {
-    res.status = job->outcome().status.ok() ? 200 : WorkerError(job->outcome()).http_status;
-    if (res.status == 503) res.set_header("Retry-After", "1");
-    res.set_content(ResponseBody(*job, r, rid, text), "application/json");
-    metrics.CountRequest(endpoint, res.status);
-    return;
-  }
-  // Decoding: the answer comes as 200. The body is sent chunked, led by JSON whitespace while
-  // the tokens come, so that a client that went away is noticed (the write fails) and its
-  // generation cancelled.
-  metrics.CountRequest(endpoint, 200);
-  auto so_far = std::make_shared<std::string>(std::move(text));
-  res.set_chunked_content_provider(
-      "application/json",
-      [job, r, rid, so_far](size_t, httplib::DataSink& sink) {
-        const bool finished = job->Wait(so_far.get(), Clock::now() + kPoll);
-        if (Clock::now() >= job->deadline) job->cancel.store(true);
-        const std::string out = finished ? ResponseBody(*job, r, rid, *so_far) : std::string(" ");
-        if (!sink.write(out.data(), out.size())) {
-          job->cancel.store(true);
-          return false;
-        }
-        if (finished) sink.done();
-        return true;
-      },
-      [job](bool success) {
-        if (!success) job->cancel.store(true);
-      });
+  const Job::Outcome& o = job->outcome();
+  res.status = o.status.ok() && !o.cancelled ? 200 : WorkerError(o).http_status;
+  if (res.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(ResponseBody(*job, r, rid, text), "application/json");
+  metrics.CountRequest(endpoint, res.status);
 }
 
 void Server::Impl::Stream(const std::shared_ptr<Job>& job, const CompletionRequest& r, const ResponseId& rid,
@@ -227,13 +336,14 @@ void Server::Impl::Stream(const std::shared_ptr<Job>& job, const CompletionReque
   res.set_header("Cache-Control", "no-cache");
   auto started = std::make_shared<bool>(false);
   auto last_write = std::make_shared<Clock::time_point>(Clock::now());
+  Connection* conn = CurrentConnection();  // the provider runs on this connection's thread
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, r, rid, started, last_write](size_t, httplib::DataSink& sink) {
+      [job, r, rid, started, last_write, conn](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) {
           *last_write = Clock::now();
           if (sink.write(s.data(), s.size())) return true;
-          job->cancel.store(true);  // the client went away
+          job->Cancel(CancelReason::kClientGone);
           return false;
         };
         const bool usage_null = r.include_usage;
@@ -244,20 +354,27 @@ void Server::Impl::Stream(const std::shared_ptr<Job>& job, const CompletionReque
         }
         std::string text;
         const bool done = job->Wait(&text, Clock::now() + kPoll);
+        if (conn && conn->PeerClosed()) {  // gone, in the prefill as in the decode
+          job->Cancel(CancelReason::kClientGone);
+          return false;
+        }
         if (!text.empty()) {
           const json chunk = r.chat ? ChatChunkJson(rid, nullptr, &text, nullptr, usage_null)
                                     : TextChunkJson(rid, text, nullptr, usage_null);
           if (!write(SseEvent(chunk))) return false;
         } else if (!done && Clock::now() - *last_write > kKeepAlive) {
-          if (!write(": keep-alive\n\n")) return false;  // finds a client that left during a long prefill
+          if (!write(": keep-alive\n\n")) return false;
         }
-        if (Clock::now() >= job->deadline) job->cancel.store(true);
+        if (Clock::now() >= job->deadline) job->Cancel(CancelReason::kTimeout);
         if (!done) return true;
         const Job::Outcome& o = job->outcome();
+        const Usage usage{o.answer.report.n_prompt, int(o.answer.tokens.size()), o.answer.report.n_matched};
         if (!o.status.ok()) {
           if (!write(SseEvent(ErrorJson(WorkerError(o))))) return false;
         } else {
-          const char* finish = FinishReason(o.ended_by_model, o.stop_string, o.answer.stop_reason);
+          // A cut answer ends with its own finish_reason, then the error a client acts on.
+          const char* finish = o.cancelled ? CutFinishReason(o.cancel_reason)
+                                           : FinishReason(o.ended_by_model, o.stop_string, o.answer.stop_reason);
           json last = r.chat ? ChatChunkJson(rid, nullptr, nullptr, finish, usage_null)
                              : TextChunkJson(rid, "", finish, usage_null);
           if (r.impress.report) {
@@ -265,26 +382,26 @@ void Server::Impl::Stream(const std::shared_ptr<Job>& job, const CompletionReque
             last["impress_report"]["stop_reason"] = o.answer.stop_reason;
           }
           if (!write(SseEvent(last))) return false;
-          if (r.include_usage) {
-            const Usage usage{o.answer.report.n_prompt, int(o.answer.tokens.size()), o.answer.report.n_matched};
-            if (!write(SseEvent(UsageChunkJson(rid, r.chat, usage)))) return false;
-          }
+          if (r.include_usage && !write(SseEvent(UsageChunkJson(rid, r.chat, usage)))) return false;
+          if (o.cancelled && !write(SseEvent(ErrorJson(WorkerError(o))))) return false;
         }
         if (!write(std::string(kSseDone))) return false;
         sink.done();
         return true;
       },
       [job](bool success) {
-        if (!success) job->cancel.store(true);
+        if (!success) job->Cancel(CancelReason::kClientGone);
       });
 }
 
 Server::Server(ChatSession& session, ServeOptions options) :
     impl_(std::make_unique<Impl>(session, std::move(options))) {
   impl_->Routes();
-  const size_t n_threads = impl_->opts.max_queue + 8;  // every queued request holds a thread while it waits
+  // Every queued request holds a thread while it waits; one client address holds at most its
+  // connection limit, so others still find threads.
+  const size_t n_threads = std::max(impl_->opts.max_queue, impl_->opts.max_connections_per_client) + 8;
   impl_->http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
-  impl_->http.set_payload_max_length(impl_->opts.max_body_bytes);
+  impl_->http.set_payload_max_length(impl_->opts.max_body_bytes);  // httplib never reads a body here; a guard
 }
 
 Server::~Server() {

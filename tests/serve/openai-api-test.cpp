@@ -125,12 +125,12 @@ TEST(OpenAiApi, UnknownModelIs404AndBadKeyIs401) {
   auto e = CheckModel("gpt-4o", "SmolLM2");
   ASSERT_TRUE(e);
   ExpectErrorBody(*e, 404, "model", "model_not_found");
-  EXPECT_FALSE(CheckApiKey("", ""));
-  EXPECT_FALSE(CheckApiKey("k1", "Bearer k1"));
-  e = CheckApiKey("k1", "");
+  EXPECT_FALSE(CheckApiKey({}, ""));
+  EXPECT_FALSE(CheckApiKey({"k1"}, "Bearer k1"));
+  e = CheckApiKey({"k1"}, "");
   ASSERT_TRUE(e);
   ExpectErrorBody(*e, 401, "", "invalid_api_key");
-  e = CheckApiKey("k1", "Bearer k2");
+  e = CheckApiKey({"k1"}, "Bearer k2");
   ASSERT_TRUE(e);
   ExpectErrorBody(*e, 401, "", "invalid_api_key");
 }

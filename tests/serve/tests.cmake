@@ -1,6 +1,6 @@
 # tests/serve: the C++ tests of the request/response functions link the server library; the
 # Python tests start the real `impress serve` and drive it with the official openai client.
-foreach(t openai-api-test serve-loopback-test)
+foreach(t openai-api-test serve-loopback-test serve-limits-test request-checks-test)
   if(TARGET ${t})
     target_link_libraries(${t} PRIVATE impress_serve)
   endif()
