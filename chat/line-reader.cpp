@@ -17,8 +17,7 @@ LineRead ReadLineCapped(std::istream& in, size_t max_bytes, std::string* line) {
     any = true;
     if (Traits::to_char_type(c) == '\n') return LineRead::kLine;
     if (line->size() == max_bytes) {
-      line->clear();
-      line->shrink_to_fit();
+      line->clear();  // the capacity stays (bounded by the cap) for the next line: no churn
       return LineRead::kTooLong;
     }
     line->push_back(Traits::to_char_type(c));

@@ -20,7 +20,8 @@ enum class LineRead {
   kEnd,      // end of input (or a read error) before any byte
 };
 
-// Reads the next line into *line, reading at most max_bytes + 1 bytes of it.
+// Reads the next line into *line, reading at most max_bytes + 1 bytes of it. *line never holds
+// more than max_bytes bytes; reuse one string so its buffer is allocated once.
 LineRead ReadLineCapped(std::istream& in, size_t max_bytes, std::string* line);
 
 // Reads and drops everything up to and including the next '\n' (or to the end of input),
