@@ -121,7 +121,8 @@ TEST_F(TerminalInput, ChatRefusesAnOverlongLineAndAnswersTheNext) {
   const ProcessRun r = Impress(Chat(), input, dir_);
   EXPECT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("input line longer than 1 MiB refused"), std::string::npos) << r.output.substr(0, 4000);
-  EXPECT_NE(r.output.find("TTFT"), std::string::npos) << "the next line was not answered:\n" << r.output.substr(0, 4000);
+  EXPECT_NE(r.output.find("TTFT"), std::string::npos) << "the next line was not answered:\n"
+                                                      << r.output.substr(0, 4000);
 }
 
 TEST_F(TerminalInput, ChatReadingAnEndlessLineKeepsItsMemory) {
@@ -129,7 +130,8 @@ TEST_F(TerminalInput, ChatReadingAnEndlessLineKeepsItsMemory) {
   ASSERT_EQ(small.rc, 0) << small.output;
   const ProcessRun zeros = Impress(Chat(), std::string(48 << 20, '\0'), dir_);
   EXPECT_EQ(zeros.rc, 0) << zeros.output.substr(0, 4000);
-  EXPECT_NE(zeros.output.find("input line longer than 1 MiB refused"), std::string::npos) << zeros.output.substr(0, 4000);
+  EXPECT_NE(zeros.output.find("input line longer than 1 MiB refused"), std::string::npos)
+      << zeros.output.substr(0, 4000);
   EXPECT_LT(zeros.max_rss_kb, small.max_rss_kb + 16 * 1024)
       << "peak memory " << zeros.max_rss_kb << " KiB with 48 MiB of zeros on stdin, " << small.max_rss_kb
       << " KiB with a short question";
