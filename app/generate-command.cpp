@@ -10,6 +10,8 @@
 #include "app/commands.h"
 #include "app/progress-bar.h"
 #include "chat/chat-session.h"
+#include "chat/document.h"
+#include "chat/line-reader.h"
 #include "chat/report-json.h"
 
 namespace impress::app {
@@ -110,6 +112,8 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
       prompt = doc->text;
     } else if (prompt.empty()) {
       return fail(Status::InvalidArgument("give --prompt TEXT or --prompt-file FILE"));
+    } else if (Status text = CheckText(prompt, "--prompt"); !text.ok()) {
+      return fail(text);  // refused as --prompt-file refuses a file
     }
     auto s = OpenSession(*common, *gargs);
     if (!s.ok()) return fail(s.status());
@@ -167,7 +171,14 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
     std::string line;
     while (true) {
       if (tty) std::cerr << "\n> " << std::flush;
-      if (!std::getline(std::cin, line)) break;
+      const LineRead got = ReadLineCapped(std::cin, kMaxInputLineBytes, &line);
+      if (got == LineRead::kEnd) break;
+      if (got == LineRead::kTooLong) {
+        spdlog::error("input line longer than {} MiB refused; ask a shorter question or attach the text with --doc",
+                      kMaxInputLineBytes >> 20);
+        SkipLine(std::cin);
+        continue;
+      }
       if (line.empty()) continue;
       if (line == "/quit" || line == "/exit") break;
       if (line == "/reset") {

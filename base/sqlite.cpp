@@ -1,6 +1,7 @@
 #include "base/sqlite.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace impress::sqlite {
 
@@ -26,6 +27,10 @@ Status::Code CodeFor(int rc) {
   }
 }
 
+bool IsTransient(Status::Code code) {
+  return code == Status::Code::kIOError || code == Status::Code::kResourceExhausted;
+}
+
 Result<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path, bool create) {
   sqlite3* db = nullptr;
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
@@ -34,6 +39,32 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path, bool c
     std::string m = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
     return Status(CodeFor(rc), path + ": cannot open: " + m);
+  }
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, 5000);
+  return std::unique_ptr<SqliteDb>(new SqliteDb(db, path));
+}
+
+Result<std::unique_ptr<SqliteDb>> SqliteDb::OpenReadOnly(const std::string& path, bool immutable) {
+  // A URI, so the parameters can be given: '%', '?' and '#' in the path are escaped.
+  std::string uri = "file:";
+  for (char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      char esc[4];
+      std::snprintf(esc, sizeof esc, "%%%02X", unsigned(static_cast<unsigned char>(c)));
+      uri += esc;
+    } else {
+      uri += c;
+    }
+  }
+  uri += immutable ? "?immutable=1" : "?mode=ro";
+  sqlite3* db = nullptr;
+  const int rc =
+      sqlite3_open_v2(uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string m = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Status(CodeFor(rc), path + ": cannot open for reading: " + m);
   }
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, 5000);
@@ -50,7 +81,8 @@ Status SqliteDb::Error(int rc, const std::string& what) const {
   if ((rc & 0xff) == SQLITE_FULL) m = "disk full or size limit reached (" + m + "); nothing was changed";
   if ((rc & 0xff) == SQLITE_NOTADB) m = "not an SQLite database (" + m + ")";
   if ((rc & 0xff) == SQLITE_CORRUPT) m = "the database file is damaged (" + m + ")";
-  if ((rc & 0xff) == SQLITE_BUSY) m = "the database is locked by another process (" + m + ")";
+  if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED)
+    m = "the database is locked by another process (" + m + ")";
   return Status(CodeFor(rc), path_ + ": " + what + ": " + m);
 }
 

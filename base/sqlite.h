@@ -22,10 +22,15 @@
 
 namespace impress::sqlite {
 
-// Maps a SQLite result code to a Status code: FULL/IOERR/BUSY/READONLY/CANTOPEN -> kIOError,
-// CORRUPT/NOTADB -> kCorruption, NOMEM -> kResourceExhausted, TOOBIG -> kOutOfRange,
+// Maps a SQLite result code to a Status code: FULL/IOERR/BUSY/LOCKED/READONLY/CANTOPEN/PERM ->
+// kIOError, CORRUPT/NOTADB -> kCorruption, NOMEM -> kResourceExhausted, TOOBIG -> kOutOfRange,
 // CONSTRAINT/MISMATCH/RANGE -> kInvalidArgument, anything else -> kInternal.
 Status::Code CodeFor(int rc);
+
+// True for the codes CodeFor maps from errors of the moment rather than of the file (another
+// connection's lock, an I/O error, a full disk, no permission, out of memory): a file that gave
+// one of these is not shown damaged by it, and the same call may succeed later.
+bool IsTransient(Status::Code code);
 
 // A statement borrowed from the cache; reset (and its bindings cleared) when it goes out of
 // scope, so no read transaction stays open behind the caller's back.
@@ -94,6 +99,10 @@ class SqliteDb {
   // Opens (and with `create`, creates) the file read-write. Performs no reads or writes of the
   // file's contents yet, so a foreign file is left untouched by Open itself.
   static Result<std::unique_ptr<SqliteDb>> Open(const std::string& path, bool create);
+  // Opens an existing file for reading only (a directory the user cannot write). `immutable`:
+  // SQLite takes no locks and reads no WAL (the file must not change while open, and a WAL file
+  // must not hold commits: use it only when there is no -wal file with content).
+  static Result<std::unique_ptr<SqliteDb>> OpenReadOnly(const std::string& path, bool immutable);
   ~SqliteDb();
   SqliteDb(const SqliteDb&) = delete;
   SqliteDb& operator=(const SqliteDb&) = delete;
@@ -107,6 +116,9 @@ class SqliteDb {
   Status Exec(const char* sql, const std::string& what);
   // A cached prepared statement for `sql` (a string literal: the pointer is the cache key).
   Result<Stmt> Prep(const char* sql);
+  // How long a statement waits for another connection's lock before failing with SQLITE_BUSY
+  // (Open sets 5000 ms).
+  void SetBusyTimeout(int ms) { sqlite3_busy_timeout(db_, ms); }
   // Makes writes that would grow the main file past `max_bytes` fail with SQLITE_FULL, like a
   // full disk (0 = no limit). Per connection; nothing is written.
   Status SetMaxFileBytes(uint64_t max_bytes);

@@ -12,15 +12,35 @@ Status ChatController::OpenDatabase(const std::string& path) {
     return db.status();
   }
   db_ = std::move(*db);
-  auto idx = persist::PassageIndex::Open(path + ".passages");
+  std::string moved_to;
+  auto idx = persist::PassageIndex::OpenOrStartOver(path + ".passages", {}, &moved_to);
   if (!idx.ok()) Notice("retrieval mode is unavailable: " + idx.status().ToString());
   else passages_ = std::move(*idx);
+  if (passages_ && !moved_to.empty()) {
+    Notice(fmt::format("the passage index {}.passages was damaged; kept as {} and rebuilt from the saved conversations",
+                       path, moved_to));
+    ReindexSavedDocuments();
+  }
   auto list = ListConversations();
   if (list.ok() && !list->empty()) {
     if (auto opened = OpenConversation(list->front().id); opened.ok()) return Status::Ok();
   }
   NewConversation(/*keep_documents=*/false);
   return Status::Ok();
+}
+
+// The passage index is derived data: every saved conversation's documents are indexed again.
+void ChatController::ReindexSavedDocuments() {
+  auto list = db_->ListConversations();
+  if (!list.ok()) return Notice("cannot list saved conversations: " + list.status().ToString());
+  for (const persist::ConversationSummary& summary : *list) {
+    auto c = db_->Load(summary.id);
+    if (!c.ok()) {
+      Notice("cannot read conversation \"" + summary.title + "\": " + c.status().ToString());
+      continue;
+    }
+    for (const persist::SavedDocument& d : c->documents) IndexPassages(Document{d.path, d.name, d.text});
+  }
 }
 
 Result<std::vector<persist::ConversationSummary>> ChatController::ListConversations() {

@@ -162,6 +162,7 @@ class ChatController {
   void Activity(const std::string& text) const;
   int CountTokens(const std::string& text) const;  // with progress events
   void IndexPassages(const Document& doc);         // unless already indexed
+  void ReindexSavedDocuments();                    // every saved conversation's documents
   // The conversation's documents from the collection (attached ones, none in retrieval mode),
   // and where each sits in the prompt.
   void SyncConversationDocuments();

@@ -4,8 +4,11 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include <spdlog/spdlog.h>
+
 #include "base/sqlite.h"
 #include "chat/private-file.h"
+#include "store/store-dir.h"
 
 namespace impress::persist {
 
@@ -179,13 +182,17 @@ PassageIndex::~PassageIndex() = default;
 Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path, PassageIndexOptions options) {
   // The user's documents and conversations: owner-only file and folder (WAL and SHM follow).
   IMPRESS_RETURN_IF_ERROR(PreparePrivateFile(path));
+  // FTS5 is compiled into Debian's libsqlite3, but not into every build: check at run time, on a
+  // connection of its own, so a damaged file is never blamed on the library.
+  {
+    IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> mem, SqliteDb::Open(":memory:", /*create=*/true));
+    if (sqlite3_exec(mem->handle(), "CREATE VIRTUAL TABLE pidx_probe USING fts5(x);", nullptr, nullptr, nullptr) !=
+        SQLITE_OK)
+      return Status::Unsupported(path + ": the SQLite library in use (" + sqlite3_libversion() +
+                                 ") has no FTS5 full-text search (" + sqlite3_errmsg(mem->handle()) +
+                                 "); passage retrieval needs a build with SQLITE_ENABLE_FTS5");
+  }
   IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, /*create=*/true));
-  // FTS5 is compiled into Debian's libsqlite3, but not into every build: check at run time.
-  if (sqlite3_exec(db->handle(), "CREATE VIRTUAL TABLE temp.pidx_probe USING fts5(x); DROP TABLE temp.pidx_probe;",
-                   nullptr, nullptr, nullptr) != SQLITE_OK)
-    return Status::Unsupported(path + ": the SQLite library in use (" + sqlite3_libversion() +
-                               ") has no FTS5 full-text search (" + sqlite3_errmsg(db->handle()) +
-                               "); passage retrieval needs a build with SQLITE_ENABLE_FTS5");
   auto query_int = [&](const char* sql, const char* what) -> Result<int64_t> {
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep(sql));
     int rc = s.Step();
@@ -200,6 +207,14 @@ Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path
     std::snprintf(id, sizeof id, "0x%08x", uint32_t(app_id));
     return Status::InvalidArgument(path + ": not an IMPRESS passage index (SQLite application_id " + id +
                                    "); the file was left unchanged");
+  }
+  if (!fresh) {  // damage in any page (SQLite's structural check, one read of the file)
+    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep("PRAGMA quick_check(4)"));
+    std::string problems;
+    IMPRESS_RETURN_IF_ERROR(db->ForEachRow(s, "checking the file", [&](const Stmt& row) {
+      if (row.Text(0) != "ok") problems += (problems.empty() ? "" : "; ") + row.Text(0).substr(0, 200);
+    }));
+    if (!problems.empty()) return Status::Corruption(path + ": the passage index is damaged (" + problems + ")");
   }
   if (!fresh) {  // before any write: a file of another version stays as it was
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep("SELECT value FROM pidx_meta WHERE key = 'schema_version'"));
@@ -225,6 +240,19 @@ Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path
     IMPRESS_RETURN_IF_ERROR(t.Commit("creating the passage index"));
   }
   return std::unique_ptr<PassageIndex>(new PassageIndex(std::move(db), options));
+}
+
+Result<std::unique_ptr<PassageIndex>> PassageIndex::OpenOrStartOver(const std::string& path,
+                                                                    PassageIndexOptions options,
+                                                                    std::string* moved_to) {
+  if (moved_to) moved_to->clear();
+  auto opened = Open(path, options);
+  if (opened.ok() || opened.status().code() != Status::Code::kCorruption || path == ":memory:") return opened;
+  IMPRESS_ASSIGN_OR_RETURN(std::string to, store::MoveAside(path));
+  spdlog::warn("passage index {} is damaged ({}); moved aside to {}, starting a new one", path,
+               opened.status().ToString(), to);
+  if (moved_to) *moved_to = to;
+  return Open(path, options);
 }
 
 Status PassageIndex::DeleteDocumentLocked(const std::string& doc_key, const std::string& what) {

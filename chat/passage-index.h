@@ -92,9 +92,18 @@ class PassageIndex {
   static constexpr int kSchemaVersion = 1;
 
   // Opens or creates the index at `path` (":memory:" for a private in-memory index). Returns
-  // Unsupported when this SQLite lacks FTS5, and an error (without writing) for a file that is
-  // not a passage index.
+  // Unsupported when this SQLite lacks FTS5, kCorruption for a file that is not an SQLite
+  // database or has damaged pages, and an error (without writing) for a file that is not a
+  // passage index.
   static Result<std::unique_ptr<PassageIndex>> Open(const std::string& path, PassageIndexOptions options = {});
+  // Open, except that a file shown damaged (not an SQLite database, or pages quick_check finds
+  // broken: kCorruption) is renamed to `path`.unreadable-<time> (kept, with its -wal and -shm),
+  // a warning naming both files is logged, and a new, empty index is created at `path`;
+  // *moved_to gets the new name ("" when nothing was moved). The index is derived data: the
+  // caller adds the documents again (ChatController does, from the saved conversations).
+  static Result<std::unique_ptr<PassageIndex>> OpenOrStartOver(const std::string& path,
+                                                               PassageIndexOptions options = {},
+                                                               std::string* moved_to = nullptr);
   ~PassageIndex();
   PassageIndex(const PassageIndex&) = delete;
   PassageIndex& operator=(const PassageIndex&) = delete;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <string_view>
 #include <unordered_map>
 
@@ -118,21 +119,32 @@ void BindExtent(Stmt& s, int col, const ChunkExtent& e, bool with_slot_begin) {
 
 }  // namespace
 
-Catalog::Catalog(std::unique_ptr<SqliteDb> db, std::string path, std::string model) :
-    db_(std::move(db)), path_(std::move(path)), model_(std::move(model)) {}
+Catalog::Catalog(std::unique_ptr<SqliteDb> db, std::string path, std::string model, bool read_only) :
+    db_(std::move(db)), path_(std::move(path)), model_(std::move(model)), read_only_(read_only) {}
 
 Catalog::~Catalog() = default;
 
-Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const std::string& model) {
-  auto opened = SqliteDb::Open(path, /*create=*/true);
+Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const std::string& model,
+                                               const CatalogOpenOptions& o) {
+  // Read-only: without a WAL holding commits, SQLite need not create the -shm file it cannot.
+  std::error_code ec;
+  const bool no_wal = !std::filesystem::exists(path + "-wal", ec) || std::filesystem::file_size(path + "-wal", ec) == 0;
+  auto opened =
+      o.read_only ? SqliteDb::OpenReadOnly(path, /*immutable=*/no_wal) : SqliteDb::Open(path, /*create=*/true);
   if (!opened.ok()) return opened.status().WithContext("store catalog");
-  auto c = std::unique_ptr<Catalog>(new Catalog(std::move(opened).value(), path, model));
+  auto c = std::unique_ptr<Catalog>(new Catalog(std::move(opened).value(), path, model, o.read_only));
   MutexLock lk(&c->mu_);
   SqliteDb& db = *c->db_;
+  db.SetBusyTimeout(int(std::min<int64_t>(o.busy_timeout.count(), INT32_MAX)));
+  // Only what shows the file itself unusable is kCorruption: SQLite's corrupt / not-a-database
+  // codes, damage quick_check reports, tables of another layout (a statement Load needs does not
+  // prepare). An error of the moment (locked, I/O, disk full, no permission, out of memory) says
+  // nothing about the file and is returned as it is: the caller retries and never moves a healthy
+  // catalog aside for it.
   auto unusable = [&path](const Status& st) {
-    return st.code() == Status::Code::kUnsupported
-               ? st
-               : Status::Corruption(path + ": not a usable catalog (" + st.message() + ")");
+    if (st.code() == Status::Code::kUnsupported) return st;
+    if (sqlite::IsTransient(st.code())) return st.WithContext("store catalog");
+    return Status::Corruption(path + ": not a usable catalog (" + st.message() + ")");
   };
   // The version is checked before the first write (even the WAL pragma): a newer file stays as it was.
   Status st = c->CheckVersionLocked();
@@ -141,23 +153,31 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
   // refused) is found here, where the file can still be moved aside. Cost: one read of the file.
   st = c->QuickCheckLocked();
   if (!st.ok()) return unusable(st);
-  st = db.Exec(
-      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=128; "
-      "PRAGMA journal_size_limit=524288;",
-      "setting up the catalog");
-  if (!st.ok()) return unusable(st);
-  st = db.Exec(kSchema, "creating the catalog tables");
-  if (!st.ok()) return unusable(st);
-  {
-    Txn t(db);
-    IMPRESS_RETURN_IF_ERROR(t.Begin("catalog migration"));
-    st = c->MigrateLocked();
+  if (o.read_only) {
+    IMPRESS_ASSIGN_OR_RETURN(
+        auto version, db.QueryText("SELECT value FROM meta WHERE key = 'schema_version'", "read the schema version"));
+    if (version != std::to_string(kCatalogSchemaVersion))
+      return Status::Unsupported(path + ": catalog of an older layout (schema " + version.value_or("1") +
+                                 "); it needs an upgrade, which a read-only store cannot write");
+  } else {
+    st = db.Exec(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=128; "
+        "PRAGMA journal_size_limit=524288;",
+        "setting up the catalog");
     if (!st.ok()) return unusable(st);
-    IMPRESS_ASSIGN_OR_RETURN(Stmt used, db.Prep("INSERT OR REPLACE INTO models(model, last_used) VALUES(?, ?)"));
-    used.Bind(1, std::string_view(c->model_));
-    used.Bind(2, int64_t(std::time(nullptr)));
-    IMPRESS_RETURN_IF_ERROR(db.Run(used, "record the model"));
-    IMPRESS_RETURN_IF_ERROR(t.Commit("catalog migration"));
+    st = db.Exec(kSchema, "creating the catalog tables");
+    if (!st.ok()) return unusable(st);
+    {
+      Txn t(db);
+      IMPRESS_RETURN_IF_ERROR(t.Begin("catalog migration"));
+      st = c->MigrateLocked();
+      if (!st.ok()) return unusable(st);
+      IMPRESS_ASSIGN_OR_RETURN(Stmt used, db.Prep("INSERT OR REPLACE INTO models(model, last_used) VALUES(?, ?)"));
+      used.Bind(1, std::string_view(c->model_));
+      used.Bind(2, int64_t(std::time(nullptr)));
+      IMPRESS_RETURN_IF_ERROR(db.Run(used, "record the model"));
+      IMPRESS_RETURN_IF_ERROR(t.Commit("catalog migration"));
+    }
   }
   for (const char* sql :
        {kSelectNodes, kSelectSegments, kSelectChunks, kSelectProbes, kSelectForeignChunks, kSelectForeignProbes}) {
@@ -298,7 +318,7 @@ Result<CatalogContents> Catalog::Load() {
   spdlog::warn("store: catalog {}: {} row(s) with invalid values dropped ({} node, {} segment, {} chunk, {} probe)",
                path_, out.n_invalid_rows, bad_nodes_.size(), bad_segments_.size(), bad_chunks_.size(),
                bad_probes_.size());
-  IMPRESS_RETURN_IF_ERROR(DeleteInvalidLocked());
+  if (!read_only_) IMPRESS_RETURN_IF_ERROR(DeleteInvalidLocked());  // read-only: skipped in memory only
   return out;
 }
 
@@ -470,6 +490,7 @@ Status Catalog::DeleteInvalidLocked() {
 
 Status Catalog::Apply(const CatalogBatch& b) {
   if (b.empty()) return Status::Ok();
+  if (read_only_) return Status::IOError(path_ + ": opened read-only; nothing can be changed");
   MutexLock lk(&mu_);
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin("catalog batch"));

@@ -17,7 +17,8 @@
 // Nothing read is trusted: every row is checked against the limits below before use; a row that
 // fails is deleted with a counted warning (never a crash or a huge allocation). A catalog written
 // by a newer build (schema_version above kCatalogSchemaVersion) is refused with kUnsupported and
-// left unchanged; a file that is not a usable catalog gives kCorruption (the store moves it aside).
+// left unchanged; a file shown not to be a usable catalog gives kCorruption (the store moves it
+// aside); an error of the moment (locked, I/O, disk full) is never taken for corruption.
 // The table layout has its own schema version (meta key schema_version, absent = 1): an older
 // layout is migrated in place on open (2: nodes.pinned and nodes.hits; 3: the model columns, rows
 // of a schema-2 catalog belong to the model its meta rows named), keeping every row.
@@ -28,6 +29,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -138,11 +140,24 @@ struct CatalogBatch {
 // The table layout this build writes (meta key schema_version; independent of the chunk format).
 inline constexpr int kCatalogSchemaVersion = 3;
 
+struct CatalogOpenOptions {
+  // How long a statement waits for another connection's lock before failing (SQLITE_BUSY).
+  std::chrono::milliseconds busy_timeout = std::chrono::seconds(5);
+  // Open an existing catalog for reading only (its directory cannot be written): nothing is
+  // created, migrated or recorded, Apply() refuses, and a catalog of an older layout is
+  // kUnsupported (it would need an upgrade written first).
+  bool read_only = false;
+};
+
 class Catalog {
  public:
   // Opens (creating it if missing) the catalog for model key `model`. kUnsupported for a newer
-  // schema (file unchanged); kCorruption when the file is not a usable catalog.
-  static Result<std::unique_ptr<Catalog>> Open(const std::string& path, const std::string& model);
+  // schema (file unchanged); kCorruption only when the file is shown unusable (SQLite reports it
+  // corrupt or not a database, quick_check finds damage, or its tables have another layout);
+  // kIOError / kResourceExhausted for errors of the moment (another connection's lock, I/O error,
+  // disk full, no permission), which say nothing about the file (sqlite::IsTransient).
+  static Result<std::unique_ptr<Catalog>> Open(const std::string& path, const std::string& model,
+                                               const CatalogOpenOptions& o = {});
   ~Catalog();
 
   // This model's rows and the other models' summary; rows failing validation are deleted first.
@@ -152,7 +167,7 @@ class Catalog {
   const std::string& path() const { return path_; }
 
  private:
-  Catalog(std::unique_ptr<sqlite::SqliteDb> db, std::string path, std::string model);
+  Catalog(std::unique_ptr<sqlite::SqliteDb> db, std::string path, std::string model, bool read_only);
   Status CheckVersionLocked() REQUIRES(mu_);         // refuses a newer schema before any write
   Status QuickCheckLocked() REQUIRES(mu_);           // SQLite's page-level check of the whole file
   Status MigrateLocked() REQUIRES(mu_);              // brings an older table layout up to kCatalogSchemaVersion
@@ -175,6 +190,7 @@ class Catalog {
   const std::unique_ptr<sqlite::SqliteDb> db_ PT_GUARDED_BY(mu_);
   const std::string path_;
   const std::string model_;
+  const bool read_only_;
   // Raw keys of rows that failed validation during a Load, deleted at its end.
   std::vector<int64_t> bad_nodes_ GUARDED_BY(mu_), bad_segments_ GUARDED_BY(mu_);
   std::vector<std::array<int64_t, 3>> bad_chunks_ GUARDED_BY(mu_);

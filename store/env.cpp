@@ -88,7 +88,8 @@ class PosixEnv final : public Env {
   // of another user) is refused before the store reads, writes or truncates through it. New files
   // are 0600: the KV decodes to the user's documents and prompts.
   Result<std::unique_ptr<File>> OpenFile(const std::string& path, const OpenOptions& opt) override {
-    const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (opt.create ? O_CREAT : 0);
+    const int flags =
+        (opt.read_only ? O_RDONLY : O_RDWR | (opt.create ? O_CREAT : 0)) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
     bool direct = false;
     int fd = -1;
     if (opt.direct) {
@@ -142,6 +143,13 @@ class PosixEnv final : public Env {
     struct statvfs vfs;
     if (::statvfs(dir.c_str(), &vfs) != 0) return ErrnoStatus("statvfs", dir, errno);
     return uint64_t(vfs.f_bavail) * uint64_t(vfs.f_frsize);  // what an unprivileged writer may use
+  }
+  Result<bool> CanWrite(const std::string& dir, std::string* why) override {
+    if (::access(dir.c_str(), W_OK) == 0) return true;
+    const int err = errno;
+    if (err != EACCES && err != EROFS && err != EPERM) return ErrnoStatus("access", dir, err);
+    if (why) *why = std::strerror(err);
+    return false;
   }
   Status SyncDir(const std::string& dir) override {
     const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

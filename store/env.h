@@ -38,7 +38,8 @@ class File {
 
 struct OpenOptions {
   bool create = true;
-  bool direct = true;  // try O_DIRECT; silently buffered when the filesystem refuses (see direct())
+  bool direct = true;      // try O_DIRECT; silently buffered when the filesystem refuses (see direct())
+  bool read_only = false;  // open for reading only (never creates): a store that cannot write
 };
 
 class Env {
@@ -55,6 +56,9 @@ class Env {
   virtual Result<uint64_t> FreeSpace(const std::string& dir) = 0;
   // fsync of a directory: makes the files created in it survive a crash.
   virtual Status SyncDir(const std::string& dir) = 0;
+  // Whether the calling user may create and remove files in `dir`: false (with the reason in
+  // *why) on a read-only filesystem or a directory without write permission for the user.
+  virtual Result<bool> CanWrite(const std::string& dir, std::string* why) = 0;
 };
 
 class EnvWrapper : public Env {
@@ -69,6 +73,7 @@ class EnvWrapper : public Env {
   Result<uint64_t> FileSize(const std::string& p) override { return target_->FileSize(p); }
   Result<uint64_t> FreeSpace(const std::string& d) override { return target_->FreeSpace(d); }
   Status SyncDir(const std::string& d) override { return target_->SyncDir(d); }
+  Result<bool> CanWrite(const std::string& d, std::string* why) override { return target_->CanWrite(d, why); }
   Env* target() const { return target_; }
 
  private:

@@ -22,11 +22,11 @@ std::string ExtentFiles::PathOf(uint32_t id) const {
 }
 
 Result<std::unique_ptr<ExtentFiles>> ExtentFiles::Open(Env* env, const std::string& dir, uint64_t file_bytes,
-                                                       uint64_t cap) {
+                                                       uint64_t cap, bool read_only) {
   if (file_bytes < kIoAlign || file_bytes % kIoAlign)
     return Status::InvalidArgument("data file size must be a positive multiple of 4096, got " +
                                    std::to_string(file_bytes));
-  auto s = std::unique_ptr<ExtentFiles>(new ExtentFiles(env, dir, file_bytes, cap));
+  auto s = std::unique_ptr<ExtentFiles>(new ExtentFiles(env, dir, file_bytes, cap, read_only));
   IMPRESS_ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
   MutexLock lk(&s->mu_);
   for (const auto& n : names) {
@@ -55,7 +55,10 @@ Result<ExtentFiles::DataFile*> ExtentFiles::GetOrCreateLocked(uint32_t id) {
   auto it = files_.find(id);
   if (it != files_.end()) return it->second.get();
   auto seg = std::make_unique<DataFile>();
-  IMPRESS_ASSIGN_OR_RETURN(seg->file, env_->OpenFile(PathOf(id), OpenOptions{}));
+  OpenOptions oo;
+  oo.read_only = read_only_;
+  oo.direct = !read_only_;  // read-only stores read with buffered pread
+  IMPRESS_ASSIGN_OR_RETURN(seg->file, env_->OpenFile(PathOf(id), oo));
   DataFile* p = seg.get();
   files_[id] = std::move(seg);
   return p;
@@ -102,6 +105,10 @@ Status ExtentFiles::FinishRecovery() {
       last_end = cur;
     }
     s.used.clear();
+    if (read_only_) {  // the space is only learned; the files stay as they are
+      ++it;
+      continue;
+    }
     if (last_end == 0) {  // nothing committed lives here
       std::string path = s.file->path();
       it = files_.erase(it);

@@ -38,8 +38,10 @@ struct Extent {
 
 class ExtentFiles {
  public:
+  // read_only: the files are opened for reading only, none is created, and FinishRecovery
+  // neither trims nor removes any (a store in a directory it cannot write).
   static Result<std::unique_ptr<ExtentFiles>> Open(Env* env, const std::string& dir, uint64_t file_bytes,
-                                                   uint64_t cap_bytes);
+                                                   uint64_t cap_bytes, bool read_only = false);
 
   Status MarkUsed(const Extent& e);  // recovery only; kCorruption when out of bounds or overlapping
   void ForgetUsed(const Extent& e);  // recovery only: undo a MarkUsed (the chunk was dropped)
@@ -65,8 +67,8 @@ class ExtentFiles {
     std::map<uint64_t, uint64_t> free;  // offset -> length, coalesced, all below end
     std::map<uint64_t, uint64_t> used;  // recovery only
   };
-  ExtentFiles(Env* env, std::string dir, uint64_t file_bytes, uint64_t cap) :
-      env_(env), dir_(std::move(dir)), file_bytes_(file_bytes), cap_(cap) {}
+  ExtentFiles(Env* env, std::string dir, uint64_t file_bytes, uint64_t cap, bool read_only) :
+      env_(env), dir_(std::move(dir)), file_bytes_(file_bytes), read_only_(read_only), cap_(cap) {}
   std::string PathOf(uint32_t id) const;
   Result<DataFile*> GetOrCreateLocked(uint32_t id) REQUIRES(mu_);
   void FreeLocked(const Extent& e) REQUIRES(mu_);
@@ -78,6 +80,7 @@ class ExtentFiles {
   Env* const env_;
   const std::string dir_;
   const uint64_t file_bytes_;
+  const bool read_only_;
 
   mutable Mutex mu_;
   uint64_t cap_ GUARDED_BY(mu_);

@@ -25,6 +25,7 @@ StoreStats PrefixStore::Impl::Stats() {
 }
 
 Status PrefixStore::Impl::Flush() {
+  IMPRESS_RETURN_IF_ERROR(WritableOrError());
   MutexLock lk(&mu);
   return FlushLocked();
 }
@@ -72,6 +73,7 @@ Status PrefixStore::Impl::FlushLocked() {
 }
 
 Result<uint64_t> PrefixStore::Impl::EvictNodes(uint64_t n) {
+  IMPRESS_RETURN_IF_ERROR(WritableOrError());
   MutexLock lk(&mu);
   return EvictLocked(0, n);
 }
@@ -84,6 +86,7 @@ std::vector<TierMove> PrefixStore::Impl::SetTierBudget(Tier tier, uint64_t bytes
 }
 
 Status PrefixStore::Impl::SetSsdBudget(uint64_t bytes) {
+  IMPRESS_RETURN_IF_ERROR(WritableOrError());
   MutexLock lk(&mu);
   ssd_budget = bytes;
   const uint64_t cap = UpdateDataCapLocked();
@@ -264,6 +267,7 @@ void PrefixStore::Impl::SpanResidencyLocked(const PathSpan& sp, const SegLayout&
 // Pin (or unpin) the cached path of `tokens`, in the tree and the catalog.
 Status PrefixStore::Impl::SetPinned(std::span<const Token> tokens, bool pin) {
   const std::string what = pin ? "store pin" : "store unpin";
+  IMPRESS_RETURN_IF_ERROR(WritableOrError());
   MutexLock lk(&mu);
   const MatchResult m = tree.Match(ns, tokens, /*touch=*/false);
   if (m.n_matched == 0)
@@ -328,6 +332,7 @@ void PrefixStore::Impl::RefreshSegmentPinsLocked(uint64_t seg, const SegState& s
 // ==================================================================== drops
 
 Result<uint64_t> PrefixStore::Impl::DropFrom(std::span<const Token> tokens, uint64_t begin) {
+  IMPRESS_RETURN_IF_ERROR(WritableOrError());
   MutexLock lk(&mu);
   const MatchResult m = tree.Match(ns, tokens, /*touch=*/false);
   if (begin >= m.n_matched) return uint64_t(0);  // position `begin` is not cached: nothing to drop

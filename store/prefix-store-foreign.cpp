@@ -49,7 +49,7 @@ void PrefixStore::Impl::AdoptForeign(ForeignContents& fc) {
     auto p = foreign.nodes.find(n.parent);
     if (p != foreign.nodes.end()) ++p->second.n_children;
   }
-  if (bad.empty()) return;
+  if (bad.empty() || read_only) return;  // a read-only store leaves them named (and unused)
   CatalogBatch b;
   b.delete_segments.assign(bad.begin(), bad.end());
   Status s = catalog->Apply(b);
@@ -59,6 +59,7 @@ void PrefixStore::Impl::AdoptForeign(ForeignContents& fc) {
 // Frees at least `bytes` of other models' space if it can: first segments no node names, then
 // leaves in the order above. Returns the nodes and segments removed (0: nothing evictable).
 uint64_t PrefixStore::Impl::EvictForeignLocked(uint64_t bytes) {
+  if (read_only) return 0;
   using Key = std::tuple<int64_t, uint64_t, NodeId>;  // (model last opened, last access, id)
   std::set<Key> leaves;
   for (auto& [id, n] : foreign.nodes)

@@ -191,10 +191,16 @@ struct PrefixStore::Impl {
   // ---- Store directory, recovery report, other models (prefix-store-open.cpp,
   //      prefix-store-foreign.cpp). First, so that the LOCK is released after everything else.
   std::unique_ptr<StoreLock> lock;  // held from Open until destruction
-  RecoveryStats recovery_stats;     // constant after Open
+  // The directory cannot be written (read-only filesystem, no write permission): the store serves
+  // what it holds and refuses every change (WritableOrError). Constant after Open.
+  bool read_only = false;
+  std::string read_only_why;
+  RecoveryStats recovery_stats;  // constant after Open
   ForeignIndex foreign GUARDED_BY(mu);
   std::string ModelKey() const;  // fingerprint | geometry | chunk format: the catalog's model key
   Status OpenCatalog();
+  Status WritableOrError() const;  // ok, or the read-only store's refusal
+  Result<std::unique_ptr<Catalog>> OpenCatalogRetrying(const std::string& path);
   void AdoptForeign(ForeignContents& fc) REQUIRES(mu);
   uint64_t EvictForeignLocked(uint64_t bytes) REQUIRES(mu);
 

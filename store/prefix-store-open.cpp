@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <mutex>
+#include <thread>
 
+#include "base/sqlite.h"
 #include "store/prefix-store-impl.h"
 
 namespace impress::store {
@@ -122,7 +124,7 @@ Result<std::unique_ptr<PrefixStore::Impl>> PrefixStore::Impl::Open(PrefixStoreOp
   }
   {
     MutexLock lk(&im->worker_mu);
-    im->reorder_interval = im->opt.reorder_interval;
+    im->reorder_interval = im->read_only ? std::chrono::milliseconds(0) : im->opt.reorder_interval;
   }
   im->worker = std::thread([p = im.get()] { p->WorkerLoop(); });  // idle while the interval is 0
   return im;
@@ -139,23 +141,50 @@ std::string PrefixStore::Impl::ModelKey() const {
          KVEncodingName(opt.kv_encoding) + probe;
 }
 
-// The catalog, created private. One that is not a usable SQLite catalog (garbage, truncated,
-// foreign tables) is renamed aside, kept for inspection, and the store starts empty; one of a
-// newer schema is refused, unchanged.
+// The catalog, created private. One shown unusable (garbage, truncated, damaged pages, foreign
+// tables) is renamed aside, kept for inspection, and the store starts empty; one of a newer
+// schema is refused, unchanged. An error of the moment (locked by another program, I/O error,
+// disk full, no permission) is retried a few times and then returned: it says nothing about the
+// file, so the catalog is never moved aside for it.
 Status PrefixStore::Impl::OpenCatalog() {
   const std::string path = opt.dir + "/catalog.db";
-  IMPRESS_RETURN_IF_ERROR(MakePrivateFile(path));
-  auto opened = Catalog::Open(path, ModelKey());
+  if (!read_only) IMPRESS_RETURN_IF_ERROR(MakePrivateFile(path));
+  auto opened = OpenCatalogRetrying(path);
+  if (!opened.ok() && read_only)
+    return opened.status().WithContext("store " + opt.dir + " is read-only (" + read_only_why +
+                                       "); the catalog was left as it is");
   if (!opened.ok() && opened.status().code() == Status::Code::kCorruption) {
     IMPRESS_ASSIGN_OR_RETURN(recovery_stats.catalog_moved_to, MoveAside(path));
     spdlog::warn("store: {}; moved aside to {}, starting with an empty store", opened.status().ToString(),
                  recovery_stats.catalog_moved_to);
     IMPRESS_RETURN_IF_ERROR(MakePrivateFile(path));
-    opened = Catalog::Open(path, ModelKey());
+    opened = OpenCatalogRetrying(path);
   }
   if (!opened.ok()) return opened.status();
   catalog = std::move(opened).value();
   return Status::Ok();
+}
+
+// Catalog::Open, tried again while it fails with an error of the moment; once the tries are
+// spent, that error with a note that the catalog was left alone. kCorruption and kUnsupported
+// are returned at once.
+Result<std::unique_ptr<Catalog>> PrefixStore::Impl::OpenCatalogRetrying(const std::string& path) {
+  CatalogOpenOptions co;
+  co.busy_timeout = opt.catalog_busy_timeout;
+  co.read_only = read_only;
+  const int n_attempts = std::max(1, opt.catalog_open_attempts);
+  auto pause = opt.catalog_retry_pause;
+  for (int attempt = 1;; ++attempt) {
+    auto opened = Catalog::Open(path, ModelKey(), co);
+    if (opened.ok() || !sqlite::IsTransient(opened.status().code())) return opened;
+    if (attempt >= n_attempts)
+      return opened.status().WithContext("store: cannot open the catalog (" + std::to_string(n_attempts) +
+                                         " tries; it was left as it is, not moved aside)");
+    spdlog::warn("store: cannot open the catalog (try {} of {}): {}; trying again in {} ms", attempt, n_attempts,
+                 opened.status().ToString(), pause.count());
+    std::this_thread::sleep_for(pause);
+    pause *= 2;
+  }
 }
 
 // The directory and its lock, the catalog, the data files and the read engine.
@@ -163,11 +192,18 @@ Status PrefixStore::Impl::OpenFiles() {
   IMPRESS_RETURN_IF_ERROR(MakePrivateDir(opt.dir));
   IMPRESS_ASSIGN_OR_RETURN(lock, StoreLock::Acquire(opt.dir, opt.lock_wait));
   IMPRESS_RETURN_IF_ERROR(env->CreateDir(opt.dir));
+  IMPRESS_ASSIGN_OR_RETURN(const bool can_write, env->CanWrite(opt.dir, &read_only_why));
+  read_only = !can_write;
+  if (read_only)
+    spdlog::warn("store: {} is read-only ({}); serving the prefixes it holds, storing nothing new", opt.dir,
+                 read_only_why);
   IMPRESS_RETURN_IF_ERROR(OpenCatalog());
-  IMPRESS_ASSIGN_OR_RETURN(auto opened, ExtentFiles::Open(env, opt.dir, AlignUp(opt.data_file_bytes), opt.ssd_bytes));
+  IMPRESS_ASSIGN_OR_RETURN(auto opened,
+                           ExtentFiles::Open(env, opt.dir, AlignUp(opt.data_file_bytes), opt.ssd_bytes, read_only));
   files = std::move(opened);
-  // Does this filesystem take O_DIRECT? (tmpfs on older kernels, some FUSE: no)
-  {
+  // Does this filesystem take O_DIRECT? (tmpfs on older kernels, some FUSE: no) A read-only
+  // store cannot create the probe file: it reads with buffered pread.
+  if (!read_only) {
     IMPRESS_ASSIGN_OR_RETURN(auto probe, env->OpenFile(opt.dir + "/.direct-probe", OpenOptions{}));
     direct = probe->direct();
     probe.reset();
@@ -176,7 +212,8 @@ Status PrefixStore::Impl::OpenFiles() {
   std::string note;
   const bool force = opt.force_pread || !direct;
   io = ReadEngine::Create(opt.queue_depth, force, &note);
-  if (!direct) note = "O_DIRECT refused by the filesystem of " + opt.dir + "; reading with buffered pread";
+  if (!direct && !read_only)
+    note = "O_DIRECT refused by the filesystem of " + opt.dir + "; reading with buffered pread";
   if (!note.empty()) {
     static std::once_flag once;
     std::call_once(once, [&] { spdlog::warn("store: {}", note); });
@@ -197,6 +234,7 @@ void PrefixStore::Impl::Close() {
     for (auto& [t, r] : reads) left.push_back(t);
   }
   for (ReadTicket t : left) (void)Wait(t);  // buffers must outlive the kernel's writes
+  if (read_only) return;                    // statistics live in memory only
   MutexLock lk(&mu);
   Status s = FlushLocked();
   if (!s.ok()) spdlog::warn("store: statistics not saved: {}", s.ToString());
@@ -228,7 +266,8 @@ Status PrefixStore::Impl::Recover() {
   for (uint64_t seg : r.orphan_probes)
     if (std::find(r.fix.delete_segments.begin(), r.fix.delete_segments.end(), seg) == r.fix.delete_segments.end())
       r.fix.delete_segments.push_back(seg);
-  IMPRESS_RETURN_IF_ERROR(catalog->Apply(r.fix));
+  if (!read_only) IMPRESS_RETURN_IF_ERROR(catalog->Apply(r.fix));
+  else if (!r.fix.empty()) spdlog::warn("store: read-only: the repairs below are kept in memory only");
   IMPRESS_RETURN_IF_ERROR(files->FinishRecovery());
   if (!r.fix.empty())
     spdlog::warn("store: recovery dropped {} node(s), {} segment(s), {} chunk row(s), {} probe row(s)",
@@ -465,6 +504,12 @@ void PrefixStore::Impl::ForgetUnnamed(Recovery& r) {
       r.fix.delete_chunks.emplace_back(g, il, i);
     }
   }
+}
+
+Status PrefixStore::Impl::WritableOrError() const {
+  if (!read_only) return Status::Ok();
+  return Status::IOError("store " + opt.dir + " is read-only (" + read_only_why +
+                         "): it serves the prefixes it holds and cannot store, evict, pin or reorder");
 }
 
 const RecoveryStats& PrefixStore::recovery() const { return impl_->recovery_stats; }

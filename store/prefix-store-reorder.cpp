@@ -27,6 +27,7 @@ struct PrefixStore::Impl::ReorderPlan {
 };
 
 Result<ReorderReport> PrefixStore::Impl::ReorderNow() {
+  IMPRESS_RETURN_IF_ERROR(WritableOrError());
   MutexLock rl(&reorder_mu);
   std::vector<uint64_t> ids;
   {
@@ -301,7 +302,8 @@ Status PrefixStore::Impl::SwapLayoutLocked(uint64_t seg, ReorderPlan& plan, Writ
 void PrefixStore::Impl::SetReorderInterval(std::chrono::milliseconds interval) {
   {
     MutexLock lk(&worker_mu);
-    reorder_interval = std::max(interval, std::chrono::milliseconds(0));
+    // A read-only store never reorders (ReorderNow refuses): its worker stays idle.
+    reorder_interval = read_only ? std::chrono::milliseconds(0) : std::max(interval, std::chrono::milliseconds(0));
     reorder_interval_gen++;
   }
   worker_cv.SignalAll();

@@ -44,6 +44,7 @@ Result<InsertSummary> PrefixStore::Impl::Insert(std::span<const Token> tokens, u
     return Status::InvalidArgument("store insert: " + std::to_string(layers.size()) +
                                    " layers of KV given, the model has " + std::to_string(opt.n_layer));
   if (start > tokens.size()) return Status::InvalidArgument("store insert: start past the end of the tokens");
+  IMPRESS_RETURN_IF_ERROR(WritableOrError());
   for (const auto& l : layers)
     if (!l.k || !l.v) return Status::InvalidArgument("store insert: null K or V");
   InsertJob job;
@@ -350,6 +351,7 @@ Status PrefixStore::Impl::SyncFiles(const std::set<uint32_t>& ids) {
 // Commits a batch; only then may the extents it stopped naming be freed (once no reader holds
 // them). Freeing earlier would let a crash leave the catalog naming reused or truncated space.
 Status PrefixStore::Impl::CommitLocked(const CatalogBatch& b) {
+  IMPRESS_RETURN_IF_ERROR(WritableOrError());
   Status s = catalog->Apply(b);
   if (s.ok())
     for (auto& e : pending_retire) e->retired = true;

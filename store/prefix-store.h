@@ -69,6 +69,13 @@ struct PrefixStoreOptions {
   bool verify_on_open = false;  // read and check every chunk on open (else: on every read)
   // How long Open waits for another process to close the store (0: refuse at once, naming it).
   std::chrono::milliseconds lock_wait = std::chrono::milliseconds(0);
+  // Errors of the moment while opening the catalog (another program holding a lock on it, an I/O
+  // error, a full disk, no permission) are tried this many times in all, pausing
+  // catalog_retry_pause (doubled after each try) in between; then Open fails with the last error
+  // and the catalog stays where it is. Each try waits up to catalog_busy_timeout for a lock.
+  int catalog_open_attempts = 3;
+  std::chrono::milliseconds catalog_retry_pause = std::chrono::milliseconds(200);
+  std::chrono::milliseconds catalog_busy_timeout = std::chrono::seconds(5);
   uint64_t data_file_bytes = 1ull << 30;
   Env* env = nullptr;                          // nullptr: Env::Default()
   std::shared_ptr<MemorySpace> device_memory;  // nullptr: host memory stand-in
@@ -220,9 +227,15 @@ class PrefixStore {
   // Creates the directory (0700) if missing and takes its LOCK: while one PrefixStore holds a
   // directory, another Open of it (this or any process) fails with kIOError naming the holder's
   // pid and program; the lock goes with the store or its process. A catalog of a newer schema
-  // fails with kUnsupported (left unchanged); an unreadable one is renamed aside and the store
-  // starts empty (RecoveryStats::catalog_moved_to). The catalog is created 0600. Several models
+  // fails with kUnsupported (left unchanged); one shown damaged is renamed aside and the store
+  // starts empty (RecoveryStats::catalog_moved_to); one that cannot be opened now (locked, I/O
+  // error, disk full) fails Open with kIOError / kResourceExhausted after catalog_open_attempts
+  // tries and is left as it is. The catalog is created 0600. Several models
   // share one directory: each sees only its own prefixes, the others' are kept.
+  // A directory the user cannot write (Env::CanWrite: read-only filesystem or mode) opens
+  // read-only: matches and reads work; Insert, Pin/Unpin, DropFrom, EvictNodes, SetSsdBudget,
+  // ReorderNow and Flush fail with kIOError saying the store is read-only; nothing is written.
+  // Its catalog must exist at the current schema version.
   static Result<std::unique_ptr<PrefixStore>> Open(PrefixStoreOptions options);
   ~PrefixStore();  // stops the reorder worker, saves statistics
   PrefixStore(const PrefixStore&) = delete;

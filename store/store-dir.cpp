@@ -83,10 +83,15 @@ Result<std::string> MoveAside(const std::string& path) {
 
 Result<std::unique_ptr<StoreLock>> StoreLock::Acquire(const std::string& dir, std::chrono::milliseconds wait) {
   const std::string path = dir + "/LOCK";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+  // A directory the user cannot write (read-only filesystem or mode): flock works on a file
+  // opened for reading, so a reader still keeps writers out while it reads.
+  const bool writable = fd >= 0;
+  if (fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM))
+    fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Errno("open", path, errno);
   std::unique_ptr<StoreLock> lock(new StoreLock(fd, path));
-  IMPRESS_RETURN_IF_ERROR(TightenMode(fd, path));
+  if (writable) IMPRESS_RETURN_IF_ERROR(TightenMode(fd, path));
   // flock has no timeout: poll, backing off from 2 to 50 ms, until the holder lets go or `wait` ends.
   const auto deadline = std::chrono::steady_clock::now() + wait;
   auto pause = std::chrono::milliseconds(2);
@@ -116,6 +121,7 @@ Result<std::unique_ptr<StoreLock>> StoreLock::Acquire(const std::string& dir, st
     return Status::IOError("store " + dir + " is in use" + (who.empty() ? " by another process" : who) +
                            "; close that program or use another --store directory");
   }
+  if (!writable) return lock;
   const std::string me = std::to_string(::getpid()) + "\n" + program_invocation_short_name + "\n";
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != ssize_t(me.size()))
     return Errno("write", path, errno);

@@ -40,7 +40,8 @@ Result<std::string> MoveAside(const std::string& path);
 // on one directory exclude each other too.
 class StoreLock {
  public:
-  // kIOError naming the holder ("in use by process 1234 (impress)") when another open still
+  // A LOCK file that cannot be opened for writing (read-only directory) is locked read-only and
+  // gets no pid. kIOError naming the holder ("in use by process 1234 (impress)") when another open still
   // holds it after `wait` (0: at once), so short-lived programs on one store can take turns.
   static Result<std::unique_ptr<StoreLock>> Acquire(const std::string& dir,
                                                     std::chrono::milliseconds wait = std::chrono::milliseconds(0));

@@ -1,6 +1,9 @@
 # tests/app: tests that run the `impress` executable as users do (shared-store-test: models and
-# programs sharing one store). They find it through IMPRESS_BINARY.
-if(TARGET shared-store-test)
-  target_compile_definitions(shared-store-test PRIVATE IMPRESS_BINARY="$<TARGET_FILE:impress>")
-  add_dependencies(shared-store-test impress)
-endif()
+# programs sharing one store; terminal-input-test: bad prompts and stdin lines). They find it
+# through IMPRESS_BINARY.
+foreach(t shared-store-test terminal-input-test)
+  if(TARGET ${t})
+    target_compile_definitions(${t} PRIVATE IMPRESS_BINARY="$<TARGET_FILE:impress>")
+    add_dependencies(${t} impress)
+  endif()
+endforeach()

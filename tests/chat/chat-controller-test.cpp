@@ -3,6 +3,7 @@
 // reopening a saved conversation, retrieval mode's passages, and a document's cache (pin, drop)
 // in a real store. Runs the default model (skips without it); answers are two greedy tokens.
 #include "chat/chat-controller.h"
+#include "chat/passage-index.h"
 #include "tests/support/default-model.h"
 
 #include <gtest/gtest.h>
@@ -270,6 +271,40 @@ TEST_F(ChatControllerTest, RetrievalCarriesPassagesOfAttachedDocumentsOnly) {
   ASSERT_TRUE(controller_->SetRetrieval(false).ok());
   EXPECT_EQ(session_->conversation().documents().size(), 1u);
   EXPECT_EQ(controller_->context_tokens(), Tokens(lighthouse_));
+}
+
+// The passage index file overwritten with random bytes: the next start keeps it aside, says
+// so, and indexes again the documents of every saved conversation (not only the one it opens).
+TEST_F(ChatControllerTest, DamagedPassageIndexIsRebuiltFromSavedConversations) {
+  Start();
+  ASSERT_TRUE(controller_->OpenDatabase(DbPath()).ok());
+  ASSERT_TRUE(controller_->AddDocument(ferry_).ok());
+  ASSERT_TRUE(Ask("When does the ferry leave?").ok());
+  controller_->NewConversation(/*keep_documents=*/false);
+  ASSERT_TRUE(controller_->AddDocument(lighthouse_).ok());
+  ASSERT_TRUE(Ask("Who built the lighthouse?").ok());
+  controller_.reset();
+  const std::string index = DbPath() + ".passages";
+  fs::remove(index + "-wal");
+  fs::remove(index + "-shm");
+  std::string garbage(32 * 1024, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = char((i * 2654435761u) >> 13);
+  std::ofstream(index, std::ios::binary | std::ios::trunc) << garbage;
+
+  Start();
+  ASSERT_TRUE(controller_->OpenDatabase(DbPath()).ok());
+  EXPECT_TRUE(controller_->has_passage_index());
+  EXPECT_TRUE(Contains(notices_, index + " was damaged")) << (notices_.empty() ? "" : notices_.back());
+  controller_.reset();
+  auto idx = persist::PassageIndex::Open(index);
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  auto docs = (*idx)->Documents();
+  ASSERT_TRUE(docs.ok()) << docs.status().ToString();
+  std::vector<std::string> names;
+  for (const auto& d : *docs) names.push_back(d.name);
+  EXPECT_TRUE(Contains(names, "ferry.txt")) << "the older conversation's document was not indexed again";
+  EXPECT_TRUE(Contains(names, "lighthouse.md"));
+  EXPECT_FALSE((*idx)->Search("ferry harbour", 3)->empty());
 }
 
 TEST_F(ChatControllerTest, LeavingRetrievalDetachesWhatNoLongerFits) {

@@ -1,9 +1,12 @@
 // PassageIndex: passages tile documents exactly at paragraph and UTF-8 boundaries; free-text
 // questions never break the FTS5 query; ranking and scores equal an independent bm25 written
-// here from FTS5's definition; budget selection fits and reads in document order.
+// here from FTS5's definition; budget selection fits and reads in document order; a damaged
+// file is moved aside and a new index started.
 #include "chat/passage-index.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -559,6 +563,55 @@ TEST_F(PassageIndexTest, RefusesAForeignFileAndReportsFts5) {
   ASSERT_TRUE(mem.ok()) << mem.status().ToString();
   ASSERT_TRUE((*mem)->Add("k", "n", "in memory zebra").ok());
   EXPECT_EQ((*mem)->Search("zebra", 3)->size(), 1u);
+}
+
+// A file of random bytes where the index should be: Open says it is damaged (not that SQLite
+// lacks FTS5); OpenOrStartOver keeps it under a new name, logs a warning naming both files, and
+// gives a working, empty index. A foreign SQLite file is refused as before, never moved.
+TEST_F(PassageIndexTest, DamagedFileIsMovedAsideAndANewIndexStarted) {
+  std::mt19937 rng(7);
+  std::string garbage(64 * 1024, '\0');
+  for (char& c : garbage) c = char(rng());
+  std::ofstream(path_, std::ios::binary) << garbage;
+
+  auto plain = PassageIndex::Open(path_);
+  ASSERT_FALSE(plain.ok());
+  EXPECT_EQ(plain.status().code(), Status::Code::kCorruption) << plain.status().ToString();
+  EXPECT_EQ(plain.status().message().find("FTS5"), std::string::npos) << plain.status().ToString();
+
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+  spdlog::default_logger()->sinks().push_back(ring);
+  std::string moved_to;
+  auto idx = PassageIndex::OpenOrStartOver(path_, {}, &moved_to);
+  spdlog::default_logger()->sinks().pop_back();
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  ASSERT_FALSE(moved_to.empty());
+  EXPECT_NE(moved_to.find("passages.db.unreadable-"), std::string::npos) << moved_to;
+  std::ifstream kept(moved_to, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), garbage) << "the damaged file is kept as it was";
+  bool logged = false;
+  for (const std::string& line : ring->last_formatted())
+    logged = logged || (line.find(path_) != std::string::npos && line.find(moved_to) != std::string::npos);
+  EXPECT_TRUE(logged) << "no warning naming " << path_ << " and " << moved_to;
+
+  ASSERT_TRUE((*idx)->Add("k", "notes", "the zebra crossed the road").ok());
+  EXPECT_EQ((*idx)->Search("zebra", 3)->size(), 1u);
+  idx->reset();
+  auto again = PassageIndex::OpenOrStartOver(path_, {}, &moved_to);  // healthy now: nothing moved
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(moved_to.empty());
+  EXPECT_EQ((*again)->Search("zebra", 3)->size(), 1u);
+
+  const std::string other = (dir_ / "other.db").string();
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(other.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x);", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  EXPECT_FALSE(PassageIndex::OpenOrStartOver(other, {}, &moved_to).ok());
+  EXPECT_TRUE(moved_to.empty());
+  EXPECT_TRUE(fs::exists(other));
 }
 
 }  // namespace

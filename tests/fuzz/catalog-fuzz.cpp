@@ -86,6 +86,9 @@ PrefixStoreOptions Options(const std::string& dir) {
   // recovery (else the store finds it on the first read, by design) and CheckConsistency, which
   // reads every chunk, must pass.
   o.verify_on_open = true;
+  // An error of the moment (locked, I/O, full) is not retried: the file is the same on every try,
+  // and each pause would slow the run.
+  o.catalog_open_attempts = 1;
   return o;
 }
 

@@ -1,13 +1,15 @@
 // The IMPRESS pipeline on the real default model (skipped when the file is absent; a file that
 // fails to load fails every test, never skips them): equivalences
 // between systems at keep ratio 1, the threshold's extremes, the TTFT breakdown, storing and
-// reusing, and the probe heads' KV heads under GQA. The pure selection math has its own tests
+// reusing, the probe heads' KV heads under GQA, and the fidelity check (exact at keep 1, a known
+// mismatch against a KL divergence computed here). The pure selection math has its own tests
 // (selection-test.cpp), as do the fidelity helpers (fidelity-test.cpp).
 #include "pipeline/impress-pipeline.h"
 
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -659,6 +661,69 @@ TEST_F(PipelineOnModel, FidelityAtFullKeepIsExact) {
   EXPECT_TRUE(f->first_token_match);
   EXPECT_NEAR(f->kl_divergence, 0.0, 1e-9);
   EXPECT_EQ(f->n_continuation_match, 4);
+}
+
+// A known mismatch: IMPRESS keeping one prefix token in a hundred (no sinks, no recent window)
+// against the full prefix KV.
+// The test runs both greedy passes itself and computes the KL divergence in double from the two
+// first-token logit vectors, without the helpers under test; the report must agree with it and
+// show the difference (a check that always said "match, KL 0" fails here).
+TEST_F(PipelineOnModel, FidelityReportsAKnownMismatchAndItsKl) {
+  const PromptTokens p = Prompt("What is the GPL?");
+  Ingest(p);
+  PipelineSettings s;
+  s.keep = 0.01f;
+  s.sinks = 0;
+  s.recent = 0;
+  s.report_importance = false;
+  PipelineSettings full = s;  // what CheckFidelity compares with: AS-like over the whole prefix
+  full.system = SystemKind::kAsLike;
+  full.keep = 1.0f;
+  constexpr int kContinue = 6;
+  // Greedy by hand: the first token's logits and kContinue argmax tokens.
+  auto greedy = [&](const PipelineSettings& ps, std::vector<float>* first, std::vector<int32_t>* toks) {
+    std::vector<float> logits;
+    auto r = pipe_->Prefill({p.tokens, p.n_prefix}, ps, kContinue, &logits);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    *first = logits;
+    for (int i = 0; i < kContinue; ++i) {
+      toks->push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      if (i + 1 < kContinue) {
+        ASSERT_TRUE(pipe_->Decode(toks->back(), &logits).ok());
+      }
+    }
+  };
+  std::vector<float> first_sel, first_full;
+  std::vector<int32_t> toks_sel, toks_full;
+  greedy(s, &first_sel, &toks_sel);
+  greedy(full, &first_full, &toks_full);
+  ASSERT_EQ(first_sel.size(), first_full.size());
+  // KL(full || selective) = sum_i p_i (ln p_i - ln q_i), softmax in double with the max subtracted.
+  auto log_probs = [](const std::vector<float>& x) {
+    const double mx = *std::max_element(x.begin(), x.end());
+    double z = 0;
+    for (float v : x) z += std::exp(double(v) - mx);
+    std::vector<double> out;
+    for (float v : x) out.push_back(double(v) - mx - std::log(z));
+    return out;
+  };
+  const std::vector<double> lp = log_probs(first_full), lq = log_probs(first_sel);
+  double kl = 0;
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+  int n_equal = 0;
+  while (n_equal < kContinue && toks_sel[size_t(n_equal)] == toks_full[size_t(n_equal)]) ++n_equal;
+  // The case is a mismatch: keeping 1% of the prefix changes the distribution and the answer.
+  ASSERT_GT(kl, 1e-3);
+  ASSERT_LT(n_equal, kContinue);
+
+  auto f = CheckFidelity(*pipe_, {p.tokens, p.n_prefix}, s, kContinue);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_NEAR(f->kl_divergence, kl, 1e-6 * std::max(1.0, kl));
+  EXPECT_EQ(f->first_token, toks_sel[0]);
+  EXPECT_EQ(f->first_token_full, toks_full[0]);
+  EXPECT_EQ(f->first_token_match, toks_sel[0] == toks_full[0]);
+  EXPECT_EQ(f->n_continuation, kContinue);
+  EXPECT_EQ(f->n_continuation_match, n_equal);
 }
 
 }  // namespace
