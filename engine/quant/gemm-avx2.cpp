@@ -88,7 +88,75 @@ void RowPairs(const PackedPanel& p, const GemmActivations& x, int n_valid, float
   }
 }
 
+// The small-batch kernel: weight rows [r0, r0 + 2) of a decoded strip times 8-row lane vectors
+// [v0, v0 + 2) of x (lanes = activation rows; vector v is half v % 2 of lane group v / 2), H
+// spans per group; out[r * ldo + 8 v + l]. 12 of the 16 registers.
+template <int H>
+void StripTile(const DecodedStrip& w, const GemmActivations& x, int r0, int v0, float* out, int64_t ldo) {
+  constexpr int RW = 2, V = 2;
+  const int64_t nb = w.k / kQK32, n_spans = nb * H;
+  const float* lane_ds = H == 1 ? x.LaneDSum() : x.LaneDSum16();
+  const __m256i ones = _mm256_set1_epi16(1);
+  // Offset of vector v's lanes in a lane group's 16 (x 4 bytes for the quads).
+  int64_t group[V], half[V];
+  for (int v = 0; v < V; ++v) {
+    group[v] = (v0 + v) / 2;
+    half[v] = 8 * ((v0 + v) % 2);
+  }
+  __m256 f[RW][V];
+  for (int r = 0; r < RW; ++r)
+    for (int v = 0; v < V; ++v) f[r][v] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < nb; ++g) {
+    for (int h = 0; h < H; ++h) {
+      __m256i s[RW][V];
+      for (int r = 0; r < RW; ++r)
+        for (int v = 0; v < V; ++v) s[r][v] = _mm256_setzero_si256();
+      for (int q = h * 8 / H; q < (h + 1) * 8 / H; ++q) {
+        __m256i av[V];
+        for (int v = 0; v < V; ++v)
+          av[v] = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(x.LaneQs() + ((group[v] * nb + g) * 8 + q) * 64 + 4 * half[v]));
+        for (int r = 0; r < RW; ++r) {
+          int32_t quad;
+          std::memcpy(&quad, w.u + (r0 + r) * w.k + 32 * g + 4 * q, 4);
+          const __m256i wv = _mm256_set1_epi32(quad);
+          for (int v = 0; v < V; ++v)
+            s[r][v] = _mm256_add_epi32(s[r][v], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av[v]), ones));
+        }
+      }
+      const int64_t span = g * H + h;
+      for (int v = 0; v < V; ++v) {
+        const __m256 da = _mm256_loadu_ps(x.LaneD() + (group[v] * nb + g) * 16 + half[v]);
+        const __m256 ds = _mm256_loadu_ps(lane_ds + (group[v] * n_spans + span) * 16 + half[v]);
+        for (int r = 0; r < RW; ++r) {
+          const __m256 dw = _mm256_set1_ps(w.dw[(r0 + r) * n_spans + span]);
+          const __m256 mw = _mm256_set1_ps(w.mw[(r0 + r) * n_spans + span]);
+          f[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][v]), _mm256_mul_ps(dw, da), f[r][v]);
+          f[r][v] = _mm256_fmadd_ps(mw, ds, f[r][v]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < RW; ++r)
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + (r0 + r) * ldo + 8 * (v0 + v), f[r][v]);
+}
+
+template <int H>
+void StripTiles(const DecodedStrip& w, const GemmActivations& x, float* out, int64_t ldo) {
+  static_assert(kStripRows % 2 == 0);
+  for (int v = 0; v < 2 * x.n_lane_groups(); v += 2)
+    for (int r = 0; r < kStripRows; r += 2) StripTile<H>(w, x, r, v, out, ldo);
+}
+
 }  // namespace
+
+void GemmStripAvx2(const DecodedStrip& w, const GemmActivations& x, float* out, int64_t ldo) {
+  if (w.halves == 2) {
+    StripTiles<2>(w, x, out, ldo);
+  } else {
+    StripTiles<1>(w, x, out, ldo);
+  }
+}
 
 void GemmPanelAvx2(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy) {
   if (p.halves == 2) {
