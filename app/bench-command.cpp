@@ -516,7 +516,8 @@ void RegisterKernelBench(CLI::App* bench, int* exit_code) {
   CLI::App* cmd = bench->add_subcommand("kernels", "quantized GEMV weight bandwidth per type and SIMD path");
   cmd->add_flag("--json", ka->json, "print JSON");
   cmd->add_option("--seconds", ka->seconds, "seconds per measurement")->check(CLI::Range(0.01, 60.0));
-  cmd->add_flag("--gemm", ka->gemm, "the prefill GEMM (512 rows) instead: GFLOP/s against OpenBLAS sgemm");
+  cmd->add_flag("--gemm", ka->gemm,
+                "the prefill GEMM (512 rows; 16-512 on Qwen2.5-1.5B shapes) instead: GFLOP/s against OpenBLAS sgemm");
   cmd->callback([=] {
     using namespace quant;
     if (ka->gemm) {

@@ -89,27 +89,30 @@ void RowGroups(const PackedPanel& p, const GemmActivations& x, int n_valid, floa
 }
 
 // The small-batch kernel: weight rows [r0, r0 + RW) of a decoded strip times lane groups
-// [v0, v0 + V) of x (lanes = activation rows), H spans per group; out[r * ldo + 16 v + l].
+// [v0, v0 + V) of x (lanes = activation rows) over groups [g0, g1), H spans per group, into
+// out[r * ldo + 16 v + l] (adding onto what it holds when `more`: the same fp32 sequence).
 // Registers: RW * V int32 block sums + RW * V fp32 accumulators + V activation vectors, <= 26.
 template <int RW, int V, int H>
-void StripTile(const DecodedStrip& w, const GemmActivations& x, int r0, int v0, float* out, int64_t ldo) {
+void StripTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, int r0, int v0, float* out,
+               int64_t ldo) {
   const int64_t nb = w.k / kQK32, n_spans = nb * H;
   const float* lane_ds = H == 1 ? x.LaneDSum() : x.LaneDSum16();
   __m512 f[RW][V];
   for (int r = 0; r < RW; ++r)
-    for (int v = 0; v < V; ++v) f[r][v] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < nb; ++g) {
+    for (int v = 0; v < V; ++v)
+      f[r][v] = c.more ? _mm512_loadu_ps(out + (r0 + r) * ldo + 16 * (v0 + v)) : _mm512_setzero_ps();
+  for (int64_t g = c.g0; g < c.g1; ++g) {
     for (int h = 0; h < H; ++h) {
       __m512i s[RW][V];
       for (int r = 0; r < RW; ++r)
         for (int v = 0; v < V; ++v) s[r][v] = _mm512_setzero_si512();
+#pragma GCC unroll 8
       for (int q = h * 8 / H; q < (h + 1) * 8 / H; ++q) {
         __m512i av[V];
         for (int v = 0; v < V; ++v) av[v] = _mm512_loadu_si512(x.LaneQs() + (((v0 + v) * nb + g) * 8 + q) * 64);
         for (int r = 0; r < RW; ++r) {
-          int32_t quad;
-          std::memcpy(&quad, w.u + (r0 + r) * w.k + 32 * g + 4 * q, 4);
-          const __m512i wv = _mm512_set1_epi32(quad);
+          // A memory broadcast: a load, no shuffle.
+          const __m512i wv = _mm512_broadcastd_epi32(_mm_loadu_si32(w.u + (r0 + r) * w.k + 32 * g + 4 * q));
           for (int v = 0; v < V; ++v) s[r][v] = _mm512_dpbusd_epi32(s[r][v], wv, av[v]);
         }
       }
@@ -132,30 +135,30 @@ void StripTile(const DecodedStrip& w, const GemmActivations& x, int r0, int v0, 
 
 // The whole strip against every lane group, in tiles that fit the registers.
 template <int H>
-void StripTiles(const DecodedStrip& w, const GemmActivations& x, float* out, int64_t ldo) {
+void StripTiles(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo) {
   static_assert(kStripRows == 8);
-  switch (x.n_lane_groups()) {
-    case 1: StripTile<8, 1, H>(w, x, 0, 0, out, ldo); break;
+  int v = 0;
+  for (; v + 4 <= x.n_lane_groups(); v += 4)
+    for (int r = 0; r < 8; r += 2) StripTile<2, 4, H>(w, x, c, r, v, out, ldo);
+  switch (x.n_lane_groups() - v) {
+    case 1: StripTile<8, 1, H>(w, x, c, 0, v, out, ldo); break;
     case 2:
-      for (int r = 0; r < 8; r += 4) StripTile<4, 2, H>(w, x, r, 0, out, ldo);
+      for (int r = 0; r < 8; r += 4) StripTile<4, 2, H>(w, x, c, r, v, out, ldo);
       break;
     case 3:
-      for (int r = 0; r < 8; r += 2) StripTile<2, 3, H>(w, x, r, 0, out, ldo);
+      for (int r = 0; r < 8; r += 2) StripTile<2, 3, H>(w, x, c, r, v, out, ldo);
       break;
-    default:
-      for (int v = 0; v + 4 <= x.n_lane_groups(); v += 4)
-        for (int r = 0; r < 8; r += 2) StripTile<2, 4, H>(w, x, r, v, out, ldo);
-      break;
+    default: break;
   }
 }
 
 }  // namespace
 
-void GemmStripAvx512(const DecodedStrip& w, const GemmActivations& x, float* out, int64_t ldo) {
+void GemmStripAvx512(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo) {
   if (w.halves == 2) {
-    StripTiles<2>(w, x, out, ldo);
+    StripTiles<2>(w, x, c, out, ldo);
   } else {
-    StripTiles<1>(w, x, out, ldo);
+    StripTiles<1>(w, x, c, out, ldo);
   }
 }
 

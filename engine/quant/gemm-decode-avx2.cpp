@@ -74,8 +74,8 @@ void DecodeRow(const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, floa
         const __m256i c0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
         const __m256i c1 = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
         const __m256i c2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2));
-        const __m256i c3 =
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+        const __m256i c3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
         Store32(u + 128 * h, c0);
         Store32(u + 128 * h + 32, c1);
         Store32(u + 128 * h + 64, c2);

@@ -147,10 +147,13 @@ void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
     const gemm_internal::DecodedStrip strip{u.data(), dw.data(), mw.data(), k, halves};
     for (const GemmActivations* set : {&x, lo}) {
       if (!set) continue;
-      if (path == KernelPath::kAvx512) {
-        gemm_internal::GemmStripAvx512(strip, *set, out.data(), ldo);
-      } else {
-        gemm_internal::GemmStripAvx2(strip, *set, out.data(), ldo);
+      for (int64_t g0 = 0; g0 < n_groups; g0 += gemm_internal::kStripChunkGroups) {
+        const gemm_internal::StripChunk chunk{g0, std::min(n_groups, g0 + gemm_internal::kStripChunkGroups), g0 > 0};
+        if (path == KernelPath::kAvx512) {
+          gemm_internal::GemmStripAvx512(strip, *set, chunk, out.data(), ldo);
+        } else {
+          gemm_internal::GemmStripAvx2(strip, *set, chunk, out.data(), ldo);
+        }
       }
       const float b = set == &x ? beta : 1.0f;  // the residual set adds onto the first's products
       for (int i = 0; i < x.m(); ++i) {
@@ -184,8 +187,9 @@ Status GemmActivations::Reset(int m, int64_t k, bool residual) {
   blocks_.resize(size_t(m) * size_t(k / kQK32));
   dsum_.resize(blocks_.size());
   dsum16_.resize(2 * blocks_.size());
-  // The lane layout for small batches; zero, so that the padding rows multiply to 0.
-  const size_t lane_blocks = m <= kGemmLaneRows ? size_t((m + 15) / 16) * size_t(k / kQK32) : 0;
+  // The lane layout (small batches, and every batch on AVX2); zero, so that the padding rows
+  // multiply to 0.
+  const size_t lane_blocks = size_t((m + 15) / 16) * size_t(k / kQK32);
   lane_qs_.assign(lane_blocks * 512, 0);
   lane_d_.assign(lane_blocks * 16, 0.0f);
   lane_dsum_.assign(lane_blocks * 16, 0.0f);
@@ -206,7 +210,6 @@ void GemmActivations::QuantizeRows(const float* x, int64_t ldx, int i0, int i1) 
 }
 
 void GemmActivations::InterleaveRow(int i) {
-  if (lane_qs_.empty()) return;
   const int64_t nb = k_ / kQK32, v = i / 16, l = i % 16;
   const ActBlock32* b = Row(i);
   for (int64_t g = 0; g < nb; ++g) {
@@ -265,7 +268,9 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
     if (lo) GemmScalar(w, *lo, r0, r1, 1.0f, y, ldy);
     return Status::Ok();
   }
-  if (x.n_lane_groups() > 0) {
+  // AVX2 takes strips at every batch size: its panel kernel (vpmaddubsw, 2 rows at a time) is
+  // slower than the strips even at 512 rows.
+  if (x.m() <= kGemmLaneRows || path == KernelPath::kAvx2) {
     GemmStrips(w, x, r0, r1, beta, y, ldy, path);
     return Status::Ok();
   }
@@ -278,18 +283,14 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   scale.resize(size_t(n_groups * halves) * 64);
   for (int64_t p0 = r0; p0 < r1; p0 += kGemmPanel) {
     const int n_valid = int(std::min(kGemmPanel, r1 - p0));
-    if (path != KernelPath::kAvx512 || !gemm_internal::PackPanelAvx512(w.type, w.data + p0 * w.RowBytes(), w.RowBytes(),
-                                                                       n_valid, n_groups, data.data(), scale.data()))
+    if (!gemm_internal::PackPanelAvx512(w.type, w.data + p0 * w.RowBytes(), w.RowBytes(), n_valid, n_groups,
+                                        data.data(), scale.data()))
       ForType<PackPanelOp>(w.type, w, p0, n_valid, data.data(), scale.data());
     const PackedPanel panel{data.data(), scale.data(), n_groups, halves};
     for (const GemmActivations* set : {&x, lo}) {
       if (!set) continue;
       const float b = set == &x ? beta : 1.0f;  // the residual set adds onto the first's products
-      if (path == KernelPath::kAvx512) {
-        gemm_internal::GemmPanelAvx512(panel, *set, n_valid, b, y + p0, ldy);
-      } else {
-        gemm_internal::GemmPanelAvx2(panel, *set, n_valid, b, y + p0, ldy);
-      }
+      gemm_internal::GemmPanelAvx512(panel, *set, n_valid, b, y + p0, ldy);
     }
   }
   return Status::Ok();

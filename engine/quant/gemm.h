@@ -20,7 +20,7 @@
 //
 // Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K (K-quants per 32-element sub-block) and Q6_K
 // (per 16 elements: two block sums per group, each with its own scale). Paths: scalar, AVX-512
-// VNNI, and AVX2 (2 activation rows x 16 weight rows; every type but Q8_0, see gemm-avx2.cpp);
+// VNNI, and AVX2 (strips at every batch size; every type but Q8_0, see gemm-avx2.cpp);
 // what a path lacks (and F16, BF16) is for the caller's fp32 fallback.
 //
 // Thread contract: GemmActivations is written by Reset/QuantizeRows (threads may quantize
@@ -39,7 +39,8 @@ namespace impress::quant {
 // Weight rows packed and multiplied together; splitting work at multiples of it avoids padding.
 inline constexpr int64_t kGemmPanel = 32;
 // Activation rows up to which GemmRows takes the small-batch path (interleaved activations,
-// weight rows decoded once into strips); beyond, panels are packed once and serve more rows.
+// weight rows decoded once into strips); beyond, panels are packed once and serve more rows
+// (AVX-512; AVX2 runs strips at every size).
 inline constexpr int kGemmLaneRows = 64;
 
 // True when GemmRows computes `type` on `path` (the path must also run on this CPU).
@@ -65,12 +66,11 @@ class GemmActivations {
   // d * sum(qs[16h .. 16h + 15]) of block b at [2b + h].
   const float* DSum16(int i) const { return dsum16_.data() + int64_t(i) * (k_ / 16); }
 
-  // The same rows interleaved for the small-batch kernels (m <= kGemmLaneRows, else empty), in
-  // lane groups of 16 rows (rows past m are zero): for lane group v and block b (nb = k / 32),
-  // LaneQs holds at ((v * nb + b) * 8 + q) * 64 + 4 * l the quad q (elements 4q..4q+3) of row
-  // 16v + l; LaneD, LaneDSum at (v * nb + b) * 16 + l that row's d and d * sum; LaneDSum16 at
+  // The same rows interleaved for the small-batch kernels, in lane groups of 16 rows (rows past m are zero): for lane
+  // group v and block b (nb = k / 32), LaneQs holds at ((v * nb + b) * 8 + q) * 64 + 4 * l the quad q (elements
+  // 4q..4q+3) of row 16v + l; LaneD, LaneDSum at (v * nb + b) * 16 + l that row's d and d * sum; LaneDSum16 at
   // ((v * nb + b) * 2 + h) * 16 + l its half sums.
-  int n_lane_groups() const { return lane_qs_.empty() ? 0 : (m_ + 15) / 16; }
+  int n_lane_groups() const { return (m_ + 15) / 16; }
   const int8_t* LaneQs() const { return lane_qs_.data(); }
   const float* LaneD() const { return lane_d_.data(); }
   const float* LaneDSum() const { return lane_dsum_.data(); }
@@ -126,11 +126,20 @@ struct DecodedStrip {
 // bit, in AVX2: u[32 g + e], dw and mw of group g's half h at g * halves + h.
 void DecodeRowAvx2(WeightType type, const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, float* mw);
 
-// Rows [0, kStripRows) of a decoded strip times every activation row of x (x.n_lane_groups() > 0):
-// out[r * ldo + i] for activation rows i < 16 * x.n_lane_groups() (the padding rows get 0), the
-// AVX-512 and AVX2 kernels.
-void GemmStripAvx512(const DecodedStrip& w, const GemmActivations& x, float* out, int64_t ldo);
-void GemmStripAvx2(const DecodedStrip& w, const GemmActivations& x, float* out, int64_t ldo);
+// Groups [g0, g1) of a strip's rows; `more`: the output already holds groups [0, g0). The
+// kernels take a strip in chunks of kStripChunkGroups, so that a chunk's activations (up to 64
+// rows) and weights stay in L1.
+inline constexpr int64_t kStripChunkGroups = 16;
+struct StripChunk {
+  int64_t g0, g1;
+  bool more;
+};
+
+// Rows [0, kStripRows) of a decoded strip times every activation row of x
+// over one chunk: out[r * ldo + i] for activation rows i < 16 * x.n_lane_groups() (the padding
+// rows get 0), the AVX-512 and AVX2 kernels.
+void GemmStripAvx512(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo);
+void GemmStripAvx2(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo);
 
 // Packs rows [0, n_valid) of `rows` (row_bytes apart) as the scalar packer does, bit for bit, for
 // Q4_0, Q4_1 and Q8_0 (16 rows at a time with gathers); false (nothing written) for other types.
@@ -141,9 +150,8 @@ bool PackPanelAvx512(WeightType type, const uint8_t* rows, int64_t row_bytes, in
 // half h) for each block, in AVX-512.
 void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum, float* dsum16);
 
-// out[i * ldy + r] for rows i of x and panel rows r < n_valid (the AVX-512 and AVX2 kernels).
+// out[i * ldy + r] for rows i of x and panel rows r < n_valid (the AVX-512 kernel).
 void GemmPanelAvx512(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy);
-void GemmPanelAvx2(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy);
 
 }  // namespace gemm_internal
 
