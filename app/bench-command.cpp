@@ -82,6 +82,11 @@ int RunCpuEngineBench(const Model& model, const ForwardTimingOptions& forward, i
                              {"prefill_tokens_long", r->speed.n_prefill_long},
                              {"prefill_tok_s_512", r->speed.prefill_tok_s_short},
                              {"prefill_tok_s_4096", r->speed.prefill_tok_s_long},
+                             {"prefill_tok_s_16", r->prefill_tok_s_16},
+                             {"prefill_tok_s_32", r->prefill_tok_s_32},
+                             {"prefill_tok_s_64", r->prefill_tok_s_64},
+                             {"question_gflops", r->question_gflops},
+                             {"question_gflops_frac", r->question_gflops_frac},
                              {"decode_tok_s", r->speed.decode_tok_s},
                              {"decode_cpu_ms_per_token", r->speed.decode_cpu_ms_per_token},
                              {"decode_ctx_tokens", r->speed.n_decode_ctx},
@@ -511,7 +516,8 @@ void RegisterKernelBench(CLI::App* bench, int* exit_code) {
   CLI::App* cmd = bench->add_subcommand("kernels", "quantized GEMV weight bandwidth per type and SIMD path");
   cmd->add_flag("--json", ka->json, "print JSON");
   cmd->add_option("--seconds", ka->seconds, "seconds per measurement")->check(CLI::Range(0.01, 60.0));
-  cmd->add_flag("--gemm", ka->gemm, "the prefill GEMM (512 rows) instead: GFLOP/s against OpenBLAS sgemm");
+  cmd->add_flag("--gemm", ka->gemm,
+                "the prefill GEMM (512 rows; 16-512 on Qwen2.5-1.5B shapes) instead: GFLOP/s against OpenBLAS sgemm");
   cmd->callback([=] {
     using namespace quant;
     if (ka->gemm) {

@@ -15,6 +15,7 @@
 
 #include "bench/forward-timing.h"
 #include "engine/compute/cpu-backend.h"
+#include "engine/compute/forward.h"
 
 namespace impress {
 
@@ -49,6 +50,27 @@ double MeasureSgemm(const ModelConfig& c, int m) {
       flops += 2.0 * m * s.n * s.k;
     }
     best = std::max(best, flops / SecondsSince(t0) / 1e9);
+  }
+  return best;
+}
+
+// Tokens/s and counted FLOP/s of the fastest of n_runs prefills of n tokens from an empty cache.
+struct PrefillRate {
+  double tok_s = 0, flop_s = 0;
+};
+Result<PrefillRate> TimePrefill(Generator& gen, Backend& backend, int n, int n_runs, int n_vocab) {
+  std::vector<int32_t> toks(static_cast<size_t>(n));
+  std::mt19937 rng(static_cast<uint32_t>(n));
+  for (auto& t : toks) t = int32_t(rng() % uint32_t(n_vocab));
+  std::vector<float> logits;
+  PrefillRate best;
+  for (int rep = 0; rep < n_runs; ++rep) {
+    gen.Reset();
+    backend.ResetFlops();
+    const auto t0 = std::chrono::steady_clock::now();
+    IMPRESS_RETURN_IF_ERROR(gen.Eval(toks, &logits));
+    const double s = SecondsSince(t0);
+    if (n / s > best.tok_s) best = PrefillRate{n / s, backend.Flops() / s};
   }
   return best;
 }
@@ -95,11 +117,24 @@ Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBen
   r.n_threads = o.n_threads;
   auto backend = MakeCpuBackend({o.n_threads});
   r.kernel_path = backend->KernelPath();
-  const int n_steps = 5;
+  const int n_steps = 6;
   IMPRESS_ASSIGN_OR_RETURN(r.speed, TimeForward(model, *backend, o.forward, o.progress, n_steps));
   r.prefill_gflops = r.speed.prefill_flop_s / 1e9;
 
-  IMPRESS_RETURN_IF_ERROR(BenchStep(o.progress, 4, n_steps, "sgemm"));
+  IMPRESS_RETURN_IF_ERROR(BenchStep(o.progress, 4, n_steps, "small batches"));
+  {
+    IMPRESS_ASSIGN_OR_RETURN(auto gen, Generator::Create(model, *backend, {64, o.forward.ubatch}));
+    const int n_runs = std::max(3, o.forward.repeats);
+    double* const tok_s[] = {&r.prefill_tok_s_16, &r.prefill_tok_s_32, &r.prefill_tok_s_64};
+    for (int i = 0; i < 3; ++i) {
+      const int n = 16 << i;
+      IMPRESS_ASSIGN_OR_RETURN(const PrefillRate rate, TimePrefill(*gen, *backend, n, n_runs, c.n_vocab));
+      *tok_s[i] = rate.tok_s;
+      if (n == 32) r.question_gflops = rate.flop_s / 1e9;
+    }
+    if (r.prefill_gflops > 0) r.question_gflops_frac = r.question_gflops / r.prefill_gflops;
+  }
+  IMPRESS_RETURN_IF_ERROR(BenchStep(o.progress, 5, n_steps, "sgemm"));
   SetBlasThreads(o.n_threads);
   r.sgemm_gflops = MeasureSgemm(c, std::min(o.forward.ubatch, r.speed.n_prefill_short));
   r.prefill_vs_sgemm = r.sgemm_gflops > 0 ? r.prefill_gflops / r.sgemm_gflops : 0;
@@ -116,12 +151,14 @@ Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBen
   if (r.speed.n_decode_ctx == 8000) r.decode_tok_s_8k = r.speed.decode_tok_s_long_ctx;
   IMPRESS_RETURN_IF_ERROR(BenchStep(o.progress, n_steps, n_steps, "done"));
   spdlog::info(
-      "engine bench: prefill {:.0f} tok/s @{} , {:.0f} tok/s @{}, decode {:.1f} tok/s ({:.1f} @{}), prefill "
+      "engine bench: prefill {:.0f} tok/s @{} , {:.0f} tok/s @{}, {:.1f}/{:.1f}/{:.1f} tok/s @16/32/64 ({:.2f} of "
+      "the GFLOP/s @32), decode {:.1f} tok/s ({:.1f} @{}), prefill "
       "{:.1f} GFLOP/s vs sgemm {:.1f} GFLOP/s, peak RSS {:.0f} MB, kernels {}, memory {:.1f} GB/s (decode at {:.2f} "
       "of it)",
       r.speed.prefill_tok_s_short, r.speed.n_prefill_short, r.speed.prefill_tok_s_long, r.speed.n_prefill_long,
-      r.speed.decode_tok_s, r.speed.decode_tok_s_long_ctx, r.speed.n_decode_ctx, r.prefill_gflops, r.sgemm_gflops,
-      r.peak_rss_mb, r.kernel_path, r.mem_bw_gbs, r.decode_bw_fraction);
+      r.prefill_tok_s_16, r.prefill_tok_s_32, r.prefill_tok_s_64, r.question_gflops_frac, r.speed.decode_tok_s,
+      r.speed.decode_tok_s_long_ctx, r.speed.n_decode_ctx, r.prefill_gflops, r.sgemm_gflops, r.peak_rss_mb,
+      r.kernel_path, r.mem_bw_gbs, r.decode_bw_fraction);
   return r;
 }
 

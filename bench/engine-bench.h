@@ -6,6 +6,9 @@
 // (forward-timing.h), the achieved prefill GFLOP/s (the floating point operations the backend
 // actually performed, attention included, over the 512-token prefill time) and peak RSS
 // (getrusage), and decode measured against a memory-bandwidth probe run afterwards (fields below).
+// Small batches (a follow-up question, a chat turn): prefill tokens/s at 16, 32 and 64 tokens
+// from an empty cache (best of max(repeats, 3)), and the GFLOP/s at 32 tokens against the short
+// prefill's.
 //
 // Thread contract: runs on the calling thread (plus the backend's workers); sets the
 // process-global OpenBLAS thread count.
@@ -50,6 +53,9 @@ struct EngineBenchResult {
   double model_file_mb = 0;    // options.model_file_bytes, or weights_mb
   double rss_vs_file_kv = 0;   // peak_rss_mb / (model_file_mb + kv_cache_mb), before the probe
   double decode_tok_s_8k = 0;  // speed.decode_tok_s_long_ctx when that context was 8,000 tokens
+  double prefill_tok_s_16 = 0, prefill_tok_s_32 = 0, prefill_tok_s_64 = 0;
+  double question_gflops = 0;       // achieved GFLOP/s of the 32-token prefill
+  double question_gflops_frac = 0;  // question_gflops / prefill_gflops (0 when either is)
 };
 
 // GB/s of n_threads threads reading disjoint parts of a `bytes` buffer (touched first), best of

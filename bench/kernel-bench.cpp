@@ -4,8 +4,10 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -143,20 +145,33 @@ Result<std::vector<KernelBenchRow>> RunKernelBenchmark(double min_seconds) {
 
 Result<std::vector<GemmBenchRow>> RunGemmBenchmark(double min_seconds) {
   SetBlasThreads(1);
-  const WeightType types[] = {WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ8_0,
-                              WeightType::kQ6_K};
-  // n (weight rows), k: SmolLM2-135M's (no K-quant fits 576 columns) and Llama-3.2-1B's q.
-  const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {2048, 2048}};
-  constexpr int64_t m = 512;
+  struct Case {
+    int64_t m, n, k;
+    std::vector<WeightType> types;
+  };
+  // n (weight rows), k: SmolLM2-135M's (no K-quant fits 576 columns) and Llama-3.2-1B's q at 512
+  // rows; then Qwen2.5-1.5B's q/o, up/gate (Q4_K) and down (Q6_K in Q4_K_M files) at the small
+  // batches of a question (16, 32, 64 rows) and at 512.
+  const std::vector<WeightType> types = {WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ8_0,
+                                         WeightType::kQ6_K};
+  std::vector<Case> cases;
+  for (const auto& shape :
+       std::initializer_list<std::array<int64_t, 2>>{{576, 576}, {1536, 576}, {576, 1536}, {2048, 2048}})
+    cases.push_back({512, shape[0], shape[1], types});
+  for (int64_t m : {16, 32, 64, 512}) {
+    cases.push_back({m, 1536, 1536, {WeightType::kQ4_K}});
+    cases.push_back({m, 8960, 1536, {WeightType::kQ4_K}});
+    cases.push_back({m, 1536, 8960, {WeightType::kQ6_K}});
+  }
   const KernelPath path = ActiveKernelPath();
   std::vector<GemmBenchRow> rows;
-  for (const auto& shape : shapes) {
-    const int64_t n = shape[0], k = shape[1];
+  for (const Case& c : cases) {
+    const int64_t m = c.m, n = c.n, k = c.k;
     std::mt19937 rng(11);
     std::normal_distribution<float> normal;
     std::vector<float> x(size_t(m * k)), y(size_t(m * n));
     for (float& v : x) v = normal(rng);
-    for (WeightType t : types) {
+    for (WeightType t : c.types) {
       if (k % BlockElements(t) != 0) continue;
       WeightMatrix w{t, nullptr, n, k};
       const std::vector<uint8_t> data = RandomMatrix(t, n * w.RowBytes());

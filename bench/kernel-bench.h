@@ -63,7 +63,8 @@ struct GemmBenchRow {
 
 // SmolLM2-135M's projection shapes (576 -> 576, 576 -> 1536, 1536 -> 576) and Llama-3.2-1B's
 // 2048 x 2048 at m = 512 rows, for Q4_1, Q4_K, Q5_K, Q8_0 and Q6_K where the width is whole
-// blocks. Sets OpenBLAS to one thread.
+// blocks; then Qwen2.5-1.5B's 1536 x 1536 and 8960 x 1536 (Q4_K) and 1536 x 8960 (Q6_K) at m =
+// 16, 32, 64 (the small-batch path) and 512. Sets OpenBLAS to one thread.
 Result<std::vector<GemmBenchRow>> RunGemmBenchmark(double min_seconds = 0.3);
 
 }  // namespace impress::quant

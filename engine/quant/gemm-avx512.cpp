@@ -88,7 +88,79 @@ void RowGroups(const PackedPanel& p, const GemmActivations& x, int n_valid, floa
   }
 }
 
+// The small-batch kernel: weight rows [r0, r0 + RW) of a decoded strip times lane groups
+// [v0, v0 + V) of x (lanes = activation rows) over groups [g0, g1), H spans per group, into
+// out[r * ldo + 16 v + l] (adding onto what it holds when `more`: the same fp32 sequence).
+// Registers: RW * V int32 block sums + RW * V fp32 accumulators + V activation vectors, <= 26.
+template <int RW, int V, int H>
+void StripTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, int r0, int v0, float* out,
+               int64_t ldo) {
+  const int64_t nb = w.k / kQK32, n_spans = nb * H;
+  const float* lane_ds = H == 1 ? x.LaneDSum() : x.LaneDSum16();
+  __m512 f[RW][V];
+  for (int r = 0; r < RW; ++r)
+    for (int v = 0; v < V; ++v)
+      f[r][v] = c.more ? _mm512_loadu_ps(out + (r0 + r) * ldo + 16 * (v0 + v)) : _mm512_setzero_ps();
+  for (int64_t g = c.g0; g < c.g1; ++g) {
+    for (int h = 0; h < H; ++h) {
+      __m512i s[RW][V];
+      for (int r = 0; r < RW; ++r)
+        for (int v = 0; v < V; ++v) s[r][v] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int q = h * 8 / H; q < (h + 1) * 8 / H; ++q) {
+        __m512i av[V];
+        for (int v = 0; v < V; ++v) av[v] = _mm512_loadu_si512(x.LaneQs() + (((v0 + v) * nb + g) * 8 + q) * 64);
+        for (int r = 0; r < RW; ++r) {
+          // A memory broadcast: a load, no shuffle.
+          const __m512i wv = _mm512_broadcastd_epi32(_mm_loadu_si32(w.u + (r0 + r) * w.k + 32 * g + 4 * q));
+          for (int v = 0; v < V; ++v) s[r][v] = _mm512_dpbusd_epi32(s[r][v], wv, av[v]);
+        }
+      }
+      const int64_t span = g * H + h;
+      for (int v = 0; v < V; ++v) {
+        const __m512 da = _mm512_loadu_ps(x.LaneD() + ((v0 + v) * nb + g) * 16);
+        const __m512 ds = _mm512_loadu_ps(lane_ds + ((v0 + v) * n_spans + span) * 16);
+        for (int r = 0; r < RW; ++r) {
+          const __m512 dw = _mm512_set1_ps(w.dw[(r0 + r) * n_spans + span]);
+          const __m512 mw = _mm512_set1_ps(w.mw[(r0 + r) * n_spans + span]);
+          f[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][v]), _mm512_mul_ps(dw, da), f[r][v]);
+          f[r][v] = _mm512_fmadd_ps(mw, ds, f[r][v]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < RW; ++r)
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(out + (r0 + r) * ldo + 16 * (v0 + v), f[r][v]);
+}
+
+// The whole strip against every lane group, in tiles that fit the registers.
+template <int H>
+void StripTiles(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo) {
+  static_assert(kStripRows == 8);
+  int v = 0;
+  for (; v + 4 <= x.n_lane_groups(); v += 4)
+    for (int r = 0; r < 8; r += 2) StripTile<2, 4, H>(w, x, c, r, v, out, ldo);
+  switch (x.n_lane_groups() - v) {
+    case 1: StripTile<8, 1, H>(w, x, c, 0, v, out, ldo); break;
+    case 2:
+      for (int r = 0; r < 8; r += 4) StripTile<4, 2, H>(w, x, c, r, v, out, ldo);
+      break;
+    case 3:
+      for (int r = 0; r < 8; r += 2) StripTile<2, 3, H>(w, x, c, r, v, out, ldo);
+      break;
+    default: break;
+  }
+}
+
 }  // namespace
+
+void GemmStripAvx512(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo) {
+  if (w.halves == 2) {
+    StripTiles<2>(w, x, c, out, ldo);
+  } else {
+    StripTiles<1>(w, x, c, out, ldo);
+  }
+}
 
 bool PackPanelAvx512(WeightType type, const uint8_t* rows, int64_t row_bytes, int n_valid, int64_t n_groups,
                      uint8_t* data, float* scale) {

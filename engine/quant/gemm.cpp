@@ -116,6 +116,57 @@ void GemmScalar(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   }
 }
 
+// The small-batch path: strips of kStripRows weight rows, each decoded once and multiplied by
+// every activation row (and the residual set's) while it sits in L1/L2.
+void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int64_t r1, float beta, float* y,
+                int64_t ldy, KernelPath path) {
+  constexpr int kS = gemm_internal::kStripRows;
+  const int64_t n_groups = w.n_cols / kQK32, k = w.n_cols;
+  const int halves = w.type == WeightType::kQ6_K ? 2 : 1;
+  const int64_t n_spans = n_groups * halves, ldo = 16 * int64_t(x.n_lane_groups());
+  thread_local std::vector<uint8_t> u;
+  thread_local std::vector<float> dw, mw, out;
+  u.resize(size_t(kS * k));
+  dw.resize(size_t(kS * n_spans));
+  mw.resize(dw.size());
+  out.resize(size_t(kS * ldo));
+  const GemmActivations* lo = x.residual();
+  for (int64_t s0 = r0; s0 < r1; s0 += kS) {
+    const int n_valid = int(std::min<int64_t>(kS, r1 - s0));
+    for (int r = 0; r < kS; ++r) {
+      uint8_t* ur = u.data() + r * k;
+      float *dr = dw.data() + r * n_spans, *mr = mw.data() + r * n_spans;
+      if (r < n_valid) {
+        gemm_internal::DecodeRowAvx2(w.type, w.data + (s0 + r) * w.RowBytes(), n_groups, ur, dr, mr);
+      } else {
+        std::memset(ur, 0, size_t(k));
+        std::fill(dr, dr + n_spans, 0.0f);
+        std::fill(mr, mr + n_spans, 0.0f);
+      }
+    }
+    const gemm_internal::DecodedStrip strip{u.data(), dw.data(), mw.data(), k, halves};
+    for (const GemmActivations* set : {&x, lo}) {
+      if (!set) continue;
+      for (int64_t g0 = 0; g0 < n_groups; g0 += gemm_internal::kStripChunkGroups) {
+        const gemm_internal::StripChunk chunk{g0, std::min(n_groups, g0 + gemm_internal::kStripChunkGroups), g0 > 0};
+        if (path == KernelPath::kAvx512) {
+          gemm_internal::GemmStripAvx512(strip, *set, chunk, out.data(), ldo);
+        } else {
+          gemm_internal::GemmStripAvx2(strip, *set, chunk, out.data(), ldo);
+        }
+      }
+      const float b = set == &x ? beta : 1.0f;  // the residual set adds onto the first's products
+      for (int i = 0; i < x.m(); ++i) {
+        float* yi = y + i * ldy + s0;
+        for (int r = 0; r < n_valid; ++r) {
+          const float acc = out[size_t(r * ldo + i)];
+          yi[r] = b == 0.0f ? acc : std::fma(b, yi[r], acc);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool GemmSupports(WeightType type, KernelPath path) {
@@ -136,6 +187,13 @@ Status GemmActivations::Reset(int m, int64_t k, bool residual) {
   blocks_.resize(size_t(m) * size_t(k / kQK32));
   dsum_.resize(blocks_.size());
   dsum16_.resize(2 * blocks_.size());
+  // The lane layout (small batches, and every batch on AVX2); zero, so that the padding rows
+  // multiply to 0.
+  const size_t lane_blocks = size_t((m + 15) / 16) * size_t(k / kQK32);
+  lane_qs_.assign(lane_blocks * 512, 0);
+  lane_d_.assign(lane_blocks * 16, 0.0f);
+  lane_dsum_.assign(lane_blocks * 16, 0.0f);
+  lane_dsum16_.assign(lane_blocks * 32, 0.0f);
   residual_.resize(residual ? 1 : 0);
   return residual ? residual_[0].Reset(m, k) : Status::Ok();
 }
@@ -151,6 +209,18 @@ void GemmActivations::QuantizeRows(const float* x, int64_t ldx, int i0, int i1) 
   }
 }
 
+void GemmActivations::InterleaveRow(int i) {
+  const int64_t nb = k_ / kQK32, v = i / 16, l = i % 16;
+  const ActBlock32* b = Row(i);
+  for (int64_t g = 0; g < nb; ++g) {
+    const int64_t vb = v * nb + g;
+    for (int q = 0; q < 8; ++q) std::memcpy(lane_qs_.data() + (vb * 8 + q) * 64 + 4 * l, b[g].qs + 4 * q, 4);
+    lane_d_[size_t(vb * 16 + l)] = b[g].d;
+    lane_dsum_[size_t(vb * 16 + l)] = DSum(i)[g];
+    for (int h = 0; h < 2; ++h) lane_dsum16_[size_t((vb * 2 + h) * 16 + l)] = DSum16(i)[2 * g + h];
+  }
+}
+
 void GemmActivations::QuantizeRow(const float* x, int i) {
   static const bool avx512 = MissingCpuFeature(KernelPath::kAvx512) == nullptr;
   const int64_t nb = k_ / kQK32;
@@ -159,6 +229,7 @@ void GemmActivations::QuantizeRow(const float* x, int i) {
   float* ds16 = dsum16_.data() + int64_t(i) * 2 * nb;
   if (avx512) {
     gemm_internal::QuantizeRow32Avx512(x, k_, b, ds, ds16);
+    InterleaveRow(i);
     return;
   }
   QuantizeRow32(x, k_, b);
@@ -170,6 +241,7 @@ void GemmActivations::QuantizeRow(const float* x, int i) {
       ds16[2 * g + h] = b[g].d * float(sum);
     }
   }
+  InterleaveRow(i);
 }
 
 Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int64_t r1, float beta, float* y,
@@ -196,6 +268,12 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
     if (lo) GemmScalar(w, *lo, r0, r1, 1.0f, y, ldy);
     return Status::Ok();
   }
+  // AVX2 takes strips at every batch size: its panel kernel (vpmaddubsw, 2 rows at a time) is
+  // slower than the strips even at 512 rows.
+  if (x.m() <= kGemmLaneRows || path == KernelPath::kAvx2) {
+    GemmStrips(w, x, r0, r1, beta, y, ldy, path);
+    return Status::Ok();
+  }
   // One panel at a time: packed once, multiplied by every activation row while it sits in cache.
   const int64_t n_groups = w.n_cols / kQK32;
   thread_local std::vector<uint8_t> data;
@@ -205,18 +283,14 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   scale.resize(size_t(n_groups * halves) * 64);
   for (int64_t p0 = r0; p0 < r1; p0 += kGemmPanel) {
     const int n_valid = int(std::min(kGemmPanel, r1 - p0));
-    if (path != KernelPath::kAvx512 || !gemm_internal::PackPanelAvx512(w.type, w.data + p0 * w.RowBytes(), w.RowBytes(),
-                                                                       n_valid, n_groups, data.data(), scale.data()))
+    if (!gemm_internal::PackPanelAvx512(w.type, w.data + p0 * w.RowBytes(), w.RowBytes(), n_valid, n_groups,
+                                        data.data(), scale.data()))
       ForType<PackPanelOp>(w.type, w, p0, n_valid, data.data(), scale.data());
     const PackedPanel panel{data.data(), scale.data(), n_groups, halves};
     for (const GemmActivations* set : {&x, lo}) {
       if (!set) continue;
       const float b = set == &x ? beta : 1.0f;  // the residual set adds onto the first's products
-      if (path == KernelPath::kAvx512) {
-        gemm_internal::GemmPanelAvx512(panel, *set, n_valid, b, y + p0, ldy);
-      } else {
-        gemm_internal::GemmPanelAvx2(panel, *set, n_valid, b, y + p0, ldy);
-      }
+      gemm_internal::GemmPanelAvx512(panel, *set, n_valid, b, y + p0, ldy);
     }
   }
   return Status::Ok();

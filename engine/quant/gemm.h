@@ -10,9 +10,17 @@
 // in block order. The scalar path does exactly these operations in the same order (it is the
 // reference), so both paths give the same bits.
 //
+// Small batches (at most kGemmLaneRows activation rows: a question, a chat turn) turn this around,
+// since packing a panel would cost more than the few rows it serves: the activation rows are
+// interleaved once per call (16 rows to a 64-byte vector: 4 consecutive elements of each), every
+// weight row is decoded once, in its own order, into a strip of 8 rows that stays in L1/L2, and
+// the kernels broadcast 4 decoded weight bytes against the vector of every activation row, so
+// the lanes are activation rows and each output's block sums are folded in the same order with
+// the same operations as above (bit for bit the scalar reference's).
+//
 // Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K (K-quants per 32-element sub-block) and Q6_K
 // (per 16 elements: two block sums per group, each with its own scale). Paths: scalar, AVX-512
-// VNNI, and AVX2 (2 activation rows x 16 weight rows; every type but Q8_0, see gemm-avx2.cpp);
+// VNNI, and AVX2 (strips at every batch size; every type but Q8_0, see gemm-avx2.cpp);
 // what a path lacks (and F16, BF16) is for the caller's fp32 fallback.
 //
 // Thread contract: GemmActivations is written by Reset/QuantizeRows (threads may quantize
@@ -30,6 +38,10 @@ namespace impress::quant {
 
 // Weight rows packed and multiplied together; splitting work at multiples of it avoids padding.
 inline constexpr int64_t kGemmPanel = 32;
+// Activation rows up to which GemmRows takes the small-batch path (interleaved activations,
+// weight rows decoded once into strips); beyond, panels are packed once and serve more rows
+// (AVX-512; AVX2 runs strips at every size).
+inline constexpr int kGemmLaneRows = 64;
 
 // True when GemmRows computes `type` on `path` (the path must also run on this CPU).
 bool GemmSupports(WeightType type, KernelPath path);
@@ -54,13 +66,26 @@ class GemmActivations {
   // d * sum(qs[16h .. 16h + 15]) of block b at [2b + h].
   const float* DSum16(int i) const { return dsum16_.data() + int64_t(i) * (k_ / 16); }
 
+  // The same rows interleaved for the small-batch kernels, in lane groups of 16 rows (rows past m are zero): for lane
+  // group v and block b (nb = k / 32), LaneQs holds at ((v * nb + b) * 8 + q) * 64 + 4 * l the quad q (elements
+  // 4q..4q+3) of row 16v + l; LaneD, LaneDSum at (v * nb + b) * 16 + l that row's d and d * sum; LaneDSum16 at
+  // ((v * nb + b) * 2 + h) * 16 + l its half sums.
+  int n_lane_groups() const { return (m_ + 15) / 16; }
+  const int8_t* LaneQs() const { return lane_qs_.data(); }
+  const float* LaneD() const { return lane_d_.data(); }
+  const float* LaneDSum() const { return lane_dsum_.data(); }
+  const float* LaneDSum16() const { return lane_dsum16_.data(); }
+
  private:
   void QuantizeRow(const float* x, int i);
+  void InterleaveRow(int i);  // row i's blocks into the lane layout
 
   int m_ = 0;
   int64_t k_ = 0;
   std::vector<ActBlock32> blocks_;
   std::vector<float> dsum_, dsum16_;
+  std::vector<int8_t> lane_qs_;
+  std::vector<float> lane_d_, lane_dsum_, lane_dsum16_;
   std::vector<GemmActivations> residual_;  // empty, or the one residual set
 };
 
@@ -85,6 +110,37 @@ struct PackedPanel {
   int halves;  // 1, or 2 for Q6_K
 };
 
+// One strip of kStripRows weight rows decoded in their own order: row r's element e at
+// u[r * k + e], the scale and offset of its span s (group g's half h at s = g * halves + h) at
+// dw[r * n_spans + s], mw[...]; rows past the matrix are zero.
+inline constexpr int kStripRows = 8;
+struct DecodedStrip {
+  const uint8_t* u;
+  const float* dw;
+  const float* mw;
+  int64_t k;  // elements per row
+  int halves;
+};
+
+// A whole row of `type` (n_groups groups of 32) decoded as DecodeGroup decodes each group, bit for
+// bit, in AVX2: u[32 g + e], dw and mw of group g's half h at g * halves + h.
+void DecodeRowAvx2(WeightType type, const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, float* mw);
+
+// Groups [g0, g1) of a strip's rows; `more`: the output already holds groups [0, g0). The
+// kernels take a strip in chunks of kStripChunkGroups, so that a chunk's activations (up to 64
+// rows) and weights stay in L1.
+inline constexpr int64_t kStripChunkGroups = 16;
+struct StripChunk {
+  int64_t g0, g1;
+  bool more;
+};
+
+// Rows [0, kStripRows) of a decoded strip times every activation row of x
+// over one chunk: out[r * ldo + i] for activation rows i < 16 * x.n_lane_groups() (the padding
+// rows get 0), the AVX-512 and AVX2 kernels.
+void GemmStripAvx512(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo);
+void GemmStripAvx2(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo);
+
 // Packs rows [0, n_valid) of `rows` (row_bytes apart) as the scalar packer does, bit for bit, for
 // Q4_0, Q4_1 and Q8_0 (16 rows at a time with gathers); false (nothing written) for other types.
 bool PackPanelAvx512(WeightType type, const uint8_t* rows, int64_t row_bytes, int n_valid, int64_t n_groups,
@@ -94,9 +150,8 @@ bool PackPanelAvx512(WeightType type, const uint8_t* rows, int64_t row_bytes, in
 // half h) for each block, in AVX-512.
 void QuantizeRow32Avx512(const float* x, int64_t n, ActBlock32* out, float* dsum, float* dsum16);
 
-// out[i * ldy + r] for rows i of x and panel rows r < n_valid (the AVX-512 and AVX2 kernels).
+// out[i * ldy + r] for rows i of x and panel rows r < n_valid (the AVX-512 kernel).
 void GemmPanelAvx512(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy);
-void GemmPanelAvx2(const PackedPanel& p, const GemmActivations& x, int n_valid, float beta, float* out, int64_t ldy);
 
 }  // namespace gemm_internal
 

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/quant/gemm-decode-inl.h"
@@ -85,6 +86,32 @@ TEST(QuantGemm, PackedBytesAreTheDequantizedWeights) {
   }
 }
 
+// The small-batch path's row decoder (AVX2, the baseline) against the packer's, bit for bit.
+TEST(QuantGemm, RowDecoderEqualsDecodeGroup) {
+  std::mt19937 rng(9);
+  constexpr int64_t n = 1024, n_groups = n / 32;
+  for (WeightType t : kGemmTypes) {
+    SCOPED_TRACE(WeightTypeName(t));
+    for (int rep = 0; rep < 8; ++rep) {
+      const std::vector<uint8_t> row = test::RandomRow(t, n, rng);
+      std::vector<uint8_t> u(n, 0xee);
+      std::vector<float> dw(size_t(n_groups * Halves(t)), -1.0f), mw(dw.size(), -1.0f);
+      gemm_internal::DecodeRowAvx2(t, row.data(), n_groups, u.data(), dw.data(), mw.data());
+      for (int64_t g = 0; g < n_groups; ++g) {
+        uint8_t want_u[32];
+        float want_dw[2] = {}, want_mw[2] = {};
+        Decode(t, row.data(), g, want_u, want_dw, want_mw);
+        ASSERT_EQ(std::memcmp(u.data() + 32 * g, want_u, 32), 0) << "group " << g;
+        for (int h = 0; h < Halves(t); ++h) {
+          const size_t s = size_t(g * Halves(t) + h);
+          ASSERT_EQ(std::memcmp(&dw[s], &want_dw[h], 4), 0) << "group " << g << " half " << h;
+          ASSERT_EQ(std::memcmp(&mw[s], &want_mw[h], 4), 0) << "group " << g << " half " << h;
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantGemm, ActivationBlocksAreQuantizeRow32s) {
   std::mt19937 rng(5);
   constexpr int kM = 5;
@@ -130,7 +157,7 @@ TEST_P(QuantGemm, EqualsScalarBitForBitAndTheFp64ProductWithinRounding) {
   const KernelPath path = GetParam();
   std::mt19937 rng(31);
   constexpr int64_t kRows = 45, kCols = 512;  // a full panel and a partial one
-  constexpr int kM = 7;                       // a group of 4 activation rows and a tail of 3
+  constexpr int kM = kGemmLaneRows + 7;       // packed panels (past the small-batch path): groups of 4 and a tail of 3
   for (WeightType t : kGemmTypes) {
     SCOPED_TRACE(WeightTypeName(t));
     const std::vector<uint8_t> wbytes = RandomMatrix(t, kRows, kCols, rng);
@@ -199,6 +226,49 @@ TEST_P(QuantGemm, EqualsScalarBitForBitAndTheFp64ProductWithinRounding) {
         } else {
           ASSERT_EQ(acc[e], std::fma(1.0f, before[e], y[e]));
         }
+      }
+    }
+  }
+}
+
+// Small batches (1..kGemmLaneRows activation rows) take the interleaved-activation path: every
+// row count, every type, with and without the residual set, beta 0 and 1, a partial strip at the
+// end and a range that starts inside the matrix; bit for bit the scalar reference.
+TEST_P(QuantGemm, SmallBatchesEqualScalarBitForBit) {
+  const KernelPath path = GetParam();
+  std::mt19937 rng(41);
+  constexpr int64_t kRows = 21, kCols = 1280;  // strips of 8: two whole, one partial; chunks of 16 groups: 2.5
+  for (WeightType t : kGemmTypes) {
+    SCOPED_TRACE(WeightTypeName(t));
+    if (!GemmSupports(t, path)) continue;  // refused: covered above
+    const std::vector<uint8_t> wbytes = RandomMatrix(t, kRows, kCols, rng);
+    const WeightMatrix w{t, wbytes.data(), kRows, kCols};
+    std::vector<float> xf;
+    for (int i = 0; i < kGemmLaneRows; ++i) {
+      const std::vector<float> row = test::RandomActivations(kCols, rng);
+      xf.insert(xf.end(), row.begin(), row.end());
+    }
+    for (int m = 1; m <= kGemmLaneRows; ++m) {
+      SCOPED_TRACE("rows " + std::to_string(m));
+      const bool residual = m % 5 == 0;
+      GemmActivations x;
+      ASSERT_TRUE(x.Reset(m, kCols, residual).ok());
+      x.QuantizeRows(xf.data(), kCols, 0, m);
+      const float beta = m % 2 == 0 ? 0.0f : 1.0f;
+      const int64_t r0 = m % 3 == 0 ? 3 : 0;
+      std::vector<float> y(size_t(m * kRows));
+      for (size_t e = 0; e < y.size(); ++e)
+        y[e] = beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : float(e % 7);
+      std::vector<float> ref = y;
+      ASSERT_TRUE(GemmRows(w, x, r0, kRows, beta, y.data(), kRows, path).ok());
+      ASSERT_TRUE(GemmRows(w, x, r0, kRows, beta, ref.data(), kRows, KernelPath::kScalar).ok());
+      for (size_t e = 0; e < y.size(); ++e) {
+        if (int64_t(e) % kRows < r0) {
+          ASSERT_TRUE(std::isnan(y[e]) || beta != 0.0f) << "row outside the range was written";
+          continue;
+        }
+        ASSERT_EQ(std::memcmp(&y[e], &ref[e], sizeof(float)), 0)
+            << "activation " << e / kRows << " weight row " << e % kRows << ": " << y[e] << " vs " << ref[e];
       }
     }
   }
