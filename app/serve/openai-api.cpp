@@ -327,7 +327,8 @@ json UsageJson(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+          {"impress_attention", u.attention}};
 }
 
 const char* FinishReason(bool ended_by_model, bool stop_string, std::string_view stop_reason) {

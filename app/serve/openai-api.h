@@ -107,6 +107,9 @@ class StopMatcher {
 
 struct Usage {
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  // "full" or "selected" (RequestReport::selected_attention): whether the answer attended to all
+  // of the reused prefix; reported as usage.impress_attention in every response.
+  std::string attention = "full";
 };
 nlohmann::json UsageJson(const Usage& u);
 

@@ -302,7 +302,8 @@ std::string ResponseBody(const Job& job, const CompletionRequest& r, const Respo
     if (o.status.ok()) j["impress_partial"] = {{"text", text}, {"completion_tokens", o.answer.tokens.size()}};
     return Dump(j);
   }
-  const Usage usage{o.answer.report.n_prompt, int(o.answer.tokens.size()), o.answer.report.n_matched};
+  const Usage usage{o.answer.report.n_prompt, int(o.answer.tokens.size()), o.answer.report.n_matched,
+                    o.answer.report.selected_attention() ? "selected" : "full"};
   const char* finish = FinishReason(o.ended_by_model, o.stop_string, o.answer.stop_reason);
   json report = r.impress.report ? RequestReportJson(o.answer.report) : json();
   if (r.impress.report) report["stop_reason"] = o.answer.stop_reason;
@@ -368,7 +369,8 @@ void Server::Impl::Stream(const std::shared_ptr<Job>& job, const CompletionReque
         if (Clock::now() >= job->deadline) job->Cancel(CancelReason::kTimeout);
         if (!done) return true;
         const Job::Outcome& o = job->outcome();
-        const Usage usage{o.answer.report.n_prompt, int(o.answer.tokens.size()), o.answer.report.n_matched};
+        const Usage usage{o.answer.report.n_prompt, int(o.answer.tokens.size()), o.answer.report.n_matched,
+                          o.answer.report.selected_attention() ? "selected" : "full"};
         if (!o.status.ok()) {
           if (!write(SseEvent(ErrorJson(WorkerError(o))))) return false;
         } else {

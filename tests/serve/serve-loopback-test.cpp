@@ -127,6 +127,7 @@ TEST_F(ServeLoopback, StreamedTextEqualsPlainTextAndThePrefixIsReused) {
   const std::string text = plain["choices"][0]["message"]["content"];
   EXPECT_FALSE(text.empty());
   EXPECT_EQ(plain["usage"]["prompt_tokens_details"]["cached_tokens"], 0);  // recomp reuses nothing
+  EXPECT_EQ(plain["usage"]["impress_attention"], "full");                  // so it attends to everything
   std::string sse;
   auto res = client_->Post("/v1/chat/completions",
                            json{{"messages", kMessages},
@@ -176,6 +177,10 @@ TEST_F(ServeLoopback, ADocumentPastedBeforeTheQuestionIsReusedByTheNextQuestion)
   EXPECT_GT(n_prefix, 250);  // the document, not only the template's opening
   const json second = ask("What may I copy?");
   EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), n_prefix * 95 / 100);
+  // From the store, IMPRESS attends to a selection of the document, and every response says so.
+  EXPECT_EQ(second["usage"]["impress_attention"], "selected");
+  EXPECT_EQ(second["impress_report"]["attention"], "selected");
+  EXPECT_LT(second["impress_report"]["attended_share"].get<double>(), 1.0);
 }
 
 TEST_F(ServeLoopback, AClientThatHangsUpMidStreamLeavesTheServerServing) {
