@@ -78,8 +78,8 @@ enum class Permute : uint8_t { kNone, kQHeads, kKVHeads };
 
 struct TensorSpec {
   // Exactly one is set: a model-level tensor, or one every layer has.
-  Tensor ModelWeights::* model = nullptr;
-  Tensor LayerWeights::* layer = nullptr;
+  Tensor ModelWeights::*model = nullptr;
+  Tensor LayerWeights::*layer = nullptr;
   const char* what = "";       // for messages: "attention norm weight"
   const char* gguf = nullptr;  // GGUF name; a layer's after "blk.N."; nullptr: not in GGUF files
   const char* hf = nullptr;    // Hugging Face name; a layer's after ArchSpec::hf_layer_prefix + "N."
@@ -102,9 +102,9 @@ struct HfConfigKeys {
   const char* n_ff = "intermediate_size";
   const char* n_vocab = "vocab_size";
   const char* n_ctx = "max_position_embeddings";
-  int64_t default_ctx = 2048;                // when the key is absent; 0: required
-  const char* head_dim = "head_dim";         // nullptr or absent: n_embd / n_head, which must divide
-  const char* norm_eps = "rms_norm_eps";     // nullptr: default_norm_eps
+  int64_t default_ctx = 2048;             // when the key is absent; 0: required
+  const char* head_dim = "head_dim";      // nullptr or absent: n_embd / n_head, which must divide
+  const char* norm_eps = "rms_norm_eps";  // nullptr: default_norm_eps
   double default_norm_eps = 1e-6;
   const char* rope_theta = "rope_theta";     // with PositionKind::kRope; also reads rope_scaling
   const char* tied = "tie_word_embeddings";  // nullptr: always tied
@@ -113,8 +113,8 @@ struct HfConfigKeys {
 class HfConfig;  // engine/model/hf-config.h
 
 struct ArchSpec {
-  const char* name = "";              // ours, for messages and Arch::name(): "llama"
-  const char* gguf_name = nullptr;    // general.architecture and key prefix; nullptr: no GGUF
+  const char* name = "";                      // ours, for messages and Arch::name(): "llama"
+  const char* gguf_name = nullptr;            // general.architecture and key prefix; nullptr: no GGUF
   std::span<const char* const> hf_classes{};  // config.json "architectures"[0]
   const char* hf_model_type = nullptr;        // config.json "model_type" (when no architectures)
   const char* hf_layer_prefix = "model.layers.";

@@ -75,7 +75,8 @@ class HfLoader {
     }
     IMPRESS_ASSIGN_OR_RETURN(const int64_t F, cfg_.Int(k.n_ff, kMaxFf));
     IMPRESS_ASSIGN_OR_RETURN(const int64_t V, cfg_.Int(k.n_vocab, kMaxVocab));
-    IMPRESS_ASSIGN_OR_RETURN(const int64_t ctx, cfg_.Int(k.n_ctx, kMaxCtx, k.default_ctx > 0 ? &k.default_ctx : nullptr));
+    IMPRESS_ASSIGN_OR_RETURN(const int64_t ctx,
+                             cfg_.Int(k.n_ctx, kMaxCtx, k.default_ctx > 0 ? &k.default_ctx : nullptr));
     if (H % HKV != 0) {
       return Status::Corruption(path + ": " + k.n_head + " " + std::to_string(H) + " is not a multiple of " +
                                 k.n_head_kv + " " + std::to_string(HKV));
