@@ -121,7 +121,7 @@ Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const For
 std::vector<LayerGemm> LayerGemmShapes(const ModelConfig& c) {
   const int e = c.n_embd, nq = c.n_head * c.head_dim, nkv = c.n_head_kv * c.head_dim, ff = c.n_ff;
   std::vector<LayerGemm> shapes = {{nq, e}, {nkv, e}, {nkv, e}, {e, nq}, {ff, e}, {e, ff}};
-  if (c.arch == Arch::kLlama) shapes.push_back({ff, e});
+  if (c.arch.spec().graph.ffn == FfnKind::kSwiGlu) shapes.push_back({ff, e});  // the gate
   return shapes;
 }
 

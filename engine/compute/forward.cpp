@@ -10,6 +10,7 @@
 #include <numbers>
 #include <string>
 
+#include "engine/model/arch.h"
 #include "engine/model/ggml-type.h"
 #include "engine/quant/quant-kernels.h"
 
@@ -88,50 +89,42 @@ Status ValidateModel(const Model& m) {
   if (int(w.layers.size()) != c.n_layer)
     return Status::InvalidArgument("model has " + std::to_string(w.layers.size()) + " layers of weights, config says " +
                                    std::to_string(c.n_layer));
+  if (c.word_embed_proj_dim < 0) return Status::InvalidArgument("model config: negative word_embed_proj_dim");
   const int64_t e = c.n_embd, nq = int64_t(c.n_head) * c.head_dim, nkv = int64_t(c.n_head_kv) * c.head_dim;
-  const bool opt = c.arch == Arch::kOpt;
-  const int64_t e_in = (opt && c.word_embed_proj_dim > 0) ? c.word_embed_proj_dim : e;
-  IMPRESS_RETURN_IF_ERROR(CheckTensor(w.tok_embd, "tok_embd", {c.n_vocab, e_in}));
-  if (opt) {
-    if (c.pos_offset < 0) return Status::InvalidArgument("model config: negative OPT position offset");
-    if (w.pos_embd.shape.size() != 2 || w.pos_embd.shape[1] != e || w.pos_embd.rows() <= c.pos_offset ||
-        w.pos_embd.stored() || int64_t(w.pos_embd.data.size()) != w.pos_embd.rows() * e)
-      return Status::InvalidArgument("model tensor pos_embd has shape " + Shape(w.pos_embd) + "; expected (n_pos, " +
-                                     std::to_string(e) + ")");
-    if (e_in != e) {
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(w.project_in, "project_in", {e, e_in}));
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(w.project_out, "project_out", {e_in, e}));
+  // Every tensor the architecture's table gives a model of this configuration.
+  const ArchSpec& arch = c.arch.spec();
+  auto check = [&](const TensorSpec& t, const std::string& name, const Tensor& x) -> Status {
+    if (!TensorPresent(t, c)) return Status::Ok();
+    if (t.role != Role::kPositions) {
+      // The output projection may be missing from a model marked untied: the embeddings are used.
+      const bool required = t.when != When::kUntied;
+      if (!required && x.empty()) {
+        spdlog::warn("model {}: no output weight and not marked tied; using the token embeddings", c.name);
+      }
+      return CheckTensor(x, name, TensorShape(t, c), required);
     }
-  }
-  const bool final_norm = !opt || c.do_layer_norm_before;
-  IMPRESS_RETURN_IF_ERROR(CheckTensor(w.output_norm, "output_norm", {e}, final_norm && !opt));
-  if (opt) IMPRESS_RETURN_IF_ERROR(CheckTensor(w.output_norm_b, "output_norm_b", {e}, !w.output_norm.empty()));
-  IMPRESS_RETURN_IF_ERROR(CheckTensor(w.output, "output", {c.n_vocab, e_in}, false));
-  if (w.output.empty() && !c.tied_embeddings && !opt)
-    spdlog::warn("model {}: no output weight and not marked tied; using the token embeddings", c.name);
+    // Learned positions: any number of rows past the offset, fp32.
+    if (c.pos_offset < 0) return Status::InvalidArgument("model config: negative position offset");
+    if (x.shape.size() != 2 || x.shape[1] != e || x.rows() <= c.pos_offset || x.stored() ||
+        int64_t(x.data.size()) != x.rows() * e)
+      return Status::InvalidArgument("model tensor " + name + " has shape " + Shape(x) + "; expected (n_pos, " +
+                                     std::to_string(e) + ")");
+    return Status::Ok();
+  };
+  for (const TensorSpec& t : arch.model_tensors) IMPRESS_RETURN_IF_ERROR(check(t, t.what, w.*t.model));
+  // Whatever the table says, an output projection present must fit the LM head.
+  IMPRESS_RETURN_IF_ERROR(CheckTensor(w.output, "output", {c.n_vocab, ResolveDim(Dim::kEmbdIn, c)}, false));
   for (int il = 0; il < c.n_layer; ++il) {
-    const LayerWeights& l = w.layers[il];
     const std::string p = "layer " + std::to_string(il) + " ";
-    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.attn_norm, p + "attn_norm", {e}));
-    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wq, p + "wq", {nq, e}));
-    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wk, p + "wk", {nkv, e}));
-    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wv, p + "wv", {nkv, e}));
-    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.wo, p + "wo", {e, nq}));
-    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bq, p + "bq", {nq}, false));  // OPT and Qwen2
+    const LayerWeights& l = w.layers[il];
+    for (const TensorSpec& t : arch.layer_tensors) IMPRESS_RETURN_IF_ERROR(check(t, p + t.what, l.*t.layer));
+    // Biases are added wherever present: whatever the table says, one present must fit.
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bq, p + "bq", {nq}, false));
     IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bk, p + "bk", {nkv}, false));
     IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bv, p + "bv", {nkv}, false));
-    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.ffn_norm, p + "ffn_norm", {e}));
-    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.w_up, p + "w_up", {c.n_ff, e}));
-    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.w_down, p + "w_down", {e, c.n_ff}));
-    if (opt) {
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.attn_norm_b, p + "attn_norm_b", {e}));
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.ffn_norm_b, p + "ffn_norm_b", {e}));
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bo, p + "bo", {e}, false));
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.b_up, p + "b_up", {c.n_ff}, false));
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.b_down, p + "b_down", {e}, false));
-    } else {
-      IMPRESS_RETURN_IF_ERROR(CheckTensor(l.w_gate, p + "w_gate", {c.n_ff, e}));
-    }
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.bo, p + "bo", {e}, false));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.b_up, p + "b_up", {c.n_ff}, false));
+    IMPRESS_RETURN_IF_ERROR(CheckTensor(l.b_down, p + "b_down", {e}, false));
   }
   return Status::Ok();
 }
@@ -139,7 +132,16 @@ Status ValidateModel(const Model& m) {
 // ---- Forward ------------------------------------------------------------------------------
 
 Forward::Forward(const Model& model, Backend& backend, int max_batch) :
-    model_(model), be_(backend), max_batch_(max_batch) {}
+    model_(model), be_(backend), max_batch_(max_batch), graph_(model.config.arch.spec().graph) {}
+
+void Forward::Norm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, DevPtr<const float> b, int n_rows) {
+  const ModelConfig& c = model_.config;
+  if (graph_.norm == NormKind::kRms) {
+    be_.RmsNorm(out, x, w, n_rows, c.n_embd, c.norm_eps);
+  } else {
+    be_.LayerNorm(out, x, w, b, n_rows, c.n_embd, c.norm_eps);
+  }
+}
 
 Forward::~Forward() {
   for (auto p : constants_) be_.ReleaseConstant(p);
@@ -199,6 +201,8 @@ Status Forward::Init() {
     IMPRESS_MAP(d.bk, l.bk);
     IMPRESS_MAP(d.bv, l.bv);
     IMPRESS_MAP(d.bo, l.bo);
+    IMPRESS_MAP(d.q_norm, l.q_norm);
+    IMPRESS_MAP(d.k_norm, l.k_norm);
     IMPRESS_MAP(d.ffn_norm, l.ffn_norm);
     IMPRESS_MAP(d.ffn_norm_b, l.ffn_norm_b);
     IMPRESS_MAP_W(d.w_gate, l.w_gate);
@@ -239,7 +243,7 @@ Status Forward::Init() {
   emb_ = block;
   IMPRESS_RETURN_IF_ERROR(alloc(ids_, B));
   IMPRESS_RETURN_IF_ERROR(alloc(pos_, B));
-  if (c.arch == Arch::kLlama) {
+  if (graph_.position == PositionKind::kRope) {
     DevPtr<float> inv;
     const std::vector<float> host = RopeInvFreq(c);
     IMPRESS_RETURN_IF_ERROR(alloc(inv, host.size()));
@@ -258,7 +262,8 @@ Status Forward::Begin(std::span<const int32_t> tokens, std::span<const int32_t> 
   if (positions.size() != tokens.size())
     return Status::InvalidArgument("forward: " + std::to_string(positions.size()) + " positions for " +
                                    std::to_string(n) + " tokens");
-  const int64_t n_pos_embd = c.arch == Arch::kOpt ? model_.weights.pos_embd.rows() - c.pos_offset : INT32_MAX;
+  const bool learned = graph_.position == PositionKind::kLearned;
+  const int64_t n_pos_embd = learned ? model_.weights.pos_embd.rows() - c.pos_offset : INT32_MAX;
   std::vector<int32_t> pos_ids(n);
   min_pos_ = INT32_MAX;
   for (int i = 0; i < n; ++i) {
@@ -268,24 +273,22 @@ Status Forward::Begin(std::span<const int32_t> tokens, std::span<const int32_t> 
     if (positions[i] < 0 || positions[i] >= n_pos_embd)
       return Status::OutOfRange("forward: position " + std::to_string(positions[i]) +
                                 " outside the model's position range");
-    pos_ids[i] = positions[i] + (c.arch == Arch::kOpt ? c.pos_offset : 0);
+    pos_ids[i] = positions[i] + (learned ? c.pos_offset : 0);
     min_pos_ = std::min(min_pos_, positions[i]);
   }
   n_new_ = n;
   be_.CopyToDevice(DevPtr<void>(ids_.raw()), tokens.data(), sizeof(int32_t) * n);
   be_.CopyToDevice(DevPtr<void>(pos_.raw()), pos_ids.data(), sizeof(int32_t) * n);
   const int e = c.n_embd;
-  if (c.arch == Arch::kLlama) {
-    be_.GetWeightRows(x_, tok_embd_, ids_, n);
+  // inputs_embeds (project_in when the embeddings are narrower: OPT-350m)
+  if (project_in_) {
+    const int ein = c.word_embed_proj_dim;
+    be_.GetWeightRows(emb_, tok_embd_, ids_, n);
+    be_.MatMul(n, project_in_, emb_, ein, 0.0f, x_, e);
   } else {
-    // OPT: inputs_embeds (project_in when the embeddings are narrower) + embed_positions(pos + 2)
-    if (project_in_) {
-      const int ein = c.word_embed_proj_dim;
-      be_.GetWeightRows(emb_, tok_embd_, ids_, n);
-      be_.MatMul(n, project_in_, emb_, ein, 0.0f, x_, e);
-    } else {
-      be_.GetWeightRows(x_, tok_embd_, ids_, n);
-    }
+    be_.GetWeightRows(x_, tok_embd_, ids_, n);
+  }
+  if (learned) {  // + embed_positions(pos + offset)
     be_.GetRows(emb_, pos_embd_, pos_, n, e);
     be_.Add(x_, emb_, size_t(n) * e);
   }
@@ -317,10 +320,8 @@ Status Forward::ComputeQKV(int il) {
   const LayerDev& l = layers_[il];
   const int n = n_new_, e = c.n_embd, nq = c.n_head * c.head_dim, nkv = kv_row();
   DevPtr<const float> in = xn_;
-  if (c.arch == Arch::kLlama) {
-    be_.RmsNorm(xn_, x_, l.attn_norm, n, e, c.norm_eps);  // input_layernorm
-  } else if (c.do_layer_norm_before) {
-    be_.LayerNorm(xn_, x_, l.attn_norm, l.attn_norm_b, n, e, c.norm_eps);  // self_attn_layer_norm
+  if (c.do_layer_norm_before) {
+    Norm(xn_, x_, l.attn_norm, l.attn_norm_b, n);  // input_layernorm / self_attn_layer_norm
   } else {
     in = x_;  // OPT-350m: post-LN, attention reads the residual stream itself
   }
@@ -330,7 +331,11 @@ Status Forward::ComputeQKV(int il) {
   if (!lw.bq.empty()) be_.AddBias(q_, l.bq, n, nq, nq);
   if (!lw.bk.empty()) be_.AddBias(k_, l.bk, n, nkv, nkv);
   if (!lw.bv.empty()) be_.AddBias(v_, l.bv, n, nkv, nkv);
-  if (c.arch == Arch::kLlama) {
+  if (graph_.qk_norm) {  // q_norm / k_norm: RMSNorm over each head's head_dim values
+    be_.RmsNorm(q_, q_, l.q_norm, n * c.n_head, c.head_dim, c.norm_eps);
+    be_.RmsNorm(k_, k_, l.k_norm, n * c.n_head_kv, c.head_dim, c.norm_eps);
+  }
+  if (graph_.position == PositionKind::kRope) {
     be_.Rope({q_, n, c.n_head, c.head_dim, pos_, inv_freq_});
     be_.Rope({k_, n, c.n_head_kv, c.head_dim, pos_, inv_freq_});
   }
@@ -445,20 +450,17 @@ Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* 
   // x += attn Wo^T (+ bo): o_proj / out_proj and the residual in one GEMM.
   be_.MatMul(n, l.wo, attn_, nq, 1.0f, x_, e);
   if (!lw.bo.empty()) be_.AddBias(x_, l.bo, n, e, e);
-  const bool opt = c.arch == Arch::kOpt;
-  if (opt && !c.do_layer_norm_before) be_.LayerNorm(x_, x_, l.attn_norm, l.attn_norm_b, n, e, c.norm_eps);
+  if (!c.do_layer_norm_before) Norm(x_, x_, l.attn_norm, l.attn_norm_b, n);  // post-LN
 
   // FFN
   DevPtr<const float> in = xn_;
-  if (!opt) {
-    be_.RmsNorm(xn_, x_, l.ffn_norm, n, e, c.norm_eps);  // post_attention_layernorm
-  } else if (c.do_layer_norm_before) {
-    be_.LayerNorm(xn_, x_, l.ffn_norm, l.ffn_norm_b, n, e, c.norm_eps);  // final_layer_norm
+  if (c.do_layer_norm_before) {
+    Norm(xn_, x_, l.ffn_norm, l.ffn_norm_b, n);  // post_attention_layernorm / final_layer_norm
   } else {
     in = x_;
   }
   const int ff = c.n_ff;
-  if (!opt) {
+  if (graph_.ffn == FfnKind::kSwiGlu) {
     // down_proj(silu(gate_proj(x)) * up_proj(x))
     const Backend::MatMulOut gate_up[] = {{&l.w_gate, 0.0f, gate_, ff}, {&l.w_up, 0.0f, up_, ff}};
     be_.MatMuls(n, in, e, gate_up);
@@ -471,8 +473,8 @@ Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* 
     be_.Relu(up_, size_t(n) * ff);
     be_.MatMul(n, l.w_down, up_, ff, 1.0f, x_, e);
     if (!lw.b_down.empty()) be_.AddBias(x_, l.b_down, n, e, e);
-    if (!c.do_layer_norm_before) be_.LayerNorm(x_, x_, l.ffn_norm, l.ffn_norm_b, n, e, c.norm_eps);
   }
+  if (!c.do_layer_norm_before) Norm(x_, x_, l.ffn_norm, l.ffn_norm_b, n);  // post-LN
   stage_ = (il == c.n_layer - 1) ? Stage::kDone : Stage::kEmbedded;
   CheckStream(il);
   return Status::Ok();
@@ -515,11 +517,7 @@ Status Forward::Logits(std::span<const int> rows, float* out) {
     be_.CopyDevice(DevPtr<void>(lx_.raw() + size_t(i) * e), DevPtr<const void>(x_.raw() + size_t(rows[i]) * e),
                    sizeof(float) * e);
   DevPtr<float> h = lx_;
-  if (c.arch == Arch::kLlama) {
-    be_.RmsNorm(h, h, output_norm_, nr, e, c.norm_eps);
-  } else if (output_norm_) {
-    be_.LayerNorm(h, h, output_norm_, output_norm_b_, nr, e, c.norm_eps);
-  }
+  if (output_norm_) Norm(h, h, output_norm_, output_norm_b_, nr);  // norm / final_layer_norm
   int width = e;
   if (project_out_) {
     width = c.word_embed_proj_dim;
@@ -563,7 +561,7 @@ Result<std::unique_ptr<Generator>> Generator::Create(const Model& model, Backend
   const ModelConfig& c = model.config;
   int n_ctx = options.n_ctx > 0 ? options.n_ctx : c.n_ctx_train;
   if (n_ctx <= 0) n_ctx = 4096;
-  if (c.arch == Arch::kOpt && model.weights.pos_embd.rows() > c.pos_offset)
+  if (c.arch.spec().graph.position == PositionKind::kLearned && model.weights.pos_embd.rows() > c.pos_offset)
     n_ctx = std::min<int>(n_ctx, int(model.weights.pos_embd.rows() - c.pos_offset));
   if (options.ubatch < 1) return Status::InvalidArgument("generator: ubatch must be >= 1");
   std::unique_ptr<Generator> g(new Generator(backend));

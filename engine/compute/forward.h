@@ -1,4 +1,7 @@
-// Forward: the transformer forward pass (Llama and OPT), one layer at a time, on a Backend.
+// Forward: the transformer forward pass, one layer at a time, on a Backend. It executes the graph
+// of the model's architecture (ArchGraph, engine/model/arch.h: norm kind, RoPE or learned
+// positions, SwiGLU or ReLU FFN, per-head Q/K norms) and adds the biases the model has; nothing
+// here names an architecture.
 //
 // The IMPRESS pipeline (docs/design.md sections 2-3) drives it layer by layer for a batch of new
 // tokens at given positions:
@@ -15,8 +18,8 @@
 // The prefix of a layer is any subset of earlier tokens (their K post-RoPE and V, fp16, in
 // device memory, layout (n, n_head_kv, head_dim)); every prefix token is visible to every new
 // token, and new tokens are causal among themselves in batch order. A token's position only
-// enters through RoPE (Llama) or the learned position embedding (OPT), so reused K/V keep the
-// positions they were computed at.
+// enters through RoPE or the learned position embedding, so reused K/V keep the positions they
+// were computed at.
 //
 // Generator (below) is the ordinary path on the same pieces: a contiguous fp16 KV cache per
 // layer, ubatched prefill, decode, sampling, stop tokens, streaming and cancellation.
@@ -36,6 +39,7 @@
 #include "base/status.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/sampler.h"
+#include "engine/model/arch.h"
 #include "engine/model/model.h"
 
 namespace impress {
@@ -133,10 +137,13 @@ class Forward {
   // imp_, grown to hold at least n floats.
   Status EnsureImportanceCapacity(size_t n);
   enum class Stage { kIdle, kEmbedded, kQkv, kDone };
+  // The graph's norm (RMSNorm, or LayerNorm with bias b) of n_rows rows of n_embd; out may be x.
+  void Norm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, DevPtr<const float> b, int n_rows);
 
   const Model& model_;
   Backend& be_;
   const int max_batch_;
+  const ArchGraph graph_;                       // the steps a layer runs (the model's architecture table)
   std::vector<DevPtr<void>> allocs_;            // freed in the destructor
   std::vector<DevPtr<const float>> constants_;  // released in the destructor
   std::vector<WeightRef> weights_;              // released in the destructor
@@ -144,7 +151,7 @@ class Forward {
   // Device copies (CPU: views) of the weights, by layer. Matrices keep the type the backend
   // computes on (CPU: the stored type, e.g. Q4_K); vectors are fp32.
   struct LayerDev {
-    DevPtr<const float> attn_norm, attn_norm_b, bq, bk, bv, bo;
+    DevPtr<const float> attn_norm, attn_norm_b, bq, bk, bv, bo, q_norm, k_norm;
     DevPtr<const float> ffn_norm, ffn_norm_b, b_up, b_down;
     WeightRef wq, wk, wv, wo, w_gate, w_up, w_down;
   };

@@ -11,18 +11,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Qwen2 is converted without llama.cpp's row permutation (it uses NeoX-style RoPE, which is
-// the rotate-half the engine applies), and carries Q/K/V biases.
-constexpr GgufArch kArchs[] = {
-    {"llama", true, false},
-    {"qwen2", false, true},
-};
-
 class ConfigReader {
  public:
   ConfigReader(const GgufFile& f, ModelConfig* c) : f_(f), c_(*c) {}
 
-  const GgufArch& arch() const { return arch_; }
+  const ArchSpec* arch() const { return arch_; }
 
   Result<int64_t> PosInt(const std::string& key, int64_t max, const int64_t* def = nullptr) {
     auto v = f_.GetInt(key);
@@ -51,13 +44,12 @@ class ConfigReader {
   Status Read() {
     ModelConfig& c = c_;
     IMPRESS_ASSIGN_OR_RETURN(std::string arch, f_.GetString("general.architecture"));
-    const GgufArch* a = FindGgufArch(arch);
-    if (!a) {
+    arch_ = FindGgufArch(arch);
+    if (!arch_) {
       return Status::Unsupported(f_.path() + ": architecture '" + arch + "' is not supported (GGUF files must be " +
                                  SupportedGgufArchs() + ")");
     }
-    arch_ = *a;
-    c.arch = Arch::kLlama;
+    c.arch = Arch(arch_);
     auto name = f_.GetString("general.name");
     c.name = name.ok() ? *name : fs::path(f_.path()).stem().string();
     IMPRESS_ASSIGN_OR_RETURN(int64_t n_embd, PosInt(K("embedding_length"), kMaxEmbd));
@@ -122,8 +114,11 @@ class ConfigReader {
         c.rope_scaling.factor = float(factor);
       }
     }
-    const GgufTensorInfo* emb = f_.FindTensor("token_embd.weight");
-    if (!emb) return Status::NotFound(f_.path() + ": tensor 'token_embd.weight' is missing");
+    const char* emb_name = GgufName(Role::kEmbedding, When::kAlways);
+    const GgufTensorInfo* emb = emb_name ? f_.FindTensor(emb_name) : nullptr;
+    if (!emb) {
+      return Status::NotFound(f_.path() + ": tensor '" + (emb_name ? emb_name : "token embedding") + "' is missing");
+    }
     int64_t n_vocab = emb->n_dims == 2 ? emb->ne[1] : 0;
     if (f_.Has(K("vocab_size"))) {
       IMPRESS_ASSIGN_OR_RETURN(n_vocab, PosInt(K("vocab_size"), kMaxVocab));
@@ -141,7 +136,9 @@ class ConfigReader {
     c.n_ff = int(n_ff);
     c.norm_eps = float(eps);
     c.rope_theta = float(theta);
-    c.tied_embeddings = f_.FindTensor("output.weight") == nullptr;
+    // The output projection is absent from the file when tied to the token embedding.
+    const char* output_name = GgufName(Role::kLinear, When::kUntied);
+    c.tied_embeddings = !output_name || f_.FindTensor(output_name) == nullptr;
     return ReadRopeFactors();
   }
 
@@ -168,28 +165,22 @@ class ConfigReader {
   }
 
  private:
-  std::string K(const char* suffix) const { return std::string(arch_.name) + "." + suffix; }
+  // The GGUF name of the architecture's model-level tensor of this role and presence, or nullptr.
+  const char* GgufName(Role role, When when) const {
+    for (const TensorSpec& t : arch_->model_tensors)
+      if (t.role == role && t.when == when) return t.gguf;
+    return nullptr;
+  }
+  std::string K(const char* suffix) const { return std::string(arch_->gguf_name) + "." + suffix; }
 
   const GgufFile& f_;
   ModelConfig& c_;
-  GgufArch arch_{};
+  const ArchSpec* arch_ = nullptr;
 };
 
 }  // namespace
 
-const GgufArch* FindGgufArch(std::string_view name) {
-  for (const GgufArch& a : kArchs)
-    if (name == a.name) return &a;
-  return nullptr;
-}
-
-std::string SupportedGgufArchs() {
-  std::string s;
-  for (const GgufArch& a : kArchs) s += std::string(s.empty() ? "" : ", ") + "'" + a.name + "'";
-  return s;
-}
-
-Result<GgufArch> ReadGgufConfig(const GgufFile& f, ModelConfig* config) {
+Result<const ArchSpec*> ReadGgufConfig(const GgufFile& f, ModelConfig* config) {
   ConfigReader r(f, config);
   IMPRESS_RETURN_IF_ERROR(r.Read());
   return r.arch();

@@ -4,13 +4,19 @@
 // in that type, viewed in place in the file mapping (Model::storage keeps it); F32 tensors and
 // vectors become owned fp32 values.
 //
-// GGUF: architectures `llama` and `qwen2` (engine/model/gguf-config.h; tensors token_embd, output_norm, output (absent
-// => tied), blk.N.*). llama.cpp's converter permutes the rows of attn_q/attn_k for its interleaved RoPE; the loader
-// undoes it (UnpermuteRopeRows; for stored types a row-reordered copy of the stored bytes), so GGUF and HF models come
-// out alike. Hugging Face folders: config.json + model.safetensors or sharded model.safetensors.index.json, for
-// LlamaForCausalLM, Qwen2ForCausalLM (Q/K/V biases) and OPTForCausalLM (F32/F16/BF16 weights). Llama-family
-// F16/BF16 matrices stay in their type, viewed in the safetensors mappings (Model::storage keeps them); F32
-// tensors, vectors and OPT's weights become owned fp32 values (LoadOptions::dequantize: all of them).
+// Which architectures load, and under which names, is data: the tables of engine/model/arch.h
+// (Llama, Qwen2, Qwen3 from GGUF files and Hugging Face folders; OPT from folders). GGUF:
+// general.architecture picks the table; its tensors (token_embd, output_norm, output (absent =>
+// tied), blk.N.*) are viewed in place. llama.cpp's converter permutes the rows of Llama's
+// attn_q/attn_k for its interleaved RoPE; the loader undoes it (UnpermuteRopeRows; for stored
+// types a row-reordered copy of the stored bytes), so GGUF and HF models come out alike. Hugging
+// Face folders: config.json ("architectures" picks the table) + model.safetensors or sharded
+// model.safetensors.index.json, F32/F16/BF16 weights; F16/BF16 matrices stay in their type,
+// viewed in the safetensors mappings, where the table allows it (not OPT); F32 tensors and
+// vectors become owned fp32 values (LoadOptions::dequantize: all of them).
+//
+// The work is split by job: gguf-loader.h, hf-loader.h, weight-jobs.h (threaded conversion),
+// fingerprint.h, memory-fit.h.
 //
 // Every tensor is checked against the config (missing or wrong-shaped tensors are named), every
 // config value is range-checked (float hyperparameters must be finite as floats), every norm

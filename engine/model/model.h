@@ -19,7 +19,25 @@ namespace impress {
 
 class MappedFile;  // engine/model/mapped-file.h
 
-enum class Arch { kLlama, kOpt };
+struct ArchSpec;  // engine/model/arch.h
+
+// Which architecture a model is: a handle to its table in the registry (engine/model/arch.h),
+// compared by identity. Default: Llama. kLlama and kOpt name two built-in ones for code that
+// builds models by hand (tests, benchmarks); any other is found by name (FindArch).
+class Arch {
+ public:
+  constexpr Arch() = default;
+  constexpr explicit Arch(const ArchSpec* spec) : spec_(spec) {}
+  const ArchSpec& spec() const;  // arch-registry.cpp
+  const char* name() const;      // "llama", "qwen2", "opt", ...
+  friend bool operator==(Arch a, Arch b) { return &a.spec() == &b.spec(); }
+
+  static const Arch kLlama;
+  static const Arch kOpt;
+
+ private:
+  const ArchSpec* spec_ = nullptr;  // nullptr: Llama
+};
 
 enum class RopeScalingType { kNone, kLinear, kLlama3 };
 
@@ -46,19 +64,18 @@ struct ModelConfig {
   int n_ff = 0;            // FFN inner size
   float norm_eps = 1e-5f;  // RMSNorm (Llama) or LayerNorm (OPT) epsilon
 
-  // Llama
+  // RoPE (PositionKind::kRope)
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling{};
   // GGUF `rope_freqs.weight` (Llama 3.1/3.2): head_dim / 2 factors dividing the RoPE frequencies,
   // on top of rope_scaling; empty when the file has none.
   std::vector<float> rope_freq_factors{};
   bool tied_embeddings = false;  // output projection is tok_embd
-  bool qkv_bias = false;         // Qwen2: q/k/v projections carry biases (LayerWeights bq/bk/bv)
 
-  // OPT
+  // Learned positions and OPT's variants
   int pos_offset = 2;                // learned positions are looked up at pos + offset
   int word_embed_proj_dim = 0;       // OPT-350m: embeddings live in 512 dims, projected to n_embd
-  bool do_layer_norm_before = true;  // pre-LN (all OPT sizes but 350m)
+  bool do_layer_norm_before = true;  // pre-norm (every model but OPT-350m: post-LN)
 
   // A digest of the weights and tokenizer; KV made with one model is never reused by another.
   std::string fingerprint{};
@@ -98,6 +115,7 @@ struct LayerWeights {
   Tensor wv;              // (n_head_kv*head_dim, n_embd)
   Tensor wo;              // (n_embd, n_head*head_dim)
   Tensor bq, bk, bv, bo;  // biases (rows of the matching weight): OPT; bq/bk/bv for Qwen2; else empty
+  Tensor q_norm, k_norm;  // (head_dim)          Qwen3: RMSNorm weights of each Q / K head
   Tensor ffn_norm;        // (n_embd)            Llama post_attention_layernorm / OPT final_layer_norm
   Tensor ffn_norm_b;      // (n_embd)            OPT only
   Tensor w_gate;          // (n_ff, n_embd)      Llama only: gate_proj

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/model/arch.h"
 #include "engine/model/dequant.h"
 #include "engine/model/gguf-writer.h"
 #include "engine/model/gguf.h"
@@ -89,56 +90,54 @@ std::vector<float> RopeFactors(const ModelConfig& c) {
   return out;
 }
 
+// Whether every tensor of c's architecture has a GGUF name (and the architecture one).
+bool HasGgufNames(const ModelConfig& c) {
+  const ArchSpec& a = c.arch.spec();
+  if (!a.gguf_name) return false;
+  for (const auto* list : {&a.model_tensors, &a.layer_tensors})
+    for (const TensorSpec& t : *list)
+      if (!t.gguf) return false;
+  return true;
+}
+
+// The tensors of `c`'s architecture table that a model of that configuration has, under their
+// GGUF names (rope_freqs.weight after the token embedding when the RoPE scaling asks for it).
 std::vector<Planned> Plan(const ModelConfig& c, const ModelWeights* w) {
-  const int64_t E = c.n_embd, F = c.n_ff, V = c.n_vocab;
-  const int64_t Q = int64_t(c.n_head) * c.head_dim, KV = int64_t(c.n_head_kv) * c.head_dim;
-  const bool permute = !c.qkv_bias;  // llama files hold Q/K permuted; qwen2 files do not
+  const ArchSpec& arch = c.arch.spec();
   std::vector<Planned> p;
-  auto add = [&](std::string name, std::vector<int64_t> shape, int layer, Kind kind, const Tensor* src,
-                 int permute_heads = 0) {
+  auto add = [&](const TensorSpec& spec, const std::string& prefix, int layer) {
+    if (!TensorPresent(spec, c)) return;
     Planned t;
-    t.name = std::move(name);
+    t.name = prefix + spec.gguf;
     t.layer = layer;
-    t.kind = kind;
-    t.src = src;
-    t.permute_heads = permute ? permute_heads : 0;
-    if (kind == Kind::kEmbd) t.scale = 0;  // set by the caller for random weights
-    if (kind == Kind::kMatrix) t.scale = 1.0f / std::sqrt(float(shape.back()));
-    t.shape = std::move(shape);
-    p.push_back(std::move(t));
-    return &p.back();
-  };
-  auto norm = [&](std::string name, int layer, const Tensor* src) {
-    Planned* t = add(std::move(name), {E}, layer, Kind::kVector, src);
-    t->scale = 0.1f;
-    t->offset = 1.0f;
-  };
-  auto bias = [&](std::string name, int64_t n, int layer, const Tensor* src) {
-    add(std::move(name), {n}, layer, Kind::kVector, src)->scale = 0.1f;
-  };
-  add("token_embd.weight", {V, E}, -1, Kind::kEmbd, w ? &w->tok_embd : nullptr);
-  if (std::vector<float> f = RopeFactors(c); !f.empty()) {
-    add("rope_freqs.weight", {int64_t(f.size())}, -1, Kind::kVector, nullptr)->constant = std::move(f);
-  }
-  norm("output_norm.weight", -1, w ? &w->output_norm : nullptr);
-  if (!c.tied_embeddings) add("output.weight", {V, E}, -1, Kind::kMatrix, w ? &w->output : nullptr);
-  for (int il = 0; il < c.n_layer; ++il) {
-    const LayerWeights* l = w ? &w->layers[size_t(il)] : nullptr;
-    const std::string b = "blk." + std::to_string(il) + ".";
-    norm(b + "attn_norm.weight", il, l ? &l->attn_norm : nullptr);
-    add(b + "attn_q.weight", {Q, E}, il, Kind::kMatrix, l ? &l->wq : nullptr, c.n_head);
-    add(b + "attn_k.weight", {KV, E}, il, Kind::kMatrix, l ? &l->wk : nullptr, c.n_head_kv);
-    add(b + "attn_v.weight", {KV, E}, il, Kind::kMatrix, l ? &l->wv : nullptr);
-    if (c.qkv_bias) {
-      bias(b + "attn_q.bias", Q, il, l ? &l->bq : nullptr);
-      bias(b + "attn_k.bias", KV, il, l ? &l->bk : nullptr);
-      bias(b + "attn_v.bias", KV, il, l ? &l->bv : nullptr);
+    t.src = w ? &SpecTensor(spec, *w, layer < 0 ? 0 : layer) : nullptr;
+    t.shape = TensorShape(spec, c);
+    t.permute_heads = spec.gguf_permute == Permute::kQHeads    ? c.n_head
+                      : spec.gguf_permute == Permute::kKVHeads ? c.n_head_kv
+                                                               : 0;
+    switch (spec.role) {
+      case Role::kEmbedding:
+      case Role::kPositions: t.kind = Kind::kEmbd, t.scale = 0; break;  // set by the caller for random weights
+      case Role::kLinear: t.kind = Kind::kMatrix, t.scale = 1.0f / std::sqrt(float(t.shape.back())); break;
+      case Role::kNorm: t.kind = Kind::kVector, t.scale = 0.1f, t.offset = 1.0f; break;
+      case Role::kBias: t.kind = Kind::kVector, t.scale = 0.1f; break;
     }
-    add(b + "attn_output.weight", {E, Q}, il, Kind::kMatrix, l ? &l->wo : nullptr);
-    norm(b + "ffn_norm.weight", il, l ? &l->ffn_norm : nullptr);
-    add(b + "ffn_gate.weight", {F, E}, il, Kind::kMatrix, l ? &l->w_gate : nullptr);
-    add(b + "ffn_up.weight", {F, E}, il, Kind::kMatrix, l ? &l->w_up : nullptr);
-    add(b + "ffn_down.weight", {E, F}, il, Kind::kMatrix, l ? &l->w_down : nullptr);
+    p.push_back(std::move(t));
+    if (spec.role != Role::kEmbedding) return;
+    if (std::vector<float> f = RopeFactors(c); !f.empty()) {
+      Planned r;
+      r.name = "rope_freqs.weight";
+      r.layer = -1;
+      r.kind = Kind::kVector;
+      r.shape = {int64_t(f.size())};
+      r.constant = std::move(f);
+      p.push_back(std::move(r));
+    }
+  };
+  for (const TensorSpec& t : arch.model_tensors) add(t, "", -1);
+  for (int il = 0; il < c.n_layer; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    for (const TensorSpec& t : arch.layer_tensors) add(t, b, il);
   }
   return p;
 }
@@ -194,7 +193,7 @@ void RandomValues(const Planned& t, uint64_t seed, int n_threads, float* out, in
 }
 
 void SetArchKeys(const ModelConfig& c, const Recipe& r, GgufWriter* w) {
-  const std::string a = c.qkv_bias ? "qwen2" : "llama";
+  const std::string a = c.arch.spec().gguf_name;
   w->SetString("general.architecture", a);
   w->SetString("general.name", c.name);
   w->SetU32("general.file_type", r.ftype);
@@ -302,8 +301,9 @@ Status QuantizeModel(const std::string& in, const std::string& out, const Quanti
   const Recipe& r = *FindRecipe(options.type);
   IMPRESS_ASSIGN_OR_RETURN(Model m, LoadModel(in, {}, LoadOptions{.n_threads = options.n_threads}));
   const ModelConfig& c = m.config;
-  if (c.arch != Arch::kLlama) {
-    return Status::Unsupported(in + ": only Llama-family models (llama, qwen2) can be written as GGUF");
+  if (!HasGgufNames(c)) {
+    return Status::Unsupported(in + ": architecture '" + c.arch.name() + "' has no GGUF names (GGUF files are " +
+                               SupportedGgufArchs() + ")");
   }
   GgufWriter w;
   std::error_code ec;
@@ -331,7 +331,7 @@ Status WriteRandomModel(const ModelConfig& config, const std::string& out, const
   IMPRESS_RETURN_IF_ERROR(CheckRecipe(options.type));
   const Recipe& r = *FindRecipe(options.type);
   const ModelConfig& c = config;
-  if (c.arch != Arch::kLlama || c.n_vocab < 1 || c.n_embd < 1 || c.n_layer < 1 || c.n_head < 1 || c.n_head_kv < 1 ||
+  if (!HasGgufNames(c) || c.n_vocab < 1 || c.n_embd < 1 || c.n_layer < 1 || c.n_head < 1 || c.n_head_kv < 1 ||
       c.head_dim < 2 || c.head_dim % 2 != 0 || c.n_ff < 1 || c.n_head % c.n_head_kv != 0) {
     return Status::InvalidArgument("random model '" + c.name + "': not a well-formed Llama configuration");
   }

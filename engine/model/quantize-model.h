@@ -63,9 +63,10 @@ struct RandomWeightsOptions {
   std::string tokenizer_from{};
 };
 
-// Writes random weights for `config` (Llama; Q/K/V biases when config.qkv_bias) to `out` with
-// the recipe's types. Errors: kInvalidArgument for a non-Llama or malformed config; those of
-// reading tokenizer_from; kIOError naming `out`.
+// Writes random weights for `config` (every tensor its architecture's table gives, under their
+// GGUF names) to `out` with the recipe's types. Errors: kInvalidArgument for an architecture
+// without GGUF names or a malformed config; those of reading tokenizer_from; kIOError naming
+// `out`.
 Status WriteRandomModel(const ModelConfig& config, const std::string& out, const QuantizeOptions& options,
                         const RandomWeightsOptions& random, const ProgressFn& progress = {});
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/model/arch.h"
+
 namespace impress {
 
 namespace {
@@ -31,75 +33,29 @@ struct Fill {
   float offset;
 };
 
-// The tensors of `c`, in a fixed order (the order is part of the values: tensor i's blocks are
-// seeded with i), shaped but not yet filled.
-class Planner {
- public:
-  Planner(const ModelConfig& c, float linear_gain) : c_(c), gain_(linear_gain) {}
-
-  std::vector<Fill> Plan(ModelWeights& w) {
-    const int64_t e = c_.n_embd, nq = int64_t(c_.n_head) * c_.head_dim, nkv = int64_t(c_.n_head_kv) * c_.head_dim;
-    const int64_t ff = c_.n_ff, vocab = c_.n_vocab;
-    const bool opt = c_.arch == Arch::kOpt;
-    const int64_t e_in = opt && c_.word_embed_proj_dim > 0 ? c_.word_embed_proj_dim : e;
-    Add(w.tok_embd, {vocab, e_in}, 1.0f);
-    if (opt) {
-      Add(w.pos_embd, {int64_t(c_.n_ctx_train) + c_.pos_offset, e}, 0.5f);
-      if (e_in != e) {
-        Linear(w.project_in, e, e_in);
-        Linear(w.project_out, e_in, e);
-      }
-      if (c_.do_layer_norm_before) {
-        Norm(w.output_norm, e);
-        Add(w.output_norm_b, {e}, 0.1f);
-      }
-    } else {
-      Norm(w.output_norm, e);
-      if (!c_.tied_embeddings) Linear(w.output, vocab, e);
+// The tensors of `c`, in the order of its architecture's table (the order is part of the
+// values: tensor i's blocks are seeded with i), shaped but not yet filled.
+std::vector<Fill> Plan(const ModelConfig& c, float linear_gain, ModelWeights& w) {
+  const ArchSpec& arch = c.arch.spec();
+  std::vector<Fill> fills;
+  auto add = [&](const TensorSpec& t, int il) {
+    if (!TensorPresent(t, c)) return;
+    Tensor& dst = SpecTensor(t, w, il);
+    dst.shape = TensorShape(t, c);
+    switch (t.role) {
+      case Role::kEmbedding: fills.push_back({&dst, 1.0f, 0.0f}); break;
+      case Role::kPositions: fills.push_back({&dst, 0.5f, 0.0f}); break;
+      case Role::kLinear: fills.push_back({&dst, linear_gain / std::sqrt(float(dst.shape.back())), 0.0f}); break;
+      case Role::kNorm: fills.push_back({&dst, 0.1f, 1.0f}); break;
+      case Role::kBias: fills.push_back({&dst, 0.1f, 0.0f}); break;
     }
-    w.layers.resize(size_t(c_.n_layer));
-    for (LayerWeights& l : w.layers) {
-      Norm(l.attn_norm, e);
-      Norm(l.ffn_norm, e);
-      Linear(l.wq, nq, e);
-      Linear(l.wk, nkv, e);
-      Linear(l.wv, nkv, e);
-      Linear(l.wo, e, nq);
-      Linear(l.w_up, ff, e);
-      Linear(l.w_down, e, ff);
-      if (!opt) {
-        Linear(l.w_gate, ff, e);
-        if (c_.qkv_bias) {
-          Add(l.bq, {nq}, 0.1f);
-          Add(l.bk, {nkv}, 0.1f);
-          Add(l.bv, {nkv}, 0.1f);
-        }
-        continue;
-      }
-      Add(l.attn_norm_b, {e}, 0.1f);
-      Add(l.ffn_norm_b, {e}, 0.1f);
-      Add(l.bq, {nq}, 0.1f);
-      Add(l.bk, {nkv}, 0.1f);
-      Add(l.bv, {nkv}, 0.1f);
-      Add(l.bo, {e}, 0.1f);
-      Add(l.b_up, {ff}, 0.1f);
-      Add(l.b_down, {e}, 0.1f);
-    }
-    return std::move(fills_);
-  }
-
- private:
-  void Add(Tensor& t, std::vector<int64_t> shape, float scale, float offset = 0.0f) {
-    t.shape = std::move(shape);
-    fills_.push_back({&t, scale, offset});
-  }
-  void Linear(Tensor& t, int64_t n_out, int64_t n_in) { Add(t, {n_out, n_in}, gain_ / std::sqrt(float(n_in))); }
-  void Norm(Tensor& t, int64_t n) { Add(t, {n}, 0.1f, 1.0f); }
-
-  const ModelConfig& c_;
-  const float gain_;
-  std::vector<Fill> fills_;
-};
+  };
+  for (const TensorSpec& t : arch.model_tensors) add(t, 0);
+  w.layers.resize(size_t(c.n_layer));
+  for (int il = 0; il < c.n_layer; ++il)
+    for (const TensorSpec& t : arch.layer_tensors) add(t, il);
+  return fills;
+}
 
 int64_t Elements(const Tensor& t) {
   int64_t n = 1;
@@ -137,10 +93,10 @@ void FillAll(const std::vector<Fill>& fills, uint64_t seed, int n_threads) {
 
 Result<Model> RandomModel(const ModelConfig& config, const RandomModelOptions& options) {
   const ModelConfig& c = config;
-  const bool opt = c.arch == Arch::kOpt;
+  const bool learned_positions = c.arch.spec().graph.position == PositionKind::kLearned;
   if (c.n_vocab <= 0 || c.n_embd <= 0 || c.n_layer <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.head_dim <= 0 ||
       c.n_ff <= 0 || c.n_head % c.n_head_kv != 0 || c.word_embed_proj_dim < 0 ||
-      (opt && (c.n_ctx_train <= 0 || c.pos_offset < 0)))
+      (learned_positions && (c.n_ctx_train <= 0 || c.pos_offset < 0)))
     return Status::InvalidArgument("random model '" + c.name + "': bad dimensions (n_vocab " +
                                    std::to_string(c.n_vocab) + ", n_embd " + std::to_string(c.n_embd) + ", n_layer " +
                                    std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", n_head_kv " +
@@ -148,7 +104,7 @@ Result<Model> RandomModel(const ModelConfig& config, const RandomModelOptions& o
                                    ", n_ff " + std::to_string(c.n_ff) + ")");
   Model m;
   m.config = c;
-  const std::vector<Fill> fills = Planner(c, options.linear_gain).Plan(m.weights);
+  const std::vector<Fill> fills = Plan(c, options.linear_gain, m.weights);
   int64_t total = 0;
   for (const Fill& f : fills) {
     total += Elements(*f.t);
@@ -160,7 +116,7 @@ Result<Model> RandomModel(const ModelConfig& config, const RandomModelOptions& o
   return m;
 }
 
-const char* KnownModelShapeNames() { return "smollm2|llama2-7b|llama-3.2-1b|llama-3.1-8b|qwen2.5-0.5b"; }
+const char* KnownModelShapeNames() { return "smollm2|llama2-7b|llama-3.2-1b|llama-3.1-8b|qwen2.5-0.5b|qwen3-0.6b"; }
 
 Result<ModelConfig> KnownModelShape(std::string_view name) {
   ModelConfig c;
@@ -187,7 +143,14 @@ Result<ModelConfig> KnownModelShape(std::string_view name) {
   } else if (name == "qwen2.5-0.5b") {  // Qwen2.5-0.5B: tied, Q/K/V biases
     c.name = "random (Qwen2.5-0.5B shapes)";
     c.n_vocab = 151936, c.n_ctx_train = 32768, c.n_embd = 896, c.n_layer = 24, c.n_head = 14, c.n_head_kv = 2;
-    c.head_dim = 64, c.n_ff = 4864, c.rope_theta = 1000000.0f, c.tied_embeddings = true, c.qkv_bias = true;
+    c.head_dim = 64, c.n_ff = 4864, c.rope_theta = 1000000.0f, c.tied_embeddings = true;
+    c.arch = Arch(FindArch("qwen2"));
+    c.norm_eps = 1e-6f;
+  } else if (name == "qwen3-0.6b") {  // Qwen3-0.6B: tied, per-head Q/K norms, 16 heads of 128 over 1024
+    c.name = "random (Qwen3-0.6B shapes)";
+    c.n_vocab = 151936, c.n_ctx_train = 40960, c.n_embd = 1024, c.n_layer = 28, c.n_head = 16, c.n_head_kv = 8;
+    c.head_dim = 128, c.n_ff = 3072, c.rope_theta = 1000000.0f, c.tied_embeddings = true;
+    c.arch = Arch(FindArch("qwen3"));
     c.norm_eps = 1e-6f;
   } else {
     return Status::InvalidArgument("unknown model shape '" + std::string(name) + "' (" + KnownModelShapeNames() + ")");

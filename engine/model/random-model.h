@@ -27,17 +27,19 @@ struct RandomModelOptions {
   int n_threads = 0;  // 0: one per hardware thread
 };
 
-// Every tensor `config` asks for, Llama (output projection unless tied_embeddings; Q/K/V biases
-// when qkv_bias) or OPT
-// (biases, learned positions of n_ctx_train + pos_offset rows, final norm when pre-LN, the
-// word_embed_proj_dim projections when set). InvalidArgument when a dimension is not positive,
-// n_head is not a multiple of n_head_kv, or the model would exceed 2^40 values.
+// Every tensor `config`'s architecture table (engine/model/arch.h) gives a model of that
+// configuration (Llama: the output projection unless tied_embeddings; Qwen2: Q/K/V biases; OPT:
+// biases, learned positions of n_ctx_train + pos_offset rows, final norm when pre-LN, the
+// word_embed_proj_dim projections when set), in the table's order. InvalidArgument when a
+// dimension is not positive, n_head is not a multiple of n_head_kv, or the model would exceed
+// 2^40 values.
 Result<Model> RandomModel(const ModelConfig& config, const RandomModelOptions& options = {});
 
 // The configuration of a known model's shape, named "random (<model> shapes)": "smollm2"
 // (SmolLM2-135M: GQA 9/3, 30 layers, tied embeddings), "llama2-7b" (the paper's Llama-2-7B:
 // 32 heads of 128, 32 layers), "llama-3.2-1b", "llama-3.1-8b" (llama3 RoPE scaling) or
-// "qwen2.5-0.5b" (Q/K/V biases). InvalidArgument naming the choices otherwise.
+// "qwen2.5-0.5b" (Q/K/V biases) or "qwen3-0.6b" (per-head Q/K norms). InvalidArgument naming the
+// choices otherwise.
 Result<ModelConfig> KnownModelShape(std::string_view name);
 const char* KnownModelShapeNames();  // "smollm2|llama2-7b|..."
 

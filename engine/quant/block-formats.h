@@ -12,22 +12,24 @@
 #include <cstdint>
 
 #include "base/fp16.h"
+#include "engine/model/ggml-type.h"
 
 namespace impress::quant {
 
-// Weight types the kernels compute with, by their GGUF type ids (ggml_type), so a loader can
-// pass a tensor's stored id straight through.
+// Weight types the kernels compute with: the subset of the GGUF type ids (GgmlType, defined once
+// in engine/model/ggml-type.h) they support, so a loader can pass a tensor's stored id straight
+// through.
 enum class WeightType : uint32_t {
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kBF16 = 30,
+  kF16 = uint32_t(GgmlType::kF16),
+  kQ4_0 = uint32_t(GgmlType::kQ4_0),
+  kQ4_1 = uint32_t(GgmlType::kQ4_1),
+  kQ5_0 = uint32_t(GgmlType::kQ5_0),
+  kQ5_1 = uint32_t(GgmlType::kQ5_1),
+  kQ8_0 = uint32_t(GgmlType::kQ8_0),
+  kQ4_K = uint32_t(GgmlType::kQ4_K),
+  kQ5_K = uint32_t(GgmlType::kQ5_K),
+  kQ6_K = uint32_t(GgmlType::kQ6_K),
+  kBF16 = uint32_t(GgmlType::kBF16),
 };
 
 inline constexpr int kQK32 = 32;    // elements per block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0

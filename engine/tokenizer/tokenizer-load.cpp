@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "engine/model/arch.h"
 #include "engine/model/gguf.h"
 #include "engine/model/json-file.h"
 #include "engine/model/mapped-file.h"
@@ -199,8 +200,9 @@ Status ApplyFolderConfigsImpl(const fs::path& dir, TokenizerVocab* v, bool* add_
       }
     }
   }
-  // OPT prepends </s> (its bos) to every prompt.
-  if (v->arch == "opt" && !*add_bos_set) {
+  // Some architectures prepend their BOS to every prompt (OPT: </s>): the table says.
+  const ArchSpec* arch = FindHfModelType(v->arch);
+  if (arch && arch->hf_add_bos && !*add_bos_set) {
     v->add_bos = true;
     *add_bos_set = true;
   }

@@ -198,7 +198,7 @@ TEST(StoredForwardErrors, UnsupportedTypeIsNamed) {
   auto be = MakeCpuBackend({.n_threads = 1});
   auto f = Forward::Create(m, *be);
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.status().message().find("layer 1 w_up"), std::string::npos) << f.status().ToString();
+  EXPECT_NE(f.status().message().find("layer 1 FFN up projection"), std::string::npos) << f.status().ToString();
   EXPECT_NE(f.status().message().find("Q2_K"), std::string::npos) << f.status().ToString();
 }
 

@@ -1,6 +1,7 @@
 // The forward pass against the independent numpy reference (tests/reference/reference.py):
 // SmolLM2-135M-Instruct (GGUF, Q4_1) on three token sequences, one over 1000 tokens, and tiny
-// random-weight Llama and OPT Hugging Face folders written by tests/reference/make-tiny-models.py.
+// random-weight Llama, OPT, Qwen2 and Qwen3 Hugging Face folders written by
+// tests/reference/make-tiny-models.py.
 // Checks max |logit diff| / max |logit| < 1e-4 on chosen rows and identical greedy 32-token
 // continuations (SmolLM2: on the two shorter sequences). Skips cleanly when the reference python or the default model
 // is missing.
@@ -286,6 +287,8 @@ class TinyModels : public ::testing::Test {
 TEST_F(TinyModels, LlamaGqaLlama3RopeUntiedMatchesNumpy) { Check("tiny-llama"); }
 TEST_F(TinyModels, OptPreLnMatchesNumpy) { Check("tiny-opt"); }
 TEST_F(TinyModels, Opt350mPostLnWithProjectionsMatchesNumpy) { Check("tiny-opt-350m"); }
+TEST_F(TinyModels, Qwen2BiasesTiedMatchesNumpy) { Check("tiny-qwen2"); }
+TEST_F(TinyModels, Qwen3QkNormOwnHeadDimMatchesNumpy) { Check("tiny-qwen3"); }
 
 }  // namespace
 }  // namespace impress

@@ -1,7 +1,8 @@
 // Random-weight models of real shapes, written by WriteRandomModel (what `impress quantize
 // --random` runs) in the Q4_K_M-like recipe, with few layers and a small vocabulary so they run
-// in seconds: Qwen2.5-0.5B (Q/K/V biases, rows of 896 values that fall back from the K-quants)
-// and Llama-3.2-1B (llama3 RoPE scaling carried as rope_freqs.weight). Each is loaded, answers a
+// in seconds: Qwen2.5-0.5B (Q/K/V biases, rows of 896 values that fall back from the K-quants),
+// Qwen3-0.6B (per-head Q/K norms, a head dimension of its own) and Llama-3.2-1B (llama3 RoPE
+// scaling carried as rope_freqs.weight). Each is loaded, answers a
 // prompt (greedy continuation) and is checked against the numpy reference forward pass of the
 // same file (tests/reference/reference.py, reading it with the gguf package): logits within
 // 2e-4 relative on the reference's arithmetic (weights decoded to fp32), identical greedy
@@ -113,7 +114,7 @@ TEST(RealShapes, Qwen25HalfBWithBiases) {
   auto model = LoadModel(m.path);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const ModelConfig& c = model->config;
-  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_STREQ(c.arch.name(), "qwen2");  // Q/K/V biases
   EXPECT_EQ(c.n_embd, 896);
   EXPECT_EQ(c.n_head, 14);
   EXPECT_EQ(c.n_head_kv, 2);
@@ -127,12 +128,32 @@ TEST(RealShapes, Qwen25HalfBWithBiases) {
   std::filesystem::remove_all(m.dir, ec);
 }
 
+TEST(RealShapes, Qwen3SixHundredMWithQkNorms) {
+  const Made m = MakeModel("qwen3-0.6b", 2, 512, "q4_k_m");
+  auto f = GgufFile::Open(m.path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(*f->GetString("general.architecture"), "qwen3");
+  ASSERT_NE(f->FindTensor("blk.1.attn_k_norm.weight"), nullptr);
+  EXPECT_EQ(f->FindTensor("blk.0.attn_q.bias"), nullptr);
+
+  auto model = LoadModel(m.path);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const ModelConfig& c = model->config;
+  EXPECT_STREQ(c.arch.name(), "qwen3");
+  EXPECT_EQ(c.n_embd, 1024);
+  EXPECT_EQ(c.head_dim, 128);  // 16 heads of 128 over a hidden size of 1024
+  EXPECT_EQ(model->weights.layers[1].q_norm.shape, (std::vector<int64_t>{128}));
+  CheckAgainstReference(m);
+  std::error_code ec;
+  std::filesystem::remove_all(m.dir, ec);
+}
+
 TEST(RealShapes, Llama32OneBWithLlama3RopeFactors) {
   const Made m = MakeModel("llama-3.2-1b", 1, 512, "q4_k_m");
   auto model = LoadModel(m.path);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const ModelConfig& c = model->config;
-  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.arch, Arch::kLlama);
   EXPECT_EQ(c.n_embd, 2048);
   EXPECT_EQ(c.n_head, 32);
   EXPECT_EQ(c.n_head_kv, 8);

@@ -3,8 +3,10 @@
 
 Usage: make-tiny-models.py OUT_DIR [--seed N]
 Creates OUT_DIR/tiny-llama (LlamaForCausalLM: GQA 4/2, llama3 RoPE scaling, untied lm_head),
-OUT_DIR/tiny-opt (OPTForCausalLM, pre-LN) and OUT_DIR/tiny-opt-350m (post-LN with
-project_in/project_out, like facebook/opt-350m): config.json + model.safetensors each.
+OUT_DIR/tiny-opt (OPTForCausalLM, pre-LN), OUT_DIR/tiny-opt-350m (post-LN with
+project_in/project_out, like facebook/opt-350m), OUT_DIR/tiny-qwen2 (Qwen2ForCausalLM: Q/K/V
+biases, tied lm_head) and OUT_DIR/tiny-qwen3 (Qwen3ForCausalLM: per-head Q/K RMSNorm, a head
+dimension of its own, tied lm_head): config.json + model.safetensors each.
 No tokenizer: the tests feed token ids. Deterministic for a given seed.
 """
 import argparse
@@ -90,6 +92,41 @@ def tiny_opt(rng, folder, post_ln=False):
     write(folder, cfg, t)
 
 
+def tiny_qwen(rng, folder, version):
+    """Qwen2 (Q/K/V biases) or Qwen3 (q_norm/k_norm over each head; head_dim 32 > hidden / heads)."""
+    V, E, L, H, KV, FF = 300, 64, 3, 4, 2, 160
+    D = 32 if version == 3 else E // H
+    cfg = {
+        "architectures": [f"Qwen{version}ForCausalLM"], "model_type": f"qwen{version}", "vocab_size": V,
+        "hidden_size": E, "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": H,
+        "num_key_value_heads": KV, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+        "tie_word_embeddings": True, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+        "torch_dtype": "float32",
+    }
+    if version == 3:
+        cfg.update({"head_dim": D, "attention_bias": False, "use_sliding_window": False})
+    t = {"model.embed_tokens.weight": rnd(rng, V, E, scale=1.0), "model.norm.weight": norm_w(rng, E)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = norm_w(rng, E)
+        t[p + "post_attention_layernorm.weight"] = norm_w(rng, E)
+        t[p + "self_attn.q_proj.weight"] = rnd(rng, H * D, E, scale=0.5)
+        t[p + "self_attn.k_proj.weight"] = rnd(rng, KV * D, E, scale=0.5)
+        t[p + "self_attn.v_proj.weight"] = rnd(rng, KV * D, E)
+        t[p + "self_attn.o_proj.weight"] = rnd(rng, E, H * D)
+        if version == 2:
+            t[p + "self_attn.q_proj.bias"] = rnd(rng, H * D, scale=0.5)
+            t[p + "self_attn.k_proj.bias"] = rnd(rng, KV * D, scale=0.5)
+            t[p + "self_attn.v_proj.bias"] = rnd(rng, KV * D, scale=0.1)
+        else:  # norm weights far from 1, so a skipped norm shows
+            t[p + "self_attn.q_norm.weight"] = (1.0 + 0.5 * rng.standard_normal(D)).astype(np.float32)
+            t[p + "self_attn.k_norm.weight"] = (1.0 + 0.5 * rng.standard_normal(D)).astype(np.float32)
+        t[p + "mlp.gate_proj.weight"] = rnd(rng, FF, E)
+        t[p + "mlp.up_proj.weight"] = rnd(rng, FF, E)
+        t[p + "mlp.down_proj.weight"] = rnd(rng, E, FF)
+    write(folder, cfg, t)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
@@ -99,6 +136,8 @@ def main():
     tiny_llama(rng, os.path.join(a.out_dir, "tiny-llama"))
     tiny_opt(rng, os.path.join(a.out_dir, "tiny-opt"))
     tiny_opt(rng, os.path.join(a.out_dir, "tiny-opt-350m"), post_ln=True)
+    tiny_qwen(rng, os.path.join(a.out_dir, "tiny-qwen2"), 2)
+    tiny_qwen(rng, os.path.join(a.out_dir, "tiny-qwen3"), 3)
 
 
 if __name__ == "__main__":

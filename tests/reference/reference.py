@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent numpy forward pass for Llama (and Qwen2: Llama with Q/K/V biases) and OPT: the reference the C++ engine is checked against.
+"""Independent numpy forward pass for Llama (Qwen2: Llama with Q/K/V biases; Qwen3: Llama with per-head Q/K RMSNorm) and OPT: the reference the C++ engine is checked against.
 
 Reads a GGUF file with the `gguf` package (its own dequantization; Llama RoPE applied the
 llama.cpp way, on adjacent pairs, to the RAW permuted GGUF Q/K weights, so the engine's
@@ -52,18 +52,18 @@ def load_gguf(path):
         return f.contents()
 
     arch = meta("general.architecture")
-    if arch not in ("llama", "qwen2"):
-        sys.exit(f"reference: GGUF architecture {arch!r} not supported (llama, qwen2)")
+    if arch not in ("llama", "qwen2", "qwen3"):
+        sys.exit(f"reference: GGUF architecture {arch!r} not supported (llama, qwen2, qwen3)")
     c = Cfg()
     c.arch = "llama"
     c.n_embd = int(meta(f"{arch}.embedding_length"))
     c.n_layer = int(meta(f"{arch}.block_count"))
     c.n_head = int(meta(f"{arch}.attention.head_count"))
     c.n_head_kv = int(meta(f"{arch}.attention.head_count_kv", c.n_head))
-    c.head_dim = c.n_embd // c.n_head
+    c.head_dim = int(meta(f"{arch}.attention.key_length", c.n_embd // c.n_head))
     c.eps = float(meta(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
     c.theta = float(meta(f"{arch}.rope.freq_base", 10000.0))
-    # llama: llama.cpp's LLAMA_ROPE_TYPE_NORM on permuted weights; qwen2: NEOX (rotate-half) on
+    # llama: llama.cpp's LLAMA_ROPE_TYPE_NORM on permuted weights; qwen2/3: NEOX (rotate-half) on
     # weights in Hugging Face order
     c.rope_style = "interleaved" if arch == "llama" else "half"
     c.scaling = None
@@ -97,6 +97,8 @@ def load_gguf(path):
         })
         if arch == "qwen2":
             layers[-1].update({"bq": T(p + "attn_q.bias"), "bk": T(p + "attn_k.bias"), "bv": T(p + "attn_v.bias")})
+        if arch == "qwen3":
+            layers[-1].update({"q_norm": T(p + "attn_q_norm.weight"), "k_norm": T(p + "attn_k_norm.weight")})
     w["layers"] = layers
     return c, w
 
@@ -122,7 +124,8 @@ def load_hf(folder):
     c.n_layer = cfg["num_hidden_layers"]
     c.n_head = cfg["num_attention_heads"]
     qwen2 = "Qwen2ForCausalLM" in archs or cfg.get("model_type") == "qwen2"
-    if "LlamaForCausalLM" in archs or cfg.get("model_type") == "llama" or qwen2:
+    qwen3 = "Qwen3ForCausalLM" in archs or cfg.get("model_type") == "qwen3"
+    if "LlamaForCausalLM" in archs or cfg.get("model_type") == "llama" or qwen2 or qwen3:
         c.arch = "llama"
         c.freq_factors = None
         c.n_head_kv = cfg.get("num_key_value_heads", c.n_head)
@@ -147,6 +150,9 @@ def load_hf(folder):
             if qwen2:
                 layers[-1].update({"bq": get(p + "self_attn.q_proj.bias"), "bk": get(p + "self_attn.k_proj.bias"),
                                    "bv": get(p + "self_attn.v_proj.bias")})
+            if qwen3:  # Qwen3RMSNorm over each head of Q and K, before RoPE
+                layers[-1].update({"q_norm": get(p + "self_attn.q_norm.weight"),
+                                   "k_norm": get(p + "self_attn.k_norm.weight")})
         w["layers"] = layers
     elif "OPTForCausalLM" in archs or cfg.get("model_type") == "opt":
         c.arch = "opt"
@@ -281,6 +287,8 @@ def forward(c, w, tokens, pos, cache):
             q = q.reshape(n, c.n_head, c.head_dim)
             k = k.reshape(n, c.n_head_kv, c.head_dim)
             v = v.reshape(n, c.n_head_kv, c.head_dim)
+            if "q_norm" in L:  # Qwen3
+                q, k = rms_norm(q, L["q_norm"], c.eps), rms_norm(k, L["k_norm"], c.eps)
             q, k = rope(q, pos, c), rope(k, pos, c)
         else:
             h = layer_norm(x, L["attn_norm"], L["attn_norm_b"], c.eps) if c.pre_ln else x
