@@ -75,9 +75,9 @@ inline int RunNumpyReference(const std::string& model, const std::vector<RefSequ
 
 // Like RunNumpyReference, but kept under $IMPRESS_CACHE_DIR/reference (else
 // $XDG_CACHE_HOME/impress, else ~/.cache/impress) keyed by the model's fingerprint, reference.py's
-// text and the request, so a long reference pass (a trained model over 1,000+ tokens) is paid
-// once per machine, not on every run. Any change to the weights, the script or the request makes
-// a new key; an entry is written under a temporary name and renamed when complete.
+// text, the reference packages' pinned versions and the request, so a long reference pass (a trained model over 1,000+
+// tokens) is paid once per machine, not on every run. Any change to the weights, the script or the request makes a new
+// key; an entry is written under a temporary name and renamed when complete.
 inline int CachedNumpyReference(const std::string& model, const std::string& fingerprint,
                                 const std::vector<RefSequence>& seqs, RefResult* out) {
   std::string cache = test_support::CacheDir();
@@ -86,6 +86,9 @@ inline int CachedNumpyReference(const std::string& model, const std::string& fin
   std::filesystem::create_directories(cache, ec);
   std::ifstream script(SourceDir() + "/tests/reference/reference.py");
   std::string key_text((std::istreambuf_iterator<char>(script)), std::istreambuf_iterator<char>());
+  // The reference packages' pinned versions: an upgraded numpy or gguf computes the reference anew.
+  std::ifstream pins(SourceDir() + "/scripts/requirements-reference.txt");
+  key_text.append((std::istreambuf_iterator<char>(pins)), std::istreambuf_iterator<char>());
   for (const auto& s : seqs) {
     nlohmann::json j = {{"tokens", s.tokens}, {"rows", s.rows}, {"greedy", s.greedy}};
     key_text.append(j.dump());

@@ -1,6 +1,7 @@
 // Test helper: runs a reference script of tests/tokenizer/ with the reference python once and
-// caches its output folder in the temp dir, keyed by the script, the default model and the
-// sample document, so the many processes ctest starts (one per test) share one run.
+// caches its output folder in the temp dir, keyed by the script, the default model, the sample
+// document and the reference packages' pinned versions, so the many processes ctest starts (one
+// per test) share one run.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -57,7 +58,8 @@ inline std::string CachedReference(const std::string& script_name, std::string* 
     return "";
   }
   std::string inputs = ReadAll(script) + model + std::to_string(fs::file_size(model)) +
-                       ReadAll(fs::path(SourceDir()) / "assets/docs/gpl-3.0.txt");
+                       ReadAll(fs::path(SourceDir()) / "assets/docs/gpl-3.0.txt") +
+                       ReadAll(fs::path(SourceDir()) / "scripts/requirements-reference.txt");  // package versions
   // Assets the scripts read (chat templates): a change reruns them.
   const fs::path assets = fs::path(SourceDir()) / "tests/tokenizer/templates";
   std::error_code ec;
