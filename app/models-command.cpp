@@ -6,7 +6,6 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include <cstdlib>
 #include <iostream>
 
 #include "app/commands.h"
@@ -95,7 +94,6 @@ void RegisterModelsCommand(CLI::App& app, CommonOptions* common, int* exit_code)
         ProgressBar bar("downloading " + m->name);
         PullOptions options;
         options.find_links = args->find_links;
-        if (const char* py = std::getenv("IMPRESS_PYTHON"); py && *py) options.python = py;
         s = PullModel(m->name, AssetsDir(), dir, bar.AsFn(), options);
         bar.Finish();
         if (s.ok()) std::cout << m->name << ": " << ModelFilePath(*m, dir) << "\n";

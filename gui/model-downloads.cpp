@@ -1,7 +1,5 @@
 #include "gui/model-downloads.h"
 
-#include <cstdlib>
-
 #include "chat/model-library.h"
 
 namespace impress::gui {
@@ -37,7 +35,6 @@ DownloadStatus ModelDownloads::Status() const {
 
 void ModelDownloads::Run(std::string name) {
   PullOptions options;
-  if (const char* py = std::getenv("IMPRESS_PYTHON"); py && *py) options.python = py;
   const impress::Status s = PullModel(
       name, assets_dir_, models_dir_,
       [this](uint64_t done, uint64_t total, std::string_view) {

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -128,9 +127,7 @@ TEST_F(ModelLibrary, PullReportsTheScriptsErrorAndChangesNothing) {
   // No wheels in the folder: the first part cannot be fetched, and the message says which.
   const std::string empty = dir_ + "/no-wheels";
   fs::create_directories(empty);
-  const char* py = std::getenv("IMPRESS_PYTHON");
   PullOptions options;
-  options.python = py && *py ? py : "python3";
   options.find_links = empty;
   const Status s = PullModel("smollm2-135m", AssetsDir(), dir_, {}, options);
   ASSERT_FALSE(s.ok());
