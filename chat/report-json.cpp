@@ -41,6 +41,7 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
           {"read_amplification", r.read_amplification()},
           {"probe_share", r.probe_share()},
           {"unhidden_io_share", r.unhidden_io_share()},
+          {"read_gbs", r.read_gbs()},
           {"tier_hits", {{"device", r.chunks_device}, {"host", r.chunks_host}, {"ssd", r.chunks_ssd}}},
           {"decode_tok_s", r.decode_tok_s()}};
 }

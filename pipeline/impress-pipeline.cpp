@@ -315,6 +315,13 @@ void ImpressPipeline::FinishRequest(Run& run) {
     report.chunks_ssd += lr.chunks_ssd;
     report.n_layers_passed += lr.passed ? 1 : 0;
   }
+  std::sort(run.read_spans.begin(), run.read_spans.end());
+  PipelineClock::time_point covered{};  // the union's end so far
+  for (auto [a, b] : run.read_spans) {
+    a = std::max(a, covered);
+    if (b > a) report.read_busy_ms += ElapsedMs(a, b);
+    covered = std::max(covered, b);
+  }
 
   // Off the TTFT path: what was important feeds reorder and score-based caching.
   if (run.reuse && n_matched_ > 0 && run.s.report_importance) {

@@ -350,6 +350,7 @@ Result<store::ReadResult> ImpressPipeline::WaitRead(LayerJob& job, store::ReadTi
     job.lr.chunks_host += st.chunks_host;
     job.lr.chunks_ssd += st.chunks_ssd;
     job.run.report.useful_bytes_read += st.useful_bytes;
+    if (st.ssd_bytes > 0) job.run.read_spans.push_back({st.submitted, st.completed});
   }
   return r;
 }

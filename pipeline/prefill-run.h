@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "pipeline/impress-pipeline.h"
@@ -43,6 +44,8 @@ struct ImpressPipeline::Run {
   RequestReport& report;
   bool reuse = false;  // a store is there and the system reuses prefix KV
   Stopwatch sw;
+  // When each SSD read was in flight (submitted, completed); their union is report.read_busy_ms.
+  std::vector<std::pair<PipelineClock::time_point, PipelineClock::time_point>> read_spans = {};
 };
 
 // One layer's selection within a prefill: n matched prefix tokens, k of them to keep; the steps

@@ -74,6 +74,9 @@ struct RequestReport {
   uint32_t ssd_reads = 0;          // read requests issued to the SSD (a device is bound by these or by bytes)
   uint64_t useful_bytes_read = 0;  // bytes of the K/V the request used, as stored
   uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
+  // Time some SSD read of the request was in flight (submitted, last block not yet read): the
+  // union over its reads, whether compute was waiting or not.
+  double read_busy_ms = 0;
   int n_layers_passed = 0;
   // Decode after the first token.
   int n_generated = 0;
@@ -95,6 +98,9 @@ struct RequestReport {
   double probe_share() const {
     return ttft_ms > 0 ? (breakdown.probe_io_ms + breakdown.probe_compute_ms) / ttft_ms : 0.0;
   }
+  // How fast the request's SSD reads ran: bytes read / time in flight (GB/s; 0 when none read).
+  // Selective reads (many small runs) compare with `bench store`'s sequential rate by this.
+  double read_gbs() const { return read_busy_ms > 0 ? double(ssd_bytes_read) / (read_busy_ms * 1e6) : 0.0; }
   // The share of TTFT spent waiting on reads: the I/O that compute did not hide.
   double unhidden_io_share() const { return ttft_ms > 0 ? breakdown.io_wait_ms / ttft_ms : 0.0; }
   // Whether some layer attended to a selection of the reused prefix rather than all of it. The

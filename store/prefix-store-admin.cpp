@@ -11,6 +11,7 @@ namespace impress::store {
 // ==================================================================== statistics, budgets
 
 StoreStats PrefixStore::Impl::Stats() {
+  WaitForAdmissions();  // counters and tier contents as of every read waited so far
   MutexLock lk(&mu);
   StoreStats s = st;
   s.tiers = tiers.stats();

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -244,6 +245,16 @@ struct PrefixStore::Impl {
   std::multimap<size_t, AlignedBuffer> pool GUARDED_BY(pool_mu);
   size_t pool_bytes GUARDED_BY(pool_mu) = 0;
 
+  // ---- Admission: what reads brought from the SSD enters the memory tiers on the admitter
+  // thread, not on the reader's (the copies would lengthen every wait). Match and Stats wait for
+  // the queue to drain, so a request sees everything earlier requests admitted.
+  Mutex admit_mu;
+  CondVar admit_cv;  // waits under admit_mu: work queued, the queue drained, or stopping
+  std::deque<std::unique_ptr<PendingRead>> admit_q GUARDED_BY(admit_mu);
+  bool admit_busy GUARDED_BY(admit_mu) = false;  // the admitter is installing one it popped
+  bool admit_stop GUARDED_BY(admit_mu) = false;
+  std::thread admitter;
+
   // ---- Reorder.
   Mutex reorder_mu;  // one reorder pass at a time
   Mutex worker_mu;
@@ -304,11 +315,17 @@ struct PrefixStore::Impl {
   Result<ReadTicket> SubmitLocked(std::unique_ptr<PendingRead> pr) REQUIRES(mu);
   Status VerifyRead(PendingRead& pr) EXCLUDES(mu);
   void GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) const;
-  void InstallAdmittedLocked(PendingRead& pr) REQUIRES(mu);
+  void InstallSourceLocked(PendingRead& pr, ReadSource& s) REQUIRES(mu);
+  static bool HasAdmissions(const PendingRead& pr);
+  void QueueAdmission(std::unique_ptr<PendingRead> pr) EXCLUDES(admit_mu);
+  void AdmitLoop() EXCLUDES(mu, admit_mu);
+  void WaitForAdmissions() EXCLUDES(admit_mu);
+  void RecycleBuffers(PendingRead& pr) EXCLUDES(pool_mu);
   void InstallKVLocked(const PendingRead& pr, const ReadSource& s, Tier t, const BlockPtr& base) REQUIRES(mu);
   void MarkCorruptLocked(const ReadSource& s, const Status& why) REQUIRES(mu);
   Status VerifySource(const ReadSource& s, bool probe) const;
-  static std::vector<std::pair<uint32_t, uint32_t>> RunsFor(const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
+  static std::vector<std::pair<uint32_t, uint32_t>> RunsFor(const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                                                            uint32_t max_gap_blocks = 0);
   AlignedBuffer GetBuffer(size_t n) EXCLUDES(pool_mu);
   void PutBuffer(AlignedBuffer b) EXCLUDES(pool_mu);
   void ApplyMoveLocked(const TierMove& m) REQUIRES(mu);

@@ -127,6 +127,7 @@ Result<std::unique_ptr<PrefixStore::Impl>> PrefixStore::Impl::Open(PrefixStoreOp
     im->reorder_interval = im->read_only ? std::chrono::milliseconds(0) : im->opt.reorder_interval;
   }
   im->worker = std::thread([p = im.get()] { p->WorkerLoop(); });  // idle while the interval is 0
+  im->admitter = std::thread([p = im.get()] { p->AdmitLoop(); });
   return im;
 }
 
@@ -234,7 +235,13 @@ void PrefixStore::Impl::Close() {
     for (auto& [t, r] : reads) left.push_back(t);
   }
   for (ReadTicket t : left) (void)Wait(t);  // buffers must outlive the kernel's writes
-  if (read_only) return;                    // statistics live in memory only
+  {
+    MutexLock lk(&admit_mu);  // what is still queued is not admitted: the tiers go with the store
+    admit_stop = true;
+  }
+  admit_cv.SignalAll();
+  if (admitter.joinable()) admitter.join();
+  if (read_only) return;  // statistics live in memory only
   MutexLock lk(&mu);
   Status s = FlushLocked();
   if (!s.ok()) spdlog::warn("store: statistics not saved: {}", s.ToString());

@@ -13,6 +13,7 @@ namespace impress::store {
 // ==================================================================== match
 
 MatchHandle PrefixStore::Impl::Match(std::span<const Token> tokens) {
+  WaitForAdmissions();  // what earlier requests read is in the memory tiers before this one plans
   MutexLock lk(&mu);
   MatchResult m = tree.Match(ns, tokens, true);
   MatchHandle h;
@@ -253,8 +254,8 @@ void PrefixStore::Impl::PlanTierReadsLocked(PendingRead* pr) {
     ++pr->stats.chunks_ssd;
     // Every record of the chunk wanted and none in memory: the whole extent, in one run.
     s.whole = s.install != Tier::kSsd && !s.block && pr->want_k && pr->want_v && s.rows.size() == n_slots;
-    s.runs =
-        s.whole ? std::vector<std::pair<uint32_t, uint32_t>>{{0, s.ext->ext.length / kBlockBytes}} : RunsFor(ranges);
+    s.runs = s.whole ? std::vector<std::pair<uint32_t, uint32_t>>{{0, s.ext->ext.length / kBlockBytes}}
+                     : RunsFor(ranges, opt.read_gap_blocks);
   }
 }
 
@@ -282,9 +283,10 @@ Result<ReadTicket> PrefixStore::Impl::SubmitLocked(std::unique_ptr<PendingRead> 
   return t;
 }
 
-// Block runs covering the byte ranges [a, b) (chunk-relative) of the given records.
+// Block runs covering the byte ranges [a, b) (chunk-relative) of the given records; runs at most
+// max_gap_blocks apart are joined (the blocks between are read too).
 std::vector<std::pair<uint32_t, uint32_t>> PrefixStore::Impl::RunsFor(
-    const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+    const std::vector<std::pair<uint64_t, uint64_t>>& ranges, uint32_t max_gap_blocks) {
   std::vector<uint32_t> ids;
   for (auto [a, b] : ranges)
     for (uint64_t x = a / kBlockBytes; x <= (b - 1) / kBlockBytes; ++x) ids.push_back(uint32_t(x));
@@ -292,8 +294,11 @@ std::vector<std::pair<uint32_t, uint32_t>> PrefixStore::Impl::RunsFor(
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   std::vector<std::pair<uint32_t, uint32_t>> runs;
   for (uint32_t x : ids) {
-    if (!runs.empty() && runs.back().first + runs.back().second == x) ++runs.back().second;
-    else runs.push_back({x, 1});
+    if (!runs.empty() && x - (runs.back().first + runs.back().second) <= max_gap_blocks) {
+      runs.back().second = x - runs.back().first + 1;
+    } else {
+      runs.push_back({x, 1});
+    }
   }
   return runs;
 }
@@ -329,14 +334,18 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
     pr = std::move(it->second);
     reads.erase(it);
   }
-  Status io_st = io->Wait(pr->ticket);
+  ReadTiming timing;
+  Status io_st = io->Wait(pr->ticket, &timing);
+  pr->stats.submitted = timing.submitted;
+  pr->stats.completed = timing.completed;
+  // The read's buffers go back to the pool on return, unless the admitter takes them (below).
   struct Recycle {
     Impl& im;
-    PendingRead& pr;
+    std::unique_ptr<PendingRead>& pr;
     ~Recycle() {
-      for (auto& s : pr.sources) im.PutBuffer(std::move(s.img));
+      if (pr) im.RecycleBuffers(*pr);
     }
-  } recycle{*this, *pr};
+  } recycle{*this, pr};
   const ReadStats stats = pr->stats;
   if (!io_st.ok()) return io_st.WithContext("store read");
   IMPRESS_RETURN_IF_ERROR(VerifyRead(*pr));  // before serving a byte of it
@@ -359,18 +368,71 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
   } else {
     GatherKV(*pr, k_out, v_out);
   }
-  MutexLock lk(&mu);
-  InstallAdmittedLocked(*pr);
+  if (HasAdmissions(*pr)) QueueAdmission(std::move(pr));
   return stats;
+}
+
+void PrefixStore::Impl::RecycleBuffers(PendingRead& pr) {
+  for (auto& s : pr.sources) PutBuffer(std::move(s.img));
+}
+
+// Whether a read brought from the SSD something a memory tier is to keep (see InstallSourceLocked).
+bool PrefixStore::Impl::HasAdmissions(const PendingRead& pr) {
+  for (const auto& s : pr.sources) {
+    if (s.runs.empty()) continue;
+    if (pr.probe ? s.whole && s.install != Tier::kSsd : s.block || s.install != Tier::kSsd) return true;
+  }
+  return false;
+}
+
+void PrefixStore::Impl::QueueAdmission(std::unique_ptr<PendingRead> pr) {
+  MutexLock lk(&admit_mu);
+  if (admit_stop) {
+    RecycleBuffers(*pr);
+    return;
+  }
+  admit_q.push_back(std::move(pr));
+  admit_cv.SignalAll();
+}
+
+// The admitter: installs each queued read's chunks, one chunk per hold of mu, so readers and
+// writers wait at most one chunk's copy for it.
+void PrefixStore::Impl::AdmitLoop() {
+  for (;;) {
+    std::unique_ptr<PendingRead> pr;
+    {
+      MutexLock lk(&admit_mu);
+      admit_busy = false;
+      admit_cv.SignalAll();  // WaitForAdmissions: maybe drained
+      while (!admit_stop && admit_q.empty()) admit_cv.Wait(&admit_mu);
+      if (admit_stop) {
+        for (auto& q : admit_q) RecycleBuffers(*q);
+        admit_q.clear();
+        admit_cv.SignalAll();
+        return;
+      }
+      pr = std::move(admit_q.front());
+      admit_q.pop_front();
+      admit_busy = true;
+    }
+    for (auto& s : pr->sources) {
+      MutexLock lk(&mu);
+      InstallSourceLocked(*pr, s);
+    }
+    RecycleBuffers(*pr);
+  }
+}
+
+void PrefixStore::Impl::WaitForAdmissions() {
+  MutexLock lk(&admit_mu);
+  while (!admit_stop && (admit_busy || !admit_q.empty())) admit_cv.Wait(&admit_mu);
 }
 
 // Checks every source read from disk; a failure drops the chunk (probe keys: the segment's
 // prefix) and truncates the tree there.
 Status PrefixStore::Impl::VerifyRead(PendingRead& pr) {
-  size_t n_verified = 0;
   for (auto& s : pr.sources) {
     if (s.runs.empty()) continue;
-    if ((++n_verified & 7) == 0) io->Poll();
     Status v = VerifySource(s, pr.probe);
     if (v.ok()) continue;
     MutexLock lk(&mu);
@@ -394,9 +456,7 @@ void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) co
   const int nh = opt.n_head_kv, hd = opt.head_dim;
   const size_t row_elems = size_t(nh) * size_t(hd);
   std::vector<uint8_t> tmp;
-  size_t n_done = 0;
   for (auto& s : pr.sources) {
-    if ((++n_done & 7) == 0) io->Poll();         // keep the queue full for the next batch meanwhile
     const uint8_t *kb = nullptr, *vb = nullptr;  // the K and V regions in memory
     const uint8_t *kd = nullptr, *vd = nullptr;  // and in the disk image
     if (s.block) {
@@ -425,35 +485,32 @@ void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) co
 
 // Keeps in the memory tiers what this read brought from the SSD: the chunks the tier manager
 // admitted during planning (if still current), and the records a tier's block lacked.
-void PrefixStore::Impl::InstallAdmittedLocked(PendingRead& pr) {
-  for (auto& s : pr.sources) {
-    if (s.runs.empty()) continue;  // nothing read from the SSD
-    auto sit = segs.find(s.segment);
-    if (sit == segs.end() || (!pr.probe && sit->second.layout->generation != s.generation)) continue;
-    if (!pr.probe) {
-      if (s.block) {  // fill in the block, if a tier still holds this very one
-        for (Tier t : {Tier::kDevice, Tier::kHost}) {
-          auto b = blocks[size_t(t)].find(s.cid);
-          if (b != blocks[size_t(t)].end() && b->second == s.block) InstallKVLocked(pr, s, t, s.block);
-        }
-      } else if (s.install != Tier::kSsd && tiers.Where(s.cid) == s.install &&
-                 !blocks[size_t(s.install)].count(s.cid)) {
-        InstallKVLocked(pr, s, s.install, nullptr);
+void PrefixStore::Impl::InstallSourceLocked(PendingRead& pr, ReadSource& s) {
+  if (s.runs.empty()) return;  // nothing read from the SSD
+  auto sit = segs.find(s.segment);
+  if (sit == segs.end() || (!pr.probe && sit->second.layout->generation != s.generation)) return;
+  if (!pr.probe) {
+    if (s.block) {  // fill in the block, if a tier still holds this very one
+      for (Tier t : {Tier::kDevice, Tier::kHost}) {
+        auto b = blocks[size_t(t)].find(s.cid);
+        if (b != blocks[size_t(t)].end() && b->second == s.block) InstallKVLocked(pr, s, t, s.block);
       }
-      continue;
+    } else if (s.install != Tier::kSsd && tiers.Where(s.cid) == s.install && !blocks[size_t(s.install)].count(s.cid)) {
+      InstallKVLocked(pr, s, s.install, nullptr);
     }
-    if (!s.whole || s.install == Tier::kSsd || tiers.Where(s.cid) != s.install) continue;
-    if (blocks[size_t(s.install)].count(s.cid)) continue;
-    auto& mem = s.install == Tier::kDevice ? device_mem : host_mem;
-    auto b = std::make_shared<TierBlock>();
-    b->mem = mem;
-    b->n = size_t(s.ext->ext.n_slots) * probe_rec_bytes;
-    b->generation = s.generation;
-    b->p = mem->Alloc(b->n);
-    if (!b->p) continue;
-    mem->CopyIn(b->p, s.img.data() + kChunkHeaderBytes, b->n);  // the probe records, without the header
-    blocks[size_t(s.install)][s.cid] = std::move(b);
+    return;
   }
+  if (!s.whole || s.install == Tier::kSsd || tiers.Where(s.cid) != s.install) return;
+  if (blocks[size_t(s.install)].count(s.cid)) return;
+  auto& mem = s.install == Tier::kDevice ? device_mem : host_mem;
+  auto b = std::make_shared<TierBlock>();
+  b->mem = mem;
+  b->n = size_t(s.ext->ext.n_slots) * probe_rec_bytes;
+  b->generation = s.generation;
+  b->p = mem->Alloc(b->n);
+  if (!b->p) return;
+  mem->CopyIn(b->p, s.img.data() + kChunkHeaderBytes, b->n);  // the probe records, without the header
+  blocks[size_t(s.install)][s.cid] = std::move(b);
 }
 
 // Publishes a new block of tier `t` for chunk s: `base`'s records (none when null) plus those this

@@ -58,7 +58,10 @@ struct PrefixStoreOptions {
   uint64_t device_bytes = 256ull << 20;
   uint64_t host_bytes = 1ull << 30;
   uint64_t ssd_bytes = 16ull << 30;  // data files + catalog never grow past this
-  int queue_depth = 32;
+  int queue_depth = 128;             // disk reads in flight at once
+  // Reads of one chunk at most this many 4 KiB blocks apart become one read (the blocks between
+  // are read and dropped): fewer, larger requests for a scattered selection.
+  uint32_t read_gap_blocks = 2;
   PolicyKind policy = PolicyKind::kImpress;
   // Freshly written chunks enter the device, else the host tier while it has room (nothing is
   // evicted for them), so a follow-up question does not go back to the SSD for KV just computed.
@@ -114,6 +117,9 @@ struct ReadStats {
   uint32_t chunks_host = 0;
   uint32_t chunks_ssd = 0;
   uint32_t n_ios = 0;  // read requests submitted
+  // When the read was submitted and when its last disk read completed (equal when served from
+  // memory): the disk's time on it, whether or not anyone waited.
+  std::chrono::steady_clock::time_point submitted{}, completed{};
   uint32_t chunks() const { return chunks_device + chunks_host + chunks_ssd; }
   double read_amplification() const { return useful_bytes ? double(ssd_bytes) / double(useful_bytes) : 0.0; }
 };

@@ -18,31 +18,38 @@ namespace impress::store {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // Bookkeeping shared by both engines: a ticket completes when its last op completes. Requires
 // external synchronization: each engine keeps its table GUARDED_BY its mutex.
 struct Batch {
   size_t n_left = 0;
   Status status;  // first error
+  ReadTiming timing;
 };
 
 class TicketTable {
  public:
   ReadEngine::Ticket NewLocked(size_t n_ops) {
     ReadEngine::Ticket t = ++next_;
-    batches_[t].n_left = n_ops;
+    Batch& b = batches_[t];
+    b.n_left = n_ops;
+    b.timing.submitted = b.timing.completed = Clock::now();
     return t;
   }
-  // Returns true when the batch completed.
-  bool CompleteLocked(ReadEngine::Ticket t, const Status& st) {
+  // Returns true when the batch completed (at `now`).
+  bool CompleteLocked(ReadEngine::Ticket t, const Status& st, Clock::time_point now) {
     Batch& b = batches_[t];
     if (!st.ok() && b.status.ok()) b.status = st;
+    b.timing.completed = now;
     return --b.n_left == 0;
   }
   bool KnownLocked(ReadEngine::Ticket t) const { return batches_.count(t) != 0; }
   bool DoneLocked(ReadEngine::Ticket t) const { return batches_.at(t).n_left == 0; }
-  Status TakeLocked(ReadEngine::Ticket t) {
+  Status TakeLocked(ReadEngine::Ticket t, ReadTiming* timing) {
     auto it = batches_.find(t);
     Status st = it->second.status;
+    if (timing) *timing = it->second.timing;
     batches_.erase(it);
     return st;
   }
@@ -74,12 +81,13 @@ class PreadEngine final : public ReadEngine {
     work_cv_.SignalAll();
     return t;
   }
-  Status Wait(Ticket t) override {
+  using ReadEngine::Wait;
+  Status Wait(Ticket t, ReadTiming* timing) override {
     MutexLock lk(&mu_);
     if (!table_.KnownLocked(t))
       return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
     while (!table_.DoneLocked(t)) done_cv_.Wait(&mu_);
-    return table_.TakeLocked(t);
+    return table_.TakeLocked(t, timing);
   }
   const char* name() const override { return "pread"; }
   int queue_depth() const override { return qd_; }
@@ -99,8 +107,9 @@ class PreadEngine final : public ReadEngine {
         st =
             Status::Corruption(op.file->path() + ": short read at offset " + std::to_string(op.offset) + " (" +
                                std::to_string(n_read) + " of " + std::to_string(op.length) + " bytes): file truncated");
+      const Clock::time_point now = Clock::now();
       mu_.Lock();
-      if (table_.CompleteLocked(t, st)) done_cv_.SignalAll();
+      if (table_.CompleteLocked(t, st, now)) done_cv_.SignalAll();
     }
   }
 
@@ -118,22 +127,37 @@ class UringEngine final : public ReadEngine {
  public:
   static std::unique_ptr<UringEngine> Make(int queue_depth, std::string* err) {
     auto e = std::unique_ptr<UringEngine>(new UringEngine(queue_depth));
+    // One entry more than the depth: the stop request (a no-op) always finds a slot.
     unsigned entries = 1;
-    while (entries < unsigned(queue_depth)) entries <<= 1;
+    while (entries < unsigned(queue_depth) + 1) entries <<= 1;
     int r = io_uring_queue_init(entries, &e->ring_, 0);
     if (r < 0) {
       *err = std::string("io_uring_queue_init: ") + std::strerror(-r);
       return nullptr;
     }
     e->ring_ok_ = true;
+    e->reaper_ = std::thread([p = e.get()] { p->ReapLoop(); });
     return e;
   }
   ~UringEngine() override {
     if (!ring_ok_) return;
-    // Reads still in flight write into caller buffers: drain them before the ring goes.
-    MutexLock lk(&mu_);
-    while (in_flight_ > 0) ReapLocked(/*block=*/true);
-    for (Op* o : pending_) delete o;
+    // Reads still in flight write into caller buffers: the completion thread drains them, then
+    // sees the no-op and stops.
+    {
+      MutexLock lk(&mu_);
+      stop_ = true;
+      for (Op* o : pending_) {
+        table_.CompleteLocked(o->ticket, Status::Cancelled("store reader closed"), Clock::now());
+        delete o;
+      }
+      pending_.clear();
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // a slot is always free (entries > depth)
+      io_uring_prep_nop(sqe);
+      io_uring_sqe_set_data(sqe, nullptr);
+      ++in_flight_;
+      SubmitLocked();
+    }
+    if (reaper_.joinable()) reaper_.join();
     io_uring_queue_exit(&ring_);
   }
 
@@ -141,31 +165,16 @@ class UringEngine final : public ReadEngine {
     MutexLock lk(&mu_);
     Ticket t = table_.NewLocked(ops.size());
     for (auto& op : ops) pending_.push_back(new Op{t, op, 0});
-    if (!reaping_) ReapLocked(/*block=*/false);  // free slots first, then fill
     FillLocked();
     return t;
   }
-  // The waiting thread reaps completions itself: no reaper thread to hand off to (on a busy
-  // machine every handoff is a scheduling delay that drains the queue). One thread reaps at a
-  // time; the others sleep until their batch is complete.
-  Status Wait(Ticket t) override {
+  using ReadEngine::Wait;
+  Status Wait(Ticket t, ReadTiming* timing) override {
     MutexLock lk(&mu_);
     if (!table_.KnownLocked(t))
       return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
-    while (!table_.DoneLocked(t)) {
-      if (reaping_) {
-        done_cv_.Wait(&mu_);
-        continue;
-      }
-      ReapLocked(/*block=*/true);
-    }
-    return table_.TakeLocked(t);
-  }
-  // Between Waits the caller is busy (verifying, gathering): Poll() refills the queue with what
-  // completed meanwhile, without blocking, so the depth stays full.
-  void Poll() override {
-    MutexLock lk(&mu_);
-    if (!reaping_ && in_flight_ > 0) ReapLocked(/*block=*/false);
+    while (!table_.DoneLocked(t)) done_cv_.Wait(&mu_);
+    return table_.TakeLocked(t, timing);
   }
   const char* name() const override { return "io_uring"; }
   int queue_depth() const override { return qd_; }
@@ -177,7 +186,7 @@ class UringEngine final : public ReadEngine {
     uint32_t done;  // bytes already read (short reads resubmit the rest)
   };
 
-  explicit UringEngine(int qd) : qd_(qd), cqes_(size_t(qd) + 1) {}
+  explicit UringEngine(int qd) : qd_(qd), cqes_(size_t(qd) + 2) {}
 
   // Moves pending ops into the SQ while fewer than qd_ are in flight.
   void FillLocked() REQUIRES(mu_) {
@@ -193,81 +202,82 @@ class UringEngine final : public ReadEngine {
       ++in_flight_;
       ++n_prepped;
     }
-    while (n_prepped > 0) {
+    if (n_prepped > 0) SubmitLocked();
+  }
+  void SubmitLocked() REQUIRES(mu_) {
+    for (;;) {
       int r = io_uring_submit(&ring_);
       if (r == -EINTR || r == -EAGAIN || r == -EBUSY) continue;
       break;
     }
   }
 
-  // Requires !reaping_; with `block`, releases mu_ while waiting in the kernel (reaping_ keeps
-  // every other thread off the completion queue and cqes_ meanwhile).
-  void ReapLocked(bool block) REQUIRES(mu_) {
-    unsigned n = 0;
-    if (block) {
-      reaping_ = true;
-      mu_.Unlock();
+  // The completion thread: sleeps in the kernel until reads complete, then (under mu_) completes
+  // their tickets at the time it saw them, resubmits short reads and refills the queue. Only this
+  // thread touches the completion queue and cqes_.
+  void ReapLoop() NO_THREAD_SAFETY_ANALYSIS {
+    for (;;) {
       io_uring_cqe* cqe = nullptr;
-      int r;
-      do r = io_uring_wait_cqe(&ring_, &cqe);
-      while (r == -EINTR || r == -EAGAIN);
-      if (r == 0) n = PeekUnlocked();
-      mu_.Lock();
-      reaping_ = false;
-    } else {
-      n = io_uring_peek_batch_cqe(&ring_, cqes_.data(), unsigned(cqes_.size()));
-    }
-    done_.clear();
-    for (unsigned i = 0; i < n; ++i)
-      done_.push_back({static_cast<Op*>(io_uring_cqe_get_data(cqes_[i])), cqes_[i]->res});
-    io_uring_cq_advance(&ring_, n);
-    for (auto [o, res] : done_) {
-      --in_flight_;
-      Status st;
-      bool finished = true;
-      if (res == -EAGAIN || res == -EINTR) {
-        pending_.push_front(o);
-        finished = false;
-      } else if (res < 0) {
-        st = Status::IOError(o->op.file->path() + ": io_uring read at offset " + std::to_string(o->op.offset) + ": " +
-                             std::strerror(-res));
-      } else if (res == 0) {
-        st = Status::Corruption(o->op.file->path() + ": short read at offset " + std::to_string(o->op.offset) + " (" +
-                                std::to_string(o->done) + " of " + std::to_string(o->op.length) +
-                                " bytes): file truncated");
-      } else {
-        o->done += uint32_t(res);
-        if (o->done < o->op.length) {  // short read: resubmit the remainder
-          pending_.push_front(o);
-          finished = false;
-        }
+      int r = io_uring_wait_cqe(&ring_, &cqe);
+      if (r == -EINTR || r == -EAGAIN) continue;
+      if (r < 0) {
+        spdlog::error("store: io_uring wait failed: {}", std::strerror(-r));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
       }
-      if (finished) {
-        table_.CompleteLocked(o->ticket, st);
-        delete o;
-      }
+      const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes_.data(), unsigned(cqes_.size()));
+      const Clock::time_point now = Clock::now();
+      MutexLock lk(&mu_);
+      bool any_done = false;
+      for (unsigned i = 0; i < n; ++i) any_done |= CompleteLocked(cqes_[i], now);
+      io_uring_cq_advance(&ring_, n);
+      FillLocked();
+      if (any_done) done_cv_.SignalAll();
+      if (stop_ && in_flight_ == 0) return;
     }
-    FillLocked();
-    if (block || n) done_cv_.SignalAll();
   }
 
-  // The reaping thread's peek into cqes_ without mu_: reaping_ (set under mu_) makes it the only
-  // thread touching the completion queue and cqes_, which the analysis cannot see.
-  unsigned PeekUnlocked() NO_THREAD_SAFETY_ANALYSIS {
-    return io_uring_peek_batch_cqe(&ring_, cqes_.data(), unsigned(cqes_.size()));
+  // One completion; true when it finished a read (successfully or not).
+  bool CompleteLocked(io_uring_cqe* cqe, Clock::time_point now) REQUIRES(mu_) {
+    Op* o = static_cast<Op*>(io_uring_cqe_get_data(cqe));
+    const int res = cqe->res;
+    --in_flight_;
+    if (!o) return false;  // the stop request
+    Status st;
+    if (res == -EAGAIN || res == -EINTR) {
+      pending_.push_front(o);
+      return false;
+    }
+    if (res < 0) {
+      st = Status::IOError(o->op.file->path() + ": io_uring read at offset " + std::to_string(o->op.offset) + ": " +
+                           std::strerror(-res));
+    } else if (res == 0) {
+      st = Status::Corruption(o->op.file->path() + ": short read at offset " + std::to_string(o->op.offset) + " (" +
+                              std::to_string(o->done) + " of " + std::to_string(o->op.length) +
+                              " bytes): file truncated");
+    } else {
+      o->done += uint32_t(res);
+      if (o->done < o->op.length) {  // short read: resubmit the remainder
+        pending_.push_front(o);
+        return false;
+      }
+    }
+    table_.CompleteLocked(o->ticket, st, now);
+    delete o;
+    return true;
   }
 
   const int qd_;
-  io_uring ring_{};  // SQ filled under mu_; CQ reaped under mu_ or by the one reaping thread
+  io_uring ring_{};  // SQ filled under mu_; CQ reaped by the completion thread alone
   bool ring_ok_ = false;
   Mutex mu_;
-  CondVar done_cv_;                       // waits under mu_
-  bool reaping_ GUARDED_BY(mu_) = false;  // a thread is in the kernel reaping for everyone
+  CondVar done_cv_;  // waits under mu_
+  bool stop_ GUARDED_BY(mu_) = false;
   int in_flight_ GUARDED_BY(mu_) = 0;
   std::deque<Op*> pending_ GUARDED_BY(mu_);
   TicketTable table_ GUARDED_BY(mu_);
-  std::vector<io_uring_cqe*> cqes_ GUARDED_BY(mu_);  // (or the reaping thread: PeekUnlocked)
-  std::vector<std::pair<Op*, int>> done_ GUARDED_BY(mu_);
+  std::vector<io_uring_cqe*> cqes_;  // the completion thread's alone
+  std::thread reaper_;
 };
 
 }  // namespace

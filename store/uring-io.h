@@ -1,14 +1,18 @@
 // ReadEngine: batched asynchronous reads for the store (one layer's chunk reads go in one batch).
 //
 // Submit() queues a batch and returns a ticket at once; the reads run while the caller computes;
-// Wait(ticket) blocks until every read of the batch finished and returns the first error. Two
-// implementations: io_uring (liburing; up to queue_depth reads in flight, refilled by whichever
-// thread waits or polls, short reads and -EAGAIN/-EINTR resubmitted) and a pread worker pool used when io_uring is
-// refused (seccomp, old kernel), when a file is not opened with O_DIRECT, or when forced (option or env
-// IMPRESS_STORE_FORCE_PREAD=1). Internally synchronized: any thread may Submit and Wait; each
-// ticket is waited exactly once. Buffers must stay alive until Wait returns.
+// Wait(ticket) blocks until every read of the batch finished and returns the first error (and,
+// when asked, when the batch was submitted and when its last read completed). Two
+// implementations: io_uring (liburing; up to queue_depth reads in flight; a completion thread
+// reaps them as they finish and refills the queue at once, so a batch larger than the depth keeps
+// the disk busy while the caller computes; short reads and -EAGAIN/-EINTR resubmitted) and a
+// pread worker pool used when io_uring is refused (seccomp, old kernel), when a file is not opened
+// with O_DIRECT, or when forced (option or env IMPRESS_STORE_FORCE_PREAD=1). Internally
+// synchronized: any thread may Submit and Wait; each ticket is waited exactly once. Buffers must
+// stay alive until Wait returns.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +30,13 @@ struct ReadOp {
   void* buf = nullptr;   // 4 KiB-aligned when file->direct()
 };
 
+// When a batch was handed to the engine and when its last read completed (an empty batch
+// completes when submitted).
+struct ReadTiming {
+  std::chrono::steady_clock::time_point submitted{}, completed{};
+  double InFlightMs() const { return std::chrono::duration<double, std::milli>(completed - submitted).count(); }
+};
+
 class ReadEngine {
  public:
   using Ticket = uint64_t;
@@ -37,9 +48,9 @@ class ReadEngine {
   static std::unique_ptr<ReadEngine> Create(int queue_depth, bool force_pread, std::string* note);
 
   virtual Ticket Submit(std::vector<ReadOp> ops) = 0;
-  virtual Status Wait(Ticket t) = 0;
-  // Lets completed reads be replaced by pending ones without blocking (call while busy).
-  virtual void Poll() {}
+  Status Wait(Ticket t) { return Wait(t, nullptr); }
+  // The same; *timing (when given) receives the batch's submit and completion times.
+  virtual Status Wait(Ticket t, ReadTiming* timing) = 0;
   virtual const char* name() const = 0;  // "io_uring" or "pread"
   virtual int queue_depth() const = 0;
 };

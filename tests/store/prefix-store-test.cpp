@@ -385,6 +385,54 @@ TEST(PrefixStore, KeyOnlyReadsTouchOnlyKeyBlocks) {
   std::filesystem::remove_all(dir);
 }
 
+// Reads of one chunk a few blocks apart become one request (read_gap_blocks): fewer requests for
+// a scattered selection, the same rows returned. Chunks of 64 tokens: a token's key is 384 bytes,
+// so tokens 0, 32 and 48 start the K region's blocks 0, 3 and 4.
+TEST(PrefixStore, NearbyRunsJoinIntoOneRead) {
+  std::string dir = TempDir("gapjoin");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(23);
+  auto t = RandomTokens(rng, 64);
+  auto opts = [&](uint32_t gap) {
+    PrefixStoreOptions o = TestOptions(dir, "model-A", kLayers, kHeads, kDim, {0, 2}, 64);
+    o.read_gap_blocks = gap;
+    return o;
+  };
+  {
+    auto st = PrefixStore::Open(opts(0));
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+  }
+  struct Got {
+    uint32_t n_ios;
+    uint64_t ssd_bytes;
+  };
+  auto read = [&](uint32_t gap, std::vector<uint32_t> pos) -> Got {
+    auto st = PrefixStore::Open(opts(gap));
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    if (!st.ok()) return {0, 0};
+    PrefixStore& s = **st;
+    MatchHandle h = s.Match(t);
+    EXPECT_EQ(h.n_matched, 64u);
+    auto r = s.Wait(*s.SubmitReadKV(h, 1, pos, true, false));
+    EXPECT_TRUE(r.ok());
+    if (!r.ok()) return {0, 0};
+    EXPECT_TRUE(kv.Check(t, 1, pos, *r, true, false)) << "gap " << gap;
+    EXPECT_TRUE(s.Release(h).ok());
+    return {r->stats.n_ios, r->stats.ssd_bytes};
+  };
+  const Got apart = read(0, {0, 32});
+  EXPECT_EQ(apart.n_ios, 2u);
+  EXPECT_EQ(apart.ssd_bytes, 2u * 4096u);
+  const Got joined = read(2, {0, 32});  // two blocks between: one read of four blocks
+  EXPECT_EQ(joined.n_ios, 1u);
+  EXPECT_EQ(joined.ssd_bytes, 4u * 4096u);
+  const Got too_far = read(2, {0, 48});  // three blocks between: still two reads
+  EXPECT_EQ(too_far.n_ios, 2u);
+  EXPECT_EQ(too_far.ssd_bytes, 2u * 4096u);
+  std::filesystem::remove_all(dir);
+}
+
 // Flips one byte inside the data files; returns false if there is none.
 bool FlipByteInData(const std::string& dir, uint64_t nth_block) {
   for (auto& e : std::filesystem::directory_iterator(dir)) {
