@@ -88,7 +88,7 @@ std::string EndpointOf(const std::string& host, int port) { return host + ":" + 
 std::string RedirectTarget(const std::string& err, const std::string& from) {
   const size_t sp = err.rfind(' ');
   std::string ep = sp == std::string::npos ? "" : err.substr(sp + 1);
-  if (!ep.empty() && ep[0] == ':') ep = from.substr(0, from.rfind(':')) + ep;
+  if (!ep.empty() && ep[0] == ':' && ep.find(':', 1) == std::string::npos) ep = from.substr(0, from.rfind(':')) + ep;
   return ep;
 }
 

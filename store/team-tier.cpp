@@ -20,6 +20,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kDescMagic = 0x44544d49;  // "IMTD"
 constexpr uint16_t kDescVersion = 1;
 constexpr size_t kLookupBatch = 32;  // descriptors asked for at once
+constexpr size_t kPublishBatch = 8;  // spans written at once
 
 std::string Hex64(uint64_t v) {
   char b[17];
@@ -317,7 +318,15 @@ Result<std::vector<TeamSpan>> TeamTier::EncodeSpans(std::span<const Token> token
 }
 
 Status TeamTier::Publish(const std::vector<TeamSpan>& spans) {
-  if (spans.empty()) return Status::Ok();
+  // A few spans at a time: the commands copy the values, and a retry skips what got through.
+  for (size_t first = 0; first < spans.size(); first += kPublishBatch) {
+    const size_t n = std::min(kPublishBatch, spans.size() - first);
+    IMPRESS_RETURN_IF_ERROR(PublishBatch(std::span<const TeamSpan>(spans).subspan(first, n)));
+  }
+  return Status::Ok();
+}
+
+Status TeamTier::PublishBatch(std::span<const TeamSpan> spans) {
   std::vector<RedisCommand> exists;
   for (const auto& sp : spans) exists.push_back({{"EXISTS", DescriptorKey(sp.desc.chain)}});
   auto there = client_->Run(exists);

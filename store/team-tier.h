@@ -167,6 +167,7 @@ class TeamTier {
 
  private:
   TeamTier(TeamTierOptions opt, std::unique_ptr<RedisClient> client);
+  Status PublishBatch(std::span<const TeamSpan> spans);
   Status CheckDescriptor(const TeamDescriptor& d, uint32_t span, const TeamHash& prev, const TeamHash& chain,
                          std::span<const Token> tokens) const;
   void NoteRequest(std::chrono::steady_clock::time_point start);
