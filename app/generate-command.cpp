@@ -121,6 +121,7 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
     std::unique_ptr<ProgressBar> bar;
     AskOptions ao = MakeAskOptions(*common, *gargs, **s, &bar, /*print_text=*/!gargs->json);
     ao.remember = false;
+    ao.feed_last = false;  // one answer: no turn follows that would read its last token's KV
     std::optional<FidelityReport> fidelity;
     if (gargs->fidelity > 0) {
       auto f = (*s)->Fidelity(prompt, ao, gargs->fidelity);

@@ -67,12 +67,15 @@ Result<ChatAnswer> ChatSession::AskPrompt(const PromptTokens& prompt, const AskO
     }
     if (o.cancel && o.cancel->load()) answer.stopped_by_user = true;
     const bool looping = !stop && loop_guard.Push(tok);
+    const bool last = stop || answer.stopped_by_user || looping || i + 1 == o.max_tokens;
     // Feed the token so its KV exists (stored with the answer) even when it ends the turn.
-    Status st = pipeline_->Decode(tok, &logits);
-    if (!st.ok()) {
-      if (st.code() != Status::Code::kOutOfRange) return st;
-      answer.stop_reason = "context";  // context full: the answer ends here
-      break;
+    if (!last || o.feed_last) {
+      Status st = pipeline_->Decode(tok, &logits);
+      if (!st.ok()) {
+        if (st.code() != Status::Code::kOutOfRange) return st;
+        answer.stop_reason = "context";  // context full: the answer ends here
+        break;
+      }
     }
     if (stop || answer.stopped_by_user || looping) {
       answer.stop_reason = stop ? "end" : answer.stopped_by_user ? "user" : "repetition";

@@ -41,9 +41,12 @@ struct AskOptions {
   SamplerOptions sampling;
   RepetitionGuardOptions repetition;  // ends an answer that has fallen into a loop
   int max_tokens = 256;
-  bool raw = false;                                       // no chat template
-  bool remember = true;                                   // add the question and answer to the conversation
-  bool store = true;                                      // write the new KV to the store afterwards
+  bool raw = false;      // no chat template
+  bool remember = true;  // add the question and answer to the conversation
+  bool store = true;     // write the new KV to the store afterwards
+  // Compute the KV of the answer's last token too (a follow-up turn attends to it). A one-shot
+  // answer (`impress generate`) skips that step: nothing will read it.
+  bool feed_last = true;
   std::function<bool(const std::string& piece)> on_text;  // streamed text; false stops
   ProgressFn on_prefill_progress;
   const std::atomic<bool>* cancel = nullptr;

@@ -6,6 +6,7 @@
 
 #include "engine/model/arch.h"
 #include "engine/model/dequant.h"
+#include "engine/model/fingerprint-cache.h"
 #include "engine/model/fingerprint.h"
 #include "engine/model/gguf-config.h"
 #include "engine/model/gguf.h"
@@ -104,9 +105,18 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
   IMPRESS_RETURN_IF_ERROR(CheckFitsMemory(
       path, m.config, opt.dequantize || opt.weights ? JobsMemoryBytes(loader.jobs()) : f.file_size(), opt));
   std::string digest;
+  const std::string cache = opt.fingerprint_cache.value_or(DefaultFingerprintCache());
+  const std::optional<FileIdentity> identity = IdentityOf(f.image().fd());
+  std::optional<std::string> remembered;
+  if (identity) remembered = LookupFingerprint(cache, *identity);
   auto hash = [&]() -> Status {
-    // The whole file, from the mapping the weights are read from (it is in memory anyway).
-    digest = FingerprintBytes(f.file_data(), f.file_size());
+    if (remembered) {
+      digest = *remembered;
+      f.image().Populate();  // the pages the hash would have touched, mapped in one call
+    } else {
+      // The whole file, from the mapping the weights are read from (it is in memory anyway).
+      digest = FingerprintBytes(f.file_data(), f.file_size());
+    }
     return Status::Ok();
   };
   IMPRESS_RETURN_IF_ERROR(RunJobs(loader.jobs(), opt.n_threads, progress, hash));
@@ -118,6 +128,7 @@ Result<Model> LoadGguf(const std::string& path, const ProgressFn& progress, cons
   for (const WeightJob& j : loader.jobs()) viewed |= j.keep_stored && j.unpermute_heads <= 0;
   // Nothing above may come from a file that changed while it was read (the digest, converted weights).
   IMPRESS_RETURN_IF_ERROR(f.image().CheckUnchanged());
+  if (identity && !remembered) RememberFingerprint(cache, *identity, digest);
   // The mapping moves with the file object (its address is unchanged), so views stay valid.
   if (viewed) m.storage = std::make_shared<GgufFile>(std::move(f));
   if (viewed) m.mapped_files = {&static_cast<const GgufFile*>(m.storage.get())->image()};

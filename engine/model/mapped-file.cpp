@@ -145,6 +145,13 @@ void MappedFile::DiscardPages(const uint8_t* p, uint64_t n) const {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+void MappedFile::Populate() const {
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older kernels refuse it (EINVAL), harmlessly
+#endif
+  if (mapped_) (void)::madvise(const_cast<uint8_t*>(data_), size_t(size_), MADV_POPULATE_READ);
+}
+
 Status CheckModelFiles(const Model& model) {
   for (const MappedFile* f : model.mapped_files) IMPRESS_RETURN_IF_ERROR(f->CheckUnchanged());
   return Status::Ok();

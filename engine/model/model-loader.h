@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <string_view>
@@ -54,6 +55,9 @@ struct LoadOptions {
   // of it is converted to it at load, for less memory (ignored with dequantize). The model's
   // fingerprint then names the type too, so KV computed with other weights is never reused.
   uint32_t weights = 0;
+  // Where model fingerprints are remembered (engine/model/fingerprint-cache.h): nullopt for the
+  // default place, "" for none (every load hashes the file).
+  std::optional<std::string> fingerprint_cache = std::nullopt;
 };
 
 // The user-facing weights choice: "" (as stored) -> 0, "q8_0" | "q4_k" | "f16" (any case) -> the

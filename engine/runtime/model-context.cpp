@@ -1,5 +1,8 @@
 #include "engine/runtime/model-context.h"
 
+#include <optional>
+#include <thread>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -30,11 +33,16 @@ Result<std::unique_ptr<ModelContext>> ModelContext::Load(const std::string& path
     return Status::Unsupported(
         fmt::format("backend '{}' is not available in this build (use --backend cpu)", options.backend));
   }
-  IMPRESS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(path));
+  // The tokenizer's tables (a vocabulary and merges of ~150K entries each for Qwen2) build on a
+  // thread of their own while the weights load; its error, if any, is reported first.
+  std::optional<Result<Tokenizer>> loaded_tokenizer;
+  std::thread tokenizer_thread([&] { loaded_tokenizer.emplace(Tokenizer::Load(path)); });
   // Refuses a model that cannot fit in memory (with the numbers) before reading its weights.
-  IMPRESS_ASSIGN_OR_RETURN(
-      Model model,
-      LoadModel(path, progress, LoadOptions{.n_threads = options.n_threads, .check_memory = true, .weights = weights}));
+  Result<Model> loaded_model =
+      LoadModel(path, progress, LoadOptions{.n_threads = options.n_threads, .check_memory = true, .weights = weights});
+  tokenizer_thread.join();
+  IMPRESS_ASSIGN_OR_RETURN(Tokenizer tokenizer, std::move(*loaded_tokenizer));
+  IMPRESS_ASSIGN_OR_RETURN(Model model, std::move(loaded_model));
   IMPRESS_RETURN_IF_ERROR(ValidateModel(model));
   if (tokenizer.n_vocab() > model.config.n_vocab) {
     return Status::Corruption(fmt::format("{}: the tokenizer has {} tokens but the model's embedding only {}", path,
