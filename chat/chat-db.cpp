@@ -103,10 +103,10 @@ Conversation ToConversation(const SavedConversation& saved) {
 }
 
 ChatDb::ChatDb(std::unique_ptr<SqliteDb> db, ChatDbOptions options) :
-    db_(std::move(db)), options_(std::move(options)) {}
+    db_(std::move(db)), path_(db_->path()), options_(std::move(options)) {}
 ChatDb::~ChatDb() = default;
 
-const std::string& ChatDb::path() const { return db_->path(); }
+const std::string& ChatDb::path() const { return path_; }
 
 int64_t ChatDb::Now() const { return options_.now ? options_.now() : int64_t(std::time(nullptr)); }
 
@@ -170,7 +170,7 @@ Status ChatDb::CheckConversation(int64_t id) {
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT 1 FROM conversations WHERE id = ?"));
   s.Bind(1, id);
   int rc = s.Step();
-  if (rc == SQLITE_DONE) return Status::NotFound(db_->path() + ": no conversation with id " + std::to_string(id));
+  if (rc == SQLITE_DONE) return Status::NotFound(path_ + ": no conversation with id " + std::to_string(id));
   if (rc != SQLITE_ROW) return db_->Error(rc, "looking up conversation " + std::to_string(id));
   return Status::Ok();
 }
@@ -189,7 +189,7 @@ Status ChatDb::RemoveOrphanTexts() {
 }
 
 Result<std::vector<ConversationSummary>> ChatDb::ListConversations() {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT c.id, c.title, c.created, c.updated, c.mode, "
                                              "(SELECT count(*) FROM turns t WHERE t.conversation = c.id), "
                                              "(SELECT count(*) FROM documents d WHERE d.conversation = c.id) "
@@ -202,7 +202,7 @@ Result<std::vector<ConversationSummary>> ChatDb::ListConversations() {
     c.created = row.Int(2);
     c.updated = row.Int(3);
     if (!ParseMode(row.Text(4), &c.mode))
-      return Status::Corruption(db_->path() + ": conversation " + std::to_string(c.id) + " has an unknown mode");
+      return Status::Corruption(path_ + ": conversation " + std::to_string(c.id) + " has an unknown mode");
     c.n_turns = int(row.Int(5));
     c.n_documents = int(row.Int(6));
     out.push_back(std::move(c));
@@ -212,7 +212,7 @@ Result<std::vector<ConversationSummary>> ChatDb::ListConversations() {
 }
 
 Result<int64_t> ChatDb::CreateConversation(const std::string& title, ConversationMode mode) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin("creating a conversation"));
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO conversations(title, created, updated, mode, settings) "
@@ -229,7 +229,7 @@ Result<int64_t> ChatDb::CreateConversation(const std::string& title, Conversatio
 }
 
 Result<SavedConversation> ChatDb::Load(int64_t id) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   const std::string what = "loading conversation " + std::to_string(id);
   // One read transaction, so the three queries see the same state.
   IMPRESS_RETURN_IF_ERROR(db_->Exec("BEGIN", what));
@@ -243,14 +243,14 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
         Stmt s, db_->Prep("SELECT title, created, updated, mode, settings FROM conversations WHERE id = ?"));
     s.Bind(1, id);
     int rc = s.Step();
-    if (rc == SQLITE_DONE) return Status::NotFound(db_->path() + ": no conversation with id " + std::to_string(id));
+    if (rc == SQLITE_DONE) return Status::NotFound(path_ + ": no conversation with id " + std::to_string(id));
     if (rc != SQLITE_ROW) return db_->Error(rc, what);
     out.summary.id = id;
     out.summary.title = s.Text(0);
     out.summary.created = s.Int(1);
     out.summary.updated = s.Int(2);
     if (!ParseMode(s.Text(3), &out.summary.mode))
-      return Status::Corruption(db_->path() + ": conversation " + std::to_string(id) + " has an unknown mode");
+      return Status::Corruption(path_ + ": conversation " + std::to_string(id) + " has an unknown mode");
     out.settings = s.Text(4);
   }
   {
@@ -269,7 +269,7 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
       d.n_bytes = uint64_t(row.Int(5));
       d.text_key = row.Text(6);
       if (d.n_bytes != d.text.size())
-        return Status::Corruption(db_->path() + ": document \"" + d.name + "\" of conversation " + std::to_string(id) +
+        return Status::Corruption(path_ + ": document \"" + d.name + "\" of conversation " + std::to_string(id) +
                                   " has " + std::to_string(d.text.size()) + " bytes, expected " +
                                   std::to_string(d.n_bytes));
       out.documents.push_back(std::move(d));
@@ -295,7 +295,7 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
 }
 
 Status ChatDb::WriteConversation(int64_t id, const std::string& what, const std::function<Status()>& body) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
   IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
@@ -306,7 +306,7 @@ Status ChatDb::WriteConversation(int64_t id, const std::string& what, const std:
 
 Status ChatDb::SetConversationColumn(int64_t id, const char* update_sql, std::string_view value,
                                      const std::string& what) {
-  return WriteConversation(id, what, [&]() -> Status {
+  return WriteConversation(id, what, [&]() REQUIRES(mu_) -> Status {
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep(update_sql));
     s.Bind(1, value);
     s.Bind(2, id);
@@ -330,7 +330,7 @@ Status ChatDb::SetSettings(int64_t id, const std::string& settings_json) {
 }
 
 Status ChatDb::DeleteConversation(int64_t id) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   const std::string what = "deleting conversation " + std::to_string(id);
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
@@ -350,7 +350,7 @@ Result<int> ChatDb::AppendTurn(int64_t id, const std::string& role, const std::s
   IMPRESS_RETURN_IF_ERROR(CheckRole(role));
   const std::string what = "saving a turn of conversation " + std::to_string(id);
   int64_t position = 0;
-  IMPRESS_RETURN_IF_ERROR(WriteConversation(id, what, [&]() -> Status {
+  IMPRESS_RETURN_IF_ERROR(WriteConversation(id, what, [&]() REQUIRES(mu_) -> Status {
     {
       IMPRESS_ASSIGN_OR_RETURN(Stmt s,
                                db_->Prep("SELECT coalesce(max(position) + 1, 0) FROM turns WHERE conversation = ?"));
@@ -375,7 +375,7 @@ Result<int> ChatDb::AppendTurn(int64_t id, const std::string& role, const std::s
 
 Status ChatDb::PopTurns(int64_t id, int n) {
   if (n < 0) return Status::InvalidArgument("PopTurns: negative count " + std::to_string(n));
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   const std::string what = "removing turns of conversation " + std::to_string(id);
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
@@ -389,7 +389,7 @@ Status ChatDb::PopTurns(int64_t id, int n) {
     n_turns = s.Int(0);
   }
   if (n > n_turns)
-    return Status::OutOfRange(db_->path() + ": conversation " + std::to_string(id) + " has " + std::to_string(n_turns) +
+    return Status::OutOfRange(path_ + ": conversation " + std::to_string(id) + " has " + std::to_string(n_turns) +
                               " turns, cannot remove " + std::to_string(n));
   if (n == 0) return Status::Ok();
   {
@@ -405,7 +405,7 @@ Status ChatDb::PopTurns(int64_t id, int n) {
 
 Status ChatDb::SetDocuments(int64_t id, const std::vector<SavedDocument>& docs) {
   const std::string what = "saving the documents of conversation " + std::to_string(id);
-  return WriteConversation(id, what, [&]() -> Status {
+  return WriteConversation(id, what, [&]() REQUIRES(mu_) -> Status {
     {
       IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM documents WHERE conversation = ?"));
       s.Bind(1, id);
@@ -427,7 +427,7 @@ Status ChatDb::InsertDocument(int64_t id, int64_t position, const SavedDocument&
     int rc = s.Step();
     if (rc == SQLITE_ROW) {
       if (s.Int(1) != 1)
-        return Status::Internal(db_->path() + ": document \"" + d.name + "\": content hash " + key +
+        return Status::Internal(path_ + ": document \"" + d.name + "\": content hash " + key +
                                 " collides with a different stored text");
       text_id = s.Int(0);
     } else if (rc != SQLITE_DONE) {
@@ -455,7 +455,7 @@ Status ChatDb::InsertDocument(int64_t id, int64_t position, const SavedDocument&
 }
 
 Result<int64_t> ChatDb::CountStoredTexts() {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   return QueryInt(*db_, "SELECT count(*) FROM texts", "counting stored texts");
 }
 

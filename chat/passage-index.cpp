@@ -270,7 +270,7 @@ Status PassageIndex::DeleteDocumentLocked(const std::string& doc_key, const std:
 
 Status PassageIndex::Add(const std::string& doc_key, const std::string& name, std::string_view text) {
   const std::vector<PassageSpan> spans = SplitPassages(text, options_.target_passage_bytes);
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   const std::string what = "indexing \"" + name + "\"";
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
@@ -305,7 +305,7 @@ Status PassageIndex::Add(const std::string& doc_key, const std::string& name, st
 }
 
 Status PassageIndex::Remove(const std::string& doc_key) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   const std::string what = "removing \"" + doc_key + "\" from the passage index";
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
@@ -316,7 +316,7 @@ Status PassageIndex::Remove(const std::string& doc_key) {
 }
 
 Result<bool> PassageIndex::Contains(const std::string& doc_key) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT 1 FROM pidx_documents WHERE doc_key = ?"));
   s.Bind(1, doc_key);
   int rc = s.Step();
@@ -325,7 +325,7 @@ Result<bool> PassageIndex::Contains(const std::string& doc_key) {
 }
 
 Result<std::vector<IndexedDocument>> PassageIndex::Documents() {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT d.doc_key, d.name, d.n_bytes, "
                                              "(SELECT count(*) FROM pidx_passages p WHERE p.doc = d.id) "
                                              "FROM pidx_documents d ORDER BY d.id"));
@@ -337,7 +337,7 @@ Result<std::vector<IndexedDocument>> PassageIndex::Documents() {
 }
 
 Result<std::vector<Passage>> PassageIndex::Passages(const std::string& doc_key) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   IMPRESS_ASSIGN_OR_RETURN(Stmt s,
                            db_->Prep("SELECT d.doc_key, d.name, p.idx, p.byte_offset, p.byte_length, f.body, d.id "
                                      "FROM pidx_documents d JOIN pidx_passages p ON p.doc = d.id "
@@ -357,7 +357,7 @@ Result<std::vector<Passage>> PassageIndex::Passages(const std::string& doc_key) 
 }
 
 Result<std::vector<Passage>> PassageIndex::Search(std::string_view question, int k) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   return SearchLocked(question, k);
 }
 
@@ -389,7 +389,7 @@ Result<BudgetSelection> PassageIndex::SelectForBudget(std::string_view question,
   BudgetSelection sel;
   std::vector<Passage> ranked;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lk(&mu_);
     IMPRESS_ASSIGN_OR_RETURN(ranked, SearchLocked(question, max_candidates));
   }
   sel.n_candidates = int(ranked.size());
