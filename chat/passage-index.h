@@ -134,7 +134,7 @@ class PassageIndex {
  private:
   PassageIndex(std::unique_ptr<sqlite::SqliteDb> db, PassageIndexOptions options);
   Result<std::vector<Passage>> SearchLocked(std::string_view question, int k) REQUIRES(mu_);
-  // Deletes a document's passages (FTS rows included) and its row; sqlite3_changes() then
+  // Deletes a document's passages (FTS rows included) and its row; SqliteDb::Changes() then
   // counts the document rows deleted. Inside a transaction, mu_ held.
   Status DeleteDocumentLocked(const std::string& doc_key, const std::string& what) REQUIRES(mu_);
 

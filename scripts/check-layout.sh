@@ -13,7 +13,9 @@
 #     measured with lizard (pinned in scripts/requirements-reference.txt; setup.sh installs it);
 #   - production code (every folder but tests/) takes a lock other than the annotated Mutex,
 #     MutexLock and CondVar of base/mutex.h (std::mutex and its kin are invisible to
-#     scripts/thread-safety.sh).
+#     scripts/thread-safety.sh);
+#   - production code outside base/sqlite.cpp includes sqlite3.h (base/sqlite.h is the one SQLite
+#     layer; tests may reach below it).
 # Usage: scripts/check-layout.sh   (from anywhere; checks the working tree, tracked and new files)
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -138,8 +140,16 @@ for f in "${sources[@]}"; do
   done < <(grep -nE "$std_locks" "$f" | grep -vE '^[0-9]+:[[:space:]]*//' | cut -c1-160)
 done
 
+# --- 6. SQLite: only through base/sqlite.h --------------------------------------------------------
+for f in "${sources[@]}"; do
+  case "$f" in tests/* | base/sqlite.cpp) continue ;; esac
+  while IFS= read -r hit; do
+    fail "sqlite" "$f:${hit%%:*}: includes sqlite3.h (use base/sqlite.h, the one SQLite layer)"
+  done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]sqlite3\.h[>"]' "$f")
+done
+
 if ((n_bad)); then
   echo "[layout] $n_bad violation(s)" >&2
   exit 1
 fi
-echo "[layout] ok: include direction, no outside references, files <= $max_file_lines lines, functions <= $max_function_lines lines, annotated locks only"
+echo "[layout] ok: include direction, no outside references, files <= $max_file_lines lines, functions <= $max_function_lines lines, annotated locks only, sqlite3.h only in base/sqlite.cpp"
