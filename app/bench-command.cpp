@@ -189,7 +189,7 @@ void RegisterEngineBench(CLI::App* bench, CommonOptions* common, int* exit_code)
         std::tuple{"--repeats", &ea->cpu.repeats, &ea->cuda.repeats, 100, "runs per prefill size (best kept)"}}) {
     engine
         ->add_option_function<int>(
-            name, [cpu, gpu](int v) { *cpu = *gpu = v; }, what)
+            name, [cpu = cpu, gpu = gpu](int v) { *cpu = *gpu = v; }, what)
         ->check(CLI::Range(1, max));
   }
   engine

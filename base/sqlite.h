@@ -1,15 +1,16 @@
-// The one SQLite helper of the project (the store's catalog, saved conversations, passage index):
-// prepared statements, SQLite result codes turned into Status values that name the file, and a
-// transaction guard that rolls back unless committed. Include it only from .cpp files
-// (it pulls in sqlite3.h).
+// The one SQLite layer of the project (the store's catalog, saved conversations, passage index):
+// opening a file (read-write or read-only), prepared statements, SQLite result codes turned into
+// Status values that name the file (and classified: damage of the file vs errors of the moment),
+// transactions, schema versions and their migrations, and the checks the callers need (the
+// file's page-level integrity, FTS5 in the library). sqlite3.h stays inside sqlite.cpp: no other
+// production file includes it (scripts/check-layout.sh checks).
 //
 // Requires external synchronization (the owners hold a mutex around every call).
 #pragma once
 
-#include <sqlite3.h>
-
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,10 @@
 #include <vector>
 
 #include "base/status.h"
+
+// SQLite's own handle types (sqlite3.h declares them the same way).
+struct sqlite3;
+struct sqlite3_stmt;
 
 namespace impress::sqlite {
 
@@ -32,66 +37,75 @@ Status::Code CodeFor(int rc);
 // one of these is not shown damaged by it, and the same call may succeed later.
 bool IsTransient(Status::Code code);
 
-// A statement borrowed from the cache; reset (and its bindings cleared) when it goes out of
-// scope, so no read transaction stays open behind the caller's back.
+// The version of the SQLite library in use ("3.40.1").
+const char* LibraryVersion();
+
+// Ok when the SQLite library in use has FTS5 full-text search (compiled into Debian's libsqlite3,
+// not into every build); Unsupported naming the library's version otherwise. Checked on an
+// in-memory connection of its own, so no file is ever blamed for the library.
+Status CheckFts5();
+
+// The storage class of a column's value in the current row.
+enum class ColumnType { kInteger, kFloat, kText, kBlob, kNull };
+
+class SqliteDb;
+
+// A statement borrowed from the connection's cache; reset (and its bindings cleared) when it goes
+// out of scope, so no read transaction stays open behind the caller's back.
 class Stmt {
  public:
-  explicit Stmt(sqlite3_stmt* s) : s_(s) {}
-  Stmt(Stmt&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+  // `db` names the file in Step's errors (none: the message has no file name).
+  explicit Stmt(sqlite3_stmt* s, const SqliteDb* db = nullptr) : s_(s), db_(db) {}
+  Stmt(Stmt&& o) noexcept : s_(o.s_), db_(o.db_) { o.s_ = nullptr; }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
   Stmt& operator=(Stmt&&) = delete;
-  ~Stmt() {
-    if (s_) {
-      sqlite3_reset(s_);
-      sqlite3_clear_bindings(s_);
-    }
-  }
+  ~Stmt();
   sqlite3_stmt* get() const { return s_; }
 
-  void Bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); }
-  void Bind(int i, double v) { sqlite3_bind_double(s_, i, v); }
-  // Text is copied (SQLITE_TRANSIENT) only when the caller's buffer may die first; callers
-  // keep `v` alive until the statement finished stepping, so STATIC is used.
-  void Bind(int i, std::string_view v) {
-    sqlite3_bind_text64(s_, i, v.data() ? v.data() : "", uint64_t(v.size()), SQLITE_STATIC, SQLITE_UTF8);
-  }
+  void Bind(int i, int64_t v);
+  void Bind(int i, double v);
+  // Text is not copied: callers keep `v` alive until the statement finished stepping.
+  void Bind(int i, std::string_view v);
   void BindBlob(int i, std::string_view v) { BindBlob(i, v.data(), v.size()); }
   // n bytes at p (not copied: kept alive by the caller until the statement finished stepping);
   // an empty blob is bound as a zero-length blob, never NULL.
-  void BindBlob(int i, const void* p, size_t n) {
-    if (n == 0) sqlite3_bind_zeroblob(s_, i, 0);
-    else sqlite3_bind_blob64(s_, i, p, uint64_t(n), SQLITE_STATIC);
-  }
+  void BindBlob(int i, const void* p, size_t n);
   // The elements' bytes as one blob (host byte order); read back with Blob<T>.
   template <class T>
   void BindVector(int i, const std::vector<T>& v) {
     static_assert(std::is_trivially_copyable_v<T>);
     BindBlob(i, v.data(), v.size() * sizeof(T));
   }
-  int Step() { return sqlite3_step(s_); }
-  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
-  double Double(int col) const { return sqlite3_column_double(s_, col); }
+
+  // Steps once: true with a row to read, false when the statement has finished; an error is the
+  // connection's, named by `what`.
+  Result<bool> Step(const std::string& what);
+
+  int64_t Int(int col) const;
+  double Double(int col) const;
+  ColumnType Type(int col) const;
+  // Bytes of a text or blob column (0 for NULL).
+  int Size(int col) const;
   // Text or blob column as bytes (exact, embedded NULs kept).
-  std::string Text(int col) const {
-    const void* p = sqlite3_column_blob(s_, col);
-    int n = sqlite3_column_bytes(s_, col);
-    return p ? std::string(static_cast<const char*>(p), size_t(n)) : std::string();
-  }
+  std::string Text(int col) const { return std::string(View(col)); }
   // A blob column written by BindVector: as many whole elements as it holds (a trailing partial
   // element is ignored; NULL or empty gives an empty vector).
   template <class T>
   std::vector<T> Blob(int col) const {
     static_assert(std::is_trivially_copyable_v<T>);
-    const void* p = sqlite3_column_blob(s_, col);
-    const int n = sqlite3_column_bytes(s_, col);
-    std::vector<T> v(size_t(n) / sizeof(T));
-    if (p && !v.empty()) std::memcpy(v.data(), p, v.size() * sizeof(T));
+    const std::string_view b = View(col);
+    std::vector<T> v(b.size() / sizeof(T));
+    if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
     return v;
   }
 
  private:
+  // The column's bytes, valid until the next Step or the reset.
+  std::string_view View(int col) const;
+
   sqlite3_stmt* s_;
+  const SqliteDb* db_;
 };
 
 class SqliteDb {
@@ -107,6 +121,7 @@ class SqliteDb {
   SqliteDb(const SqliteDb&) = delete;
   SqliteDb& operator=(const SqliteDb&) = delete;
 
+  // The raw connection, for tests that reach below this layer.
   sqlite3* handle() const { return db_; }
   const std::string& path() const { return path_; }
 
@@ -114,11 +129,14 @@ class SqliteDb {
   Status Error(int rc, const std::string& what) const;
   // Runs one or more statements without results.
   Status Exec(const char* sql, const std::string& what);
+  Status Exec(const std::string& sql, const std::string& what) { return Exec(sql.c_str(), what); }
   // A cached prepared statement for `sql` (a string literal: the pointer is the cache key).
   Result<Stmt> Prep(const char* sql);
+  // The same for SQL built at run time (cached by its text).
+  Result<Stmt> PrepText(const std::string& sql);
   // How long a statement waits for another connection's lock before failing with SQLITE_BUSY
   // (Open sets 5000 ms).
-  void SetBusyTimeout(int ms) { sqlite3_busy_timeout(db_, ms); }
+  void SetBusyTimeout(int ms);
   // Makes writes that would grow the main file past `max_bytes` fail with SQLITE_FULL, like a
   // full disk (0 = no limit). Per connection; nothing is written.
   Status SetMaxFileBytes(uint64_t max_bytes);
@@ -128,8 +146,9 @@ class SqliteDb {
   // returns a Status stops at the first row it refuses and returns that Status as it is.
   template <class OnRow>
   Status ForEachRow(Stmt& s, const std::string& what, OnRow&& on_row) {
-    int rc;
-    while ((rc = s.Step()) == SQLITE_ROW) {
+    for (;;) {
+      IMPRESS_ASSIGN_OR_RETURN(const bool row, s.Step(what));
+      if (!row) return Status::Ok();
       if constexpr (std::is_same_v<std::invoke_result_t<OnRow&, Stmt&>, Status>) {
         Status st = on_row(s);
         if (!st.ok()) return st;
@@ -137,8 +156,6 @@ class SqliteDb {
         on_row(s);
       }
     }
-    if (rc != SQLITE_DONE) return Error(rc, what);
-    return Status::Ok();
   }
   // The first column of the only row `sql` returns, as an integer; an error when there is no row.
   Result<int64_t> QueryInt(const char* sql, const std::string& what);
@@ -147,6 +164,13 @@ class SqliteDb {
   Result<std::optional<std::string>> QueryText(const char* sql, const std::string& what);
   // Rows changed by the last INSERT, UPDATE or DELETE on this connection.
   int64_t Changes() const;
+  // The rowid of the last successful INSERT on this connection.
+  int64_t LastInsertRowid() const;
+  // Whether a transaction is open (BEGIN without its COMMIT or ROLLBACK yet).
+  bool InTransaction() const;
+  // SQLite's page-level check of the whole file (PRAGMA quick_check: one read of the file): ""
+  // when healthy, else up to four of its findings, "; "-separated. An error is the read's.
+  Result<std::string> QuickCheck(const std::string& what);
 
  private:
   SqliteDb(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
@@ -154,9 +178,10 @@ class SqliteDb {
   sqlite3* db_;
   std::string path_;
   std::unordered_map<const char*, sqlite3_stmt*> stmts_;
+  std::unordered_map<std::string, sqlite3_stmt*> text_stmts_;
 };
 
-// BEGIN IMMEDIATE on construction; ROLLBACK on destruction unless Commit() succeeded.
+// BEGIN IMMEDIATE on Begin; ROLLBACK on destruction unless Commit() succeeded.
 class Txn {
  public:
   explicit Txn(SqliteDb& db) : db_(db) {}
@@ -170,5 +195,48 @@ class Txn {
   SqliteDb& db_;
   bool open_ = false;
 };
+
+// A read transaction (BEGIN, deferred): the queries inside it see one state of the file. Ended
+// (COMMIT: nothing was written) on destruction.
+class ReadTxn {
+ public:
+  explicit ReadTxn(SqliteDb& db) : db_(db) {}
+  ~ReadTxn();
+  ReadTxn(const ReadTxn&) = delete;
+  ReadTxn& operator=(const ReadTxn&) = delete;
+  Status Begin(const std::string& what);
+
+ private:
+  SqliteDb& db_;
+  bool open_ = false;
+};
+
+// A database's schema history. The version is the 'schema_version' row of a key/value table
+// (key TEXT PRIMARY KEY, value TEXT NOT NULL, the decimal version) that the schema itself
+// contains.
+struct SchemaHistory {
+  std::string name;           // what the file is, for messages: "chat database"
+  std::string version_table;  // the key/value table holding the schema_version row: "meta"
+  int64_t latest = 1;         // the version this build writes
+  // Makes the latest schema, version table included, in an empty database.
+  std::function<Status(SqliteDb&)> create;
+  // migrations[i] upgrades version i + 1 to i + 2: latest - 1 steps, run in order.
+  std::vector<std::function<Status(SqliteDb&)>> migrations;
+  // Appended to the refusal of a newer file (what the user can do), may be empty.
+  std::string newer_advice;
+};
+
+// The version the file records; nullopt when it has no version table or no (non-NULL) version
+// row. Only reads, so it is called before anything is written: a value that is not a positive
+// integer is kCorruption, one above history.latest (a newer build's file) kUnsupported with a
+// message naming both versions.
+Result<std::optional<int64_t>> ReadSchemaVersion(SqliteDb& db, const SchemaHistory& history);
+
+// Brings the database from version `from` to history.latest and records the version: from == 0
+// runs history.create on an empty database; 1 <= from < latest runs the migrations from `from` on,
+// in order; from == latest changes nothing. All in one transaction (a savepoint when the caller
+// has one open): when a step fails, nothing of the upgrade stays and the recorded version is
+// the one before. kUnsupported for from > latest, kInternal for a history missing a step.
+Status UpgradeSchema(SqliteDb& db, const SchemaHistory& history, int64_t from);
 
 }  // namespace impress::sqlite

@@ -2,7 +2,7 @@
 //
 // Owns nothing; a header of macros. With clang, `-Wthread-safety` checks that every member marked
 // GUARDED_BY(mu) is touched only with `mu` held and every function marked REQUIRES(mu) is called
-// with it held (scripts/thread-safety.sh runs that check over the store and base). With any other
+// with it held (scripts/thread-safety.sh runs that check over every production folder). With any other
 // compiler the macros expand to nothing. Use them with the annotated `Mutex` of base/mutex.h:
 // std::mutex itself carries no annotations, so a lock taken through it is invisible to the check.
 #pragma once

@@ -22,9 +22,10 @@ namespace {
 // before anything is written to it.
 constexpr int32_t kAppId = 0x494d5063;
 
-// Schema history:
+// Schema history (ChatHistory below):
 //   1: meta, conversations, texts, documents, turns (this file's kSchemaV1).
-// A later version adds a step to Migrate() that upgrades N -> N+1 inside the open transaction.
+// A later version adds its migration step to ChatHistory (N -> N+1, run in order in one
+// transaction by sqlite::UpgradeSchema) and writes its full schema in `create`.
 const char* kSchemaV1 = R"(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE conversations(
@@ -80,12 +81,17 @@ Status CheckRole(const std::string& role) {
   return Status::InvalidArgument("turn role \"" + role + "\" is not system, user or assistant");
 }
 
-// Reads a single integer (first column of the first row) of `sql`.
-Result<int64_t> QueryInt(SqliteDb& db, const char* sql, const std::string& what) {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db.Prep(sql));
-  int rc = s.Step();
-  if (rc != SQLITE_ROW) return db.Error(rc, what);
-  return s.Int(0);
+sqlite::SchemaHistory ChatHistory() {
+  sqlite::SchemaHistory h;
+  h.name = "chat database";
+  h.version_table = "meta";
+  h.latest = ChatDb::kSchemaVersion;
+  h.create = [](SqliteDb& db) -> Status {
+    IMPRESS_RETURN_IF_ERROR(db.Exec(kSchemaV1, "creating the chat database"));
+    return db.Exec("PRAGMA application_id=" + std::to_string(kAppId), "creating the chat database");
+  };
+  // No migrations yet: version 1 is the first.
+  return h;
 }
 
 }  // namespace
@@ -103,10 +109,10 @@ Conversation ToConversation(const SavedConversation& saved) {
 }
 
 ChatDb::ChatDb(std::unique_ptr<SqliteDb> db, ChatDbOptions options) :
-    db_(std::move(db)), options_(std::move(options)) {}
+    db_(std::move(db)), path_(db_->path()), options_(std::move(options)) {}
 ChatDb::~ChatDb() = default;
 
-const std::string& ChatDb::path() const { return db_->path(); }
+const std::string& ChatDb::path() const { return path_; }
 
 int64_t ChatDb::Now() const { return options_.now ? options_.now() : int64_t(std::time(nullptr)); }
 
@@ -116,9 +122,8 @@ Result<std::unique_ptr<ChatDb>> ChatDb::Open(const std::string& path, ChatDbOpti
   IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, /*create=*/true));
   // Identify the file before writing anything: reading the header fails with NOTADB for a file
   // that is not SQLite; a foreign SQLite file has another application_id or tables of its own.
-  IMPRESS_ASSIGN_OR_RETURN(int64_t app_id, QueryInt(*db, "PRAGMA application_id", "reading the file header"));
-  IMPRESS_ASSIGN_OR_RETURN(int64_t n_objects,
-                           QueryInt(*db, "SELECT count(*) FROM sqlite_master", "reading the schema"));
+  IMPRESS_ASSIGN_OR_RETURN(int64_t app_id, db->QueryInt("PRAGMA application_id", "reading the file header"));
+  IMPRESS_ASSIGN_OR_RETURN(int64_t n_objects, db->QueryInt("SELECT count(*) FROM sqlite_master", "reading the schema"));
   const bool fresh = app_id == 0 && n_objects == 0;
   if (!fresh && app_id != kAppId) {
     char id[16];
@@ -128,50 +133,26 @@ Result<std::unique_ptr<ChatDb>> ChatDb::Open(const std::string& path, ChatDbOpti
   }
   // The version is checked before the first write (even the WAL pragma), so a file from a
   // newer build is left exactly as it was.
-  int64_t version = kSchemaVersion;
+  const sqlite::SchemaHistory history = ChatHistory();
+  int64_t version = 0;  // a fresh file: created below
   if (!fresh) {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep("SELECT value FROM meta WHERE key = 'schema_version'"));
-    int rc = s.Step();
-    if (rc == SQLITE_DONE) return Status::Corruption(path + ": chat database has no schema_version row");
-    if (rc != SQLITE_ROW) return db->Error(rc, "reading the schema version");
-    std::string v = s.Text(0);
-    char* end = nullptr;
-    version = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || version < 1)
-      return Status::Corruption(path + ": chat database has an invalid schema_version \"" + v + "\"");
+    IMPRESS_ASSIGN_OR_RETURN(std::optional<int64_t> v, sqlite::ReadSchemaVersion(*db, history));
+    if (!v) return Status::Corruption(path + ": chat database has no schema_version row");
+    version = *v;
   }
-  if (version > kSchemaVersion)
-    return Status::Unsupported(path + ": chat database has schema version " + std::to_string(version) +
-                               ", written by a newer IMPRESS; this build reads up to version " +
-                               std::to_string(kSchemaVersion) + " (the file was left unchanged)");
   IMPRESS_RETURN_IF_ERROR(RestrictToOwner(path));  // ours: private even if an older build made it 0644
   IMPRESS_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
                                    "setting up the connection"));
   IMPRESS_RETURN_IF_ERROR(db->SetMaxFileBytes(options.max_file_bytes));
-  if (fresh) {
-    Txn t(*db);
-    IMPRESS_RETURN_IF_ERROR(t.Begin("creating the chat database"));
-    IMPRESS_RETURN_IF_ERROR(db->Exec(kSchemaV1, "creating the chat database"));
-    std::string init = "PRAGMA application_id=" + std::to_string(kAppId) +
-                       "; INSERT INTO meta(key, value) VALUES('schema_version', '" + std::to_string(kSchemaVersion) +
-                       "');";
-    IMPRESS_RETURN_IF_ERROR(db->Exec(init.c_str(), "creating the chat database"));
-    IMPRESS_RETURN_IF_ERROR(t.Commit("creating the chat database"));
-  }
-  if (version < kSchemaVersion) {
-    // No older versions exist yet: version 1 is the first. Upgrade steps go here, N -> N+1,
-    // all inside one transaction together with the new schema_version row.
-    return Status::Internal(path + ": no migration from chat schema version " + std::to_string(version));
-  }
+  IMPRESS_RETURN_IF_ERROR(sqlite::UpgradeSchema(*db, history, version));
   return std::unique_ptr<ChatDb>(new ChatDb(std::move(db), std::move(options)));
 }
 
 Status ChatDb::CheckConversation(int64_t id) {
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT 1 FROM conversations WHERE id = ?"));
   s.Bind(1, id);
-  int rc = s.Step();
-  if (rc == SQLITE_DONE) return Status::NotFound(db_->path() + ": no conversation with id " + std::to_string(id));
-  if (rc != SQLITE_ROW) return db_->Error(rc, "looking up conversation " + std::to_string(id));
+  IMPRESS_ASSIGN_OR_RETURN(const bool found, s.Step("looking up conversation " + std::to_string(id)));
+  if (!found) return Status::NotFound(path_ + ": no conversation with id " + std::to_string(id));
   return Status::Ok();
 }
 
@@ -189,7 +170,7 @@ Status ChatDb::RemoveOrphanTexts() {
 }
 
 Result<std::vector<ConversationSummary>> ChatDb::ListConversations() {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT c.id, c.title, c.created, c.updated, c.mode, "
                                              "(SELECT count(*) FROM turns t WHERE t.conversation = c.id), "
                                              "(SELECT count(*) FROM documents d WHERE d.conversation = c.id) "
@@ -202,7 +183,7 @@ Result<std::vector<ConversationSummary>> ChatDb::ListConversations() {
     c.created = row.Int(2);
     c.updated = row.Int(3);
     if (!ParseMode(row.Text(4), &c.mode))
-      return Status::Corruption(db_->path() + ": conversation " + std::to_string(c.id) + " has an unknown mode");
+      return Status::Corruption(path_ + ": conversation " + std::to_string(c.id) + " has an unknown mode");
     c.n_turns = int(row.Int(5));
     c.n_documents = int(row.Int(6));
     out.push_back(std::move(c));
@@ -212,7 +193,7 @@ Result<std::vector<ConversationSummary>> ChatDb::ListConversations() {
 }
 
 Result<int64_t> ChatDb::CreateConversation(const std::string& title, ConversationMode mode) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin("creating a conversation"));
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO conversations(title, created, updated, mode, settings) "
@@ -223,34 +204,30 @@ Result<int64_t> ChatDb::CreateConversation(const std::string& title, Conversatio
   s.Bind(3, now);
   s.Bind(4, std::string_view(ConversationModeName(mode)));
   IMPRESS_RETURN_IF_ERROR(db_->Run(s, "creating a conversation"));
-  const int64_t id = sqlite3_last_insert_rowid(db_->handle());
+  const int64_t id = db_->LastInsertRowid();
   IMPRESS_RETURN_IF_ERROR(t.Commit("creating a conversation"));
   return id;
 }
 
 Result<SavedConversation> ChatDb::Load(int64_t id) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   const std::string what = "loading conversation " + std::to_string(id);
   // One read transaction, so the three queries see the same state.
-  IMPRESS_RETURN_IF_ERROR(db_->Exec("BEGIN", what));
-  struct EndRead {
-    SqliteDb& db;
-    ~EndRead() { sqlite3_exec(db.handle(), "COMMIT", nullptr, nullptr, nullptr); }
-  } end_read{*db_};
+  sqlite::ReadTxn read(*db_);
+  IMPRESS_RETURN_IF_ERROR(read.Begin(what));
   SavedConversation out;
   {
     IMPRESS_ASSIGN_OR_RETURN(
         Stmt s, db_->Prep("SELECT title, created, updated, mode, settings FROM conversations WHERE id = ?"));
     s.Bind(1, id);
-    int rc = s.Step();
-    if (rc == SQLITE_DONE) return Status::NotFound(db_->path() + ": no conversation with id " + std::to_string(id));
-    if (rc != SQLITE_ROW) return db_->Error(rc, what);
+    IMPRESS_ASSIGN_OR_RETURN(const bool found, s.Step(what));
+    if (!found) return Status::NotFound(path_ + ": no conversation with id " + std::to_string(id));
     out.summary.id = id;
     out.summary.title = s.Text(0);
     out.summary.created = s.Int(1);
     out.summary.updated = s.Int(2);
     if (!ParseMode(s.Text(3), &out.summary.mode))
-      return Status::Corruption(db_->path() + ": conversation " + std::to_string(id) + " has an unknown mode");
+      return Status::Corruption(path_ + ": conversation " + std::to_string(id) + " has an unknown mode");
     out.settings = s.Text(4);
   }
   {
@@ -269,7 +246,7 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
       d.n_bytes = uint64_t(row.Int(5));
       d.text_key = row.Text(6);
       if (d.n_bytes != d.text.size())
-        return Status::Corruption(db_->path() + ": document \"" + d.name + "\" of conversation " + std::to_string(id) +
+        return Status::Corruption(path_ + ": document \"" + d.name + "\" of conversation " + std::to_string(id) +
                                   " has " + std::to_string(d.text.size()) + " bytes, expected " +
                                   std::to_string(d.n_bytes));
       out.documents.push_back(std::move(d));
@@ -295,7 +272,7 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
 }
 
 Status ChatDb::WriteConversation(int64_t id, const std::string& what, const std::function<Status()>& body) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
   IMPRESS_RETURN_IF_ERROR(CheckConversation(id));
@@ -306,7 +283,7 @@ Status ChatDb::WriteConversation(int64_t id, const std::string& what, const std:
 
 Status ChatDb::SetConversationColumn(int64_t id, const char* update_sql, std::string_view value,
                                      const std::string& what) {
-  return WriteConversation(id, what, [&]() -> Status {
+  return WriteConversation(id, what, [&]() REQUIRES(mu_) -> Status {
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep(update_sql));
     s.Bind(1, value);
     s.Bind(2, id);
@@ -330,7 +307,7 @@ Status ChatDb::SetSettings(int64_t id, const std::string& settings_json) {
 }
 
 Status ChatDb::DeleteConversation(int64_t id) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   const std::string what = "deleting conversation " + std::to_string(id);
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
@@ -350,13 +327,13 @@ Result<int> ChatDb::AppendTurn(int64_t id, const std::string& role, const std::s
   IMPRESS_RETURN_IF_ERROR(CheckRole(role));
   const std::string what = "saving a turn of conversation " + std::to_string(id);
   int64_t position = 0;
-  IMPRESS_RETURN_IF_ERROR(WriteConversation(id, what, [&]() -> Status {
+  IMPRESS_RETURN_IF_ERROR(WriteConversation(id, what, [&]() REQUIRES(mu_) -> Status {
     {
       IMPRESS_ASSIGN_OR_RETURN(Stmt s,
                                db_->Prep("SELECT coalesce(max(position) + 1, 0) FROM turns WHERE conversation = ?"));
       s.Bind(1, id);
-      int rc = s.Step();
-      if (rc != SQLITE_ROW) return db_->Error(rc, what);
+      IMPRESS_ASSIGN_OR_RETURN(const bool row, s.Step(what));
+      if (!row) return Status::Internal(path_ + ": " + what + ": no row");
       position = s.Int(0);
     }
     IMPRESS_ASSIGN_OR_RETURN(Stmt s,
@@ -375,7 +352,7 @@ Result<int> ChatDb::AppendTurn(int64_t id, const std::string& role, const std::s
 
 Status ChatDb::PopTurns(int64_t id, int n) {
   if (n < 0) return Status::InvalidArgument("PopTurns: negative count " + std::to_string(n));
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   const std::string what = "removing turns of conversation " + std::to_string(id);
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
@@ -384,12 +361,12 @@ Status ChatDb::PopTurns(int64_t id, int n) {
   {
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT count(*) FROM turns WHERE conversation = ?"));
     s.Bind(1, id);
-    int rc = s.Step();
-    if (rc != SQLITE_ROW) return db_->Error(rc, what);
+    IMPRESS_ASSIGN_OR_RETURN(const bool row, s.Step(what));
+    if (!row) return Status::Internal(path_ + ": " + what + ": no row");
     n_turns = s.Int(0);
   }
   if (n > n_turns)
-    return Status::OutOfRange(db_->path() + ": conversation " + std::to_string(id) + " has " + std::to_string(n_turns) +
+    return Status::OutOfRange(path_ + ": conversation " + std::to_string(id) + " has " + std::to_string(n_turns) +
                               " turns, cannot remove " + std::to_string(n));
   if (n == 0) return Status::Ok();
   {
@@ -405,7 +382,7 @@ Status ChatDb::PopTurns(int64_t id, int n) {
 
 Status ChatDb::SetDocuments(int64_t id, const std::vector<SavedDocument>& docs) {
   const std::string what = "saving the documents of conversation " + std::to_string(id);
-  return WriteConversation(id, what, [&]() -> Status {
+  return WriteConversation(id, what, [&]() REQUIRES(mu_) -> Status {
     {
       IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("DELETE FROM documents WHERE conversation = ?"));
       s.Bind(1, id);
@@ -424,14 +401,12 @@ Status ChatDb::InsertDocument(int64_t id, int64_t position, const SavedDocument&
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT id, text = ? FROM texts WHERE key = ?"));
     s.BindBlob(1, d.text);
     s.Bind(2, key);
-    int rc = s.Step();
-    if (rc == SQLITE_ROW) {
+    IMPRESS_ASSIGN_OR_RETURN(const bool found, s.Step(what));
+    if (found) {
       if (s.Int(1) != 1)
-        return Status::Internal(db_->path() + ": document \"" + d.name + "\": content hash " + key +
+        return Status::Internal(path_ + ": document \"" + d.name + "\": content hash " + key +
                                 " collides with a different stored text");
       text_id = s.Int(0);
-    } else if (rc != SQLITE_DONE) {
-      return db_->Error(rc, what);
     }
   }
   if (text_id == 0) {
@@ -440,7 +415,7 @@ Status ChatDb::InsertDocument(int64_t id, int64_t position, const SavedDocument&
     s.Bind(2, int64_t(d.text.size()));
     s.BindBlob(3, d.text);
     IMPRESS_RETURN_IF_ERROR(db_->Run(s, what + " (text of \"" + d.name + "\")"));
-    text_id = sqlite3_last_insert_rowid(db_->handle());
+    text_id = db_->LastInsertRowid();
   }
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO documents(conversation, position, name, path, text_id, "
                                              "n_tokens, attached) VALUES(?, ?, ?, ?, ?, ?, ?)"));
@@ -455,8 +430,8 @@ Status ChatDb::InsertDocument(int64_t id, int64_t position, const SavedDocument&
 }
 
 Result<int64_t> ChatDb::CountStoredTexts() {
-  std::lock_guard<std::mutex> lk(mu_);
-  return QueryInt(*db_, "SELECT count(*) FROM texts", "counting stored texts");
+  MutexLock lk(&mu_);
+  return db_->QueryInt("SELECT count(*) FROM texts", "counting stored texts");
 }
 
 }  // namespace impress::persist

@@ -20,11 +20,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 #include "chat/conversation.h"
 
@@ -129,20 +129,23 @@ class ChatDb {
  private:
   ChatDb(std::unique_ptr<sqlite::SqliteDb> db, ChatDbOptions options);
   int64_t Now() const;
-  Status CheckConversation(int64_t id);  // NotFound unless it exists
-  Status Touch(int64_t id);              // updated = now
-  Status RemoveOrphanTexts();
+  Status CheckConversation(int64_t id) REQUIRES(mu_);  // NotFound unless it exists
+  Status Touch(int64_t id) REQUIRES(mu_);              // updated = now
+  Status RemoveOrphanTexts() REQUIRES(mu_);
   // The skeleton of every write to one conversation: under mu_, one transaction that checks the
   // conversation exists (NotFound), runs `body`, marks it updated and commits; any failure
   // rolls the whole write back. `what` names the write in errors.
-  Status WriteConversation(int64_t id, const std::string& what, const std::function<Status()>& body);
+  // `body` runs with mu_ held.
+  Status WriteConversation(int64_t id, const std::string& what, const std::function<Status()>& body) EXCLUDES(mu_);
   // One column of the conversation's row (`update_sql` binds the value as 1 and the id as 2).
   Status SetConversationColumn(int64_t id, const char* update_sql, std::string_view value, const std::string& what);
   // One document row (and its text, stored once per content); inside a write, mu_ held.
-  Status InsertDocument(int64_t id, int64_t position, const SavedDocument& d, const std::string& what);
+  Status InsertDocument(int64_t id, int64_t position, const SavedDocument& d, const std::string& what) REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::unique_ptr<sqlite::SqliteDb> db_;  // guarded by mu_
+  Mutex mu_;
+  const std::unique_ptr<sqlite::SqliteDb> db_ PT_GUARDED_BY(mu_);
+  // Constant after construction.
+  const std::string path_;
   const ChatDbOptions options_;
 };
 

@@ -57,6 +57,19 @@ const std::unordered_set<std::string>& StopWords() {
   return k;
 }
 
+sqlite::SchemaHistory PassageHistory() {
+  sqlite::SchemaHistory h;
+  h.name = "passage index";
+  h.version_table = "pidx_meta";
+  h.latest = PassageIndex::kSchemaVersion;
+  h.create = [](SqliteDb& db) -> Status {
+    IMPRESS_RETURN_IF_ERROR(db.Exec(kSchemaV1, "creating the passage index"));
+    return db.Exec("PRAGMA application_id=" + std::to_string(kAppId), "creating the passage index");
+  };
+  h.newer_advice = "delete the file to rebuild the index";
+  return h;
+}
+
 bool IsBlankLine(std::string_view line) {
   for (char c : line)
     if (c != ' ' && c != '\t' && c != '\r' && c != '\n') return false;
@@ -182,25 +195,16 @@ PassageIndex::~PassageIndex() = default;
 Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path, PassageIndexOptions options) {
   // The user's documents and conversations: owner-only file and folder (WAL and SHM follow).
   IMPRESS_RETURN_IF_ERROR(PreparePrivateFile(path));
-  // FTS5 is compiled into Debian's libsqlite3, but not into every build: check at run time, on a
-  // connection of its own, so a damaged file is never blamed on the library.
-  {
-    IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> mem, SqliteDb::Open(":memory:", /*create=*/true));
-    if (sqlite3_exec(mem->handle(), "CREATE VIRTUAL TABLE pidx_probe USING fts5(x);", nullptr, nullptr, nullptr) !=
-        SQLITE_OK)
-      return Status::Unsupported(path + ": the SQLite library in use (" + sqlite3_libversion() +
-                                 ") has no FTS5 full-text search (" + sqlite3_errmsg(mem->handle()) +
-                                 "); passage retrieval needs a build with SQLITE_ENABLE_FTS5");
+  // FTS5 is compiled into Debian's libsqlite3, but not into every build: checked at run time,
+  // apart from the file, so a damaged file is never blamed on the library.
+  if (Status fts = sqlite::CheckFts5(); !fts.ok()) {
+    if (fts.code() != Status::Code::kUnsupported) return fts;
+    return Status::Unsupported(path + ": " + fts.message() +
+                               "; passage retrieval needs a build with SQLITE_ENABLE_FTS5");
   }
   IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, /*create=*/true));
-  auto query_int = [&](const char* sql, const char* what) -> Result<int64_t> {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep(sql));
-    int rc = s.Step();
-    if (rc != SQLITE_ROW) return db->Error(rc, what);
-    return s.Int(0);
-  };
-  IMPRESS_ASSIGN_OR_RETURN(int64_t app_id, query_int("PRAGMA application_id", "reading the file header"));
-  IMPRESS_ASSIGN_OR_RETURN(int64_t n_objects, query_int("SELECT count(*) FROM sqlite_master", "reading the schema"));
+  IMPRESS_ASSIGN_OR_RETURN(int64_t app_id, db->QueryInt("PRAGMA application_id", "reading the file header"));
+  IMPRESS_ASSIGN_OR_RETURN(int64_t n_objects, db->QueryInt("SELECT count(*) FROM sqlite_master", "reading the schema"));
   const bool fresh = app_id == 0 && n_objects == 0;
   if (!fresh && app_id != kAppId) {
     char id[16];
@@ -209,36 +213,24 @@ Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path
                                    "); the file was left unchanged");
   }
   if (!fresh) {  // damage in any page (SQLite's structural check, one read of the file)
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep("PRAGMA quick_check(4)"));
-    std::string problems;
-    IMPRESS_RETURN_IF_ERROR(db->ForEachRow(s, "checking the file", [&](const Stmt& row) {
-      if (row.Text(0) != "ok") problems += (problems.empty() ? "" : "; ") + row.Text(0).substr(0, 200);
-    }));
+    IMPRESS_ASSIGN_OR_RETURN(std::string problems, db->QuickCheck("checking the file"));
     if (!problems.empty()) return Status::Corruption(path + ": the passage index is damaged (" + problems + ")");
   }
-  if (!fresh) {  // before any write: a file of another version stays as it was
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s, db->Prep("SELECT value FROM pidx_meta WHERE key = 'schema_version'"));
-    int rc = s.Step();
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db->Error(rc, "reading the schema version");
-    std::string v = rc == SQLITE_ROW ? s.Text(0) : "";
-    if (v != std::to_string(kSchemaVersion))
-      return Status::Unsupported(path + ": passage index has schema version \"" + v + "\", this build reads " +
-                                 std::to_string(kSchemaVersion) + " (delete the file to rebuild the index)");
+  // The index is derived data: a file of another version is not migrated but refused, before
+  // any write (the caller deletes it and indexes the documents again).
+  const sqlite::SchemaHistory history = PassageHistory();
+  if (!fresh) {
+    IMPRESS_ASSIGN_OR_RETURN(std::optional<int64_t> v, sqlite::ReadSchemaVersion(*db, history));
+    if (v != kSchemaVersion)
+      return Status::Unsupported(path + ": passage index has schema version \"" + (v ? std::to_string(*v) : "") +
+                                 "\", this build reads " + std::to_string(kSchemaVersion) +
+                                 " (delete the file to rebuild the index)");
   }
   IMPRESS_RETURN_IF_ERROR(RestrictToOwner(path));  // ours: private even if an older build made it 0644
   IMPRESS_RETURN_IF_ERROR(db->Exec("PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
                                    "setting up the connection"));
   IMPRESS_RETURN_IF_ERROR(db->SetMaxFileBytes(options.max_file_bytes));
-  if (fresh) {
-    Txn t(*db);
-    IMPRESS_RETURN_IF_ERROR(t.Begin("creating the passage index"));
-    IMPRESS_RETURN_IF_ERROR(db->Exec(kSchemaV1, "creating the passage index"));
-    std::string init = "PRAGMA application_id=" + std::to_string(kAppId) +
-                       "; INSERT INTO pidx_meta(key, value) VALUES('schema_version', '" +
-                       std::to_string(kSchemaVersion) + "');";
-    IMPRESS_RETURN_IF_ERROR(db->Exec(init.c_str(), "creating the passage index"));
-    IMPRESS_RETURN_IF_ERROR(t.Commit("creating the passage index"));
-  }
+  IMPRESS_RETURN_IF_ERROR(sqlite::UpgradeSchema(*db, history, fresh ? 0 : kSchemaVersion));
   return std::unique_ptr<PassageIndex>(new PassageIndex(std::move(db), options));
 }
 
@@ -270,7 +262,7 @@ Status PassageIndex::DeleteDocumentLocked(const std::string& doc_key, const std:
 
 Status PassageIndex::Add(const std::string& doc_key, const std::string& name, std::string_view text) {
   const std::vector<PassageSpan> spans = SplitPassages(text, options_.target_passage_bytes);
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   const std::string what = "indexing \"" + name + "\"";
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
@@ -282,7 +274,7 @@ Status PassageIndex::Add(const std::string& doc_key, const std::string& name, st
     s.Bind(2, name);
     s.Bind(3, int64_t(text.size()));
     IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
-    doc_id = sqlite3_last_insert_rowid(db_->handle());
+    doc_id = db_->LastInsertRowid();
   }
   for (size_t i = 0; i < spans.size(); ++i) {
     int64_t passage_id = 0;
@@ -294,7 +286,7 @@ Status PassageIndex::Add(const std::string& doc_key, const std::string& name, st
       s.Bind(3, int64_t(spans[i].offset));
       s.Bind(4, int64_t(spans[i].length));
       IMPRESS_RETURN_IF_ERROR(db_->Run(s, what));
-      passage_id = sqlite3_last_insert_rowid(db_->handle());
+      passage_id = db_->LastInsertRowid();
     }
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO pidx_fts(rowid, body) VALUES(?, ?)"));
     s.Bind(1, passage_id);
@@ -305,27 +297,24 @@ Status PassageIndex::Add(const std::string& doc_key, const std::string& name, st
 }
 
 Status PassageIndex::Remove(const std::string& doc_key) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   const std::string what = "removing \"" + doc_key + "\" from the passage index";
   Txn t(*db_);
   IMPRESS_RETURN_IF_ERROR(t.Begin(what));
   IMPRESS_RETURN_IF_ERROR(DeleteDocumentLocked(doc_key, what));
-  if (sqlite3_changes(db_->handle()) == 0)
-    return Status::NotFound(db_->path() + ": no indexed document with key \"" + doc_key + "\"");
+  if (db_->Changes() == 0) return Status::NotFound(db_->path() + ": no indexed document with key \"" + doc_key + "\"");
   return t.Commit(what);
 }
 
 Result<bool> PassageIndex::Contains(const std::string& doc_key) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT 1 FROM pidx_documents WHERE doc_key = ?"));
   s.Bind(1, doc_key);
-  int rc = s.Step();
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_->Error(rc, "looking up \"" + doc_key + "\"");
-  return rc == SQLITE_ROW;
+  return s.Step("looking up \"" + doc_key + "\"");
 }
 
 Result<std::vector<IndexedDocument>> PassageIndex::Documents() {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT d.doc_key, d.name, d.n_bytes, "
                                              "(SELECT count(*) FROM pidx_passages p WHERE p.doc = d.id) "
                                              "FROM pidx_documents d ORDER BY d.id"));
@@ -337,7 +326,7 @@ Result<std::vector<IndexedDocument>> PassageIndex::Documents() {
 }
 
 Result<std::vector<Passage>> PassageIndex::Passages(const std::string& doc_key) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   IMPRESS_ASSIGN_OR_RETURN(Stmt s,
                            db_->Prep("SELECT d.doc_key, d.name, p.idx, p.byte_offset, p.byte_length, f.body, d.id "
                                      "FROM pidx_documents d JOIN pidx_passages p ON p.doc = d.id "
@@ -349,15 +338,14 @@ Result<std::vector<Passage>> PassageIndex::Passages(const std::string& doc_key) 
   if (out.empty()) {  // an empty document has no passages; an unknown key is an error
     IMPRESS_ASSIGN_OR_RETURN(Stmt e, db_->Prep("SELECT 1 FROM pidx_documents WHERE doc_key = ?"));
     e.Bind(1, doc_key);
-    const int rc = e.Step();
-    if (rc == SQLITE_DONE) return Status::NotFound(db_->path() + ": no indexed document with key \"" + doc_key + "\"");
-    if (rc != SQLITE_ROW) return db_->Error(rc, "looking up \"" + doc_key + "\"");
+    IMPRESS_ASSIGN_OR_RETURN(const bool found, e.Step("looking up \"" + doc_key + "\""));
+    if (!found) return Status::NotFound(db_->path() + ": no indexed document with key \"" + doc_key + "\"");
   }
   return out;
 }
 
 Result<std::vector<Passage>> PassageIndex::Search(std::string_view question, int k) {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(&mu_);
   return SearchLocked(question, k);
 }
 
@@ -389,7 +377,7 @@ Result<BudgetSelection> PassageIndex::SelectForBudget(std::string_view question,
   BudgetSelection sel;
   std::vector<Passage> ranked;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lk(&mu_);
     IMPRESS_ASSIGN_OR_RETURN(ranked, SearchLocked(question, max_candidates));
   }
   sel.n_candidates = int(ranked.size());

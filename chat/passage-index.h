@@ -24,11 +24,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/status.h"
 
 namespace impress::sqlite {
@@ -133,13 +133,13 @@ class PassageIndex {
 
  private:
   PassageIndex(std::unique_ptr<sqlite::SqliteDb> db, PassageIndexOptions options);
-  Result<std::vector<Passage>> SearchLocked(std::string_view question, int k);
-  // Deletes a document's passages (FTS rows included) and its row; sqlite3_changes() then
+  Result<std::vector<Passage>> SearchLocked(std::string_view question, int k) REQUIRES(mu_);
+  // Deletes a document's passages (FTS rows included) and its row; SqliteDb::Changes() then
   // counts the document rows deleted. Inside a transaction, mu_ held.
-  Status DeleteDocumentLocked(const std::string& doc_key, const std::string& what);
+  Status DeleteDocumentLocked(const std::string& doc_key, const std::string& what) REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::unique_ptr<sqlite::SqliteDb> db_;  // guarded by mu_
+  Mutex mu_;
+  const std::unique_ptr<sqlite::SqliteDb> db_ PT_GUARDED_BY(mu_);
   const PassageIndexOptions options_;
 };
 

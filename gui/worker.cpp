@@ -32,35 +32,35 @@ Worker::Worker(WorkerOptions options) : options_(std::move(options)), model_path
 
 Worker::~Worker() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     quit_ = true;
     queue_.clear();
   }
   cancel_.store(true);
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
 uint64_t Worker::Send(Command c) {
   uint64_t seq;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(std::move(c));
     seq = ++n_sent_;
   }
-  cv_.notify_one();
+  cv_.Signal();
   return seq;
 }
 
 void Worker::Stop() { cancel_.store(true); }
 
 std::shared_ptr<const AppSnapshot> Worker::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return published_;
 }
 
 uint64_t Worker::commands_sent() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return n_sent_;
 }
 
@@ -70,7 +70,7 @@ void Worker::Publish(bool force, bool progress_only) {
   last_publish_ = now;
   draft_.version++;
   auto snap = std::make_shared<const AppSnapshot>(draft_);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   published_ = std::move(snap);
 }
 
@@ -95,8 +95,8 @@ void Worker::Run() {
   while (true) {
     Command c;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return quit_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!quit_ && queue_.empty()) cv_.Wait(&mu_);
       if (quit_) break;
       c = std::move(queue_.front());
       queue_.pop_front();

@@ -12,14 +12,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "chat/chat-controller.h"
 #include "chat/chat-session.h"
 #include "gui/app-snapshot.h"
@@ -149,12 +148,12 @@ class Worker {
   const WorkerOptions options_;
 
   // Shared with the UI thread.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Command> queue_;                     // GUARDED_BY(mu_)
-  uint64_t n_sent_ = 0;                           // GUARDED_BY(mu_)
-  bool quit_ = false;                             // GUARDED_BY(mu_)
-  std::shared_ptr<const AppSnapshot> published_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;  // a command was queued, or quit_ was set
+  std::deque<Command> queue_ GUARDED_BY(mu_);
+  uint64_t n_sent_ GUARDED_BY(mu_) = 0;
+  bool quit_ GUARDED_BY(mu_) = false;
+  std::shared_ptr<const AppSnapshot> published_ GUARDED_BY(mu_);
   std::atomic<bool> cancel_{false};
 
   // Worker thread only.

@@ -10,7 +10,12 @@
 #   - a hand-written source file (*.h, *.cpp, *.cu, *.cuh) is over MAX_FILE_LINES lines (800;
 #     generated files excepted);
 #   - a function in store/, pipeline/ or gui/worker* is over MAX_FUNCTION_LINES lines (120),
-#     measured with lizard (pinned in scripts/requirements-reference.txt; setup.sh installs it).
+#     measured with lizard (pinned in scripts/requirements-reference.txt; setup.sh installs it);
+#   - production code (every folder but tests/) takes a lock other than the annotated Mutex,
+#     MutexLock and CondVar of base/mutex.h (std::mutex and its kin are invisible to
+#     scripts/thread-safety.sh);
+#   - production code outside base/sqlite.cpp includes sqlite3.h (base/sqlite.h is the one SQLite
+#     layer; tests may reach below it).
 # Usage: scripts/check-layout.sh   (from anywhere; checks the working tree, tracked and new files)
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -126,8 +131,25 @@ PY
   )
 fi
 
+# --- 5. Locks: the annotated Mutex only (base/mutex.h wraps std::mutex for everyone) ----------
+std_locks='std::(mutex|recursive_mutex|timed_mutex|shared_mutex|shared_timed_mutex|condition_variable|condition_variable_any|lock_guard|unique_lock|scoped_lock|shared_lock)\b'
+for f in "${sources[@]}"; do
+  case "$f" in tests/* | base/mutex.h) continue ;; esac
+  while IFS= read -r hit; do
+    fail "locks" "$f:${hit%%:*}: ${hit#*:} (use Mutex / MutexLock / CondVar of base/mutex.h, so the lock is checked)"
+  done < <(grep -nE "$std_locks" "$f" | grep -vE '^[0-9]+:[[:space:]]*//' | cut -c1-160)
+done
+
+# --- 6. SQLite: only through base/sqlite.h --------------------------------------------------------
+for f in "${sources[@]}"; do
+  case "$f" in tests/* | base/sqlite.cpp) continue ;; esac
+  while IFS= read -r hit; do
+    fail "sqlite" "$f:${hit%%:*}: includes sqlite3.h (use base/sqlite.h, the one SQLite layer)"
+  done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]sqlite3\.h[>"]' "$f")
+done
+
 if ((n_bad)); then
   echo "[layout] $n_bad violation(s)" >&2
   exit 1
 fi
-echo "[layout] ok: include direction, no outside references, files <= $max_file_lines lines, functions <= $max_function_lines lines"
+echo "[layout] ok: include direction, no outside references, files <= $max_file_lines lines, functions <= $max_function_lines lines, annotated locks only, sqlite3.h only in base/sqlite.cpp"

@@ -59,20 +59,22 @@ const char* kSelectForeignProbes =
     "SELECT segment, layer, file, offset, length FROM probes WHERE segment IN (SELECT id FROM segments WHERE model <> "
     "?1)";
 
-bool IsInt(const Stmt& s, int col) { return sqlite3_column_type(s.get(), col) == SQLITE_INTEGER; }
+using sqlite::ColumnType;
+
+bool IsInt(const Stmt& s, int col) { return s.Type(col) == ColumnType::kInteger; }
 // An INTEGER column with lo <= value < hi (NULL, text, real and out-of-range values fail).
 bool IntIn(const Stmt& s, int col, int64_t lo, uint64_t hi) {
   return IsInt(s, col) && s.Int(col) >= lo && uint64_t(s.Int(col)) < hi;
 }
 bool IsBlobOrNull(const Stmt& s, int col) {
-  const int t = sqlite3_column_type(s.get(), col);
-  return t == SQLITE_BLOB || t == SQLITE_NULL;
+  const ColumnType t = s.Type(col);
+  return t == ColumnType::kBlob || t == ColumnType::kNull;
 }
 // A chunk's access frequency is a count kept as REAL: at most 2^63, so it converts to uint64.
 constexpr double kMaxFrequency = 9223372036854775808.0;
 bool FiniteIn(const Stmt& s, int col, double lo, double hi) {
-  const int t = sqlite3_column_type(s.get(), col);
-  if (t != SQLITE_FLOAT && t != SQLITE_INTEGER) return false;
+  const ColumnType t = s.Type(col);
+  if (t != ColumnType::kFloat && t != ColumnType::kInteger) return false;
   const double v = s.Double(col);
   return std::isfinite(v) && v >= lo && v <= hi;
 }
@@ -146,18 +148,36 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
     if (sqlite::IsTransient(st.code())) return st.WithContext("store catalog");
     return Status::Corruption(path + ": not a usable catalog (" + st.message() + ")");
   };
+  // The table layout's history. Schema 1 recorded no version: a catalog without one is of
+  // schema 1, or fresh (kSchema below creates the latest tables, which the migrations, checking
+  // the columns they add, then leave as they are).
+  sqlite::SchemaHistory history;
+  history.name = "catalog";
+  history.version_table = "meta";
+  history.latest = kCatalogSchemaVersion;
+  history.newer_advice = "use a newer build or another --store directory";
+  Catalog* const raw = c.get();
+  history.migrations = {
+      [raw](SqliteDb&) {
+        raw->mu_.AssertHeld();  // Open holds it throughout
+        return raw->MigratePinsLocked();
+      },
+      [raw](SqliteDb&) {
+        raw->mu_.AssertHeld();
+        return raw->MigrateModelColumnsLocked();
+      },
+  };
   // The version is checked before the first write (even the WAL pragma): a newer file stays as it was.
-  Status st = c->CheckVersionLocked();
-  if (!st.ok()) return unusable(st);
+  auto recorded = sqlite::ReadSchemaVersion(db, history);
+  if (!recorded.ok()) return unusable(recorded.status());
+  const int64_t version = recorded->value_or(1);
   // Damage in pages the store would only meet when writing (a later commit, then every reopen
   // refused) is found here, where the file can still be moved aside. Cost: one read of the file.
-  st = c->QuickCheckLocked();
+  Status st = c->QuickCheckLocked();
   if (!st.ok()) return unusable(st);
   if (o.read_only) {
-    IMPRESS_ASSIGN_OR_RETURN(
-        auto version, db.QueryText("SELECT value FROM meta WHERE key = 'schema_version'", "read the schema version"));
-    if (version != std::to_string(kCatalogSchemaVersion))
-      return Status::Unsupported(path + ": catalog of an older layout (schema " + version.value_or("1") +
+    if (version != kCatalogSchemaVersion)
+      return Status::Unsupported(path + ": catalog of an older layout (schema " + std::to_string(version) +
                                  "); it needs an upgrade, which a read-only store cannot write");
   } else {
     st = db.Exec(
@@ -170,7 +190,7 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
     {
       Txn t(db);
       IMPRESS_RETURN_IF_ERROR(t.Begin("catalog migration"));
-      st = c->MigrateLocked();
+      st = sqlite::UpgradeSchema(db, history, version);
       if (!st.ok()) return unusable(st);
       IMPRESS_ASSIGN_OR_RETURN(Stmt used, db.Prep("INSERT OR REPLACE INTO models(model, last_used) VALUES(?, ?)"));
       used.Bind(1, std::string_view(c->model_));
@@ -188,39 +208,14 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
 }
 
 Status Catalog::QuickCheckLocked() {
-  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("PRAGMA quick_check(4)"));
-  std::string problems;
-  IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "check the catalog file", [&](const Stmt& row) {
-    const std::string line = row.Text(0);
-    if (line != "ok") problems += (problems.empty() ? "" : "; ") + line.substr(0, 200);
-  }));
+  IMPRESS_ASSIGN_OR_RETURN(const std::string problems, db_->QuickCheck("check the catalog file"));
   if (!problems.empty()) return Status::Corruption(path_ + ": the database file is damaged (" + problems + ")");
   return Status::Ok();
 }
 
-Status Catalog::CheckVersionLocked() {
-  IMPRESS_ASSIGN_OR_RETURN(int64_t has_meta, db_->QueryInt("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' "
-                                                           "AND name = 'meta'",
-                                                           "read the catalog's tables"));
-  if (has_meta == 0) return Status::Ok();
-  IMPRESS_ASSIGN_OR_RETURN(auto text,
-                           db_->QueryText("SELECT value FROM meta WHERE key = 'schema_version' AND value IS NOT NULL",
-                                          "read the schema version"));
-  if (!text) return Status::Ok();  // schema 1, a fresh catalog, or a NULL value (migrated as schema 1)
-  char* end = nullptr;
-  const long long v = std::strtoll(text->c_str(), &end, 10);
-  if (text->empty() || *end != '\0' || v < 1)
-    return Status::Corruption(path_ + ": catalog has an invalid schema_version \"" + text->substr(0, 32) + "\"");
-  if (v > kCatalogSchemaVersion)
-    return Status::Unsupported(path_ + ": catalog has schema version " + std::to_string(v) +
-                               ", written by a newer IMPRESS; this build reads up to version " +
-                               std::to_string(kCatalogSchemaVersion) +
-                               " (the file was left unchanged; use a newer build or another --store directory)");
-  return Status::Ok();
-}
-
-Status Catalog::MigrateLocked() {
-  // Which columns does `nodes` have? (CREATE TABLE IF NOT EXISTS leaves an old table as it was.)
+// Schema 2: nodes.pinned and nodes.hits. Added where missing (CREATE TABLE IF NOT EXISTS leaves
+// an old table as it was).
+Status Catalog::MigratePinsLocked() {
   bool has_pinned = false, has_hits = false;
   {
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("PRAGMA table_info(nodes)"));
@@ -230,10 +225,6 @@ Status Catalog::MigrateLocked() {
       if (name == "hits") has_hits = true;
     }));
   }
-  // The statement is reset when QueryText returns: none may be active during ALTER TABLE.
-  IMPRESS_ASSIGN_OR_RETURN(
-      auto from_text, db_->QueryText("SELECT value FROM meta WHERE key = 'schema_version'", "read the schema version"));
-  const long from = from_text ? std::strtol(from_text->c_str(), nullptr, 10) : 0;
   if (!has_pinned)
     IMPRESS_RETURN_IF_ERROR(
         db_->Exec("ALTER TABLE nodes ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0", "add nodes.pinned"));
@@ -241,12 +232,8 @@ Status Catalog::MigrateLocked() {
     IMPRESS_RETURN_IF_ERROR(
         db_->Exec("ALTER TABLE nodes ADD COLUMN hits INTEGER NOT NULL DEFAULT 0", "add nodes.hits"));
   if (!has_pinned || !has_hits)
-    spdlog::info("store: catalog {} migrated from schema {} (nodes.pinned, nodes.hits added)", path_, from ? from : 1);
-  IMPRESS_RETURN_IF_ERROR(MigrateModelColumnsLocked());
-  const std::string version = std::to_string(kCatalogSchemaVersion);
-  IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT OR REPLACE INTO meta(key, value) VALUES('schema_version', ?)"));
-  s.Bind(1, std::string_view(version));
-  return db_->Run(s, "update schema version");
+    spdlog::info("store: catalog {} migrated from schema 1 (nodes.pinned, nodes.hits added)", path_);
+  return Status::Ok();
 }
 
 // Schema 3: nodes and segments name their model. The rows of an older catalog belong to the
@@ -269,7 +256,7 @@ Status Catalog::MigrateModelColumnsLocked() {
     std::unordered_map<std::string, std::string> meta;
     IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("SELECT key, value FROM meta"));
     IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, "read the catalog's meta table", [&meta](const Stmt& row) {
-      if (IsInt(row, 1) || sqlite3_column_type(row.get(), 1) == SQLITE_TEXT) meta[row.Text(0)] = row.Text(1);
+      if (IsInt(row, 1) || row.Type(1) == ColumnType::kText) meta[row.Text(0)] = row.Text(1);
     }));
     if (!meta["fingerprint"].empty() && !meta["geometry"].empty() && !meta["format_version"].empty())
       legacy = meta["fingerprint"] + "|" + meta["geometry"] + "|f" + meta["format_version"];
@@ -325,10 +312,10 @@ Result<CatalogContents> Catalog::Load() {
 // A node row: ids within the limits, a non-empty token span of whole tokens, no negative counter.
 Status Catalog::LoadNodesLocked(CatalogContents* out) {
   return ReadRows(*db_, kSelectNodes, nullptr, "read nodes", &bad_nodes_, [&](const Stmt& s, auto& bad) {
-    const int tokens_type = sqlite3_column_type(s.get(), 4);
-    const int token_bytes = sqlite3_column_bytes(s.get(), 4);
+    const ColumnType tokens_type = s.Type(4);
+    const int token_bytes = s.Size(4);
     const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 0, kMaxCatalogId) && IntIn(s, 2, 1, kMaxCatalogId) &&
-                    IntIn(s, 3, 0, kMaxSegmentTokens) && tokens_type == SQLITE_BLOB && token_bytes > 0 &&
+                    IntIn(s, 3, 0, kMaxSegmentTokens) && tokens_type == ColumnType::kBlob && token_bytes > 0 &&
                     size_t(token_bytes) % sizeof(Token) == 0 &&
                     size_t(token_bytes) / sizeof(Token) <= kMaxSegmentTokens && IntIn(s, 5, 0, UINT64_MAX >> 1) &&
                     IsInt(s, 6) && IntIn(s, 7, 0, 2) && IntIn(s, 8, 0, UINT64_MAX >> 1);
@@ -394,8 +381,7 @@ Status Catalog::LoadChunksLocked(CatalogContents* out) {
     const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 0, kMaxCatalogLayers) &&
                     IntIn(s, 2, 0, kMaxSegmentTokens) && IntIn(s, 3, 0, UINT64_MAX >> 1) && ExtentValid(s, 4) &&
                     IntIn(s, 7, 0, kMaxSegmentTokens) && IntIn(s, 8, 1, kMaxSegmentTokens + 1) && IsInt(s, 9) &&
-                    sqlite3_column_type(s.get(), 10) == SQLITE_BLOB &&
-                    sqlite3_column_bytes(s.get(), 10) % int(sizeof(uint64_t)) == 0 &&
+                    s.Type(10) == ColumnType::kBlob && s.Size(10) % int(sizeof(uint64_t)) == 0 &&
                     FiniteIn(s, 11, 0, kMaxFrequency) && FiniteIn(s, 12, 0, 1) && IntIn(s, 13, 0, UINT64_MAX >> 1);
     if (!ok) {
       bad.push_back({s.Int(0), s.Int(1), s.Int(2)});
@@ -417,9 +403,8 @@ Status Catalog::LoadChunksLocked(CatalogContents* out) {
 Status Catalog::LoadProbesLocked(CatalogContents* out) {
   return ReadRows(*db_, kSelectProbes, &model_, "read probes", &bad_probes_, [&](const Stmt& s, auto& bad) {
     const bool ok = IntIn(s, 0, 1, kMaxCatalogId) && IntIn(s, 1, 0, kMaxCatalogLayers) && ExtentValid(s, 2) &&
-                    IntIn(s, 5, 1, kMaxSegmentTokens + 1) && IsInt(s, 6) &&
-                    sqlite3_column_type(s.get(), 7) == SQLITE_BLOB &&
-                    sqlite3_column_bytes(s.get(), 7) % int(sizeof(uint64_t)) == 0;
+                    IntIn(s, 5, 1, kMaxSegmentTokens + 1) && IsInt(s, 6) && s.Type(7) == ColumnType::kBlob &&
+                    s.Size(7) % int(sizeof(uint64_t)) == 0;
     if (!ok) {
       bad.push_back({s.Int(0), s.Int(1)});
       return;

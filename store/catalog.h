@@ -168,9 +168,8 @@ class Catalog {
 
  private:
   Catalog(std::unique_ptr<sqlite::SqliteDb> db, std::string path, std::string model, bool read_only);
-  Status CheckVersionLocked() REQUIRES(mu_);         // refuses a newer schema before any write
   Status QuickCheckLocked() REQUIRES(mu_);           // SQLite's page-level check of the whole file
-  Status MigrateLocked() REQUIRES(mu_);              // brings an older table layout up to kCatalogSchemaVersion
+  Status MigratePinsLocked() REQUIRES(mu_);          // schema 1 -> 2
   Status MigrateModelColumnsLocked() REQUIRES(mu_);  // schema 2 -> 3
   Status LoadForeignLocked(CatalogContents* out) REQUIRES(mu_);
   Status DeleteInvalidLocked() REQUIRES(mu_);

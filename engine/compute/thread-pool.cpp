@@ -31,10 +31,10 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_.store(true);
   }
-  cv_start_.notify_all();
+  cv_start_.SignalAll();
   for (auto& t : workers_) t.join();
 }
 
@@ -52,8 +52,8 @@ void ThreadPool::RunTasks(uint64_t gen) {
     if (!next_.compare_exchange_weak(cur, cur + 1)) continue;
     (*fn)(i);
     if (done_.fetch_add(1) + 1 == n) {
-      std::lock_guard<std::mutex> lock(mu_);  // the caller is spinning, or waiting with mu_ released
-      cv_done_.notify_one();
+      MutexLock lock(&mu_);  // the caller is spinning, or waiting with mu_ released
+      cv_done_.Signal();
     }
     cur = next_.load();
   }
@@ -64,8 +64,8 @@ void ThreadPool::WorkerLoop() {
   auto started = [&] { return stop_.load() || generation_.load() != seen; };
   for (;;) {
     if (!SpinUntil(started)) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_start_.wait(lock, started);
+      MutexLock lock(&mu_);
+      while (!started()) cv_start_.Wait(&mu_);
     }
     if (stop_.load()) return;
     seen = generation_.load();
@@ -86,15 +86,15 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t)>& fn) 
   done_.store(0);
   {
     // Under mu_ so that a worker between its check and its sleep cannot miss the start.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     generation_.store(gen);
   }
-  cv_start_.notify_all();
+  cv_start_.SignalAll();
   RunTasks(gen);
   auto done = [&] { return done_.load() == n; };
   if (!SpinUntil(done)) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_done_.wait(lock, done);
+    MutexLock lock(&mu_);
+    while (!done()) cv_done_.Wait(&mu_);
   }
 }
 

@@ -13,12 +13,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace impress {
 
@@ -39,8 +39,10 @@ class ThreadPool {
 
   const int n_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;  // orders sleeping on the condition variables with the changes below
-  std::condition_variable cv_start_, cv_done_;
+  // Guards no member: the job's state is atomic. It orders sleeping on the condition variables
+  // with the changes below, so that a wake-up between a check and a sleep is not lost.
+  Mutex mu_;
+  CondVar cv_start_, cv_done_;
   std::atomic<uint64_t> generation_{0};  // advanced (under mu_) to start a job
   std::atomic<bool> stop_{false};        // set (under mu_) to end the workers
   // The current job. next_ holds the job's generation (low 32 bits) in its high half and the

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <thread>
 
+#include "base/mutex.h"
 #include "engine/model/dequant.h"
 #include "engine/model/model-loader.h"
 #include "engine/model/quantize-blocks.h"
@@ -86,9 +86,11 @@ Status RunJobs(std::vector<WeightJob>& jobs, int n_threads, const ProgressFn& pr
   const size_t n_tasks = jobs.size() + (first ? 1 : 0);
   std::atomic<size_t> next{0};
   std::atomic<bool> stop{false};
-  std::mutex mu;  // guards error and the progress callback
-  Status error;
-  uint64_t n_done = 0;
+  struct {
+    Mutex mu;  // also serializes the progress callback
+    Status error GUARDED_BY(mu);
+    uint64_t n_done GUARDED_BY(mu) = 0;
+  } shared;
 
   auto worker = [&]() {
     while (!stop.load(std::memory_order_relaxed)) {
@@ -109,16 +111,16 @@ Status RunJobs(std::vector<WeightJob>& jobs, int n_threads, const ProgressFn& pr
           if (st.ok() && j.convert_to) st = ConvertValues(j);
         }
       }
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&shared.mu);
       if (!st.ok()) {
-        if (error.ok()) error = st;
+        if (shared.error.ok()) shared.error = st;
         stop = true;
         return;
       }
       if (job) {
-        ++n_done;
-        if (!ReportProgress(progress, n_done, jobs.size(), job->name)) {
-          if (error.ok()) error = Status::Cancelled("model load cancelled");
+        ++shared.n_done;
+        if (!ReportProgress(progress, shared.n_done, jobs.size(), job->name)) {
+          if (shared.error.ok()) shared.error = Status::Cancelled("model load cancelled");
           stop = true;
           return;
         }
@@ -129,7 +131,8 @@ Status RunJobs(std::vector<WeightJob>& jobs, int n_threads, const ProgressFn& pr
   for (int i = 1; i < n_threads; ++i) threads.emplace_back(worker);
   worker();
   for (auto& t : threads) t.join();
-  return error;
+  MutexLock lock(&shared.mu);
+  return shared.error;
 }
 
 uint64_t JobsMemoryBytes(const std::vector<WeightJob>& jobs) {

@@ -5,7 +5,9 @@
 // GCC 12's AVX-512 intrinsics warn about their own self-initialised temporaries once inlined (a
 // compiler bug fixed in GCC 13); nothing of ours is uninitialised.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>

@@ -4,7 +4,9 @@
 // GCC 12's AVX-512 intrinsics fill unused lanes with a self-initialised `__Y` and then warn about
 // it once inlined (a compiler bug fixed in GCC 13); nothing of ours is uninitialised.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>

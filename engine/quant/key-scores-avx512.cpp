@@ -2,7 +2,9 @@
 // (CMakeLists.txt); called only after CPUID said the CPU has them. Per 4 dims, one vpdpbusd
 // multiplies a query row's broadcast codes into 16 keys at once.
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's AVX-512 intrinsics (kernels-avx512.cpp)
+#if !defined(__clang__)                           // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>

@@ -19,6 +19,7 @@
 // worker thread runs inside each Open.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <spdlog/spdlog.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -311,7 +312,7 @@ void ApplyRowEdits(const std::string& path, FuzzedDataProvider& in) {
       if (!st.ok()) break;
       impress::sqlite::Stmt s(raw);
       for (size_t c = 0; c < row.size(); ++c) BindValue(s, int(c) + 1, row[c]);
-      (void)s.Step();  // a NOT NULL violation is refused by SQLite: that edit is lost
+      (void)s.Step("insert");  // a NOT NULL violation is refused by SQLite: that edit is lost
     }
     sqlite3_finalize(raw);
   }

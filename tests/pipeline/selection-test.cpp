@@ -1,7 +1,8 @@
 // The pure selection math (pipeline/selection.h) against naive references written here: top-k by
 // a full stable sort, Jaccard over std::set, the threshold formula, normalised importance in
-// double, and token selection by the rule spelled out step by step (sinks, then the recent window
-// from the end, then the best of the rest), all counted toward k.
+// double, token selection by the rule spelled out step by step (sinks, then the recent window
+// from the end, then the best of the rest), all counted toward k, and group selection by
+// brute force over the prefixes of the groups' ranking.
 #include "pipeline/selection.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -50,11 +52,10 @@ double NaiveMeanJaccard(const std::vector<std::vector<int>>& sets) {
   return pairs ? sum / pairs : 1.0;
 }
 
-// The selection rule, one step at a time: forced tokens in the order sinks (0, 1, ...) then
-// recent (n-1, n-2, ...), each only while fewer than k are taken; then the rest by a stable sort
-// of descending score.
-std::vector<uint32_t> NaiveSelect(const std::vector<float>& score, int k, int sinks, int recent) {
-  const int n = int(score.size());
+// The tokens the selection rule forces, one step at a time: sinks (0, 1, ...) then recent (n-1,
+// n-2, ...), each only while fewer than k (clamped to [0, n]) are taken; a token that is both
+// counts once.
+std::set<int> NaiveForced(int n, int k, int sinks, int recent) {
   k = std::clamp(k, 0, n);
   std::set<int> taken;
   std::vector<int> forced;
@@ -63,6 +64,15 @@ std::vector<uint32_t> NaiveSelect(const std::vector<float>& score, int k, int si
   for (int i : forced) {
     if (int(taken.size()) < k) taken.insert(i);
   }
+  return taken;
+}
+
+// The selection rule: the forced tokens, then the rest by a stable sort of descending score
+// while fewer than k are taken.
+std::vector<uint32_t> NaiveSelect(const std::vector<float>& score, int k, int sinks, int recent) {
+  const int n = int(score.size());
+  k = std::clamp(k, 0, n);
+  std::set<int> taken = NaiveForced(n, k, sinks, recent);
   std::vector<int> rest;
   for (int i = 0; i < n; ++i) {
     if (!taken.count(i)) rest.push_back(i);
@@ -360,6 +370,50 @@ double Mass(const std::vector<float>& score, const std::vector<uint32_t>& sel) {
   return m;
 }
 
+// The group selection by its rule in selection.h, by brute force: the target is the mass of the
+// tokens NaiveSelect keeps; the groups holding its forced tokens are kept; the other groups are
+// ranked by summed score (descending, ties: lower id), and the shortest prefix of that ranking is
+// taken whose members bring the kept mass, summed anew over every kept token, to the target
+// (within a relative 1e-6: the same scores summed in another order differ in the last bits), or
+// the whole ranking when none does. Returns the members of the kept groups, ascending.
+std::vector<uint32_t> NaiveSelectGroups(const std::vector<float>& score, int k, int sinks, int recent,
+                                        const std::vector<uint32_t>& group) {
+  const int n = int(score.size());
+  if (n == 0 || group.size() != score.size()) return NaiveSelect(score, k, sinks, recent);
+  const double target = Mass(score, NaiveSelect(score, k, sinks, recent));
+  std::map<uint32_t, double> group_mass;
+  for (int i = 0; i < n; ++i) group_mass[group[size_t(i)]] += score[size_t(i)];
+  std::set<uint32_t> forced;
+  for (int i : NaiveForced(n, k, sinks, recent)) forced.insert(group[size_t(i)]);
+  std::vector<uint32_t> ranked;
+  for (const auto& [g, m] : group_mass) {
+    if (!forced.count(g)) ranked.push_back(g);
+  }
+  std::sort(ranked.begin(), ranked.end(), [&](uint32_t a, uint32_t b) {
+    return group_mass[a] != group_mass[b] ? group_mass[a] > group_mass[b] : a < b;
+  });
+  const uint32_t n_ids = group_mass.rbegin()->first + 1;
+  auto members = [&](size_t taken) {  // the members of the forced groups and the first `taken` ranked
+    std::vector<uint8_t> kept(n_ids, 0);
+    for (uint32_t g : forced) kept[g] = 1;
+    for (size_t j = 0; j < taken; ++j) kept[ranked[j]] = 1;
+    std::vector<uint32_t> out;
+    for (int i = 0; i < n; ++i) {
+      if (kept[group[size_t(i)]]) out.push_back(uint32_t(i));
+    }
+    return out;
+  };
+  // Scores are non-negative, so the kept mass grows with every group added: the shortest
+  // prefix that reaches the target is found by bisection (the whole ranking always qualifies).
+  size_t lo = 0, hi = ranked.size();
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (Mass(score, members(mid)) >= target * (1 - 1e-6)) hi = mid;
+    else lo = mid + 1;
+  }
+  return members(lo);
+}
+
 TEST(SelectGroups, KeepsWholeGroupsUpToTheTokenLevelMassAndReportsExactlyThem) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 300; ++trial) {
@@ -378,6 +432,7 @@ TEST(SelectGroups, KeepsWholeGroupsUpToTheTokenLevelMassAndReportsExactlyThem) {
     const std::vector<uint32_t> tok = SelectTokens(score, k, sinks, recent);
     const std::vector<uint32_t> sel = SelectGroups(score, k, sinks, recent, group);
     ASSERT_TRUE(std::is_sorted(sel.begin(), sel.end()));
+    EXPECT_EQ(sel, NaiveSelectGroups(score, k, sinks, recent, group)) << "n " << n << " k " << k;
     // Exactly the members of the groups it kept: no group partly.
     std::vector<int> kept(n_groups, 0), size(n_groups, 0);
     for (uint32_t g : group) ++size[g];
@@ -422,36 +477,6 @@ TEST(SelectGroups, SingleTokenGroupsSelectWhatSelectTokensSelects) {
 }
 
 // ---- the linear-time per-layer path ------------------------------------------------------------
-
-// The group selection as it was written before the scratch-based path (a verbatim copy of that
-// implementation, kept as the reference the new one must match token for token).
-std::vector<uint32_t> PreviousSelectGroups(std::span<const float> score, int k, int sinks, int recent,
-                                           std::span<const uint32_t> group) {
-  const size_t n = score.size();
-  if (group.size() != n || n == 0) return NaiveSelect(std::vector<float>(score.begin(), score.end()), k, sinks, recent);
-  const uint32_t n_groups = *std::max_element(group.begin(), group.end()) + 1;
-  std::vector<double> mass(n_groups, 0.0);
-  for (size_t i = 0; i < n; ++i) mass[group[i]] += score[i];
-  double target = 0;
-  std::vector<uint8_t> keep(n_groups, 0);
-  const int n_forced = std::clamp(sinks, 0, int(n)) + std::clamp(recent, 0, int(n));
-  for (uint32_t i : NaiveSelect(std::vector<float>(score.begin(), score.end()), k, sinks, recent)) target += score[i];
-  for (uint32_t i : NaiveSelect(std::vector<float>(n, 0.0f), std::min(k, n_forced), sinks, recent)) keep[group[i]] = 1;
-  double kept = 0;
-  for (uint32_t g = 0; g < n_groups; ++g) kept += keep[g] ? mass[g] : 0.0;
-  std::vector<uint32_t> order;
-  for (uint32_t g = 0; g < n_groups; ++g)
-    if (!keep[g]) order.push_back(g);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return mass[a] > mass[b]; });
-  for (size_t j = 0; j < order.size() && kept < target * (1 - 1e-6); ++j) {
-    keep[order[j]] = 1;
-    kept += mass[order[j]];
-  }
-  std::vector<uint32_t> out;
-  for (size_t i = 0; i < n; ++i)
-    if (keep[group[i]]) out.push_back(uint32_t(i));
-  return out;
-}
 
 std::vector<int> BitsToSet(const std::vector<uint64_t>& bits, int n) {
   std::vector<int> out;
@@ -528,7 +553,7 @@ TEST(LinearPath, TokensAndGroupsMatchTheReferencesOnLongPrefixes) {
     SelectTokensInto(score, k, sinks, recent, scratch, &tok);
     EXPECT_EQ(tok, NaiveSelect(score, k, sinks, recent)) << "n " << n << " k " << k;
     SelectGroupsInto(score, k, sinks, recent, group, scratch, &grp);
-    EXPECT_EQ(grp, PreviousSelectGroups(score, k, sinks, recent, group)) << "n " << n << " k " << k;
+    EXPECT_EQ(grp, NaiveSelectGroups(score, k, sinks, recent, group)) << "n " << n << " k " << k;
   }
 }
 

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "engine/compute/cuda/cuda-backend.h"
 #include "engine/compute/cuda/cuda-util.h"
 
@@ -22,7 +22,7 @@ class CudaTierMemory final : public MemorySpace {
   CudaTierMemory(int device, bool pinned_host) : device_(device), pinned_(pinned_host) {}
   ~CudaTierMemory() override {
     cudaSetDevice(device_);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [p, n] : live_) Release(p);
     for (auto& [n, blocks] : cached_)
       for (void* p : blocks) Release(p);
@@ -39,7 +39,7 @@ class CudaTierMemory final : public MemorySpace {
 
   void* Alloc(size_t bytes) override {
     const size_t size = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (failed_) return nullptr;
     auto it = cached_.find(size);
     if (it != cached_.end() && !it->second.empty()) {
@@ -69,7 +69,7 @@ class CudaTierMemory final : public MemorySpace {
 
   void Free(void* p) override {
     if (!p) return;
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = live_.find(p);
     if (it == live_.end()) {
       spdlog::error("{} tier: Free of an address it did not allocate", name());
@@ -91,14 +91,14 @@ class CudaTierMemory final : public MemorySpace {
       return;
     }
     cudaSetDevice(device_);
-    std::lock_guard lock(copy_mu_);  // one stream: copies from several threads are serialized
+    MutexLock lock(&copy_mu_);  // one stream: copies from several threads are serialized
     Status st =
         cuda::CudaError(cudaMemcpyAsync(dst, src, bytes, in ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream_),
                         "cudaMemcpyAsync");
     if (st.ok()) st = cuda::CudaError(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     if (!st.ok()) {
       spdlog::error("{} tier: copy {} of {} bytes failed: {}", name(), in ? "in" : "out", bytes, st.ToString());
-      std::lock_guard l2(mu_);
+      MutexLock l2(&mu_);
       failed_ = true;
     }
   }
@@ -112,12 +112,12 @@ class CudaTierMemory final : public MemorySpace {
 
   const int device_;
   const bool pinned_;
-  cudaStream_t stream_ = nullptr;
-  std::mutex mu_;  // guards the pool and failed_
-  std::unordered_map<void*, size_t> live_;
-  std::unordered_map<size_t, std::vector<void*>> cached_;
-  bool failed_ = false;
-  std::mutex copy_mu_;
+  cudaStream_t stream_ = nullptr;  // made by Init, before the memory is shared; used under copy_mu_
+  Mutex mu_;                       // the pool and failed_
+  std::unordered_map<void*, size_t> live_ GUARDED_BY(mu_);
+  std::unordered_map<size_t, std::vector<void*>> cached_ GUARDED_BY(mu_);
+  bool failed_ GUARDED_BY(mu_) = false;
+  Mutex copy_mu_ ACQUIRED_BEFORE(mu_);  // one stream: copies are serialized
 };
 
 Result<std::shared_ptr<MemorySpace>> Make(int device, bool pinned) {
