@@ -219,6 +219,10 @@ class ImpressPipeline {
   // K/V of job.selected from a cross-layer prefetch plus a read of what it missed, in order.
   Result<store::ReadResult> ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, bool read_keys);
   Result<store::ReadResult> WaitRead(LayerJob& job, store::ReadTicket ticket, double* bucket);
+  // The same, gathering straight into memory the compute reads (a host-addressable backend's
+  // buffers): no staging vector, no copy.
+  Status WaitReadInto(LayerJob& job, store::ReadTicket ticket, f16_t* k, f16_t* v, double* bucket);
+  void NoteRead(LayerJob& job, const store::ReadStats& st);
   std::optional<store::ReadTicket> TakePrefetch(int il);
   Status EnsureKeysScratch(size_t rows);
   void Upload(DevPtr<f16_t> dst, const std::vector<f16_t>& src, size_t n_rows);

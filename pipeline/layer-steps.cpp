@@ -157,13 +157,18 @@ Status ImpressPipeline::LoadFullLayer(LayerJob& job) {
   if (!t) {
     IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitReadKV(handle_, job.il, AllTokens(job.n), true, true));
   }
-  IMPRESS_ASSIGN_OR_RETURN(store::ReadResult kv, WaitRead(job, *t, &job.run.report.breakdown.kv_io_ms));
+  if (ctx_.backend().HostAddressable()) {
+    IMPRESS_RETURN_IF_ERROR(WaitReadInto(job, *t, k_buf_[size_t(job.il)].raw(), v_buf_[size_t(job.il)].raw(),
+                                         &job.run.report.breakdown.kv_io_ms));
+  } else {
+    IMPRESS_ASSIGN_OR_RETURN(store::ReadResult kv, WaitRead(job, *t, &job.run.report.breakdown.kv_io_ms));
+    Upload(k_buf_[size_t(job.il)], kv.k, size_t(job.n));
+    Upload(v_buf_[size_t(job.il)], kv.v, size_t(job.n));
+    ctx_.backend().Synchronize();
+    job.run.sw.Lap(&job.run.report.breakdown.copy_ms);
+  }
   job.lr.key_bytes += uint64_t(job.n) * row_bytes;
   job.lr.value_bytes += uint64_t(job.n) * row_bytes;
-  Upload(k_buf_[size_t(job.il)], kv.k, size_t(job.n));
-  Upload(v_buf_[size_t(job.il)], kv.v, size_t(job.n));
-  ctx_.backend().Synchronize();
-  job.run.sw.Lap(&job.run.report.breakdown.copy_ms);
   job.lr.k = job.n;
   n_sel_[size_t(job.il)] = job.n;
   job.selected = AllTokens(job.n);
@@ -194,17 +199,23 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
     IMPRESS_ASSIGN_OR_RETURN(
         t, store_covers ? store_->SubmitProbeKeys(handle_, job.il) : store_->SubmitReadAllKeys(handle_, job.il));
   }
-  IMPRESS_ASSIGN_OR_RETURN(store::ReadResult keys, WaitRead(job, *t, &bd.probe_io_ms));
   const std::vector<int> kv_heads = store_covers ? stored : FirstN(c.n_head_kv);
-  job.lr.key_bytes += uint64_t(keys.k.size()) * sizeof(f16_t);
-  IMPRESS_RETURN_IF_ERROR(EnsureKeysScratch(size_t(n)));
-  be.CopyToDevice(DevPtr<void>(keys_scratch_.raw()), keys.k.data(), keys.k.size() * sizeof(f16_t));
-  be.Synchronize();
   const store::PrefixStoreOptions& so = store_->options();
-  if (!store_covers || (kv_heads == FirstN(c.n_head_kv) && store::ProbeEncoding(so) == so.kv_encoding)) {
-    job.keys = std::move(keys.k);  // all keys, exactly as K: LoadSelected gathers instead of reading
+  // All keys, exactly as K: kept for LoadSelected to gather instead of reading them again.
+  const bool keep_keys =
+      !store_covers || (kv_heads == FirstN(c.n_head_kv) && store::ProbeEncoding(so) == so.kv_encoding);
+  IMPRESS_RETURN_IF_ERROR(EnsureKeysScratch(size_t(n)));
+  if (be.HostAddressable() && !keep_keys) {
+    IMPRESS_RETURN_IF_ERROR(WaitReadInto(job, *t, keys_scratch_.raw(), nullptr, &bd.probe_io_ms));
+    job.lr.key_bytes += uint64_t(n) * kv_heads.size() * size_t(c.head_dim) * sizeof(f16_t);
+  } else {
+    IMPRESS_ASSIGN_OR_RETURN(store::ReadResult keys, WaitRead(job, *t, &bd.probe_io_ms));
+    job.lr.key_bytes += uint64_t(keys.k.size()) * sizeof(f16_t);
+    be.CopyToDevice(DevPtr<void>(keys_scratch_.raw()), keys.k.data(), keys.k.size() * sizeof(f16_t));
+    be.Synchronize();
+    if (keep_keys) job.keys = std::move(keys.k);
+    job.run.sw.Lap(&bd.copy_ms);
   }
-  job.run.sw.Lap(&bd.copy_ms);
 
   // Importance of each prefix token for each probe query head (n_probe x n), in a buffer kept
   // across layers and requests.
@@ -298,6 +309,23 @@ Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* ke
   if (std::optional<KvPrefetch> pf = std::move(kv_prefetch_[size_t(job.il)])) {
     kv_prefetch_[size_t(job.il)].reset();
     IMPRESS_ASSIGN_OR_RETURN(kv, ReadSelectedWithPrefetch(job, std::move(*pf), read_keys));
+  } else if (ctx_.backend().HostAddressable()) {
+    // Straight into the layer's buffers; keys the probe already holds are gathered there too.
+    IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t, store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
+    f16_t* k_dst = k_buf_[size_t(job.il)].raw();
+    IMPRESS_RETURN_IF_ERROR(WaitReadInto(job, t, read_keys ? k_dst : nullptr, v_buf_[size_t(job.il)].raw(),
+                                         &job.run.report.breakdown.kv_io_ms));
+    job.lr.value_bytes += uint64_t(n_sel) * row_bytes;
+    if (read_keys) {
+      job.lr.key_bytes += uint64_t(n_sel) * row_bytes;
+    } else {
+      for (int j = 0; j < n_sel; ++j)
+        std::copy_n(keys->data() + size_t(job.selected[size_t(j)]) * row, row, k_dst + size_t(j) * row);
+      job.run.sw.Lap(&job.run.report.breakdown.copy_ms);
+    }
+    job.lr.k = n_sel;
+    n_sel_[size_t(job.il)] = n_sel;
+    return Status::Ok();
   } else {
     IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t, store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
     IMPRESS_ASSIGN_OR_RETURN(kv, WaitRead(job, t, &job.run.report.breakdown.kv_io_ms));
@@ -342,17 +370,28 @@ Result<store::ReadResult> ImpressPipeline::WaitRead(LayerJob& job, store::ReadTi
   const double ms = job.run.sw.Lap(bucket);
   job.lr.io_wait_ms += ms;
   job.run.report.breakdown.io_wait_ms += ms;
-  if (r.ok()) {
-    const store::ReadStats& st = r->stats;
-    job.lr.ssd_bytes += st.ssd_bytes;
-    job.lr.ssd_reads += st.n_ios;
-    job.lr.chunks_device += st.chunks_device;
-    job.lr.chunks_host += st.chunks_host;
-    job.lr.chunks_ssd += st.chunks_ssd;
-    job.run.report.useful_bytes_read += st.useful_bytes;
-    if (st.ssd_bytes > 0) job.run.read_spans.push_back({st.submitted, st.completed});
-  }
+  if (r.ok()) NoteRead(job, r->stats);
   return r;
+}
+
+Status ImpressPipeline::WaitReadInto(LayerJob& job, store::ReadTicket ticket, f16_t* k, f16_t* v, double* bucket) {
+  auto r = store_->WaitInto(ticket, k, v);
+  const double ms = job.run.sw.Lap(bucket);
+  job.lr.io_wait_ms += ms;
+  job.run.report.breakdown.io_wait_ms += ms;
+  if (!r.ok()) return r.status();
+  NoteRead(job, *r);
+  return Status::Ok();
+}
+
+void ImpressPipeline::NoteRead(LayerJob& job, const store::ReadStats& st) {
+  job.lr.ssd_bytes += st.ssd_bytes;
+  job.lr.ssd_reads += st.n_ios;
+  job.lr.chunks_device += st.chunks_device;
+  job.lr.chunks_host += st.chunks_host;
+  job.lr.chunks_ssd += st.chunks_ssd;
+  job.run.report.useful_bytes_read += st.useful_bytes;
+  if (st.ssd_bytes > 0) job.run.read_spans.push_back({st.submitted, st.completed});
 }
 
 std::optional<store::ReadTicket> ImpressPipeline::TakePrefetch(int il) {

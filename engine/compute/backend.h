@@ -154,6 +154,9 @@ class Backend {
   virtual void CopyToHost(void* dst, DevPtr<const void> src, size_t bytes) = 0;  // waits
   virtual void CopyDevice(DevPtr<void> dst, DevPtr<const void> src, size_t bytes) = 0;
   virtual void Synchronize() = 0;
+  // Whether device memory is ordinary host memory (the CPU backend): then a DevPtr's raw pointer
+  // may be written by host code directly (e.g. a store read gathers K/V into the buffers).
+  virtual bool HostAddressable() const { return false; }
 
   // ---- typed weights
   // y (m, w.n_rows) = x (m, w.n_cols) W^T + beta * y; x rows ldx apart, y rows ldy apart.

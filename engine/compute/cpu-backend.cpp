@@ -65,6 +65,7 @@ class CpuBackend final : public Backend {
   }
 
   // Benchmarks print this next to their numbers: it says when scores were int8.
+  bool HostAddressable() const override { return true; }
   std::string Name() const override {
     return "cpu (OpenBLAS, " + std::to_string(pool_.n_threads()) + " threads" +
            (int8_scores_ ? std::string(", int8 key scores (") + quant::KernelPathName(*int8_scores_) + ")" : "") + ")";
