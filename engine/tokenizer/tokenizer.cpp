@@ -157,6 +157,8 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   tok.pieces_.resize(n);
 
   const bool bpe = tok.kind_ == TokenizerKind::kBytePairBpe;
+  tok.text_to_id_.reserve(n);
+  tok.piece_to_id_.reserve(n);
   size_t n_undecodable = 0;
   std::string bytes;
   for (size_t i = 0; i < n; ++i) {
@@ -201,11 +203,13 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
     }
     size_t n_skipped = 0;
     tok.merges_.reserve(v.merges.size());
+    std::string joined;  // a + b, in one buffer reused for every merge
     for (size_t r = 0; r < v.merges.size(); ++r) {
       const auto& [a, b] = v.merges[r];
       auto ia = tok.text_to_id_.find(a);
       auto ib = tok.text_to_id_.find(b);
-      auto im = tok.text_to_id_.find(a + b);
+      joined.assign(a).append(b);
+      auto im = tok.text_to_id_.find(joined);
       if (ia == tok.text_to_id_.end() || ib == tok.text_to_id_.end() || im == tok.text_to_id_.end()) {
         ++n_skipped;
         continue;
