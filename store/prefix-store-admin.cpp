@@ -80,6 +80,7 @@ Result<uint64_t> PrefixStore::Impl::EvictNodes(uint64_t n) {
 }
 
 std::vector<TierMove> PrefixStore::Impl::SetTierBudget(Tier tier, uint64_t bytes) {
+  WaitForAdmissions();  // tier contents as of every read waited so far
   MutexLock lk(&mu);
   auto moves = tiers.SetBudget(tier, bytes);
   ApplyMovesLocked(moves);
@@ -210,6 +211,7 @@ void PrefixStore::Impl::DescribeNodeLocked(const NodeInfo& n, const SegView& v, 
 // ==================================================================== residency
 
 PrefixResidency PrefixStore::Impl::Residency(std::span<const Token> tokens) {
+  WaitForAdmissions();  // tier contents as of every read waited so far
   MutexLock lk(&mu);
   PrefixResidency r;
   const MatchResult m = tree.Match(ns, tokens, /*touch=*/false);
@@ -367,6 +369,7 @@ Result<uint64_t> PrefixStore::Impl::DropFrom(std::span<const Token> tokens, uint
 // ==================================================================== consistency (tests)
 
 Status PrefixStore::Impl::CheckConsistency() {
+  WaitForAdmissions();  // tier contents as of every read waited so far
   std::vector<ReadSource> srcs;
   {
     MutexLock lk(&mu);

@@ -27,6 +27,7 @@ struct PrefixStore::Impl::ReorderPlan {
 };
 
 Result<ReorderReport> PrefixStore::Impl::ReorderNow() {
+  WaitForAdmissions();  // tier contents as of every read waited so far
   IMPRESS_RETURN_IF_ERROR(WritableOrError());
   MutexLock rl(&reorder_mu);
   std::vector<uint64_t> ids;
