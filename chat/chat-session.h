@@ -34,6 +34,7 @@ struct ChatSessionOptions {
   std::chrono::milliseconds reorder_interval = std::chrono::minutes(10);
   // How long to wait for another program to close the store before refusing (0: at once).
   std::chrono::milliseconds store_lock_wait{0};
+  store::TeamOptions team;  // the team KV tier (off unless team.url is given)
 };
 
 struct AskOptions {
@@ -41,9 +42,12 @@ struct AskOptions {
   SamplerOptions sampling;
   RepetitionGuardOptions repetition;  // ends an answer that has fallen into a loop
   int max_tokens = 256;
-  bool raw = false;                                       // no chat template
-  bool remember = true;                                   // add the question and answer to the conversation
-  bool store = true;                                      // write the new KV to the store afterwards
+  bool raw = false;      // no chat template
+  bool remember = true;  // add the question and answer to the conversation
+  bool store = true;     // write the new KV to the store afterwards
+  // The prompt holds a private document: the team KV tier is neither asked nor published to.
+  // Ask sets it when the conversation has a private document.
+  bool private_documents = false;
   std::function<bool(const std::string& piece)> on_text;  // streamed text; false stops
   ProgressFn on_prefill_progress;
   const std::atomic<bool>* cancel = nullptr;
