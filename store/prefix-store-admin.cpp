@@ -118,6 +118,7 @@ struct PrefixStore::Impl::SegView {
 };
 
 TreeSnapshot PrefixStore::Impl::SnapshotTree(size_t max_nodes) {
+  WaitForAdmissions();  // tier residency as of every read waited so far
   MutexLock lk(&mu);
   TreeSnapshot out;
   std::vector<NodeInfo> all = tree.PreOrder(ns);
@@ -212,6 +213,7 @@ void PrefixStore::Impl::DescribeNodeLocked(const NodeInfo& n, const SegView& v, 
 // ==================================================================== residency
 
 PrefixResidency PrefixStore::Impl::Residency(std::span<const Token> tokens) {
+  WaitForAdmissions();  // tier placement as of every read waited so far (as Match and Stats see it)
   MutexLock lk(&mu);
   PrefixResidency r;
   const MatchResult m = tree.Match(ns, tokens, /*touch=*/false);
