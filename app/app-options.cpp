@@ -88,6 +88,13 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
       ->check(CLI::Range(0.5, 5.0));
   cmd->add_option("--seed", o->seed, "sampling seed");
   cmd->add_flag("--raw", o->raw, "no chat template: tokenize the prompt as given");
+  cmd->add_option("--team", o->team_url,
+                  "share prefix KV with a team through Redis at redis://HOST:PORT (the password never goes here: "
+                  "--team-credentials or IMPRESS_TEAM_USER / IMPRESS_TEAM_PASSWORD)");
+  cmd->add_option("--team-namespace", o->team_namespace,
+                  "the team's namespace on the Redis server (1-64 of A-Z a-z 0-9 . _ -; default: default)");
+  cmd->add_option("--team-credentials", o->team_credentials,
+                  "file with the Redis user (first line) and password (second line; one line: the password alone)");
   cmd->add_option("--log-level", o->log_level, "trace|debug|info|warn|error|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 }
@@ -137,6 +144,14 @@ std::optional<store::KVEncoding> ProbeEncodingFor(const CommonOptions& c) {
   return c.probe_keys.empty() ? std::nullopt : store::ParseKVEncoding(c.probe_keys);
 }
 
+store::TeamOptions TeamOptionsFor(const CommonOptions& c) {
+  store::TeamOptions t;
+  t.url = c.team_url;
+  t.team = c.team_namespace;
+  t.credentials_file = c.team_credentials;
+  return t;
+}
+
 ChatSessionOptions SessionOptionsFor(const CommonOptions& c) {
   ChatSessionOptions o;
   o.model_path = ResolveModelPath(c);
@@ -148,6 +163,7 @@ ChatSessionOptions SessionOptionsFor(const CommonOptions& c) {
   o.ssd_bytes = uint64_t(c.ssd_budget_mb * (1 << 20));
   o.probe_heads_stored = c.probe_heads;
   o.probe_encoding = ProbeEncodingFor(c);
+  o.team = TeamOptionsFor(c);
   return o;
 }
 

@@ -45,6 +45,10 @@ struct CommonOptions {
   uint64_t seed = 42;
   bool raw = false;  // no chat template
   std::string log_level = "warn";
+  // The team KV tier (store/prefix-store.h TeamOptions): off unless --team is given.
+  std::string team_url;                    // --team redis://host:port
+  std::string team_namespace = "default";  // --team-namespace
+  std::string team_credentials;            // --team-credentials FILE (else IMPRESS_TEAM_USER / _PASSWORD)
 };
 
 // Adds the common options to a subcommand.
@@ -70,6 +74,8 @@ std::string ResolveModelPath(const CommonOptions& opts);
 // The chat session the options describe: model, backend, store directory (none with
 // --no-store) and tier budgets.
 ChatSessionOptions SessionOptionsFor(const CommonOptions& opts);
+// --team, --team-namespace, --team-credentials as the store's team options.
+store::TeamOptions TeamOptionsFor(const CommonOptions& opts);
 // --probe-keys as the store's probe_encoding (nullopt: as the KV).
 std::optional<store::KVEncoding> ProbeEncodingFor(const CommonOptions& opts);
 

@@ -23,6 +23,7 @@ void OnSigint(int) { g_interrupted.store(true); }
 struct GenerateArgs {
   std::string prompt, prompt_file;
   std::vector<std::string> docs;
+  std::vector<std::string> private_docs;  // never shared through the team KV tier
   int max_tokens = 256;
   bool json = false;
   int fidelity = 0;  // greedy tokens compared against full KV; 0 = no check
@@ -30,6 +31,9 @@ struct GenerateArgs {
 
 void AddGenerationOptions(CLI::App* cmd, GenerateArgs* a) {
   cmd->add_option("--doc", a->docs, "attach a text document as context (repeatable)");
+  cmd->add_option("--private-doc", a->private_docs,
+                  "attach a text document that never leaves this machine: a question over it neither reads nor "
+                  "publishes the team KV tier (repeatable)");
   cmd->add_option("--max-tokens", a->max_tokens, "most tokens to generate")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--fidelity", a->fidelity,
                   "also run the question with the full prefix KV and compare N greedy tokens")
@@ -40,6 +44,11 @@ Result<std::unique_ptr<ChatSession>> OpenSession(const CommonOptions& c, const G
   std::vector<Document> docs;
   for (const std::string& path : args.docs) {
     IMPRESS_ASSIGN_OR_RETURN(Document doc, LoadDocument(path));
+    docs.push_back(std::move(doc));
+  }
+  for (const std::string& path : args.private_docs) {
+    IMPRESS_ASSIGN_OR_RETURN(Document doc, LoadDocument(path));
+    doc.is_private = true;
     docs.push_back(std::move(doc));
   }
   const ChatSessionOptions o = SessionOptionsFor(c);
@@ -81,6 +90,7 @@ void PrintStats(const ChatAnswer& a) {
       SystemName(r.system), r.ttft_ms, b.match_ms, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms,
       b.compute_ms, r.n_matched, r.n_prompt, r.chunks_device, r.chunks_host, r.chunks_ssd,
       double(r.ssd_bytes_read) / 1e6, r.n_layers_passed, r.layers.size(), r.decode_tok_s(), a.stop_reason);
+  if (r.team_tokens > 0) std::cerr << fmt::format("[{} prefix tokens came from the team KV tier]\n", r.team_tokens);
 }
 
 nlohmann::json FidelityJson(const FidelityReport& f) {
@@ -138,6 +148,10 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
       j["tokens"] = a->tokens;
       j["stop_reason"] = a->stop_reason;
       if (fidelity) j["fidelity"] = FidelityJson(*fidelity);
+      if ((*s)->store() && !common->team_url.empty()) {
+        // Publishing runs in the background; closing the store waits for it (bounded).
+        j["team"] = TeamTierJson((*s)->store()->Stats().team);
+      }
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       std::cout << "\n";

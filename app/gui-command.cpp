@@ -108,6 +108,7 @@ void RegisterGuiCommand(CLI::App& app, CommonOptions* common, int* exit_code) {
     so.probe_heads_stored = common->probe_heads;
     so.probe_encoding = ProbeEncodingFor(*common);
     so.store_lock_wait = std::chrono::milliseconds(int64_t(common->store_wait_s * 1000));
+    so.team = TeamOptionsFor(*common);
     // Saved conversations live beside the store ($XDG_DATA_HOME/impress/conversations.db).
     if (!args->no_save) {
       const std::string store_parent = so.store_dir.empty() ? DefaultStoreDir() : so.store_dir;

@@ -25,6 +25,7 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Open(const ChatSessionOptions&
     so.ssd_bytes = o.ssd_bytes;
     so.reorder_interval = o.reorder_interval;
     so.lock_wait = o.store_lock_wait;
+    so.team = o.team;
     auto st = store::PrefixStore::Open(so);
     if (!st.ok()) return st.status().WithContext("opening the KV store in " + o.store_dir);
     s->store_ = std::move(*st);
@@ -35,7 +36,9 @@ Result<std::unique_ptr<ChatSession>> ChatSession::Open(const ChatSessionOptions&
 
 Result<ChatAnswer> ChatSession::Ask(const std::string& question, const AskOptions& o) {
   const PromptTokens prompt = conversation_.Build(question, ctx_->tokenizer(), ctx_->chat_template(), o.raw);
-  IMPRESS_ASSIGN_OR_RETURN(ChatAnswer answer, AskPrompt(prompt, o));
+  AskOptions ask = o;
+  for (const Document& d : conversation_.documents()) ask.private_documents = ask.private_documents || d.is_private;
+  IMPRESS_ASSIGN_OR_RETURN(ChatAnswer answer, AskPrompt(prompt, ask));
   if (o.remember) {
     conversation_.AddTurn("user", question);
     conversation_.AddTurn("assistant", answer.text);
@@ -46,6 +49,15 @@ Result<ChatAnswer> ChatSession::Ask(const std::string& question, const AskOption
 Result<ChatAnswer> ChatSession::AskPrompt(const PromptTokens& prompt, const AskOptions& o) {
   std::vector<float> logits;
   ChatAnswer answer;
+  // A local miss is filled from the team KV tier first (when one is configured), so the
+  // pipeline's match finds the team's prefix in the local tiers. Never fails the request.
+  uint64_t team_tokens = 0;
+  if (store_ && !o.private_documents && o.pipeline.system != SystemKind::kRecomp) {
+    const size_t n_prefix = std::min(prompt.tokens.size(), size_t(std::max(prompt.n_prefix, 0)));
+    const store::TeamFill fill = store_->FillFromTeam(std::span<const int32_t>(prompt.tokens).subspan(0, n_prefix));
+    team_tokens = fill.n_team;
+    if (!fill.status.ok()) spdlog::debug("team tier: fill stopped: {}", fill.status.ToString());
+  }
   IMPRESS_ASSIGN_OR_RETURN(answer.report, pipeline_->Prefill({prompt.tokens, prompt.n_prefix}, o.pipeline, o.max_tokens,
                                                              &logits, o.on_prefill_progress, o.cancel));
   Sampler sampler(o.sampling);
@@ -85,9 +97,10 @@ Result<ChatAnswer> ChatSession::AskPrompt(const PromptTokens& prompt, const AskO
   const std::string rest = decoder.Flush();
   answer.text += rest;
   if (o.on_text && !rest.empty()) o.on_text(rest);
+  answer.report.team_tokens = team_tokens;
   answer.report.n_generated = int(answer.tokens.size());
   answer.report.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (o.store && store_) pipeline_->StoreAsync();
+  if (o.store && store_) pipeline_->StoreAsync(0, nullptr, {.private_document = o.private_documents, .publish = true});
   return answer;
 }
 

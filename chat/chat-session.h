@@ -34,6 +34,7 @@ struct ChatSessionOptions {
   std::chrono::milliseconds reorder_interval = std::chrono::minutes(10);
   // How long to wait for another program to close the store before refusing (0: at once).
   std::chrono::milliseconds store_lock_wait{0};
+  store::TeamOptions team;  // the team KV tier (off unless team.url is given)
 };
 
 struct AskOptions {
@@ -47,6 +48,9 @@ struct AskOptions {
   // Compute the KV of the answer's last token too (a follow-up turn attends to it). A one-shot
   // answer (`impress generate`) skips that step: nothing will read it.
   bool feed_last = true;
+  // The prompt holds a private document: the team KV tier is neither asked nor published to.
+  // Ask sets it when the conversation has a private document.
+  bool private_documents = false;
   std::function<bool(const std::string& piece)> on_text;  // streamed text; false stops
   ProgressFn on_prefill_progress;
   const std::atomic<bool>* cancel = nullptr;

@@ -15,6 +15,9 @@ struct Document {
   std::string path;  // as given
   std::string name;  // file name, for prompts and the UI
   std::string text;  // valid UTF-8, without a BOM; CRLF normalised to LF
+  // Never leaves the machine: a request whose prompt holds it neither asks the team KV tier nor
+  // publishes to it (store/prefix-store.h TeamOptions).
+  bool is_private = false;
 };
 
 struct DocumentLimits {

@@ -8,6 +8,25 @@ nlohmann::json TtftBreakdownJson(const TtftBreakdown& b) {
           {"io_wait", b.io_wait_ms}, {"other", b.other_ms}};
 }
 
+nlohmann::json TeamTierJson(const store::TeamTierInfo& t) {
+  return {{"configured", t.configured},
+          {"status", t.status},
+          {"team", t.team},
+          {"fills", t.fills},
+          {"hits", t.fill_hits},
+          {"tokens", t.tokens_filled},
+          {"bytes_read", t.bytes_read},
+          {"errors", t.errors},
+          {"corrupt", t.corrupt},
+          {"mean_latency_ms", t.mean_latency_ms()},
+          {"published_spans", t.spans_published},
+          {"published_bytes", t.bytes_written},
+          {"publish_refused_private", t.publish_refused_private},
+          {"publish_refused_full", t.publish_refused_full},
+          {"publish_failed", t.publish_failed},
+          {"publish_queued_bytes", t.publish_queued_bytes}};
+}
+
 nlohmann::json RequestReportJson(const RequestReport& r) {
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerReport& l : r.layers) {
@@ -31,6 +50,7 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
           {"n_prompt", r.n_prompt},
           {"n_prefix", r.n_prefix},
           {"reused_tokens", r.n_matched},
+          {"team_tokens", r.team_tokens},
           {"new_tokens", r.n_new},
           {"attention", r.selected_attention() ? "selected" : "full"},
           {"attended_share", r.attended_share()},

@@ -8,11 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include "pipeline/report.h"
+#include "store/prefix-store.h"
 
 namespace impress {
 
 nlohmann::json RequestReportJson(const RequestReport& report);
 // The TTFT breakdown alone, in ms: match, probe_io, probe_compute, kv_io, copy, compute, io_wait, other.
 nlohmann::json TtftBreakdownJson(const TtftBreakdown& breakdown);
+// The store's team KV tier: status, fills (hits, tokens, bytes, errors, mean latency), publishing.
+nlohmann::json TeamTierJson(const store::TeamTierInfo& team);
 
 }  // namespace impress

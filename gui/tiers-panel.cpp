@@ -18,6 +18,27 @@ void Occupancy(const char* name, uint64_t used, uint64_t budget) {
                      fmt::format("{}: {} of {}", name, FormatBytes(used), FormatBytes(budget)).c_str());
 }
 
+// The team KV tier (Redis shared by a team): status, what fills brought, what was published.
+void TeamRow(const store::TeamTierInfo& t) {
+  if (!t.configured) {
+    ImGui::TextDisabled("team: off (--team redis://HOST:PORT shares prefix KV with a team)");
+    return;
+  }
+  const ImVec4 col = t.connected ? ImVec4(0.45f, 0.85f, 0.5f, 1) : ImVec4(0.95f, 0.6f, 0.3f, 1);
+  ImGui::TextColored(col, "team %s: %s", t.team.c_str(), t.connected ? "connected" : t.status.c_str());
+  ImGui::Text(
+      "  hits %llu of %llu fills, %llu tokens, %s read, %.1f ms mean | errors %llu (corrupt %llu) | "
+      "published %llu spans, %s%s",
+      (unsigned long long)t.fill_hits, (unsigned long long)t.fills, (unsigned long long)t.tokens_filled,
+      FormatBytes(t.bytes_read).c_str(), t.mean_latency_ms(), (unsigned long long)t.errors,
+      (unsigned long long)t.corrupt, (unsigned long long)t.spans_published, FormatBytes(t.bytes_written).c_str(),
+      t.publish_queued_bytes ? fmt::format(" ({} queued)", FormatBytes(t.publish_queued_bytes)).c_str() : "");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("%s\nprivate documents refused: %llu, queue full: %llu, given up: %llu", t.url.c_str(),
+                      (unsigned long long)t.publish_refused_private, (unsigned long long)t.publish_refused_full,
+                      (unsigned long long)t.publish_failed);
+}
+
 }  // namespace
 
 void DrawTiersPanel(const AppSnapshot& s, TiersPanelState&, UiActions& out) {
@@ -29,6 +50,7 @@ void DrawTiersPanel(const AppSnapshot& s, TiersPanelState&, UiActions& out) {
   Occupancy("device", st.tiers.device.used_bytes, st.tiers.device.budget_bytes);
   Occupancy("host", st.tiers.host.used_bytes, st.tiers.host.budget_bytes);
   Occupancy("SSD", st.ssd_disk_bytes + st.catalog_bytes, st.ssd_cap_bytes);
+  TeamRow(st.team);
   const HitRates all = StoreHitRates(st.tiers);
   ImGui::Text("all accesses: device %.0f%%  host %.0f%%  SSD %.0f%%  (%llu chunk accesses)", 100 * all.device,
               100 * all.host, 100 * all.ssd, (unsigned long long)all.total);

@@ -362,7 +362,7 @@ Status ImpressPipeline::Decode(int32_t token, std::vector<float>* logits) {
   return Status::Ok();
 }
 
-void ImpressPipeline::StoreAsync(size_t n_tokens, store::PrefixStore* into) {
+void ImpressPipeline::StoreAsync(size_t n_tokens, store::PrefixStore* into, const store::InsertOptions& io) {
   if (store_thread_.joinable()) store_thread_.join();
   store_result_ = uint64_t{0};
   if (!into) into = store_;
@@ -418,11 +418,11 @@ void ImpressPipeline::StoreAsync(size_t n_tokens, store::PrefixStore* into) {
   auto tokens = std::make_shared<std::vector<int32_t>>(seq_.begin(), seq_.begin() + std::ptrdiff_t(n_total));
   const uint64_t start = uint64_t(n_matched_);
   store::PrefixStore* st = into;
-  store_thread_ = std::thread([this, st, k_host, v_host, imp, tokens, start]() {
+  store_thread_ = std::thread([this, st, k_host, v_host, imp, tokens, start, io]() {
     std::vector<store::LayerKV> layers(k_host->size());
     for (size_t il = 0; il < layers.size(); ++il)
       layers[il] = {(*k_host)[il].data(), (*v_host)[il].data(), imp->empty() ? nullptr : (*imp)[il].data()};
-    auto r = st->Insert(*tokens, start, layers);
+    auto r = st->Insert(*tokens, start, layers, io);
     if (!r.ok()) {
       spdlog::warn("storing {} new tokens of KV failed: {}", tokens->size() - start, r.status().ToString());
       store_result_ = r.status();

@@ -160,8 +160,9 @@ class ImpressPipeline {
   // background thread. Returns at once; the result shows in the next report's tokens_stored
   // and in WaitForStore(). `into`: another store to write to instead (nullptr: this pipeline's);
   // it must hold the matched prefix (e.g. after a prefill that matched nothing), else the write
-  // fails with NotFound. The same KV may so go to stores of different encodings.
-  void StoreAsync(size_t n_tokens = 0, store::PrefixStore* into = nullptr);
+  // fails with NotFound. The same KV may so go to stores of different encodings. `io` goes to
+  // the store's Insert (e.g. a private document's KV is never published to the team tier).
+  void StoreAsync(size_t n_tokens = 0, store::PrefixStore* into = nullptr, const store::InsertOptions& io = {});
   Result<uint64_t> WaitForStore();
   // Waits for the store write, then releases the lock the last Prefill took on its matched
   // prefix (otherwise held until the next Prefill), so the store may evict, drop or reorder it.

@@ -60,11 +60,12 @@ struct LayerReport {
 
 struct RequestReport {
   SystemKind system = SystemKind::kImpress;
-  int n_prompt = 0;      // tokens of the request (prefix + question)
-  int n_prefix = 0;      // of which reusable prefix
-  int n_matched = 0;     // prefix tokens found in the store
-  int n_new = 0;         // tokens computed (n_prompt - n_matched)
-  int n_recomputed = 0;  // matched at first, then computed: the store dropped their KV as corrupt
+  int n_prompt = 0;          // tokens of the request (prefix + question)
+  int n_prefix = 0;          // of which reusable prefix
+  int n_matched = 0;         // prefix tokens found in the store
+  int n_new = 0;             // tokens computed (n_prompt - n_matched)
+  int n_recomputed = 0;      // matched at first, then computed: the store dropped their KV as corrupt
+  uint64_t team_tokens = 0;  // prefix tokens whose KV the team tier supplied for this request
   double keep = 0, alpha = 0;
   int probe_heads = 0;
   double ttft_ms = 0;

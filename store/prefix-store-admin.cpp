@@ -12,8 +12,10 @@ namespace impress::store {
 
 StoreStats PrefixStore::Impl::Stats() {
   WaitForAdmissions();  // counters and tier contents as of every read waited so far
+  TeamTierInfo team_info = TeamInfo();
   MutexLock lk(&mu);
   StoreStats s = st;
+  s.team = std::move(team_info);
   s.tiers = tiers.stats();
   s.n_nodes = tree.n_nodes();
   s.n_tokens = tree.n_tokens();
@@ -117,6 +119,7 @@ struct PrefixStore::Impl::SegView {
 };
 
 TreeSnapshot PrefixStore::Impl::SnapshotTree(size_t max_nodes) {
+  WaitForAdmissions();  // tier residency as of every read waited so far
   MutexLock lk(&mu);
   TreeSnapshot out;
   std::vector<NodeInfo> all = tree.PreOrder(ns);

@@ -5,6 +5,7 @@
 //   prefix-store-write.cpp    Insert, chunk writing, catalog commits, eviction and truncation
 //   prefix-store-reorder.cpp  the reorder pass and its background worker
 //   prefix-store-admin.cpp    statistics, budgets, snapshots, residency, pins, drops, checks
+//   prefix-store-team.cpp     the team KV tier: publishing inserts, filling a local miss
 // and prefix-store.cpp forwards each public method to the Impl method of the same name.
 //
 // Thread contract: `mu` guards the in-memory index (tree, tiers, segments, tier blocks, handles,
@@ -221,6 +222,13 @@ struct PrefixStore::Impl {
   std::unique_ptr<ReadEngine> io;
   bool direct = false;
   std::thread worker;  // the reorder worker (started by Open, joined by Close)
+  // The team KV tier (prefix-store-team.cpp); null when none is configured. Set by Open, reset by
+  // Close; synchronizes itself.
+  struct TeamState;
+  struct TeamStateDeleter {
+    void operator()(TeamState* t) const;
+  };
+  std::unique_ptr<TeamState, TeamStateDeleter> team;
 
   // ---- The in-memory index.
   Mutex mu;
@@ -372,6 +380,15 @@ struct PrefixStore::Impl {
   void CarryOverChunkLocked(ChunkId cid, const ReorderPlan& plan, const ExtentPtr& now) REQUIRES(mu);
   void SetReorderInterval(std::chrono::milliseconds interval) EXCLUDES(worker_mu);
   void WorkerLoop() EXCLUDES(worker_mu);
+
+  // ---- prefix-store-team.cpp
+  Status OpenTeam();
+  void CloseTeam();
+  void PublishToTeam(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers,
+                     const InsertOptions& io) EXCLUDES(mu);
+  TeamFill FillFromTeam(std::span<const Token> tokens) EXCLUDES(mu);
+  bool WaitTeamPublished(std::chrono::milliseconds timeout);
+  TeamTierInfo TeamInfo();
 
   // ---- prefix-store-admin.cpp
   struct SegView;

@@ -116,6 +116,7 @@ Result<std::unique_ptr<PrefixStore::Impl>> PrefixStore::Impl::Open(PrefixStoreOp
   auto im = std::make_unique<Impl>(std::move(o));
   IMPRESS_RETURN_IF_ERROR(im->OpenFiles());
   IMPRESS_RETURN_IF_ERROR(im->Recover());
+  IMPRESS_RETURN_IF_ERROR(im->OpenTeam());  // no connection yet: the first fill or publish makes it
   {
     MutexLock lk(&im->mu);
     im->UpdateDataCapLocked();
@@ -223,6 +224,7 @@ Status PrefixStore::Impl::OpenFiles() {
 }
 
 void PrefixStore::Impl::Close() {
+  CloseTeam();  // waits (bounded) for KV still being published
   {
     MutexLock lk(&worker_mu);
     stop = true;

@@ -38,9 +38,13 @@ Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out
 }
 
 Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_t start,
-                                          std::span<const LayerKV> layers) {
-  return impl_->Insert(tokens, start, layers);
+                                          std::span<const LayerKV> layers, const InsertOptions& io) {
+  auto r = impl_->Insert(tokens, start, layers);
+  if (r.ok() && r->n_written > 0) impl_->PublishToTeam(tokens, start, layers, io);
+  return r;
 }
+TeamFill PrefixStore::FillFromTeam(std::span<const Token> tokens) { return impl_->FillFromTeam(tokens); }
+bool PrefixStore::WaitTeamPublished(std::chrono::milliseconds timeout) { return impl_->WaitTeamPublished(timeout); }
 Status PrefixStore::ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,
                                      std::span<const float> scores) {
   return impl_->ReportImportance(h, il, selected, scores);

@@ -40,6 +40,27 @@
 
 namespace impress::store {
 
+// The team KV tier (store/team-tier.h, docs/team-tier.md): a Redis the desktops of a team share.
+// The store publishes the KV it inserts there in the background and fills a local miss from it
+// (FillFromTeam). Off unless `url` is given.
+struct TeamOptions {
+  std::string url;               // "redis://host:port" (no password in it); empty: no team tier
+  std::string team = "default";  // the namespace: 1-64 of [A-Za-z0-9._-]; two teams never see each other
+  // The user (first line) and password (second; one line: the password alone). Empty: from
+  // IMPRESS_TEAM_USER / IMPRESS_TEAM_PASSWORD, else no AUTH.
+  std::string credentials_file;
+  std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(1000);
+  std::chrono::milliseconds request_timeout = std::chrono::milliseconds(3000);  // per Redis request
+  // After the team tier could not be reached, fills do not try it again for this long.
+  std::chrono::milliseconds retry_pause = std::chrono::milliseconds(2000);
+  std::chrono::seconds ttl = std::chrono::seconds(0);  // of published keys; 0: they do not expire
+  bool publish = true;                                 // false: only read from the team tier
+  uint64_t publish_queue_bytes = 512ull << 20;         // KV copies waiting to be published
+  // How long closing the store waits for KV still being published (then it is dropped).
+  std::chrono::milliseconds close_wait = std::chrono::seconds(10);
+  bool enabled() const { return !url.empty(); }
+};
+
 struct PrefixStoreOptions {
   std::string dir;                // created (0700) if missing; holds LOCK, catalog.db and data-*.dat
   std::string model_fingerprint;  // KV of another model is never reused
@@ -83,6 +104,7 @@ struct PrefixStoreOptions {
   Env* env = nullptr;                          // nullptr: Env::Default()
   std::shared_ptr<MemorySpace> device_memory;  // nullptr: host memory stand-in
   std::shared_ptr<MemorySpace> host_memory;    // nullptr: host memory
+  TeamOptions team;                            // the team KV tier (off by default)
 };
 
 // The encoding probe keys are kept in: probe_encoding, else the K/V's. For the store's options and
@@ -101,6 +123,46 @@ struct LayerKV {
   const f16_t* k = nullptr;
   const f16_t* v = nullptr;
   const float* importance = nullptr;
+};
+
+struct InsertOptions {
+  // The KV belongs to a private document: it never leaves the machine (not published to the team
+  // tier, counted as refused).
+  bool private_document = false;
+  // false: not published at all (KV that came from the team tier).
+  bool publish = true;
+};
+
+// What FillFromTeam did. It never fails: whatever went wrong leaves the local tiers as they were
+// (or holding a verified part of the team's prefix), and the caller computes the rest.
+struct TeamFill {
+  uint64_t n_local = 0;  // tokens the local store held before
+  uint64_t n_team = 0;   // tokens whose KV came from the team tier and entered the local store
+  Status status;         // why the fill stopped short (network, bad value, local write), else Ok
+};
+
+// The team tier as this store sees it (StoreStats::team).
+struct TeamTierInfo {
+  bool configured = false;
+  bool connected = false;  // the last request reached Redis
+  std::string url, team;
+  std::string status;          // "off", "connected", "unreachable: <why>", "connecting"
+  uint64_t fills = 0;          // FillFromTeam calls that asked the team tier
+  uint64_t fill_hits = 0;      // of which brought KV into the local store
+  uint64_t tokens_filled = 0;  // tokens of KV the team tier supplied
+  uint64_t bytes_read = 0;     // bytes received (descriptors and values)
+  uint64_t errors = 0;         // fills that fell back: network, server, local write
+  uint64_t corrupt = 0;        // values or descriptors refused by verification
+  uint64_t request_us = 0;     // total time of the fills' team requests
+  uint64_t requests = 0;       // lookups and value batches they made
+  uint64_t publish_submitted = 0;
+  uint64_t publish_refused_private = 0;
+  uint64_t publish_refused_full = 0;
+  uint64_t publish_failed = 0;  // given up (not the network: it is retried)
+  uint64_t spans_published = 0;
+  uint64_t bytes_written = 0;
+  uint64_t publish_queued_bytes = 0;
+  double mean_latency_ms() const { return requests ? double(request_us) / 1000.0 / double(requests) : 0.0; }
 };
 
 struct MatchHandle {
@@ -162,6 +224,7 @@ struct StoreStats {
   uint64_t insert_failures = 0;
   std::string io_engine;  // "io_uring" or "pread"
   bool direct_io = false;
+  TeamTierInfo team;
 };
 
 // What Open repaired, by kind (each kind also logs a warning). A clean shutdown or a crash at
@@ -274,7 +337,18 @@ class PrefixStore {
   // Tokens the tree already has are skipped. The new chunks also enter the memory tiers while
   // they have room (options().admit_on_insert). Fails (nothing visible) if [0, start) is no longer
   // cached, the SSD budget cannot be met by evicting unlocked leaves, or a write fails.
-  Result<InsertSummary> Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers);
+  // With a team tier, the new KV is then published in the background (from the span boundary at
+  // or before `start`; the rows before `start` are read back from this store), unless `io` says not.
+  Result<InsertSummary> Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers,
+                               const InsertOptions& io = {});
+
+  // The team tier's longest prefix of `tokens` past the local match, read (every value verified)
+  // and inserted here, so the local tiers admit it by their policy and the next Match finds it.
+  // Asks the team tier only when it could add whole spans. Never fails (TeamFill::status says why
+  // it stopped short); with no team tier it does nothing.
+  TeamFill FillFromTeam(std::span<const Token> tokens);
+  // Until everything inserted so far is published (or given up), or the timeout; true when done.
+  bool WaitTeamPublished(std::chrono::milliseconds timeout);
 
   // The pipeline's verdict for layer il: `selected` positions (< n_matched) were important;
   // `scores` (same length, optional) weights them (default 1). Feeds the tier policy and the

@@ -448,23 +448,56 @@ Result<TeamMatch> TeamTier::LongestPrefix(std::span<const Token> tokens) {
 }
 
 Result<std::vector<uint8_t>> TeamTier::ReadChunk(const TeamDescriptor& d, uint32_t layer, TeamPiece piece) {
+  const TeamChunkRef ref{&d, layer};
+  auto out = ReadChunks(std::span<const TeamChunkRef>(&ref, 1), piece);
+  return std::move(out[0]);
+}
+
+std::vector<Result<std::vector<uint8_t>>> TeamTier::ReadChunks(std::span<const TeamChunkRef> refs, TeamPiece piece) {
   const auto t0 = Clock::now();
-  const auto& exts = piece == TeamPiece::kKV ? d.kv : d.probe;
-  if (layer >= exts.size()) return Status::InvalidArgument("team tier: layer out of range");
-  const std::string key = ValueKey(d, layer, piece);
-  auto r = client_->Get(key);
+  std::vector<Result<std::vector<uint8_t>>> out;
+  out.reserve(refs.size());
+  std::vector<RedisCommand> gets;
+  std::vector<size_t> asked;  // index into refs of each GET
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const auto& exts = piece == TeamPiece::kKV ? refs[i].desc->kv : refs[i].desc->probe;
+    if (refs[i].layer >= exts.size()) {
+      out.emplace_back(Status::InvalidArgument("team tier: layer out of range"));
+      continue;
+    }
+    out.emplace_back(Status::Internal("team tier: not read"));
+    gets.push_back({{"GET", ValueKey(*refs[i].desc, refs[i].layer, piece)}});
+    asked.push_back(i);
+  }
+  auto replies = client_->Run(gets);
   NoteRequest(t0);
+  for (size_t j = 0; j < asked.size(); ++j) {
+    const TeamDescriptor& d = *refs[asked[j]].desc;
+    const uint32_t layer = refs[asked[j]].layer;
+    out[asked[j]] = CheckValue(d, layer, piece, gets[j].args[1], std::move(replies[j]));
+  }
+  return out;
+}
+
+// One GET's reply as a verified value: whole, the length and block sums the descriptor names,
+// the header the span and layer must have.
+Result<std::vector<uint8_t>> TeamTier::CheckValue(const TeamDescriptor& d, uint32_t layer, TeamPiece piece,
+                                                  const std::string& key, Result<RedisReply> r) {
   if (!r.ok()) {
     CountStatus(r.status());
     return r.status();
   }
-  if (!r->has_value()) {
+  if (r->nil()) {
     ++c_.misses;
     return Status::NotFound("team tier: " + key + " is gone (evicted or expired)");
   }
-  const std::string& v = **r;
+  if (r->type != RedisReply::Type::kString) {
+    ++c_.errors;
+    return Status::IOError("team tier: " + key + ": the server answered a GET with no value");
+  }
+  const std::string& v = r->str;
   c_.bytes_read += v.size();
-  ChunkExtent ext = exts[layer];
+  ChunkExtent ext = (piece == TeamPiece::kKV ? d.kv : d.probe)[layer];
   ext.slot_begin = d.span * uint32_t(opt_.model.span_tokens);
   Status s = v.size() == ext.length ? VerifyChunk(reinterpret_cast<const uint8_t*>(v.data()), ext,
                                                   ExpectedHeader(d, layer, piece), "team tier " + key)

@@ -97,6 +97,12 @@ struct TeamSpan {
   std::vector<std::string> probe;  // [layer]
 };
 
+// One value to read: a span's descriptor and a layer.
+struct TeamChunkRef {
+  const TeamDescriptor* desc = nullptr;
+  uint32_t layer = 0;
+};
+
 struct TeamMatch {
   uint64_t n_matched = 0;             // tokens of the query the team tier holds
   std::vector<TeamDescriptor> spans;  // spans 0.. of the match
@@ -148,6 +154,9 @@ class TeamTier {
 
   // One value, verified whole (kNotFound when gone, kCorruption when it does not verify).
   Result<std::vector<uint8_t>> ReadChunk(const TeamDescriptor& d, uint32_t layer, TeamPiece piece);
+  // Several values in one pipelined request, each verified whole as ReadChunk does; one result
+  // per reference, in order.
+  std::vector<Result<std::vector<uint8_t>>> ReadChunks(std::span<const TeamChunkRef> refs, TeamPiece piece);
   // The records of the given rows (token offsets in the span) of one layer's K (or V) region,
   // row after row: GETRANGE of the 4 KiB blocks they lie in, pipelined, each block verified.
   Result<std::vector<uint8_t>> ReadRows(const TeamDescriptor& d, uint32_t layer, bool v_region,
@@ -170,6 +179,8 @@ class TeamTier {
   Status PublishBatch(std::span<const TeamSpan> spans);
   Status CheckDescriptor(const TeamDescriptor& d, uint32_t span, const TeamHash& prev, const TeamHash& chain,
                          std::span<const Token> tokens) const;
+  Result<std::vector<uint8_t>> CheckValue(const TeamDescriptor& d, uint32_t layer, TeamPiece piece,
+                                          const std::string& key, Result<RedisReply> reply);
   void NoteRequest(std::chrono::steady_clock::time_point start);
   void CountStatus(const Status& s);
 

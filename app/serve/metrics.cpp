@@ -130,6 +130,20 @@ std::string ServeMetrics::Render(store::PrefixStore* store) const {
   out += fmt::format("impress_store_inserts_total{{result=\"ok\"}} {}\n",
                      s.inserts - std::min(s.inserts, s.insert_failures));
   out += fmt::format("impress_store_inserts_total{{result=\"failed\"}} {}\n", s.insert_failures);
+  if (!s.team.configured) return out;
+  Family(&out, "impress_team_connected", "gauge", "Whether the team KV tier's last request reached Redis.");
+  out += fmt::format("impress_team_connected {}\n", s.team.connected ? 1 : 0);
+  Family(&out, "impress_team_fills_total", "counter", "Local misses the team KV tier was asked for (and hits).");
+  out += fmt::format("impress_team_fills_total{{result=\"hit\"}} {}\n", s.team.fill_hits);
+  out += fmt::format("impress_team_fills_total{{result=\"miss\"}} {}\n", s.team.fills - s.team.fill_hits);
+  Family(&out, "impress_team_tokens_total", "counter", "Prefix tokens whose KV came from the team KV tier.");
+  out += fmt::format("impress_team_tokens_total {}\n", s.team.tokens_filled);
+  Family(&out, "impress_team_read_bytes_total", "counter", "Bytes read from the team KV tier.");
+  out += fmt::format("impress_team_read_bytes_total {}\n", s.team.bytes_read);
+  Family(&out, "impress_team_errors_total", "counter", "Team KV tier fills that fell back to local KV or recompute.");
+  out += fmt::format("impress_team_errors_total {}\n", s.team.errors);
+  Family(&out, "impress_team_published_spans_total", "counter", "Spans of KV published to the team KV tier.");
+  out += fmt::format("impress_team_published_spans_total {}\n", s.team.spans_published);
   return out;
 }
 

@@ -1,0 +1,143 @@
+// Two desktops, one document, one team tier: desktop A computes a document's KV and stores it
+// (published to a redis-server of the test's own); desktop B, with a store of its own that
+// never saw the document, fills its prefix from the team tier and answers a question with
+// exactly A's first-token logits (where the selection depends on the KV alone: see below). Runs
+// the default model (skips without it).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "chat/conversation.h"
+#include "chat/document.h"
+#include "pipeline/impress-pipeline.h"
+#include "tests/store/redis-test-util.h"
+#include "tests/support/default-model.h"
+#include "tests/support/shared-model.h"
+
+namespace impress {
+namespace {
+
+using ::impress::test_support::DefaultModel;
+
+struct Desktop {
+  std::unique_ptr<store::PrefixStore> store;
+  std::unique_ptr<ImpressPipeline> pipe;
+};
+
+TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
+  Status load_status;
+  ModelContext* ctx = test_support::SharedDefaultModel(&load_status);
+  ASSERT_TRUE(load_status.ok()) << load_status.ToString();
+  if (!ctx) GTEST_SKIP() << "default model not found: " << DefaultModel();
+  auto server = store::testing::RedisServer::Start({});
+  ASSERT_NE(server, nullptr);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("impress-team-share-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+
+  Conversation conv;
+  auto doc = LoadDocument(std::string(IMPRESS_SOURCE_DIR) + "/assets/docs/gpl-3.0.txt");
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  doc->text.resize(5000);  // ~1,100 tokens
+  conv.AddDocument(std::move(*doc));
+  // The team tier holds whole spans (the store's chunks) of a prefix: the prompts' reusable part
+  // is the document's first whole spans, then come the question's own tokens.
+  const int span = StoreOptionsFor(ctx->config(), 3).chunk_tokens;
+  const int prefix = conv.Build("", ctx->tokenizer(), ctx->chat_template()).n_prefix / span * span;
+  ASSERT_GE(prefix, 2 * span);
+  auto prompt = [&](const std::string& q) {
+    const PromptTokens p = conv.Build(q, ctx->tokenizer(), ctx->chat_template());
+    EXPECT_GE(p.n_prefix, prefix);
+    std::vector<int32_t> t(p.tokens.begin(), p.tokens.begin() + prefix);
+    t.insert(t.end(), p.tokens.begin() + p.n_prefix, p.tokens.end());
+    return t;
+  };
+  auto open = [&](const std::string& name) {
+    Desktop d;
+    store::PrefixStoreOptions o = StoreOptionsFor(ctx->config(), 3);
+    o.dir = (dir / name).string();
+    o.reorder_interval = std::chrono::milliseconds(0);
+    o.team.url = "redis://127.0.0.1:" + std::to_string(server->port());
+    o.team.team = "team-share-test";
+    auto st = store::PrefixStore::Open(o);
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    if (st.ok()) d.store = std::move(*st);
+    if (d.store) d.pipe = std::make_unique<ImpressPipeline>(*ctx, d.store.get());
+    return d;
+  };
+  const std::vector<int32_t> q1 = prompt("Who may copy this license document?");
+  const std::vector<int32_t> q2 = prompt("Summarise the preamble.");
+  PipelineSettings s;
+
+  // Desktop A: the first question computes and stores the document; the second reuses it.
+  Desktop a = open("a");
+  ASSERT_TRUE(a.pipe);
+  std::vector<float> logits_a;
+  {
+    auto r = a.pipe->Prefill({q1, prefix}, s, 2, &logits_a);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->n_matched, 0);
+    const int32_t tok = int32_t(std::max_element(logits_a.begin(), logits_a.end()) - logits_a.begin());
+    ASSERT_TRUE(a.pipe->Decode(tok, &logits_a).ok());
+    a.pipe->StoreAsync();
+    ASSERT_TRUE(a.pipe->WaitForStore().ok());
+  }
+  ASSERT_TRUE(a.store->WaitTeamPublished(std::chrono::seconds(60)));
+  EXPECT_GE(a.store->Stats().team.spans_published, uint64_t(prefix / span));
+
+  // Desktop B: an empty store of its own; the prefix comes from the team tier, not recomputed.
+  Desktop b = open("b");
+  ASSERT_TRUE(b.pipe);
+  const store::TeamFill fill = b.store->FillFromTeam(std::span<const int32_t>(q2).subspan(0, prefix));
+  EXPECT_TRUE(fill.status.ok()) << fill.status.ToString();
+  EXPECT_EQ(fill.n_local, 0u);
+  EXPECT_EQ(fill.n_team, uint64_t(prefix));
+  EXPECT_EQ(b.store->Stats().team.tokens_filled, uint64_t(prefix));
+
+  // The same question on both desktops, each from its own store. Where the selection depends on
+  // the scores alone (token-level selection, or all of the prefix as AS-like reads it), B's
+  // first-token logits are A's bit for bit: the KV is the same. With block-group selection (the
+  // default) the groups follow each store's chunk order, and A wrote its chunks in the order its
+  // first question's attention gave while the team's copy is in token order: the selections, so
+  // the logits, may differ in the last bits; the first token is the same here.
+  PipelineSettings token_level;
+  token_level.select_group = 0;
+  PipelineSettings as_like;
+  as_like.system = SystemKind::kAsLike;
+  const std::pair<const char*, PipelineSettings> runs[] = {
+      {"token-level", token_level}, {"as-like", as_like}, {"block groups", PipelineSettings{}}};
+  for (const auto& [name, settings] : runs) {
+    std::vector<float> logits_b;
+    auto ra = a.pipe->Prefill({q2, prefix}, settings, 2, &logits_a);
+    ASSERT_TRUE(ra.ok()) << ra.status().ToString();
+    auto rb = b.pipe->Prefill({q2, prefix}, settings, 2, &logits_b);
+    ASSERT_TRUE(rb.ok()) << rb.status().ToString();
+    EXPECT_EQ(ra->n_matched, prefix) << name;
+    EXPECT_EQ(rb->n_matched, prefix) << name;
+    EXPECT_EQ(rb->n_new, ra->n_new) << name;
+    ASSERT_EQ(logits_b.size(), logits_a.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < logits_a.size(); ++i) differ += logits_a[i] != logits_b[i];
+    std::fprintf(stderr, "%s: %zu of %zu first-token logits differ\n", name, differ, logits_a.size());
+    if (std::string(name) != "block groups")
+      EXPECT_EQ(differ, 0u) << name << ": B's first-token logits differ from A's";
+    EXPECT_EQ(std::max_element(logits_a.begin(), logits_a.end()) - logits_a.begin(),
+              std::max_element(logits_b.begin(), logits_b.end()) - logits_b.begin())
+        << name;
+  }
+  EXPECT_EQ(b.store->Stats().team.tokens_filled, uint64_t(prefix)) << "B computed nothing of the prefix";
+
+  (void)a.pipe->ReleaseMatch();
+  (void)b.pipe->ReleaseMatch();
+  for (Desktop* d : {&a, &b}) {
+    d->pipe.reset();
+    d->store.reset();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace impress
