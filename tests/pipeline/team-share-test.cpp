@@ -122,8 +122,9 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
     size_t differ = 0;
     for (size_t i = 0; i < logits_a.size(); ++i) differ += logits_a[i] != logits_b[i];
     std::fprintf(stderr, "%s: %zu of %zu first-token logits differ\n", name, differ, logits_a.size());
-    if (std::string(name) != "block groups")
+    if (std::string(name) != "block groups") {
       EXPECT_EQ(differ, 0u) << name << ": B's first-token logits differ from A's";
+    }
     EXPECT_EQ(std::max_element(logits_a.begin(), logits_a.end()) - logits_a.begin(),
               std::max_element(logits_b.begin(), logits_b.end()) - logits_b.begin())
         << name;
