@@ -13,7 +13,7 @@ namespace impress::store {
 
 struct StoreBenchOptions {
   std::string dir;  // scratch directory on the disk to measure (created, then removed)
-  int queue_depth = 32;
+  int queue_depth = 128;  // as the store reads by default (PrefixStoreOptions::queue_depth)
   int chunk_tokens = 64;  // with the geometry below: the block size of one chunk read
   int n_layer = 8;
   int n_head_kv = 3;  // SmolLM2-135M's KV shape
