@@ -12,7 +12,7 @@
 namespace impress::store {
 
 struct StoreBenchOptions {
-  std::string dir;  // scratch directory on the disk to measure (created, then removed)
+  std::string dir;        // scratch directory on the disk to measure (created, then removed)
   int queue_depth = 128;  // as the store reads by default (PrefixStoreOptions::queue_depth)
   int chunk_tokens = 64;  // with the geometry below: the block size of one chunk read
   int n_layer = 8;
