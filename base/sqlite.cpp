@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace impress::sqlite {
 
@@ -133,6 +134,36 @@ Result<std::unique_ptr<SqliteDb>> SqliteDb::OpenReadOnly(const std::string& path
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, 5000);
   return std::unique_ptr<SqliteDb>(new SqliteDb(db, path));
+}
+
+Result<std::unique_ptr<SqliteDb>> SqliteDb::OpenImage(std::string_view image, const std::string& name) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string m = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Status(CodeFor(rc), name + ": cannot open an in-memory database: " + m);
+  }
+  // SQLite owns the copy (freed on close) and may grow it: writes work as on a file.
+  auto* copy = static_cast<unsigned char*>(sqlite3_malloc64(std::max<uint64_t>(1, image.size())));
+  if (!copy) {
+    sqlite3_close(db);
+    return Status::ResourceExhausted(name + ": no memory for a database image of " + std::to_string(image.size()) +
+                                     " bytes");
+  }
+  if (!image.empty()) std::memcpy(copy, image.data(), image.size());
+  // A file in WAL mode (header bytes 18 and 19 = 2) is read as a rollback-journal one: memory has
+  // no WAL, and SQLite refuses to read such an image otherwise. The pages are the same.
+  if (image.size() >= 20 && copy[18] == 2 && copy[19] == 2) copy[18] = copy[19] = 1;
+  rc = sqlite3_deserialize(db, "main", copy, sqlite3_int64(image.size()), sqlite3_int64(image.size()),
+                           SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE);
+  if (rc != SQLITE_OK) {  // the copy is freed by SQLite on failure too
+    std::string m = sqlite3_errmsg(db);
+    sqlite3_close(db);
+    return Status(CodeFor(rc), name + ": cannot load the database image: " + m);
+  }
+  sqlite3_extended_result_codes(db, 1);
+  return std::unique_ptr<SqliteDb>(new SqliteDb(db, name));
 }
 
 SqliteDb::~SqliteDb() {

@@ -117,6 +117,12 @@ class SqliteDb {
   // SQLite takes no locks and reads no WAL (the file must not change while open, and a WAL file
   // must not hold commits: use it only when there is no -wal file with content).
   static Result<std::unique_ptr<SqliteDb>> OpenReadOnly(const std::string& path, bool immutable);
+  // A private in-memory database holding a copy of `image` (the bytes of a database file),
+  // read-write and growable, never touching a file; `name` stands for the path in messages. The
+  // image is not checked here: a damaged one fails the first statement that reads it, with the
+  // codes a file would give. A WAL-mode image is read in rollback-journal mode (memory has no
+  // WAL). Used to check databases without a file per check (the fuzzers).
+  static Result<std::unique_ptr<SqliteDb>> OpenImage(std::string_view image, const std::string& name);
   ~SqliteDb();
   SqliteDb(const SqliteDb&) = delete;
   SqliteDb& operator=(const SqliteDb&) = delete;

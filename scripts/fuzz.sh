@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets with clang (in build-fuzz) and runs each for a bounded time from a
 # generated seed corpus: the model-file readers (GGUF, safetensors), the tokenizer loaders
 # (tokenizer.json folders, vocab.json + merges.txt, GGUF vocabularies), the Jinja chat-template
-# interpreter and the store's catalog reader (catalogs opened through PrefixStore::Open). Prints
+# interpreter and the store's catalog reader (through PrefixStore::Open, and on in-memory images). Prints
 # each target's exec count. Fails if a fuzzer finds a crash, a leak, undefined behaviour, a hang
 # or an absurd allocation (the reproducer is left in build-fuzz/artifacts/). CI runs this;
 # scripts/fuzz-long.sh runs longer.

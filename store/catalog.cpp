@@ -134,7 +134,14 @@ Result<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path, const st
   auto opened =
       o.read_only ? SqliteDb::OpenReadOnly(path, /*immutable=*/no_wal) : SqliteDb::Open(path, /*create=*/true);
   if (!opened.ok()) return opened.status().WithContext("store catalog");
-  auto c = std::unique_ptr<Catalog>(new Catalog(std::move(opened).value(), path, model, o.read_only));
+  return OpenOn(std::move(opened).value(), model, o);
+}
+
+Result<std::unique_ptr<Catalog>> Catalog::OpenOn(std::unique_ptr<sqlite::SqliteDb> opened, const std::string& model,
+                                                 const CatalogOpenOptions& o) {
+  if (!opened) return Status::InvalidArgument("store catalog: no database connection given");
+  const std::string path = opened->path();
+  auto c = std::unique_ptr<Catalog>(new Catalog(std::move(opened), path, model, o.read_only));
   MutexLock lk(&c->mu_);
   SqliteDb& db = *c->db_;
   db.SetBusyTimeout(int(std::min<int64_t>(o.busy_timeout.count(), INT32_MAX)));

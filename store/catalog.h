@@ -158,6 +158,11 @@ class Catalog {
   // disk full, no permission), which say nothing about the file (sqlite::IsTransient).
   static Result<std::unique_ptr<Catalog>> Open(const std::string& path, const std::string& model,
                                                const CatalogOpenOptions& o = {});
+  // The same over a connection already open (Open's checks, creation and migrations run on it;
+  // its path() names it in messages): e.g. a database image loaded in memory
+  // (sqlite::SqliteDb::OpenImage), which the catalog fuzzer checks without a file per input.
+  static Result<std::unique_ptr<Catalog>> OpenOn(std::unique_ptr<sqlite::SqliteDb> db, const std::string& model,
+                                                 const CatalogOpenOptions& o = {});
   ~Catalog();
 
   // This model's rows and the other models' summary; rows failing validation are deleted first.

@@ -4,7 +4,7 @@
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../../scripts" && pwd)/env.sh"
 FUZZ_BUILD=${FUZZ_BUILD:-$IMPRESS_ROOT/build-fuzz}
 FUZZ_SRC="$IMPRESS_ROOT/tests/fuzz"
-FUZZ_TARGETS=(gguf-fuzz safetensors-fuzz tokenizer-fuzz catalog-fuzz jinja-fuzz)
+FUZZ_TARGETS=(gguf-fuzz safetensors-fuzz tokenizer-fuzz catalog-fuzz catalog-image-fuzz jinja-fuzz)
 FUZZ_EXECS=0
 
 fuzz_build() {
@@ -29,6 +29,7 @@ fuzz_seeds() {
   rm -rf "$seeds"
   python3 "$FUZZ_SRC/make-seeds.py" "$seeds/gguf-fuzz" "$seeds/safetensors-fuzz" "$seeds/tokenizer-fuzz"
   CATALOG_FUZZ_WRITE_SEEDS="$seeds/catalog-fuzz" "$FUZZ_BUILD/catalog-fuzz" >/dev/null 2>&1
+  cp -r "$seeds/catalog-fuzz" "$seeds/catalog-image-fuzz"  # both read an input the same way
   # The chat templates the interpreter is checked against (Llama-3.1, Qwen2.5, a features one).
   mkdir -p "$seeds/jinja-fuzz"
   cp "$IMPRESS_ROOT"/tests/tokenizer/templates/*.jinja "$seeds/jinja-fuzz/"
@@ -39,7 +40,7 @@ fuzz_dict() {  # the dictionary of a target
     gguf-fuzz) echo "$FUZZ_SRC/gguf.dict" ;;
     safetensors-fuzz) echo "$FUZZ_SRC/safetensors.dict" ;;
     tokenizer-fuzz) echo "$FUZZ_SRC/tokenizer.dict" ;;
-    catalog-fuzz) echo "$FUZZ_SRC/catalog.dict" ;;
+    catalog-fuzz | catalog-image-fuzz) echo "$FUZZ_SRC/catalog.dict" ;;
     jinja-fuzz) echo "$FUZZ_SRC/jinja.dict" ;;
   esac
 }

@@ -328,6 +328,16 @@ TEST_F(PipelineOnModel, InjectedReadDelayIsBookedAsIoNotCompute) {
   // that no other bucket can also have claimed.
   for (double ms : {b.match_ms, b.probe_compute_ms, b.copy_ms, b.compute_ms, b.other_ms}) EXPECT_GE(ms, 0.0);
   EXPECT_NEAR(not_io(b) + b.probe_io_ms + b.kv_io_ms, slow.ttft_ms, 1e-3 * slow.ttft_ms);
+  // That sum holds by construction (other_ms takes whatever the stopwatch laps left), so the
+  // buckets are checked against the injected delay itself: each I/O bucket grew by (nearly) the
+  // delays of its own reads, one of each per layer, and the remainder did not absorb the
+  // injected time: other_ms grew by less than half of it (a wait booked to no bucket, or to
+  // other, would have grown it by all of it).
+  const double per_kind_ms = double(ctx_->config().n_layer) * kDelayMs;
+  EXPECT_GE(b.probe_io_ms - a.probe_io_ms, 0.9 * per_kind_ms);
+  EXPECT_GE(b.kv_io_ms - a.kv_io_ms, 0.9 * per_kind_ms);
+  EXPECT_LT(b.other_ms - a.other_ms, 0.5 * injected_ms);
+  EXPECT_LT(b.other_ms, 0.5 * injected_ms);
   // The shares the benchmarks print: the waited-for I/O holds the injected time, and the probe's
   // share is its reads plus its scoring.
   EXPECT_NEAR(slow.unhidden_io_share(), b.io_wait_ms / slow.ttft_ms, 1e-12);
