@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Layout checks: fast, no build needed. Fails (exit 1) and prints every violation when:
 #   - a folder includes a header of a folder it must not depend on. Dependencies point one way:
-#       base <- {engine, store} <- pipeline <- chat <- {gui, app};  bench, tests: anything.
+#       base <- {engine, store} <- pipeline <- chat <- {gui, app};  bench: what it measures;
+#       tests: anything.
 #     base/ includes only base/; engine/ only base/ and engine/; store/ only base/ and store/;
 #     pipeline/ nothing of chat/, gui/, app/, bench/; chat/ nothing of gui/, app/, bench/;
-#     gui/ nothing of app/, bench/;
+#     gui/ nothing of app/, bench/; bench/ nothing of app/; app/serve/ (the server library)
+#     nothing of bench/; no production folder anything of tests/. So app/ is included only by
+#     app/ and tests/, and bench/ only by app/ (the executable's `impress bench`) and tests/;
+#   - a CMake file other than app/'s and the tests' links impress_bench (the benchmarks reach the
+#     program through the impress executable alone);
 #   - a file points outside the repository (a folder beside the checkout, or a design or style
 #     document that the repository does not contain);
 #   - a hand-written source file (*.h, *.cpp, *.cu, *.cuh) is over MAX_FILE_LINES lines (800;
@@ -56,11 +61,15 @@ forbidden() {
     pipeline) echo "chat gui app bench tests" ;;
     chat) echo "gui app bench tests" ;;
     gui) echo "app bench tests" ;;
+    bench) echo "app tests" ;;
+    app/serve) echo "bench tests" ;;
+    app) echo "tests" ;;
     *) echo "" ;;
   esac
 }
 for f in "${sources[@]}"; do
   top=${f%%/*}
+  case "$f" in app/serve/*) top=app/serve ;; esac
   banned=$(forbidden "$top")
   [ -n "$banned" ] || continue
   while IFS=: read -r line inc; do
@@ -72,6 +81,16 @@ for f in "${sources[@]}"; do
     done
   done < <(grep -nE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<]($ours)/" "$f" |
     sed -E 's/^([0-9]+):.*include[[:space:]]*["<]([^">]*)[">].*/\1:\2/')
+done
+
+# The benchmarks' library: linked by the executable (app/CMakeLists.txt) and the tests only.
+for f in "${all_files[@]}"; do
+  case "$f" in CMakeLists.txt | */CMakeLists.txt | *.cmake) ;; *) continue ;; esac
+  case "$f" in app/CMakeLists.txt | tests/*) continue ;; esac
+  while IFS= read -r hit; do
+    fail "bench-link" "$f:${hit%%:*}: ${hit#*:} (only the impress executable and the tests link impress_bench)"
+  done < <(grep -nE 'target_link_libraries\([[:space:]]*[^[:space:])]+[[:space:]][^)]*\bimpress_bench\b' "$f" |
+    cut -c1-160)
 done
 
 # --- 2. Nothing points outside the repository -------------------------------------------------
@@ -152,4 +171,4 @@ if ((n_bad)); then
   echo "[layout] $n_bad violation(s)" >&2
   exit 1
 fi
-echo "[layout] ok: include direction, no outside references, files <= $max_file_lines lines, functions <= $max_function_lines lines, annotated locks only, sqlite3.h only in base/sqlite.cpp"
+echo "[layout] ok: include direction, impress_bench linked by the executable only, no outside references, files <= $max_file_lines lines, functions <= $max_function_lines lines, annotated locks only, sqlite3.h only in base/sqlite.cpp"

@@ -42,7 +42,8 @@ if(IMPRESS_CUDA)
   set_target_properties(impress_cuda_module PROPERTIES OUTPUT_NAME impress-cuda LIBRARY_OUTPUT_DIRECTORY
                         ${CMAKE_BINARY_DIR}/bin CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden
                         VISIBILITY_INLINES_HIDDEN ON POSITION_INDEPENDENT_CODE ON)
-  target_include_directories(impress_cuda_module PRIVATE ${CMAKE_SOURCE_DIR})
+  # Built from engine sources alone: the include roots of engine/ and base/ (top-level CMakeLists.txt).
+  target_include_directories(impress_cuda_module PRIVATE ${CMAKE_BINARY_DIR}/include/engine ${CMAKE_BINARY_DIR}/include/base)
   target_link_libraries(impress_cuda_module PRIVATE spdlog::spdlog CUDA::cudart_static CUDA::cublas)
   target_compile_definitions(impress_cuda_module PRIVATE IMPRESS_HAVE_CUDA=1)
   target_link_options(impress_cuda_module PRIVATE -Wl,-Bsymbolic)
