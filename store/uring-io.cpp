@@ -59,10 +59,34 @@ class TicketTable {
   std::unordered_map<ReadEngine::Ticket, Batch> batches_;
 };
 
-// ---------------------------------------------------------------- pread pool
-class PreadEngine final : public ReadEngine {
+// What both engines share: the queue depth, the mutex, the ticket table under it and Wait on it.
+// An engine completes ops in its table under mu_ and signals done_cv_ when a batch finished.
+class TicketedEngine : public ReadEngine {
  public:
-  explicit PreadEngine(int queue_depth) : qd_(queue_depth) {
+  using ReadEngine::Wait;
+  Status Wait(Ticket t, ReadTiming* timing) final {
+    MutexLock lk(&mu_);
+    if (!table_.KnownLocked(t))
+      return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
+    while (!table_.DoneLocked(t)) done_cv_.Wait(&mu_);
+    return table_.TakeLocked(t, timing);
+  }
+  int queue_depth() const final { return qd_; }
+
+ protected:
+  explicit TicketedEngine(int queue_depth) : qd_(queue_depth) {}
+
+  const int qd_;
+  Mutex mu_;
+  CondVar done_cv_;  // waits under mu_
+  bool stop_ GUARDED_BY(mu_) = false;
+  TicketTable table_ GUARDED_BY(mu_);
+};
+
+// ---------------------------------------------------------------- pread pool
+class PreadEngine final : public TicketedEngine {
+ public:
+  explicit PreadEngine(int queue_depth) : TicketedEngine(queue_depth) {
     int n = std::max(1, std::min(queue_depth, 4));
     for (int i = 0; i < n; ++i) workers_.emplace_back([this] { Loop(); });
   }
@@ -81,16 +105,7 @@ class PreadEngine final : public ReadEngine {
     work_cv_.SignalAll();
     return t;
   }
-  using ReadEngine::Wait;
-  Status Wait(Ticket t, ReadTiming* timing) override {
-    MutexLock lk(&mu_);
-    if (!table_.KnownLocked(t))
-      return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
-    while (!table_.DoneLocked(t)) done_cv_.Wait(&mu_);
-    return table_.TakeLocked(t, timing);
-  }
   const char* name() const override { return "pread"; }
-  int queue_depth() const override { return qd_; }
 
  private:
   void Loop() EXCLUDES(mu_) {
@@ -113,17 +128,13 @@ class PreadEngine final : public ReadEngine {
     }
   }
 
-  const int qd_;
-  Mutex mu_;
-  CondVar work_cv_, done_cv_;  // both wait under mu_
-  bool stop_ GUARDED_BY(mu_) = false;
+  CondVar work_cv_;  // waits under mu_
   std::deque<std::pair<Ticket, ReadOp>> queue_ GUARDED_BY(mu_);
-  TicketTable table_ GUARDED_BY(mu_);
   std::vector<std::thread> workers_;
 };
 
 // ---------------------------------------------------------------- io_uring
-class UringEngine final : public ReadEngine {
+class UringEngine final : public TicketedEngine {
  public:
   static std::unique_ptr<UringEngine> Make(int queue_depth, std::string* err) {
     auto e = std::unique_ptr<UringEngine>(new UringEngine(queue_depth));
@@ -168,16 +179,7 @@ class UringEngine final : public ReadEngine {
     FillLocked();
     return t;
   }
-  using ReadEngine::Wait;
-  Status Wait(Ticket t, ReadTiming* timing) override {
-    MutexLock lk(&mu_);
-    if (!table_.KnownLocked(t))
-      return Status::InvalidArgument("read ticket " + std::to_string(t) + " unknown or already waited");
-    while (!table_.DoneLocked(t)) done_cv_.Wait(&mu_);
-    return table_.TakeLocked(t, timing);
-  }
   const char* name() const override { return "io_uring"; }
-  int queue_depth() const override { return qd_; }
 
  private:
   struct Op {
@@ -186,7 +188,7 @@ class UringEngine final : public ReadEngine {
     uint32_t done;  // bytes already read (short reads resubmit the rest)
   };
 
-  explicit UringEngine(int qd) : qd_(qd), cqes_(size_t(qd) + 2) {}
+  explicit UringEngine(int qd) : TicketedEngine(qd), cqes_(size_t(qd) + 2) {}
 
   // Moves pending ops into the SQ while fewer than qd_ are in flight.
   void FillLocked() REQUIRES(mu_) {
@@ -267,15 +269,10 @@ class UringEngine final : public ReadEngine {
     return true;
   }
 
-  const int qd_;
   io_uring ring_{};  // SQ filled under mu_; CQ reaped by the completion thread alone
   bool ring_ok_ = false;
-  Mutex mu_;
-  CondVar done_cv_;  // waits under mu_
-  bool stop_ GUARDED_BY(mu_) = false;
   int in_flight_ GUARDED_BY(mu_) = 0;
   std::deque<Op*> pending_ GUARDED_BY(mu_);
-  TicketTable table_ GUARDED_BY(mu_);
   std::vector<io_uring_cqe*> cqes_;  // the completion thread's alone
   std::thread reaper_;
 };
