@@ -287,6 +287,26 @@ Status ReadTxn::Begin(const std::string& what) {
 
 // --- Schema versions ----------------------------------------------------------------------------
 
+Result<bool> IsFreshFile(SqliteDb& db, int32_t app_id, const std::string& what) {
+  IMPRESS_ASSIGN_OR_RETURN(int64_t file_id, db.QueryInt("PRAGMA application_id", "reading the file header"));
+  IMPRESS_ASSIGN_OR_RETURN(int64_t n_objects, db.QueryInt("SELECT count(*) FROM sqlite_master", "reading the schema"));
+  const bool fresh = file_id == 0 && n_objects == 0;
+  if (!fresh && file_id != app_id) {
+    char id[16];
+    std::snprintf(id, sizeof id, "0x%08x", uint32_t(file_id));
+    return Status::InvalidArgument(db.path() + ": not an IMPRESS " + what + " (SQLite application_id " + id + ", " +
+                                   std::to_string(n_objects) + " schema objects); the file was left unchanged");
+  }
+  return fresh;
+}
+
+std::function<Status(SqliteDb&)> CreateWithApplicationId(std::string schema, int32_t app_id, std::string what) {
+  return [schema = std::move(schema), app_id, what = std::move(what)](SqliteDb& db) -> Status {
+    IMPRESS_RETURN_IF_ERROR(db.Exec(schema, what));
+    return db.Exec("PRAGMA application_id=" + std::to_string(app_id), what);
+  };
+}
+
 Result<std::optional<int64_t>> ReadSchemaVersion(SqliteDb& db, const SchemaHistory& history) {
   IMPRESS_ASSIGN_OR_RETURN(Stmt has, db.Prep("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?"));
   has.Bind(1, std::string_view(history.version_table));

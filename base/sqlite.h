@@ -245,4 +245,16 @@ Result<std::optional<int64_t>> ReadSchemaVersion(SqliteDb& db, const SchemaHisto
 // the one before. kUnsupported for from > latest, kInternal for a history missing a step.
 Status UpgradeSchema(SqliteDb& db, const SchemaHistory& history, int64_t from);
 
+// Identifies a file of ours before anything is written to it: true when it is fresh (no
+// application_id and no schema object: ours to create), false when its application_id is
+// `app_id`. Only reads: the header's read fails (kCorruption) for a file that is not SQLite, and a
+// foreign SQLite file (another application_id, or objects of its own) is kInvalidArgument
+// "PATH: not an IMPRESS <what> (SQLite application_id 0x..., N schema objects); the file was left
+// unchanged".
+Result<bool> IsFreshFile(SqliteDb& db, int32_t app_id, const std::string& what);
+// A SchemaHistory::create for such a file: runs `schema` (the latest schema, version table
+// included), then records `app_id` as the file's application_id; `what` for messages ("creating
+// the chat database").
+std::function<Status(SqliteDb&)> CreateWithApplicationId(std::string schema, int32_t app_id, std::string what);
+
 }  // namespace impress::sqlite

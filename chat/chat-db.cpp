@@ -86,10 +86,7 @@ sqlite::SchemaHistory ChatHistory() {
   h.name = "chat database";
   h.version_table = "meta";
   h.latest = ChatDb::kSchemaVersion;
-  h.create = [](SqliteDb& db) -> Status {
-    IMPRESS_RETURN_IF_ERROR(db.Exec(kSchemaV1, "creating the chat database"));
-    return db.Exec("PRAGMA application_id=" + std::to_string(kAppId), "creating the chat database");
-  };
+  h.create = sqlite::CreateWithApplicationId(kSchemaV1, kAppId, "creating the chat database");
   // No migrations yet: version 1 is the first.
   return h;
 }
@@ -122,15 +119,7 @@ Result<std::unique_ptr<ChatDb>> ChatDb::Open(const std::string& path, ChatDbOpti
   IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, /*create=*/true));
   // Identify the file before writing anything: reading the header fails with NOTADB for a file
   // that is not SQLite; a foreign SQLite file has another application_id or tables of its own.
-  IMPRESS_ASSIGN_OR_RETURN(int64_t app_id, db->QueryInt("PRAGMA application_id", "reading the file header"));
-  IMPRESS_ASSIGN_OR_RETURN(int64_t n_objects, db->QueryInt("SELECT count(*) FROM sqlite_master", "reading the schema"));
-  const bool fresh = app_id == 0 && n_objects == 0;
-  if (!fresh && app_id != kAppId) {
-    char id[16];
-    std::snprintf(id, sizeof id, "0x%08x", uint32_t(app_id));
-    return Status::InvalidArgument(path + ": not an IMPRESS chat database (SQLite application_id " + id + ", " +
-                                   std::to_string(n_objects) + " schema objects); the file was left unchanged");
-  }
+  IMPRESS_ASSIGN_OR_RETURN(const bool fresh, sqlite::IsFreshFile(*db, kAppId, "chat database"));
   // The version is checked before the first write (even the WAL pragma), so a file from a
   // newer build is left exactly as it was.
   const sqlite::SchemaHistory history = ChatHistory();

@@ -1,7 +1,6 @@
 #include "chat/passage-index.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <unordered_set>
 
 #include <spdlog/spdlog.h>
@@ -62,10 +61,7 @@ sqlite::SchemaHistory PassageHistory() {
   h.name = "passage index";
   h.version_table = "pidx_meta";
   h.latest = PassageIndex::kSchemaVersion;
-  h.create = [](SqliteDb& db) -> Status {
-    IMPRESS_RETURN_IF_ERROR(db.Exec(kSchemaV1, "creating the passage index"));
-    return db.Exec("PRAGMA application_id=" + std::to_string(kAppId), "creating the passage index");
-  };
+  h.create = sqlite::CreateWithApplicationId(kSchemaV1, kAppId, "creating the passage index");
   h.newer_advice = "delete the file to rebuild the index";
   return h;
 }
@@ -203,15 +199,7 @@ Result<std::unique_ptr<PassageIndex>> PassageIndex::Open(const std::string& path
                                "; passage retrieval needs a build with SQLITE_ENABLE_FTS5");
   }
   IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, /*create=*/true));
-  IMPRESS_ASSIGN_OR_RETURN(int64_t app_id, db->QueryInt("PRAGMA application_id", "reading the file header"));
-  IMPRESS_ASSIGN_OR_RETURN(int64_t n_objects, db->QueryInt("SELECT count(*) FROM sqlite_master", "reading the schema"));
-  const bool fresh = app_id == 0 && n_objects == 0;
-  if (!fresh && app_id != kAppId) {
-    char id[16];
-    std::snprintf(id, sizeof id, "0x%08x", uint32_t(app_id));
-    return Status::InvalidArgument(path + ": not an IMPRESS passage index (SQLite application_id " + id +
-                                   "); the file was left unchanged");
-  }
+  IMPRESS_ASSIGN_OR_RETURN(const bool fresh, sqlite::IsFreshFile(*db, kAppId, "passage index"));
   if (!fresh) {  // damage in any page (SQLite's structural check, one read of the file)
     IMPRESS_ASSIGN_OR_RETURN(std::string problems, db->QuickCheck("checking the file"));
     if (!problems.empty()) return Status::Corruption(path + ": the passage index is damaged (" + problems + ")");
