@@ -138,12 +138,8 @@ class CpuBackend final : public Backend {
 
   void RmsNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, int n_rows, int n_cols,
                float eps) override {
-    float* o = out.raw();
-    const float* xs = x.raw();
     const float* ws = w.raw();
-    ForRows(n_rows, n_cols, [=](int64_t r) {
-      const float* xr = xs + r * n_cols;
-      float* orow = o + r * n_cols;
+    ForRowsOf(out, x, n_rows, n_cols, [=](const float* xr, float* orow) {
       double ss = 0;
       for (int c = 0; c < n_cols; ++c) ss += double(xr[c]) * xr[c];
       const float scale = float(1.0 / std::sqrt(ss / n_cols + eps));
@@ -153,13 +149,9 @@ class CpuBackend final : public Backend {
 
   void LayerNorm(DevPtr<float> out, DevPtr<const float> x, DevPtr<const float> w, DevPtr<const float> b, int n_rows,
                  int n_cols, float eps) override {
-    float* o = out.raw();
-    const float* xs = x.raw();
     const float* ws = w.raw();
     const float* bs = b.raw();
-    ForRows(n_rows, n_cols, [=](int64_t r) {
-      const float* xr = xs + r * n_cols;
-      float* orow = o + r * n_cols;
+    ForRowsOf(out, x, n_rows, n_cols, [=](const float* xr, float* orow) {
       double sum = 0;
       for (int c = 0; c < n_cols; ++c) sum += xr[c];
       const double mean = sum / n_cols;
@@ -336,6 +328,14 @@ class CpuBackend final : public Backend {
       const f16_t* src = j < n_prefix ? prefix + j * g.prefix_stride : news + (j - n_prefix) * g.new_stride;
       Fp16ToFp32Row(src, dst + t * head_dim, size_t(head_dim));
     });
+  }
+
+  // ForRows over the rows of x and out, both (n_rows, n_cols) row-major: fn(x_row, out_row).
+  template <class Fn>
+  void ForRowsOf(DevPtr<float> out, DevPtr<const float> x, int n_rows, int n_cols, Fn fn) {
+    float* o = out.raw();
+    const float* xs = x.raw();
+    ForRows(n_rows, n_cols, [=](int64_t r) { fn(xs + r * n_cols, o + r * n_cols); });
   }
 
   // Runs fn(row) for rows in parallel when the work is big enough to pay for the wake-up.
