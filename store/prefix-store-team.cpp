@@ -33,7 +33,10 @@ namespace impress::store {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-constexpr size_t kFillBatchSpans = 8;  // spans read and inserted at a time (bounds the memory of a fill)
+// Spans read in one pipelined request: at most this many, and past the first span no more than
+// kFillBatchBytes of values, so one request (one TeamOptions::request_timeout) fits a slow link.
+constexpr size_t kFillBatchSpans = 8;
+constexpr uint64_t kFillBatchBytes = 4ull << 20;
 }  // namespace
 
 struct PrefixStore::Impl::TeamState {
@@ -334,8 +337,14 @@ TeamFill PrefixStore::Impl::FillFromTeam(std::span<const Token> tokens) {
   kv.slot.resize(L);
   // Read a few spans at a time (each value verified whole); insert once all are read, so the
   // publisher's segments are written whole, in its order.
-  for (size_t b = kv.end / C; b < spans.size() && kv.end < m->n_matched; b += kFillBatchSpans) {
-    const size_t e = std::min(b + kFillBatchSpans, spans.size());
+  for (size_t b = kv.end / C, e = b; b < spans.size() && kv.end < m->n_matched; b = e) {
+    uint64_t batch_bytes = 0;
+    for (e = b; e < spans.size() && e < b + kFillBatchSpans; ++e) {
+      uint64_t span_bytes = 0;
+      for (const ChunkExtent& x : spans[e].kv) span_bytes += x.length;
+      if (e > b && batch_bytes + span_bytes > kFillBatchBytes) break;
+      batch_bytes += span_bytes;
+    }
     std::vector<TeamChunkRef> refs;
     for (size_t sp = b; sp < e; ++sp)
       for (uint32_t l = 0; l < L; ++l) refs.push_back({&spans[sp], l});
