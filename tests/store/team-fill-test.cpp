@@ -43,6 +43,19 @@ struct Dirs {
   }
 };
 
+// A redis-server of the test's own and two stores, A and B, of one team on it.
+struct TwoStores {
+  std::unique_ptr<RedisServer> server = RedisServer::Start({});
+  Dirs dirs;
+  std::unique_ptr<PrefixStore> a, b;
+  TwoStores() {
+    if (!server) return;
+    a = testing::OpenOrDie(TeamStoreOptions(dirs.a, server->port()));
+    b = testing::OpenOrDie(TeamStoreOptions(dirs.b, server->port()));
+  }
+  bool ok() const { return server && a && b; }
+};
+
 // Every key of a namespace (the full keys).
 std::vector<std::string> KeysOf(RedisServer& server, const std::string& team) {
   auto admin = server.Admin();
@@ -56,12 +69,10 @@ std::vector<std::string> KeysOf(RedisServer& server, const std::string& team) {
 // tier, lays it out as A does: every layer's read groups of the document are A's, and B reads
 // A's values bit for bit.
 TEST(TeamFill, FilledStoreHasThePublishersWriteOrder) {
-  auto server = RedisServer::Start({});
-  ASSERT_NE(server, nullptr);
-  Dirs dirs;
-  auto a = testing::OpenOrDie(TeamStoreOptions(dirs.a, server->port()));
-  auto b = testing::OpenOrDie(TeamStoreOptions(dirs.b, server->port()));
-  ASSERT_TRUE(a && b);
+  TwoStores st;
+  ASSERT_TRUE(st.ok());
+  PrefixStore* a = st.a.get();
+  PrefixStore* b = st.b.get();
   std::mt19937 rng(29);
   const size_t n_doc = 10 * kChunk;          // the shared prefix: whole spans
   auto seq = RandomTokens(rng, n_doc + 21);  // and a question after it
