@@ -51,11 +51,15 @@ Result<ChatAnswer> ChatSession::AskPrompt(const PromptTokens& prompt, const AskO
   ChatAnswer answer;
   // A local miss is filled from the team KV tier first (when one is configured), so the
   // pipeline's match finds the team's prefix in the local tiers. Never fails the request.
-  uint64_t team_tokens = 0;
+  uint64_t team_tokens = 0, team_bytes = 0;
+  double team_ms = 0;
   if (store_ && !o.private_documents && o.pipeline.system != SystemKind::kRecomp) {
     const size_t n_prefix = std::min(prompt.tokens.size(), size_t(std::max(prompt.n_prefix, 0)));
+    const auto t_fill = std::chrono::steady_clock::now();
     const store::TeamFill fill = store_->FillFromTeam(std::span<const int32_t>(prompt.tokens).subspan(0, n_prefix));
+    team_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_fill).count();
     team_tokens = fill.n_team;
+    team_bytes = fill.bytes;
     if (!fill.status.ok()) spdlog::debug("team tier: fill stopped: {}", fill.status.ToString());
   }
   IMPRESS_ASSIGN_OR_RETURN(answer.report, pipeline_->Prefill({prompt.tokens, prompt.n_prefix}, o.pipeline, o.max_tokens,
@@ -98,9 +102,17 @@ Result<ChatAnswer> ChatSession::AskPrompt(const PromptTokens& prompt, const AskO
   answer.text += rest;
   if (o.on_text && !rest.empty()) o.on_text(rest);
   answer.report.team_tokens = team_tokens;
+  answer.report.team_bytes = team_bytes;
+  answer.report.team_ms = team_ms;
   answer.report.n_generated = int(answer.tokens.size());
   answer.report.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (o.store && store_) pipeline_->StoreAsync(0, nullptr, {.private_document = o.private_documents, .publish = true});
+  // The reusable prefix (the documents) is written in an order of its own, the team tier gets it
+  // with that order (InsertOptions::shared_prefix).
+  if (o.store && store_)
+    pipeline_->StoreAsync(0, nullptr,
+                          {.private_document = o.private_documents,
+                           .publish = true,
+                           .shared_prefix = uint64_t(std::max(prompt.n_prefix, 0))});
   return answer;
 }
 

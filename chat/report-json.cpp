@@ -51,6 +51,8 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
           {"n_prefix", r.n_prefix},
           {"reused_tokens", r.n_matched},
           {"team_tokens", r.team_tokens},
+          {"team_bytes", r.team_bytes},
+          {"team_ms", r.team_ms},
           {"new_tokens", r.n_new},
           {"attention", r.selected_attention() ? "selected" : "full"},
           {"attended_share", r.attended_share()},

@@ -66,6 +66,8 @@ struct RequestReport {
   int n_new = 0;             // tokens computed (n_prompt - n_matched)
   int n_recomputed = 0;      // matched at first, then computed: the store dropped their KV as corrupt
   uint64_t team_tokens = 0;  // prefix tokens whose KV the team tier supplied for this request
+  uint64_t team_bytes = 0;   // bytes received from the team tier for them (descriptors and values)
+  double team_ms = 0;        // the team-tier fill before the prefill (not part of ttft_ms)
   double keep = 0, alpha = 0;
   int probe_heads = 0;
   double ttft_ms = 0;

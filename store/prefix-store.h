@@ -131,6 +131,13 @@ struct InsertOptions {
   bool private_document = false;
   // false: not published at all (KV that came from the team tier).
   bool publish = true;
+  // Tokens [0, shared_prefix) are what other questions (and other desktops, through the team tier)
+  // reuse, e.g. a prompt's documents before the question. With importance given, the write order
+  // keeps the whole spans (chunks) of that prefix apart from what follows: they are ordered among
+  // themselves into the first slots, the rest after them. So the prefix's chunks and read groups
+  // hold no token of this question or its answer, and a store filled with the prefix alone (from
+  // the team tier, in this order) lays it out exactly as this one does. 0: one order for all.
+  uint64_t shared_prefix = 0;
 };
 
 // What FillFromTeam did. It never fails: whatever went wrong leaves the local tiers as they were
@@ -138,6 +145,7 @@ struct InsertOptions {
 struct TeamFill {
   uint64_t n_local = 0;  // tokens the local store held before
   uint64_t n_team = 0;   // tokens whose KV came from the team tier and entered the local store
+  uint64_t bytes = 0;    // bytes received from the team tier (descriptors and values)
   Status status;         // why the fill stopped short (network, bad value, local write), else Ok
 };
 

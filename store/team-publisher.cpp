@@ -17,6 +17,7 @@ class TeamPublisher::Impl {
     std::vector<Token> tokens;
     uint64_t start = 0;
     std::vector<std::vector<f16_t>> k, v;  // [layer] (tokens.size() - start, n_head_kv, head_dim)
+    TeamOrder order;
     uint64_t bytes = 0;
   };
 
@@ -52,7 +53,7 @@ Status TeamPublisher::Impl::TryOnce(Job& job, std::unique_ptr<TeamTier>* t, std:
   if (spans->empty()) {
     std::vector<LayerKV> layers(job.k.size());
     for (size_t l = 0; l < layers.size(); ++l) layers[l] = LayerKV{job.k[l].data(), job.v[l].data(), nullptr};
-    IMPRESS_ASSIGN_OR_RETURN(*spans, (*t)->EncodeSpans(job.tokens, job.start, layers, rng()));
+    IMPRESS_ASSIGN_OR_RETURN(*spans, (*t)->EncodeSpans(job.tokens, job.start, layers, rng(), job.order));
     if (spans->empty()) return Status::Ok();
   }
   return (*t)->Publish(*spans);
@@ -120,7 +121,7 @@ TeamPublisher::~TeamPublisher() {
 }
 
 bool TeamPublisher::Submit(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers,
-                           bool private_document) {
+                           bool private_document, TeamOrder order) {
   Impl& m = *impl_;
   const TeamModel& model = m.tier_opt.model;
   const size_t rows = start <= tokens.size() ? tokens.size() - start : 0;
@@ -150,6 +151,7 @@ bool TeamPublisher::Submit(std::span<const Token> tokens, uint64_t start, std::s
   Impl::Job job;
   job.tokens.assign(tokens.begin(), tokens.end());
   job.start = start;
+  job.order = std::move(order);
   job.bytes = bytes;
   for (const auto& l : layers) {
     job.k.emplace_back(l.k, l.k + elems);

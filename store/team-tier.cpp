@@ -18,7 +18,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kDescMagic = 0x44544d49;  // "IMTD"
-constexpr uint16_t kDescVersion = 1;
+constexpr uint16_t kDescVersion = 2;         // 2: the write order after the layers
+constexpr uint16_t kDescVersionNoOrder = 1;
 constexpr size_t kLookupBatch = 32;  // descriptors asked for at once
 constexpr size_t kPublishBatch = 8;  // spans written at once
 
@@ -119,6 +120,13 @@ std::string EncodeTeamDescriptor(const TeamDescriptor& d) {
     PutExtent(&w, d.kv[l]);
     PutExtent(&w, d.probe[l]);
   }
+  const bool order = !d.order_segment.empty();
+  w.Put<uint8_t>(order ? 1 : 0);
+  if (order) {
+    for (uint32_t x : d.order_segment) w.Put<uint32_t>(x);
+    for (const auto& layer : d.order_slot)
+      for (uint32_t x : layer) w.Put<uint32_t>(x);
+  }
   w.Put<uint64_t>(XXH3_64bits(w.out.data(), w.out.size()));
   return std::move(w.out);
 }
@@ -135,7 +143,7 @@ Result<TeamDescriptor> DecodeTeamDescriptor(const std::string& bytes) {
   const uint32_t magic = r.Get<uint32_t>();
   const uint16_t version = r.Get<uint16_t>();
   (void)r.Get<uint16_t>();
-  if (magic != kDescMagic || version != kDescVersion)
+  if (magic != kDescMagic || (version != kDescVersion && version != kDescVersionNoOrder))
     return Status::Corruption("team descriptor: bad magic or version " + std::to_string(version));
   d.model_hash = r.Get<uint64_t>();
   d.span = r.Get<uint32_t>();
@@ -153,6 +161,15 @@ Result<TeamDescriptor> DecodeTeamDescriptor(const std::string& bytes) {
   for (uint32_t l = 0; l < n_layer; ++l)
     if (!GetExtent(&r, d, &d.kv[l]) || !GetExtent(&r, d, &d.probe[l]))
       return Status::Corruption("team descriptor: layer " + std::to_string(l) + " block sums malformed");
+  if (version != kDescVersionNoOrder && r.Get<uint8_t>() != 0) {
+    if (!r.Has(uint64_t(n_tokens) * 4 * (uint64_t(n_layer) + 1)))
+      return Status::Corruption("team descriptor: write order past its end");
+    d.order_segment.resize(n_tokens);
+    for (auto& x : d.order_segment) x = r.Get<uint32_t>();
+    d.order_slot.assign(n_layer, std::vector<uint32_t>(n_tokens));
+    for (auto& layer : d.order_slot)
+      for (auto& x : layer) x = r.Get<uint32_t>();
+  }
   if (r.bad || r.pos + 8 != bytes.size()) return Status::Corruption("team descriptor: length mismatch");
   return d;
 }
@@ -267,12 +284,17 @@ ChunkHeader TeamTier::ExpectedHeader(const TeamDescriptor& d, uint32_t layer, Te
 }
 
 Result<std::vector<TeamSpan>> TeamTier::EncodeSpans(std::span<const Token> tokens, uint64_t start,
-                                                    std::span<const LayerKV> layers, uint64_t publish_id) const {
+                                                    std::span<const LayerKV> layers, uint64_t publish_id,
+                                                    const TeamOrder& order) const {
   const TeamModel& m = opt_.model;
   if (layers.size() != size_t(m.n_layer))
     return Status::InvalidArgument("team tier: " + std::to_string(layers.size()) + " layers of KV, the model has " +
                                    std::to_string(m.n_layer));
   if (start > tokens.size()) return Status::InvalidArgument("team tier: start past the end of the tokens");
+  if (!order.empty() && (order.segment.size() != tokens.size() - start || order.slot.size() != layers.size()))
+    return Status::InvalidArgument("team tier: the write order does not cover the KV");
+  for (const auto& l : order.slot)
+    if (l.size() != order.segment.size()) return Status::InvalidArgument("team tier: a layer's write order is short");
   const uint64_t S = uint64_t(m.span_tokens);
   const size_t row_elems = size_t(m.n_head_kv) * size_t(m.head_dim);
   std::vector<TeamSpan> out;
@@ -291,6 +313,12 @@ Result<std::vector<TeamSpan>> TeamTier::EncodeSpans(std::span<const Token> token
     d.chain = chain;
     d.publish_id = publish_id;
     d.tokens.assign(span_tokens.begin(), span_tokens.end());
+    if (!order.empty()) {
+      d.order_segment.assign(order.segment.begin() + std::ptrdiff_t(b - start),
+                             order.segment.begin() + std::ptrdiff_t(e - start));
+      for (const auto& l : order.slot)
+        d.order_slot.emplace_back(l.begin() + std::ptrdiff_t(b - start), l.begin() + std::ptrdiff_t(e - start));
+    }
     const uint32_t n = uint32_t(e - b);
     std::vector<uint8_t> krec(size_t(n) * kv_record_bytes_), vrec(krec.size()), prec(size_t(n) * probe_record_bytes_);
     for (uint32_t l = 0; l < uint32_t(m.n_layer); ++l) {

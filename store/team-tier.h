@@ -84,6 +84,20 @@ struct TeamDescriptor {
   std::vector<Token> tokens;
   std::vector<ChunkExtent> kv;     // [layer]: length, slot range, block sums, checksum
   std::vector<ChunkExtent> probe;  // [layer]
+  // The publisher's write order (empty when it sent none): for each token of the span, the
+  // sequence position where the publisher's segment holding it begins, and per layer the token's
+  // slot in that segment. A store that fills from the team tier writes each such segment in this
+  // slot order, so its chunks and read groups are the publisher's.
+  std::vector<uint32_t> order_segment;            // [token]
+  std::vector<std::vector<uint32_t>> order_slot;  // [layer][token]
+};
+
+// A write order to publish with KV (TeamDescriptor::order_segment / order_slot), for the tokens
+// [start, tokens.size()) that EncodeSpans and TeamPublisher::Submit take. Empty: none.
+struct TeamOrder {
+  std::vector<uint32_t> segment;            // [token - start]
+  std::vector<std::vector<uint32_t>> slot;  // [layer][token - start]
+  bool empty() const { return segment.empty(); }
 };
 
 std::string EncodeTeamDescriptor(const TeamDescriptor& d);
@@ -143,8 +157,10 @@ class TeamTier {
 
   // The spans of `tokens` whose KV is given: fp16 K/V of tokens [start, tokens.size()) per layer
   // (as PrefixStore::Insert takes them). Only spans that begin at or after `start` are made.
+  // `order` (optional) is the write order the descriptors carry.
   Result<std::vector<TeamSpan>> EncodeSpans(std::span<const Token> tokens, uint64_t start,
-                                            std::span<const LayerKV> layers, uint64_t publish_id) const;
+                                            std::span<const LayerKV> layers, uint64_t publish_id,
+                                            const TeamOrder& order = {}) const;
   // Writes the spans (values, then descriptors); spans whose descriptor is there already are
   // skipped. kIOError when Redis failed: calling again finishes the job.
   Status Publish(const std::vector<TeamSpan>& spans);
@@ -223,9 +239,10 @@ class TeamPublisher {
   TeamPublisher(const TeamPublisher&) = delete;
   TeamPublisher& operator=(const TeamPublisher&) = delete;
 
-  // Copies the KV of tokens [start, tokens.size()) (as TeamTier::EncodeSpans takes it) and
-  // returns at once; false when refused (private, or no room).
-  bool Submit(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers, bool private_document);
+  // Copies the KV of tokens [start, tokens.size()) (as TeamTier::EncodeSpans takes it, with its
+  // write order when given) and returns at once; false when refused (private, or no room).
+  bool Submit(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers, bool private_document,
+              TeamOrder order = {});
   // Until the queue is empty and nothing is being written, or the timeout; true when idle.
   bool WaitIdle(std::chrono::milliseconds timeout);
   TeamPublisherStats stats() const;

@@ -1,8 +1,8 @@
 // Two desktops, one document, one team tier: desktop A computes a document's KV and stores it
 // (published to a redis-server of the test's own); desktop B, with a store of its own that
 // never saw the document, fills its prefix from the team tier and answers a question with
-// exactly A's first-token logits (where the selection depends on the KV alone: see below). Runs
-// the default model (skips without it).
+// exactly A's first-token logits, with every selection: the team tier carries A's write order, so
+// B's chunks and read groups are A's. Runs the default model (skips without it).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -82,7 +82,9 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
     EXPECT_EQ(r->n_matched, 0);
     const int32_t tok = int32_t(std::max_element(logits_a.begin(), logits_a.end()) - logits_a.begin());
     ASSERT_TRUE(a.pipe->Decode(tok, &logits_a).ok());
-    a.pipe->StoreAsync();
+    // The document's whole spans are the shared prefix (as the chat session marks its prompt's
+    // documents): written in an order of their own, apart from the question and the answer.
+    a.pipe->StoreAsync(0, nullptr, {.shared_prefix = uint64_t(prefix)});
     ASSERT_TRUE(a.pipe->WaitForStore().ok());
   }
   ASSERT_TRUE(a.store->WaitTeamPublished(std::chrono::seconds(60)));
@@ -97,12 +99,27 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
   EXPECT_EQ(fill.n_team, uint64_t(prefix));
   EXPECT_EQ(b.store->Stats().team.tokens_filled, uint64_t(prefix));
 
-  // The same question on both desktops, each from its own store. Where the selection depends on
-  // the scores alone (token-level selection, or all of the prefix as AS-like reads it), B's
-  // first-token logits are A's bit for bit: the KV is the same. With block-group selection (the
-  // default) the groups follow each store's chunk order, and A wrote its chunks in the order its
-  // first question's attention gave while the team's copy is in token order: the selections, so
-  // the logits, may differ in the last bits; the first token is the same here.
+  // B's layout of the prefix is A's: every layer's read groups are the same.
+  {
+    const auto pre = std::span<const int32_t>(q2).subspan(0, prefix);
+    store::MatchHandle ha = a.store->Match(pre), hb = b.store->Match(pre);
+    ASSERT_EQ(ha.n_matched, uint64_t(prefix));
+    ASSERT_EQ(hb.n_matched, uint64_t(prefix));
+    const uint32_t g = a.store->BlockGroupTokens();
+    for (int il = 0; il < ctx->config().n_layer; ++il) {
+      auto ga = a.store->ReadGroups(ha, il, g);
+      auto gb = b.store->ReadGroups(hb, il, g);
+      ASSERT_TRUE(ga.ok() && gb.ok());
+      EXPECT_EQ(*ga, *gb) << "layer " << il << ": B's read groups are not A's";
+    }
+    ASSERT_TRUE(a.store->Release(ha).ok());
+    ASSERT_TRUE(b.store->Release(hb).ok());
+  }
+
+  // The same question on both desktops, each from its own store: B's first-token logits are A's
+  // bit for bit, whatever the selection. Token-level selection and AS-like depend on the KV
+  // alone; block-group selection (the default) also on the chunk layout, which B took from A's
+  // write order.
   PipelineSettings token_level;
   token_level.select_group = 0;
   PipelineSettings as_like;
@@ -122,9 +139,7 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
     size_t differ = 0;
     for (size_t i = 0; i < logits_a.size(); ++i) differ += logits_a[i] != logits_b[i];
     std::fprintf(stderr, "%s: %zu of %zu first-token logits differ\n", name, differ, logits_a.size());
-    if (std::string(name) != "block groups") {
-      EXPECT_EQ(differ, 0u) << name << ": B's first-token logits differ from A's";
-    }
+    EXPECT_EQ(differ, 0u) << name << ": B's first-token logits differ from A's";
     EXPECT_EQ(std::max_element(logits_a.begin(), logits_a.end()) - logits_a.begin(),
               std::max_element(logits_b.begin(), logits_b.end()) - logits_b.begin())
         << name;

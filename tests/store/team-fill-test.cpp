@@ -43,12 +43,73 @@ struct Dirs {
   }
 };
 
+// A redis-server of the test's own and two stores, A and B, of one team on it.
+struct TwoStores {
+  std::unique_ptr<RedisServer> server = RedisServer::Start({});
+  Dirs dirs;
+  std::unique_ptr<PrefixStore> a, b;
+  TwoStores() {
+    if (!server) return;
+    a = testing::OpenOrDie(TeamStoreOptions(dirs.a, server->port()));
+    b = testing::OpenOrDie(TeamStoreOptions(dirs.b, server->port()));
+  }
+  bool ok() const { return server && a && b; }
+};
+
 // Every key of a namespace (the full keys).
 std::vector<std::string> KeysOf(RedisServer& server, const std::string& team) {
   auto admin = server.Admin();
   auto keys = admin->ScanPrefix("impress:" + team + ":");
   EXPECT_TRUE(keys.ok()) << keys.status().ToString();
   return keys.ok() ? *keys : std::vector<std::string>{};
+}
+
+// A's first insert carries importance (the write order) over a document and a question after it;
+// the document's whole spans are the shared prefix. B, filled with the document from the team
+// tier, lays it out as A does: every layer's read groups of the document are A's, and B reads
+// A's values bit for bit.
+TEST(TeamFill, FilledStoreHasThePublishersWriteOrder) {
+  TwoStores st;
+  ASSERT_TRUE(st.ok());
+  PrefixStore* a = st.a.get();
+  PrefixStore* b = st.b.get();
+  std::mt19937 rng(29);
+  const size_t n_doc = 10 * kChunk;          // the shared prefix: whole spans
+  auto seq = RandomTokens(rng, n_doc + 21);  // and a question after it
+  std::vector<std::vector<f16_t>> k, v;
+  kKV.Make(seq, 0, &k, &v);
+  std::vector<std::vector<float>> imp(kLayers, std::vector<float>(seq.size()));
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (auto& l : imp)
+    for (auto& x : l) x = u(rng);
+  std::vector<LayerKV> layers(kLayers);
+  for (int il = 0; il < kLayers; ++il)
+    layers[size_t(il)] = {k[size_t(il)].data(), v[size_t(il)].data(), imp[size_t(il)].data()};
+  ASSERT_TRUE(a->Insert(seq, 0, layers, {.shared_prefix = n_doc}).ok());
+  ASSERT_TRUE(a->WaitTeamPublished(std::chrono::seconds(20)));
+
+  const std::vector<int32_t> doc(seq.begin(), seq.begin() + std::ptrdiff_t(n_doc));
+  TeamFill f = b->FillFromTeam(doc);
+  EXPECT_TRUE(f.status.ok()) << f.status.ToString();
+  EXPECT_EQ(f.n_team, n_doc);
+  EXPECT_GT(f.bytes, 0u);
+  EXPECT_TRUE(ReadsExact(*b, kKV, doc, n_doc));
+  MatchHandle ha = a->Match(doc), hb = b->Match(doc);
+  ASSERT_EQ(ha.n_matched, n_doc);
+  ASSERT_EQ(hb.n_matched, n_doc);
+  bool reordered = false;
+  for (uint32_t g : {a->BlockGroupTokens(), 4u}) {
+    for (int il = 0; il < kLayers; ++il) {
+      auto ga = a->ReadGroups(ha, il, g), gb = b->ReadGroups(hb, il, g);
+      ASSERT_TRUE(ga.ok() && gb.ok());
+      EXPECT_EQ(*ga, *gb) << "layer " << il << ", groups of " << g;
+      for (size_t i = 1; i < ga->size(); ++i) reordered = reordered || (*ga)[i] < (*ga)[i - 1];
+    }
+  }
+  EXPECT_TRUE(reordered) << "the test's importance should reorder the document";
+  ASSERT_TRUE(a->Release(ha).ok());
+  ASSERT_TRUE(b->Release(hb).ok());
+  ASSERT_TRUE(b->CheckConsistency().ok());
 }
 
 TEST(TeamFill, SecondStoreReadsTheFirstStoresKV) {

@@ -5,6 +5,7 @@
 #include "store/team-tier.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <fstream>
 #include <random>
@@ -104,6 +105,49 @@ void ExpectRoundTrip(TeamTier* tier, const std::vector<Token>& tokens, const std
         EXPECT_EQ(std::memcmp(got->data() + r * rb, local[i].kv[l].data() + v_off + size_t(rows[r]) * rb, rb), 0);
     }
   }
+}
+
+// The write order travels in the descriptor: spans of an encode with an order carry their slice
+// of it; a descriptor without one decodes with none; a cut order is refused.
+TEST(TeamTier, DescriptorsCarryTheWriteOrder) {
+  auto server = RedisServer::Start({});
+  ASSERT_NE(server, nullptr);
+  auto tier = OpenTier(Options(server->port()));
+  ASSERT_NE(tier, nullptr);
+  const auto tokens = Tokens(2 * kSpan + 5, 3);
+  KV kv(tokens.size(), 4);
+  TeamOrder order;
+  order.slot.resize(kLayers);
+  for (uint32_t t = 0; t < tokens.size(); ++t) {
+    order.segment.push_back(t < kSpan ? 0u : uint32_t(kSpan));
+    for (uint32_t l = 0; l < kLayers; ++l) order.slot[l].push_back((t * 7 + l) % uint32_t(tokens.size()));
+  }
+  auto spans = tier->EncodeSpans(tokens, 0, kv.layers, 42, order);
+  ASSERT_TRUE(spans.ok()) << spans.status().ToString();
+  ASSERT_EQ(spans->size(), 3u);
+  for (size_t i = 0; i < spans->size(); ++i) {
+    const TeamDescriptor& d = (*spans)[i].desc;
+    const std::string bytes = EncodeTeamDescriptor(d);
+    auto back = DecodeTeamDescriptor(bytes);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->order_segment, d.order_segment);
+    EXPECT_EQ(back->order_slot, d.order_slot);
+    ASSERT_EQ(back->order_segment.size(), d.tokens.size());
+    for (uint32_t l = 0; l < kLayers; ++l)
+      EXPECT_EQ(back->order_slot[l][0], order.slot[l][i * kSpan]) << "span " << i << " layer " << l;
+    // Cut inside the order: refused (the checksum is recomputed, so only the lengths catch it).
+    std::string cut = bytes.substr(0, bytes.size() - 8 - 4);
+    const uint64_t sum = XXH3_64bits(cut.data(), cut.size());
+    cut.append(reinterpret_cast<const char*>(&sum), 8);
+    EXPECT_FALSE(DecodeTeamDescriptor(cut).ok());
+  }
+  auto plain = tier->EncodeSpans(tokens, 0, kv.layers, 42);
+  ASSERT_TRUE(plain.ok());
+  auto back = DecodeTeamDescriptor(EncodeTeamDescriptor((*plain)[0].desc));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->order_segment.empty());
+  order.slot.pop_back();
+  EXPECT_FALSE(tier->EncodeSpans(tokens, 0, kv.layers, 42, order).ok()) << "an order of too few layers";
 }
 
 TEST(TeamTier, PublishThenLookupStandalone) {
