@@ -60,9 +60,12 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
                 "the sum");
   cmd->add_option("--dense-layers", o->dense_layers, "the first N layers load every prefix token")
       ->check(CLI::Range(0, 1 << 16));
+  cmd->add_flag("--cross-layer-prefetch,!--no-cross-layer-prefetch", o->cross_layer_prefetch,
+                "IMPRESS: read a layer's likely rows (the previous layer's choice) while that layer computes");
   cmd->add_option("--probe-heads", o->probe_heads, "probe query heads per layer")->check(CLI::Range(1, 1024));
   cmd->add_option("--probe-keys", o->probe_keys,
-                  "probe keys at rest: fp16, int8 or int4 (default: as the KV); they rank tokens only")
+                  "probe keys at rest: fp16, int8 or int4 (default int4); they rank tokens only. A store's KV is "
+                  "matched only under the encoding it was written with")
       ->check(CLI::IsMember({"fp16", "int8", "int4"}));
   cmd->add_option("--sinks", o->sinks, "attention sinks always kept")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--recent", o->recent, "recent prefix tokens always kept")->check(CLI::Range(0, 1 << 20));
@@ -206,6 +209,7 @@ AskOptions AskOptionsFor(const CommonOptions& c, const GenerationDefaults& model
   o.pipeline.pool_follow = c.pool_follow;
   o.pipeline.head_max = c.head_max;
   o.pipeline.dense_layers = c.dense_layers;
+  o.pipeline.cross_layer_prefetch = c.cross_layer_prefetch;
   o.pipeline.alpha = c.alpha;
   o.pipeline.probe_heads = c.probe_heads;
   o.pipeline.sinks = c.sinks;

@@ -27,8 +27,11 @@ struct CommonOptions {
   int pool_follow = PipelineSettings{}.pool_follow;  // PipelineSettings::pool_follow, head_max and
   bool head_max = PipelineSettings{}.head_max;       // dense_layers
   int dense_layers = PipelineSettings{}.dense_layers;
+  bool cross_layer_prefetch = PipelineSettings{}.cross_layer_prefetch;
   int probe_heads = 3;
-  std::string probe_keys;  // --probe-keys: "" as the KV, else fp16 | int8 | int4 (store/kv-codec.h)
+  // --probe-keys: fp16 | int8 | int4 (store/kv-codec.h); "" as the KV. int4 by default: a quarter
+  // of fp16's bytes, and on the trained model its selections answered as fp16's did.
+  std::string probe_keys = "int4";
   int sinks = 4;
   int recent = 32;
   bool no_store = false;    // recompute everything, store nothing

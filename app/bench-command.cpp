@@ -303,8 +303,6 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                     "time only the question path's attention and probe scoring (25 new tokens, 1,925 selected, "
                     "7,700 probed) against a plain sgemm");
   pipecmd->add_flag("--probe-spread", pa->opts.settings.probe_spread, "probe heads spread over the KV groups");
-  pipecmd->add_flag("--cross-layer-prefetch", pa->opts.settings.cross_layer_prefetch,
-                    "read layer l+1's K/V at layer l's selection ahead of its probe");
   pipecmd->add_flag("--no-write-order{false}", pa->opts.settings.write_order,
                     "store the document's chunks in token order");
   pipecmd
@@ -333,7 +331,6 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     {
       PipelineSettings s = AskOptionsFor(*common).pipeline;
       s.probe_spread = opts.settings.probe_spread;
-      s.cross_layer_prefetch = opts.settings.cross_layer_prefetch;
       s.write_order = opts.settings.write_order;
       s.select_group = opts.settings.select_group;
       opts.settings = s;

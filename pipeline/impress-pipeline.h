@@ -256,9 +256,10 @@ class ImpressPipeline {
 
   // Scratch (host): one layer's per-head importance from ScoreKeys, reused by every layer.
   std::vector<float> score_scratch_;
-  std::vector<float> score_sum_;     // one layer's summed normalised importance (LayerJob::score)
-  std::vector<float> pool_scratch_;  // the layer's LayerJob::score pooled (PipelineSettings::pool)
-  SelectionScratch sel_scratch_;     // the selection's reused buffers
+  std::vector<float> score_sum_;        // one layer's summed normalised importance (LayerJob::score)
+  std::vector<float> pool_scratch_;     // the layer's LayerJob::score pooled (PipelineSettings::pool)
+  SelectionScratch sel_scratch_;        // the selection's reused buffers
+  std::vector<uint8_t> probe_records_;  // int8/int4 probe keys as stored (scored from their codes)
   // Scratch (device) for probe / all keys and the selected K/V before they land in the buffers.
   DevPtr<f16_t> keys_scratch_;
   size_t keys_scratch_rows_ = 0;

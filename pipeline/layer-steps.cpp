@@ -204,8 +204,20 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   // All keys, exactly as K: kept for LoadSelected to gather instead of reading them again.
   const bool keep_keys =
       !store_covers || (kv_heads == FirstN(c.n_head_kv) && store::ProbeEncoding(so) == so.kv_encoding);
+  // Integer-coded probe keys on a backend the host addresses: scored straight from their records.
+  const int code_bits =
+      be.HostAddressable() && store_covers && !keep_keys ? store::CodeBits(store::ProbeEncoding(so)) : 0;
   IMPRESS_RETURN_IF_ERROR(EnsureKeysScratch(size_t(n)));
-  if (be.HostAddressable() && !keep_keys) {
+  if (code_bits) {
+    probe_records_.resize(size_t(n) * store::RecordBytes(store::ProbeEncoding(so), int(kv_heads.size()), c.head_dim));
+    auto r = store_->WaitProbeRecords(*t, probe_records_.data());
+    const double ms = job.run.sw.Lap(&bd.probe_io_ms);
+    job.lr.io_wait_ms += ms;
+    bd.io_wait_ms += ms;
+    if (!r.ok()) return r.status();
+    NoteRead(job, *r);
+    job.lr.key_bytes += probe_records_.size();
+  } else if (be.HostAddressable() && !keep_keys) {
     IMPRESS_RETURN_IF_ERROR(WaitReadInto(job, *t, keys_scratch_.raw(), nullptr, &bd.probe_io_ms));
     job.lr.key_bytes += uint64_t(n) * kv_heads.size() * size_t(c.head_dim) * sizeof(f16_t);
   } else {
@@ -222,9 +234,13 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   std::vector<float>& probe_imp = score_scratch_;
   probe_imp.resize(size_t(n_probe) * n);  // ScoreKeys writes every value
   const auto t_score = PipelineClock::now();
-  IMPRESS_RETURN_IF_ERROR(
-      fwd_->ScoreKeys(job.il, PrefixKeys{.n = n, .k = DevPtr<const f16_t>(keys_scratch_.raw()), .kv_heads = kv_heads},
-                      probe_heads, probe_imp.data()));
+  IMPRESS_RETURN_IF_ERROR(fwd_->ScoreKeys(job.il,
+                                          PrefixKeys{.n = n,
+                                                     .k = DevPtr<const f16_t>(keys_scratch_.raw()),
+                                                     .kv_heads = kv_heads,
+                                                     .code_bits = code_bits,
+                                                     .codes = code_bits ? probe_records_.data() : nullptr},
+                                          probe_heads, probe_imp.data()));
   bd.probe_score_ms += ElapsedMs(t_score, PipelineClock::now());
   CombineNormalisedImportanceInto(probe_imp, n_probe, n, job.run.s.head_max, &job.score);
   SetKeepCount(job);

@@ -1,12 +1,10 @@
 #include "store/kv-codec.h"
 
+#include "base/kv-codes.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-
-#if defined(__AVX2__) && defined(__F16C__)
-#include <immintrin.h>
-#endif
 
 namespace impress::store {
 
@@ -27,8 +25,7 @@ std::optional<KVEncoding> ParseKVEncoding(const std::string& name) {
 }
 
 uint32_t RecordBytes(KVEncoding e, int n_heads, int head_dim) {
-  if (e == KVEncoding::kInt8) return uint32_t(n_heads) * (uint32_t(head_dim) + 2);
-  if (e == KVEncoding::kInt4) return uint32_t(n_heads) * ((uint32_t(head_dim) + 1) / 2 + 2);
+  if (e != KVEncoding::kF16) return uint32_t(CodedRecordBytes(CodeBits(e), n_heads, head_dim));
   return uint32_t(n_heads) * uint32_t(head_dim) * 2;
 }
 
@@ -60,15 +57,10 @@ void PutCodes(KVEncoding e, const int8_t* q, int m, int d, uint8_t* codes) {
   if (m % 2) b[m / 2] = uint8_t(q[m - 1] + 8);
 }
 
-// Bytes of one head's codes.
-size_t CodeBytes(KVEncoding e, int head_dim) {
-  return e == KVEncoding::kInt4 ? (size_t(head_dim) + 1) / 2 : size_t(head_dim);
-}
-
 void EncodeQuantized(KVEncoding e, const f16_t* row, int n_heads, int head_dim, const int* heads, uint8_t* rec) {
   const float qmax = QMax(e);
   uint8_t* codes = rec + 2 * size_t(n_heads);
-  const size_t head_code_bytes = CodeBytes(e, head_dim);
+  const size_t head_code_bytes = HeadCodeBytes(CodeBits(e), head_dim);
   float x[512];
   int8_t q[512];
   for (int j = 0; j < n_heads; ++j) {
@@ -114,77 +106,14 @@ void EncodeRecords(KVEncoding e, const f16_t* src, size_t src_stride, size_t n_t
   }
 }
 
-namespace {
-
-// Decoded values are clamped to the halves: q * s may pass the largest half (65504) when s was
-// rounded up; the input did not. (A NaN product, possible only from a NaN scale, becomes -65504
-// on every path: the vector max takes its second operand then.)
-inline float ClampToHalf(float x) {
-  x = x > -65504.0f ? x : -65504.0f;
-  return x < 65504.0f ? x : 65504.0f;
-}
-
-#if defined(__AVX2__) && defined(__F16C__)
-// Eight int8 codes (the low 8 bytes of q8) times s, clamped, to halves (F16C's nearest even, as
-// Fp32ToFp16 rounds).
-inline void Int8x8ToHalves(__m128i q8, __m256 vs, f16_t* out) {
-  __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), vs);
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-65504.0f)), _mm256_set1_ps(65504.0f));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-}
-#endif
-
-void DecodeInt8Head(const int8_t* q, float s, int head_dim, f16_t* out) {
-  int d = 0;
-#if defined(__AVX2__) && defined(__F16C__)
-  const __m256 vs = _mm256_set1_ps(s);
-  for (; d + 8 <= head_dim; d += 8)
-    Int8x8ToHalves(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + d)), vs, out + d);
-#endif
-  for (; d < head_dim; ++d) out[d] = Fp32ToFp16(ClampToHalf(float(q[d]) * s));
-}
-
-// int4: two codes per byte, the even element in the low nibble, each stored as q + 8.
-void DecodeInt4Head(const uint8_t* codes, float s, int head_dim, f16_t* out) {
-  int d = 0;
-#if defined(__AVX2__) && defined(__F16C__)
-  const __m256 vs = _mm256_set1_ps(s);
-  const __m128i low4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
-  for (; d + 16 <= head_dim; d += 16) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + d / 2));  // 16 codes
-    const __m128i lo = _mm_and_si128(b, low4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
-    const __m128i q = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), eight);  // in element order
-    Int8x8ToHalves(q, vs, out + d);
-    Int8x8ToHalves(_mm_srli_si128(q, 8), vs, out + d + 8);
-  }
-#endif
-  for (; d < head_dim; ++d) {
-    const int nib = (d % 2) ? codes[d / 2] >> 4 : codes[d / 2] & 0x0f;
-    out[d] = Fp32ToFp16(ClampToHalf(float(nib - 8) * s));
-  }
-}
-
-}  // namespace
-
 void DecodeRecord(KVEncoding e, const uint8_t* rec, int n_heads, int head_dim, f16_t* dst) {
   if (e == KVEncoding::kF16) {
     std::memcpy(dst, rec, size_t(n_heads) * size_t(head_dim) * 2);
     return;
   }
-  const uint8_t* codes = rec + 2 * size_t(n_heads);
-  const size_t head_code_bytes = CodeBytes(e, head_dim);
-  for (int j = 0; j < n_heads; ++j) {
-    f16_t s16;
-    std::memcpy(&s16, rec + 2 * size_t(j), 2);
-    const float s = Fp16ToFp32(s16);
-    const uint8_t* hc = codes + size_t(j) * head_code_bytes;
-    f16_t* out = dst + size_t(j) * size_t(head_dim);
-    if (e == KVEncoding::kInt8) {
-      DecodeInt8Head(reinterpret_cast<const int8_t*>(hc), s, head_dim, out);
-    } else {
-      DecodeInt4Head(hc, s, head_dim, out);
-    }
-  }
+  const int bits = CodeBits(e);
+  for (int j = 0; j < n_heads; ++j)
+    DecodeRecordHead(bits, rec, n_heads, head_dim, j, dst + size_t(j) * size_t(head_dim));
 }
 
 }  // namespace impress::store

@@ -29,6 +29,9 @@ enum class KVEncoding : uint16_t { kF16 = 0, kInt8 = 1, kInt4 = 2 };
 const char* KVEncodingName(KVEncoding e);  // "fp16", "int8", "int4"
 std::optional<KVEncoding> ParseKVEncoding(const std::string& name);
 
+// Bits per code of a quantized encoding (8 or 4; 0 for fp16), as base/kv-codes.h takes them.
+inline int CodeBits(KVEncoding e) { return e == KVEncoding::kInt8 ? 8 : e == KVEncoding::kInt4 ? 4 : 0; }
+
 // Bytes of one token's record of n_heads heads.
 uint32_t RecordBytes(KVEncoding e, int n_heads, int head_dim);
 

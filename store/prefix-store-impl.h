@@ -317,7 +317,8 @@ struct PrefixStore::Impl {
   Result<std::vector<uint32_t>> ReadGroups(const MatchHandle& h, int il, uint32_t group_tokens) EXCLUDES(mu);
   uint32_t BlockGroupTokens() const;
   Result<ReadResult> Wait(ReadTicket t) EXCLUDES(mu);
-  Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) EXCLUDES(mu);
+  // probe_records (probe reads only): the records as stored instead of decoded halves in k_out.
+  Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out, uint8_t* probe_records = nullptr) EXCLUDES(mu);
   Status ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,
                           std::span<const float> scores) EXCLUDES(mu);
   Result<const HandleState*> HandleLocked(const MatchHandle& h, int il) REQUIRES(mu);

@@ -324,13 +324,15 @@ Result<ReadResult> PrefixStore::Impl::Wait(ReadTicket t) {
   return out;
 }
 
-Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) {
+Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out, uint8_t* probe_records) {
   std::unique_ptr<PendingRead> pr;
   {
     MutexLock lk(&mu);
     auto it = reads.find(t);
     if (it == reads.end())
       return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
+    if (probe_records && !it->second->probe)
+      return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " is not a probe read");
     pr = std::move(it->second);
     reads.erase(it);
   }
@@ -362,8 +364,14 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
       } else {
         recs = s.img.data() + kChunkHeaderBytes;
       }
-      for (auto [row, rec] : s.rows)
-        DecodeRecord(probe_enc, recs + size_t(rec) * probe_rec_bytes, n_probe, opt.head_dim, k_out + size_t(row) * pe);
+      for (auto [row, rec] : s.rows) {
+        const uint8_t* r = recs + size_t(rec) * probe_rec_bytes;
+        if (probe_records) {
+          std::memcpy(probe_records + size_t(row) * probe_rec_bytes, r, probe_rec_bytes);
+        } else {
+          DecodeRecord(probe_enc, r, n_probe, opt.head_dim, k_out + size_t(row) * pe);
+        }
+      }
     }
   } else {
     GatherKV(*pr, k_out, v_out);

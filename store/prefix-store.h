@@ -340,6 +340,10 @@ class PrefixStore {
   // n_pos * n_head_kv * head_dim halves if wanted (probe reads: n_matched * n_probe * head_dim in
   // k_out); they may be null when not wanted.
   Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out);
+  // A probe read (SubmitProbeKeys) as its records are stored, not decoded: n_matched records of
+  // RecordBytes(ProbeEncoding(options()), probe_kv_heads.size(), head_dim) bytes into
+  // records_out, in position order (for scoring straight from int8/int4 codes).
+  Result<ReadStats> WaitProbeRecords(ReadTicket t, uint8_t* records_out);
 
   // Stores KV for tokens [start, tokens.size()) of the sequence `tokens`; layers[il] holds them.
   // Tokens the tree already has are skipped. The new chunks also enter the memory tiers while

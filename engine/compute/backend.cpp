@@ -85,7 +85,10 @@ Status CheckAttentionArgs(const AttentionArgs& a) {
 
 Status CheckScoreKeysArgs(const ScoreKeysArgs& a) {
   IMPRESS_RETURN_IF_ERROR(CheckQueryShape(a, a.n_prefix, "score keys"));
-  if (!a.q || !a.k_new || (a.n_prefix > 0 && !a.k_prefix) ||
+  if (a.code_bits != 0 && a.code_bits != 8 && a.code_bits != 4)
+    return Status::InvalidArgument("score keys: codes of " + std::to_string(a.code_bits) + " bits");
+  const bool has_prefix = a.code_bits ? a.key_codes != nullptr : bool(a.k_prefix);
+  if (!a.q || !a.k_new || (a.n_prefix > 0 && !has_prefix) ||
       (!a.query_heads.empty() && a.n_prefix > 0 && !a.importance))
     return Status::InvalidArgument("score keys: missing buffer");
   const int group = a.n_head / a.n_head_kv;

@@ -109,9 +109,17 @@ struct AttentionArgs : AttentionQuery {
 // a subset of KV heads: prefix_kv_heads[s] is the kv head stored in slot s. Every query head
 // in query_heads must use one of those kv heads. The softmax denominators include the new
 // tokens' own keys (causal), so the result equals AttentionArgs' importance for the same heads.
+//
+// The prefix keys may come as the integer codes they are stored in (base/kv-codes.h) instead of
+// fp16: key_codes (host memory) holds n_prefix records of prefix_kv_heads.size() heads with
+// code_bits 8 or 4, and k_prefix is unused. The keys are decoded block by block while they are
+// scored, to the same halves the store's decoding gives. Only backends whose HostAddressable()
+// is true take codes.
 struct ScoreKeysArgs : AttentionQuery {
   int n_prefix = 0;
   DevPtr<const f16_t> k_prefix;  // (n_prefix, prefix_kv_heads.size(), head_dim)
+  int code_bits = 0;             // 0: k_prefix; 8 or 4: key_codes
+  const uint8_t* key_codes = nullptr;
   std::span<const int> prefix_kv_heads;
   std::span<const int> query_heads;
   DevPtr<float> importance;  // (query_heads.size(), n_prefix)

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "base/kv-codes.h"
 #include "engine/compute/decode-attention.h"
 #include "engine/compute/simd-math.h"
 #include "engine/compute/thread-pool.h"
@@ -720,7 +721,15 @@ Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
   for (int s = 0; s < n_slots; ++s) {
     const int g = a.prefix_kv_heads[s];
     TileGroup grp;
-    grp.k_prefix = a.k_prefix.raw() + s * hd;
+    if (a.code_bits) {
+      grp.k_codes = a.key_codes;
+      grp.code_bits = a.code_bits;
+      grp.code_head = s;
+      grp.code_heads = n_slots;
+      grp.code_record_bytes = int64_t(CodedRecordBytes(a.code_bits, n_slots, hd));
+    } else {
+      grp.k_prefix = a.k_prefix.raw() + s * hd;
+    }
     grp.prefix_stride = int64_t(n_slots) * hd;
     grp.k_new = a.k_new.raw() + g * hd;
     grp.new_stride = int64_t(a.n_head_kv) * hd;
@@ -735,6 +744,20 @@ Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
     TileAttention(t, tile_scratch_, TileParallel());
     flops_ += 2.0 * n_q * a.n_new * n_keys * hd;
     return Status::Ok();
+  }
+  // The untiled path reads fp16 keys: codes are decoded for it first.
+  std::vector<f16_t> decoded;
+  if (a.code_bits) {
+    const size_t rec = CodedRecordBytes(a.code_bits, n_slots, hd);
+    decoded.resize(size_t(a.n_prefix) * n_slots * hd);
+    for (int j = 0; j < a.n_prefix; ++j)
+      for (int s = 0; s < n_slots; ++s)
+        DecodeRecordHead(a.code_bits, a.key_codes + size_t(j) * rec, n_slots, hd, s,
+                         decoded.data() + (size_t(j) * n_slots + s) * hd);
+    for (size_t x = 0; x < t.groups.size(); ++x) {
+      t.groups[x].k_prefix = decoded.data() + int64_t(t.groups[x].code_head) * hd;
+      t.groups[x].k_codes = nullptr;
+    }
   }
   for (const TileGroup& grp : t.groups) RunGroup(t.q, t.ldq, a.n_new, hd, a.scale, grp, a.n_prefix, nullptr, 0, false);
   return Status::Ok();

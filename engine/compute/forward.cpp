@@ -352,7 +352,8 @@ Status Forward::ScoreKeys(int il, const PrefixKeys& keys, std::span<const int> q
   if (stage_ != Stage::kQkv || il != il_)
     return Status::InvalidArgument("forward: ScoreKeys(" + std::to_string(il) +
                                    ") needs ComputeQKV of that layer first");
-  if (keys.n < 0 || (keys.n > 0 && !keys.k)) return Status::InvalidArgument("forward: ScoreKeys: bad prefix keys");
+  if (keys.n < 0 || (keys.n > 0 && !(keys.code_bits ? keys.codes != nullptr : bool(keys.k))))
+    return Status::InvalidArgument("forward: ScoreKeys: bad prefix keys");
   if (query_heads.empty() || keys.n == 0) return Status::Ok();
   if (!out) return Status::InvalidArgument("forward: ScoreKeys: no output buffer");
   const size_t need = query_heads.size() * size_t(keys.n);
@@ -361,6 +362,8 @@ Status Forward::ScoreKeys(int il, const PrefixKeys& keys, std::span<const int> q
   static_cast<AttentionQuery&>(a) = Query();
   a.n_prefix = keys.n;
   a.k_prefix = keys.k;
+  a.code_bits = keys.code_bits;
+  a.key_codes = keys.codes;
   a.prefix_kv_heads = keys.kv_heads;
   a.query_heads = query_heads;
   a.importance = imp_;

@@ -61,11 +61,15 @@ struct PrefixKV {
 };
 
 // Keys of a prefix set for some kv heads only (the probe): (n, kv_heads.size(), head_dim),
-// slot s holding kv head kv_heads[s].
+// slot s holding kv head kv_heads[s]. Or, on a backend whose memory the host addresses, the
+// records of integer codes they are stored in (code_bits 8 or 4, base/kv-codes.h), one per token
+// with kv_heads.size() heads, in host memory (ScoreKeysArgs::key_codes).
 struct PrefixKeys {
   int n = 0;
   DevPtr<const f16_t> k;
   std::span<const int> kv_heads;
+  int code_bits = 0;
+  const uint8_t* codes = nullptr;
 };
 
 // H2O importance wanted from Attend: for each query head in heads, the column sums of its

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/kv-codes.h"
 #include "engine/compute/simd-math.h"
 #include "engine/quant/key-scores.h"
 
@@ -163,11 +164,12 @@ struct TileLayout {
   }
 };
 
-// Scores of group g's rows against its keys [j0, j0 + n) (n_pre of them from the prefix), from
-// int8 codes: the block's keys quantized per channel and packed once for all the rows, the rows
-// quantized with those channel scales folded in. s has ld >= the padded width.
+// Scores of group g's rows against its keys [j0, j0 + n) (n_pre of them from the prefix, at pre
+// with stride pre_stride), from int8 codes: the block's keys quantized per channel and packed once
+// for all the rows, the rows quantized with those channel scales folded in. s has ld >= the
+// padded width.
 void Int8BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, int max_rows, int j0, int n, int n_pre,
-                     float* s, int ld) {
+                     const f16_t* pre, int64_t pre_stride, float* s, int ld) {
   const TileGroup& grp = a.groups[size_t(g)];
   const int hd = a.head_dim, rows = int(grp.heads.size()) * a.n_new;
   const quant::KernelPath path = *a.int8_scores;
@@ -180,16 +182,15 @@ void Int8BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, i
   k_sum.resize(size_t(n_pad));
   for (int c = 0; c < hd / 4; ++c) std::memset(codes.data() + (int64_t(c) * n_pad + n) * 4, 0, size_t(n_pad - n) * 4);
   std::fill(k_sum.begin() + n, k_sum.end(), 0);
-  const f16_t* pre = grp.k_prefix + int64_t(j0) * grp.prefix_stride;
   const f16_t* fresh = grp.k_new + int64_t(j0 + n_pre - a.n_prefix) * grp.new_stride;
   amax.assign(size_t(hd), 0.0f);
-  if (n_pre > 0) quant::KeyChannelAbsMax(path, pre, grp.prefix_stride, n_pre, hd, amax.data());
+  if (n_pre > 0) quant::KeyChannelAbsMax(path, pre, pre_stride, n_pre, hd, amax.data());
   if (n > n_pre) quant::KeyChannelAbsMax(path, fresh, grp.new_stride, n - n_pre, hd, amax.data());
   ch_scale.resize(size_t(hd));
   ch_inv.resize(size_t(hd));
   quant::KeyChannelScales(amax.data(), hd, ch_scale.data(), ch_inv.data());
   if (n_pre > 0)
-    quant::PackKeysInt8(path, pre, grp.prefix_stride, n_pre, hd, ch_inv.data(), codes.data(), n_pad, 0, k_sum.data());
+    quant::PackKeysInt8(path, pre, pre_stride, n_pre, hd, ch_inv.data(), codes.data(), n_pad, 0, k_sum.data());
   if (n > n_pre)
     quant::PackKeysInt8(path, fresh, grp.new_stride, n - n_pre, hd, ch_inv.data(), codes.data(), n_pad, n_pre,
                         k_sum.data() + n_pre);
@@ -217,11 +218,22 @@ void TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
   auto run_ptr = [&](const f16_t* prefix, const f16_t* fresh, bool first) {
     return first ? prefix + int64_t(j0) * grp.prefix_stride : fresh + int64_t(j0 + n_pre - a.n_prefix) * grp.new_stride;
   };
+  // The block's prefix keys: in place, or decoded from their codes into a buffer that stays in L2.
+  const f16_t* k_pre = n_pre > 0 && !grp.k_codes ? run_ptr(grp.k_prefix, grp.k_new, true) : nullptr;
+  int64_t k_pre_stride = grp.prefix_stride;
+  if (n_pre > 0 && grp.k_codes) {
+    thread_local std::vector<f16_t> decoded;
+    decoded.resize(size_t(n_pre) * hd);
+    const uint8_t* rec = grp.k_codes + int64_t(j0) * grp.code_record_bytes;
+    for (int j = 0; j < n_pre; ++j, rec += grp.code_record_bytes)
+      DecodeRecordHead(grp.code_bits, rec, grp.code_heads, hd, grp.code_head, decoded.data() + size_t(j) * hd);
+    k_pre = decoded.data();
+    k_pre_stride = hd;
+  }
   if (a.int8_scores && !a.out) {
-    Int8BlockScores(a, sc, g, L.rows, j0, n, n_pre, s.data(), ldk);
+    Int8BlockScores(a, sc, g, L.rows, j0, n, n_pre, k_pre, k_pre_stride, s.data(), ldk);
   } else {
-    if (n_pre > 0)
-      TransposeKeysF32(run_ptr(grp.k_prefix, grp.k_new, true), grp.prefix_stride, n_pre, hd, kt.data(), ldk);
+    if (n_pre > 0) TransposeKeysF32(k_pre, k_pre_stride, n_pre, hd, kt.data(), ldk);
     if (n > n_pre)
       TransposeKeysF32(run_ptr(grp.k_prefix, grp.k_new, false), grp.new_stride, n - n_pre, hd, kt.data() + n_pre, ldk);
     for (int c = 0; c < hd; ++c) std::fill(kt.data() + int64_t(c) * ldk + n, kt.data() + int64_t(c) * ldk + n16, 0.0f);

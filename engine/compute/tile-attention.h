@@ -58,6 +58,12 @@ struct TileGroup {
   const f16_t* v_new = nullptr;
   int64_t new_stride = 0;
   std::vector<TileHead> heads;
+  // Scores only: the prefix keys as integer codes instead of k_prefix (base/kv-codes.h): key j is
+  // head code_head of the record at k_codes + j * code_record_bytes (records of code_heads heads,
+  // code_bits 8 or 4), decoded one block at a time to the halves the store's decoding gives.
+  const uint8_t* k_codes = nullptr;
+  int code_bits = 0, code_head = 0, code_heads = 0;
+  int64_t code_record_bytes = 0;
 };
 
 // The attention of backend.h (AttentionArgs: all prefix keys visible, causal among the new

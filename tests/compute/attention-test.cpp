@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <numeric>
 #include <random>
@@ -240,6 +241,88 @@ TEST_P(AttentionTest, ScoreKeysEqualsAttentionImportance) {
   const std::vector<float> imp = ScoreProbe(*be, d, p);
   ASSERT_EQ(imp.size(), full.imp.size());
   for (size_t i = 0; i < imp.size(); ++i) ASSERT_NEAR(imp[i], full.imp[i], 1e-6 + 1e-5 * std::abs(full.imp[i])) << i;
+}
+
+// Probe keys scored straight from the int8/int4 records they are stored in (ScoreKeysArgs::
+// key_codes) give the importance of scoring the keys those records decode to, bit for bit: on
+// the tiled path, on the per-head sgemm path and with int8 scores. The records are random codes
+// and scales; the decoding here is the format's definition, written out element by element.
+std::vector<uint8_t> RandomRecords(int bits, int n, int n_slots, int hd, std::mt19937& rng) {
+  const size_t code_bytes = bits == 4 ? size_t(hd + 1) / 2 : size_t(hd);
+  const size_t rec = size_t(n_slots) * (2 + code_bytes);
+  std::vector<uint8_t> out(size_t(n) * rec);
+  std::uniform_real_distribution<float> scale(0.0f, bits == 4 ? 0.3f : 0.02f);
+  std::uniform_int_distribution<int> byte(0, 255), code8(-127, 127);
+  for (int t = 0; t < n; ++t) {
+    uint8_t* r = out.data() + size_t(t) * rec;
+    for (int s = 0; s < n_slots; ++s) {
+      const f16_t h = Fp32ToFp16(scale(rng));
+      std::memcpy(r + 2 * s, &h, 2);
+      uint8_t* codes = r + 2 * n_slots + size_t(s) * code_bytes;
+      for (size_t x = 0; x < code_bytes; ++x) codes[x] = uint8_t(bits == 4 ? byte(rng) : uint8_t(int8_t(code8(rng))));
+    }
+  }
+  return out;
+}
+
+std::vector<f16_t> DecodeRecordsByDefinition(int bits, const std::vector<uint8_t>& recs, int n, int n_slots, int hd) {
+  const size_t code_bytes = bits == 4 ? size_t(hd + 1) / 2 : size_t(hd);
+  const size_t rec = size_t(n_slots) * (2 + code_bytes);
+  std::vector<f16_t> out(size_t(n) * n_slots * hd);
+  for (int t = 0; t < n; ++t)
+    for (int s = 0; s < n_slots; ++s) {
+      const uint8_t* r = recs.data() + size_t(t) * rec;
+      f16_t h;
+      std::memcpy(&h, r + 2 * s, 2);
+      const float scale = Fp16ToFp32(h);
+      const uint8_t* codes = r + 2 * n_slots + size_t(s) * code_bytes;
+      for (int x = 0; x < hd; ++x) {
+        const int q = bits == 4 ? ((x % 2 ? codes[x / 2] >> 4 : codes[x / 2] & 0x0f) - 8) : int(int8_t(codes[x]));
+        const float v = std::clamp(float(q) * scale, -65504.0f, 65504.0f);
+        out[(size_t(t) * n_slots + s) * hd + x] = Fp32ToFp16(v);
+      }
+    }
+  return out;
+}
+
+TEST_P(AttentionTest, ScoreKeysFromCodesEqualsScoringTheDecodedKeys) {
+  const Case c = GetParam();
+  if (c.n_ctx == 0) return;  // no prefix: nothing to score
+  const Data d = MakeData(c, 13);
+  const ProbeHeads p = ProbeHeadsFor(c);
+  const int n_slots = int(p.kv_heads.size());
+  std::mt19937 rng(17);
+  for (int bits : {8, 4}) {
+    const std::vector<uint8_t> recs = RandomRecords(bits, c.n_ctx, n_slots, c.head_dim, rng);
+    const std::vector<f16_t> keys = DecodeRecordsByDefinition(bits, recs, c.n_ctx, n_slots, c.head_dim);
+    for (const CpuBackendOptions& o :
+         {CpuBackendOptions{.n_threads = 2, .int8_key_scores = false},
+          CpuBackendOptions{.n_threads = 2, .tile_attention = false},
+          CpuBackendOptions{.n_threads = 2, .key_score_path = quant::KernelPath::kScalar}}) {
+      auto be = MakeCpuBackend(o);
+      auto score = [&](bool from_codes) {
+        std::vector<float> imp(p.q_heads.size() * c.n_ctx, -1.0f);
+        ScoreKeysArgs a;
+        static_cast<AttentionQuery&>(a) = HostQuery(d);
+        a.n_prefix = c.n_ctx;
+        if (from_codes) {
+          a.code_bits = bits;
+          a.key_codes = recs.data();
+        } else {
+          a.k_prefix = DevPtr<const f16_t>(keys.data());
+        }
+        a.prefix_kv_heads = p.kv_heads;
+        a.query_heads = p.q_heads;
+        a.importance = DevPtr<float>(imp.data());
+        const Status st = be->ScoreKeys(a);
+        EXPECT_TRUE(st.ok()) << st.ToString();
+        return imp;
+      };
+      const std::vector<float> want = score(false), got = score(true);
+      ASSERT_EQ(got, want) << bits << "-bit codes on " << be->Name();
+      ASSERT_TRUE(std::all_of(got.begin(), got.end(), [](float x) { return x >= 0; }));
+    }
+  }
 }
 
 // Int8 scores (engine/quant/key-scores.h) through the whole op: the scalar reference and the

@@ -413,5 +413,55 @@ TEST(CompactKV, Int4ProbeKeysBesideFp16KV) {
   std::filesystem::remove_all(dir);
 }
 
+// WaitProbeRecords hands out the probe keys as stored: each record decodes to what Wait gives for
+// the same read, whether it came from the SSD or from a memory tier; a KV ticket is refused and
+// stays good for Wait.
+TEST(CompactKV, ProbeRecordsAreWhatWaitDecodes) {
+  for (KVEncoding pe : {KVEncoding::kInt8, KVEncoding::kInt4}) {
+    const std::string dir = TempDir("probe-records");
+    std::mt19937 rng(15);
+    const SyntheticKV kv{kLayers, kHeads, kDim};
+    const std::vector<int32_t> t = RandomTokens(rng, 300);
+    PrefixStoreOptions o = Options(dir, KVEncoding::kF16);
+    o.probe_encoding = pe;
+    auto s = OpenOrDie(o);
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+    const int n_probe = int(s->options().probe_kv_heads.size());
+    const size_t rec = RecordBytes(pe, n_probe, kDim);
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass reads what the first admitted
+      MatchHandle h = s->Match(t);
+      ASSERT_EQ(h.n_matched, t.size());
+      for (int il = 0; il < kLayers; ++il) {
+        auto a = s->SubmitProbeKeys(h, il);
+        auto b = s->SubmitProbeKeys(h, il);
+        ASSERT_TRUE(a.ok() && b.ok());
+        auto decoded = s->Wait(*a);
+        ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+        std::vector<uint8_t> recs(t.size() * rec);
+        auto raw = s->WaitProbeRecords(*b, recs.data());
+        ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+        std::vector<f16_t> row(size_t(n_probe) * kDim);
+        for (size_t i = 0; i < t.size(); ++i) {
+          DecodeRecord(pe, recs.data() + i * rec, n_probe, kDim, row.data());
+          ASSERT_EQ(0, std::memcmp(row.data(), decoded->k.data() + i * row.size(), row.size() * 2))
+              << KVEncodingName(pe) << " pass " << pass << " layer " << il << " token " << i;
+        }
+      }
+      std::vector<uint32_t> pos{0, 5, 9};
+      auto kt = s->SubmitReadKV(h, 0, pos, true, true);
+      ASSERT_TRUE(kt.ok());
+      std::vector<uint8_t> sink(t.size() * rec);
+      EXPECT_EQ(s->WaitProbeRecords(*kt, sink.data()).status().code(), Status::Code::kInvalidArgument);
+      EXPECT_TRUE(s->Wait(*kt).ok()) << "the refused ticket is still the caller's";
+      ASSERT_TRUE(s->Release(h).ok());
+      (void)s->Stats();  // waits for the admissions of the first pass
+    }
+    EXPECT_TRUE(s->CheckConsistency().ok());
+    s.reset();
+    std::filesystem::remove_all(dir);
+  }
+}
+
 }  // namespace
 }  // namespace impress::store

@@ -475,6 +475,7 @@ Status CudaBackend::ScoreKeys(const ScoreKeysArgs& a) {
   if (!Enter()) return status_;
   const int n_q = int(a.query_heads.size());
   if (n_q == 0 || a.n_prefix == 0) return Status::Ok();
+  if (a.code_bits) return Status::Unsupported("cuda backend: key scoring from integer codes (upload fp16 keys)");
   if (a.head_dim > cuda::kMaxHeadDim)
     return Status::Unsupported(
         fmt::format("cuda backend: key scoring with head_dim {} (at most {})", a.head_dim, cuda::kMaxHeadDim));
