@@ -41,6 +41,7 @@
 #include "engine/runtime/model-context.h"
 #include "pipeline/report.h"
 #include "pipeline/selection.h"  // the selection math the settings tune (threshold, keep ratio)
+#include "pipeline/system-policy.h"
 #include "store/prefix-store.h"
 
 namespace impress {
@@ -202,11 +203,12 @@ class ImpressPipeline {
 
   // layer-steps.cpp: identify and load the prefix KV of one layer (docs/design.md section 3).
   Status PrefetchLayer(Run& run, int il);          // reads that do not depend on the layer's queries
-  Status SelectLayer(Run& run, int il);            // dispatch on the system, then RecordSelection
+  Status SelectLayer(Run& run, int il);            // the system's LayerSelection, then RecordSelection
   Status LoadFullLayer(LayerJob& job);             // AS-like: all K/V of the prefix
   Status SelectByProbe(LayerJob& job);             // IMPRESS: probe, then selective load or fallback
   Result<ProbeVerdict> ProbeLayer(LayerJob& job);  // probe keys, probe heads scored, verdict
   Status SelectByAllHeads(LayerJob& job);          // fallback and AS+H2O: all keys, all heads scored
+  Status SelectByPolicy(LayerJob& job);            // positions the system's policy chooses, then their K/V
   // Reads K/V of job.selected into the layer's buffers; `keys` (all keys of the layer, token-major)
   // when the fallback already has them, so only values are read.
   Status LoadSelected(LayerJob& job, const std::vector<f16_t>* keys);
