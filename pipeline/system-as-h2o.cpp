@@ -9,14 +9,14 @@ namespace {
 
 std::unique_ptr<SystemPolicy> MakeAsH2o(const char* name, const char* display, store::PolicyKind cache,
                                         const char* cache_name) {
-  return std::make_unique<SystemPolicy>(
-      SystemTraits{.name = name,
-                   .display = display,
-                   .description = std::string("all keys, every head scored (H2O), the chosen tokens' values; ") +
-                                  cache_name + " caching",
-                   .selection = LayerSelection::kAllHeads,
-                   .cache = cache,
-                   .reorders = false});
+  return std::make_unique<SystemPolicy>(SystemTraits{
+      .name = name,
+      .display = display,
+      .description =
+          std::string("all keys, every head scored (H2O), the chosen tokens' values; ") + cache_name + " caching",
+      .selection = LayerSelection::kAllHeads,
+      .cache = cache,
+      .reorders = false});
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 
 namespace impress {
 
-// The factories of the built-in systems, in the order of their ids (SystemKind).
 std::unique_ptr<SystemPolicy> MakeRecompSystem();        // system-recomp.cpp
 std::unique_ptr<SystemPolicy> MakeAsLikeSystem();        // system-as-like.cpp
 std::unique_ptr<SystemPolicy> MakeAsH2oLruSystem();      // system-as-h2o.cpp
@@ -21,12 +20,22 @@ std::unique_ptr<SystemPolicy> MakeImpressSystem();       // system-impress.cpp
 
 namespace {
 
+// The built-in systems, in the order of their ids (SystemKind); a new one goes last.
+using SystemFactory = std::unique_ptr<SystemPolicy> (*)();
+const SystemFactory kBuiltInSystems[] = {
+    MakeRecompSystem,        // recomp
+    MakeAsLikeSystem,        // as
+    MakeAsH2oLruSystem,      // as-h2o-lru
+    MakeAsH2oLfuSystem,      // as-h2o-lfu
+    MakeImpressItfSystem,    // impress-itf
+    MakeImpressItfRoSystem,  // impress-itf-ro
+    MakeImpressSystem,       // impress
+};
+
 class Registry {
  public:
   Registry() {
-    for (auto make : {MakeRecompSystem, MakeAsLikeSystem, MakeAsH2oLruSystem, MakeAsH2oLfuSystem,
-                      MakeImpressItfSystem, MakeImpressItfRoSystem, MakeImpressSystem})
-      systems_.push_back(make());
+    for (SystemFactory make : kBuiltInSystems) systems_.push_back(make());
   }
 
   const SystemPolicy& Get(SystemKind id) {

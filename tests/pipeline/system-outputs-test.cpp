@@ -32,13 +32,10 @@
 #include "engine/quant/quant-kernels.h"
 #include "pipeline/impress-pipeline.h"
 #include "pipeline/system-policy.h"
-#include "tests/support/default-model.h"
-#include "tests/support/shared-model.h"
+#include "tests/support/model-store-test.h"
 
 namespace impress {
 namespace {
-
-using ::impress::test_support::DefaultModel;
 
 struct Case {
   std::string name;    // the line's key in the recorded file
@@ -114,21 +111,7 @@ std::map<std::string, std::string> Fields(const std::string& line) {
   return f;
 }
 
-class SystemOutputs : public ::testing::Test {
- protected:
-  void SetUp() override {
-    Status load_status;
-    ctx_ = test_support::SharedDefaultModel(&load_status);
-    ASSERT_TRUE(load_status.ok()) << load_status.ToString();
-    if (!ctx_) GTEST_SKIP() << "default model not found: " << DefaultModel();
-    dir_ = std::filesystem::temp_directory_path() / ("impress-system-outputs-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  ModelContext* ctx_ = nullptr;
-  std::filesystem::path dir_;
-};
+class SystemOutputs : public test_support::ModelStoreTest {};
 
 TEST_F(SystemOutputs, EverySystemReproducesItsRecordedFirstTokenAndReads) {
   const ModelConfig& c = ctx_->config();
@@ -139,20 +122,10 @@ TEST_F(SystemOutputs, EverySystemReproducesItsRecordedFirstTokenAndReads) {
   auto st = store::PrefixStore::Open(o);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   ImpressPipeline pipe(*ctx_, st->get());
-  auto doc = LoadDocument(std::string(IMPRESS_SOURCE_DIR) + "/assets/docs/gpl-3.0.txt");
-  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
-  doc->text.resize(5000);
-  Conversation conv;
-  conv.AddDocument(std::move(*doc));
-  const PromptTokens p = conv.Build("Who may copy this license document?", ctx_->tokenizer(), ctx_->chat_template());
+  PromptTokens p;
+  StoreGplPrompt(pipe, 5000, "Who may copy this license document?", &p);
+  ASSERT_FALSE(HasFatalFailure());
   std::vector<float> logits;
-  {
-    PipelineSettings s;
-    ASSERT_TRUE(ParseSystem("recomp", &s.system));
-    ASSERT_TRUE(pipe.Prefill({p.tokens, p.n_prefix}, s, 0, &logits).ok());
-    pipe.StoreAsync(size_t(p.n_prefix));
-    ASSERT_TRUE(pipe.WaitForStore().ok());
-  }
 
   const std::string path = quant::KernelPathName(quant::ActiveKernelPath());
   std::vector<std::string> lines = {"kernel_path " + path};

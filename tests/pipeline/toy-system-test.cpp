@@ -5,32 +5,29 @@
 // equals AS-like's bit for bit (the same K/V in the same order). Also the registry itself: the
 // built-in ids and names, the parts each built-in system is made of, refused registrations.
 #include <gtest/gtest.h>
-#include <unistd.h>
+#include <algorithm>
 
-#include <filesystem>
-
-#include "chat/conversation.h"
-#include "chat/document.h"
 #include "pipeline/impress-pipeline.h"
 #include "pipeline/system-policy.h"
-#include "tests/support/default-model.h"
-#include "tests/support/shared-model.h"
+#include "tests/support/model-store-test.h"
 
 namespace impress {
 namespace {
 
-using ::impress::test_support::DefaultModel;
+// A system that chooses positions itself, with LRU caching and no reorder.
+SystemTraits PositionsTraits(const char* name, const char* description) {
+  return SystemTraits{.name = name,
+                      .display = name,
+                      .description = description,
+                      .selection = LayerSelection::kPositions,
+                      .cache = store::PolicyKind::kLru,
+                      .reorders = false};
+}
 
 // The first ceil(k / 2) and the last floor(k / 2) prefix tokens.
 class EdgesSystem : public SystemPolicy {
  public:
-  EdgesSystem()
-      : SystemPolicy(SystemTraits{.name = "edges",
-                                  .display = "Edges",
-                                  .description = "the first and the last tokens of the prefix, k in all",
-                                  .selection = LayerSelection::kPositions,
-                                  .cache = store::PolicyKind::kLru,
-                                  .reorders = false}) {}
+  EdgesSystem() : SystemPolicy(PositionsTraits("edges", "the first and the last tokens of the prefix, k in all")) {}
 
   Status ChoosePositions(int, int n, int k, const PipelineSettings&, std::vector<uint32_t>* out) const override {
     out->clear();
@@ -44,13 +41,7 @@ class EdgesSystem : public SystemPolicy {
 // Chooses positions in the wrong order: the pipeline must refuse them.
 class BackwardsSystem : public SystemPolicy {
  public:
-  BackwardsSystem()
-      : SystemPolicy(SystemTraits{.name = "backwards",
-                                  .display = "Backwards",
-                                  .description = "an invalid choice",
-                                  .selection = LayerSelection::kPositions,
-                                  .cache = store::PolicyKind::kLru,
-                                  .reorders = false}) {}
+  BackwardsSystem() : SystemPolicy(PositionsTraits("backwards", "an invalid choice")) {}
 
   Status ChoosePositions(int, int n, int, const PipelineSettings&, std::vector<uint32_t>* out) const override {
     *out = {uint32_t(n - 1), 0u};
@@ -65,7 +56,8 @@ SystemKind Registered(std::unique_ptr<SystemPolicy> (*make)()) {
 }
 
 SystemKind EdgesId() {
-  static const SystemKind id = Registered([]() -> std::unique_ptr<SystemPolicy> { return std::make_unique<EdgesSystem>(); });
+  static const SystemKind id =
+      Registered([]() -> std::unique_ptr<SystemPolicy> { return std::make_unique<EdgesSystem>(); });
   return id;
 }
 
@@ -77,8 +69,8 @@ SystemKind BackwardsId() {
 
 TEST(SystemRegistry, BuiltInIdsNameTheirSystems) {
   const std::pair<SystemKind, const char*> named[] = {
-      {SystemKind::kRecomp, "recomp"},         {SystemKind::kAsLike, "as"},
-      {SystemKind::kAsH2oLru, "as-h2o-lru"},   {SystemKind::kAsH2oLfu, "as-h2o-lfu"},
+      {SystemKind::kRecomp, "recomp"},          {SystemKind::kAsLike, "as"},
+      {SystemKind::kAsH2oLru, "as-h2o-lru"},    {SystemKind::kAsH2oLfu, "as-h2o-lfu"},
       {SystemKind::kImpressItf, "impress-itf"}, {SystemKind::kImpressItfRo, "impress-itf-ro"},
       {SystemKind::kImpress, "impress"}};
   for (const auto& [id, name] : named) {
@@ -142,15 +134,11 @@ TEST(SystemRegistry, ARegisteredSystemIsNamedAndParsedLikeTheBuiltIns) {
   EXPECT_FALSE(RegisterSystem(nullptr).ok());
 }
 
-class ToySystem : public ::testing::Test {
+class ToySystem : public test_support::ModelStoreTest {
  protected:
   void SetUp() override {
-    Status load_status;
-    ctx_ = test_support::SharedDefaultModel(&load_status);
-    ASSERT_TRUE(load_status.ok()) << load_status.ToString();
-    if (!ctx_) GTEST_SKIP() << "default model not found: " << DefaultModel();
-    dir_ = std::filesystem::temp_directory_path() / ("impress-toy-system-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
+    ModelStoreTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     store::PrefixStoreOptions o = StoreOptionsFor(ctx_->config(), 3);
     o.dir = dir_.string();
     o.reorder_interval = std::chrono::milliseconds(0);
@@ -158,27 +146,14 @@ class ToySystem : public ::testing::Test {
     ASSERT_TRUE(st.ok()) << st.status().ToString();
     store_ = std::move(*st);
     pipe_ = std::make_unique<ImpressPipeline>(*ctx_, store_.get());
-    auto doc = LoadDocument(std::string(IMPRESS_SOURCE_DIR) + "/assets/docs/gpl-3.0.txt");
-    ASSERT_TRUE(doc.ok()) << doc.status().ToString();
-    doc->text.resize(3000);
-    Conversation conv;
-    conv.AddDocument(std::move(*doc));
-    prompt_ = conv.Build("What is this document?", ctx_->tokenizer(), ctx_->chat_template());
-    PipelineSettings s;
-    s.system = SystemKind::kRecomp;
-    std::vector<float> logits;
-    ASSERT_TRUE(pipe_->Prefill({prompt_.tokens, prompt_.n_prefix}, s, 0, &logits).ok());
-    pipe_->StoreAsync(size_t(prompt_.n_prefix));
-    ASSERT_TRUE(pipe_->WaitForStore().ok());
+    StoreGplPrompt(*pipe_, 3000, "What is this document?", &prompt_);
   }
   void TearDown() override {
     pipe_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
+    ModelStoreTest::TearDown();
   }
 
-  ModelContext* ctx_ = nullptr;
-  std::filesystem::path dir_;
   std::unique_ptr<store::PrefixStore> store_;
   std::unique_ptr<ImpressPipeline> pipe_;
   PromptTokens prompt_;
