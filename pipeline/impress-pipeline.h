@@ -11,6 +11,8 @@
 //   AS+H2O (LRU/LFU): always the fallback path (all keys, all heads).
 //   AS-like: read all K/V of R (next layer prefetched).
 //   ReComp: no reuse.
+// Which of these a layer runs is the request's system's policy (SystemPolicy::SelectionFor,
+// pipeline/system-policy.h); so is the tiers' cache policy while it serves.
 // Attention sinks and a recent window of R are always kept and count toward k. New tokens
 // (the unmatched part of P, then Q) are numbered from len(R); reused tokens keep their positions.
 // After the first token, Decode() continues over the same per-layer KV (selected R + new
