@@ -2,6 +2,7 @@
 
 #include "app/progress-bar.h"
 #include "chat/model-library.h"
+#include "pipeline/system-policy.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -34,8 +35,9 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
           "PATH|NAME"));
   cmd->add_option("--store", o->store_dir, "KV store directory (default: $XDG_DATA_HOME/impress/store)");
   cmd->add_option("--threads", o->threads, "compute threads")->check(CLI::Range(1, 256));
-  cmd->add_option("--system", o->system, "recomp|as|as-h2o-lru|as-h2o-lfu|impress")
-      ->check(CLI::IsMember({"recomp", "as", "as-h2o-lru", "as-h2o-lfu", "impress", "impress-itf", "impress-itf-ro"}));
+  std::vector<std::string> systems;
+  for (SystemKind k : AllSystems()) systems.push_back(SystemName(k));
+  cmd->add_option("--system", o->system, "serving system: " + SystemNames("|"))->check(CLI::IsMember(systems));
   cmd->add_option("--alpha", o->alpha, "IMPRESS similarity threshold exponent (0..2)")->check(CLI::Range(0.0, 8.0));
   cmd->add_option("--keep", o->keep, "keep ratio of prefix tokens (0..1]")->check(CLI::Range(0.001, 1.0));
   cmd->add_option("--keep-mass", o->keep_mass,

@@ -15,7 +15,7 @@ struct CommonOptions {
   std::string model;      // GGUF file or Hugging Face folder (a known name resolved at parse); empty = the default
   std::string store_dir;  // KV store directory; empty = $XDG_DATA_HOME/impress/store
   int threads = 2;
-  std::string system = "impress";  // recomp|as|as-h2o-lru|as-h2o-lfu|impress
+  std::string system = "impress";  // a system's name in the registry (pipeline/system-policy.h)
   float alpha = 0.6f;
   float keep = 0.25f;
   // Keep by attention mass (PipelineSettings::keep_mass, keep_min, keep_max); mass 0: the fixed keep.

@@ -23,6 +23,7 @@
 #include "bench/workload-bench.h"
 #include "chat/document.h"
 #include "engine/runtime/model-context.h"
+#include "pipeline/system-policy.h"
 
 namespace impress::app {
 namespace {
@@ -321,7 +322,8 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
       ->check(CLI::Range(0.0, 10.0));
   cmd->add_option("--host-fraction", wa->opts.host_fraction, "host tier as a share of the documents' KV")
       ->check(CLI::Range(0.0, 10.0));
-  cmd->add_option("--systems", wa->systems, "systems to run (default: all)")->delimiter(',');
+  cmd->add_option("--systems", wa->systems, "systems to run, of " + SystemNames(",") + " (default: all)")
+      ->delimiter(',');
   cmd->add_option("--recomp-requests", wa->opts.recomp_requests, "requests ReComp serves (it recomputes everything)")
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--reorder-every", wa->opts.reorder_every, "requests between reorders (the +RO systems)")
@@ -371,7 +373,9 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     o.questions = std::move(*questions);
     for (const std::string& name : wa->systems) {
       SystemKind k;
-      if (!ParseSystem(name, &k)) return fail(Status::InvalidArgument("unknown system " + name));
+      if (!ParseSystem(name, &k)) {
+        return fail(Status::InvalidArgument("unknown system " + name + " (systems: " + SystemNames(", ") + ")"));
+      }
       o.systems.push_back(k);
     }
     if (wa->facts != "none") {

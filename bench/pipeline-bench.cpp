@@ -16,6 +16,7 @@
 #include "engine/compute/cpu-backend.h"
 #include "engine/model/model-loader.h"
 #include "pipeline/impress-pipeline.h"
+#include "pipeline/system-policy.h"
 
 namespace impress {
 
@@ -229,7 +230,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   auto settings_for = [&](SystemKind sys) {
     PipelineSettings ps = o.settings;
     ps.system = sys;
-    ps.report_importance = sys == SystemKind::kImpress;  // reorder follows IMPRESS's verdicts
+    ps.report_importance = System(sys).traits().reorders;  // reorder follows the verdicts of those that reorder
     return ps;
   };
   auto run = [&](ImpressPipeline& p, size_t q, const PipelineSettings& ps) -> Result<RequestReport> {

@@ -14,6 +14,7 @@
 
 #include "chat/conversation.h"
 #include "pipeline/impress-pipeline.h"
+#include "pipeline/system-policy.h"
 #include "store/kv-codec.h"
 
 namespace impress {
@@ -21,15 +22,6 @@ namespace impress {
 namespace fs = std::filesystem;
 
 namespace {
-
-const std::vector<SystemKind>& AllSystems() {
-  static const std::vector<SystemKind> all = {SystemKind::kRecomp,   SystemKind::kAsLike,     SystemKind::kAsH2oLru,
-                                              SystemKind::kAsH2oLfu, SystemKind::kImpressItf, SystemKind::kImpressItfRo,
-                                              SystemKind::kImpress};
-  return all;
-}
-
-bool Reorders(SystemKind s) { return s == SystemKind::kImpressItfRo || s == SystemKind::kImpress; }
 
 int32_t Argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
@@ -368,14 +360,15 @@ Result<WorkloadSystemResult> RunSystem(ModelContext& ctx, const RunSpec& r, cons
   out.system = SystemName(r.system);
   out.sweep_value = r.sweep_value;
   const int n_all = int(w.requests.size());
-  const int n = r.system == SystemKind::kRecomp ? std::min(o.recomp_requests, n_all) : n_all;
+  const SystemPolicy& policy = System(r.system);
+  const int n = policy.reuses() ? n_all : std::min(o.recomp_requests, n_all);
   std::vector<float> logits;
   for (int i = 0; i < n; ++i) {
     const PromptTokens& p = w.requests[size_t(i)];
     IMPRESS_ASSIGN_OR_RETURN(RequestReport rep, pipe.Prefill({p.tokens, p.n_prefix}, r.settings, 0, &logits));
     IMPRESS_RETURN_IF_ERROR(pipe.ReleaseMatch());
     out.requests.push_back(FromReport(rep, result.requests[size_t(i)], Argmax(logits), probe_row_bytes));
-    if (Reorders(r.system) && o.reorder_every > 0 && (i + 1) % o.reorder_every == 0) {
+    if (policy.traits().reorders && o.reorder_every > 0 && (i + 1) % o.reorder_every == 0) {
       IMPRESS_RETURN_IF_ERROR(st->ReorderNow().status());
     }
     if (!ReportProgress(o.progress, ++*step, total, out.system)) return Status::Cancelled("cancelled");
@@ -468,7 +461,10 @@ Result<std::vector<RunSpec>> PlanRuns(const WorkloadBenchOptions& o) {
     }
     return runs;
   }
-  auto rank = [](SystemKind s) { return s == SystemKind::kAsLike ? 0 : s == SystemKind::kRecomp ? 1 : 2; };
+  auto rank = [](SystemKind s) {
+    const SystemPolicy& p = System(s);
+    return p.loads_whole_layers() ? 0 : !p.reuses() ? 1 : 2;
+  };
   std::stable_sort(systems.begin(), systems.end(), [&](SystemKind a, SystemKind b) { return rank(a) < rank(b); });
   for (SystemKind s : systems) runs.push_back(BaseRun(s, o));
   return runs;

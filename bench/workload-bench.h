@@ -59,7 +59,7 @@ struct WorkloadBenchOptions {
   // encoding: int8 K/V is about half the fp16 bytes, and so are the budgets).
   double device_fraction = 0.10;
   double host_fraction = 0.30;
-  std::vector<SystemKind> systems;  // empty: all, in the order above (a sweep: the first one)
+  std::vector<SystemKind> systems;  // empty: every system of the registry, in its order (a sweep: the first one)
   int recomp_requests = 8;
   int reorder_every = 10;
   int chunk_tokens = 0;       // the store's chunk (C; 0: the model's, ChunkTokensFor)

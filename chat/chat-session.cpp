@@ -1,4 +1,5 @@
 #include "chat/chat-session.h"
+#include "pipeline/system-policy.h"
 
 #include <spdlog/spdlog.h>
 
@@ -53,7 +54,7 @@ Result<ChatAnswer> ChatSession::AskPrompt(const PromptTokens& prompt, const AskO
   // pipeline's match finds the team's prefix in the local tiers. Never fails the request.
   uint64_t team_tokens = 0, team_bytes = 0;
   double team_ms = 0;
-  if (store_ && !o.private_documents && o.pipeline.system != SystemKind::kRecomp) {
+  if (store_ && !o.private_documents && System(o.pipeline.system).reuses()) {
     const size_t n_prefix = std::min(prompt.tokens.size(), size_t(std::max(prompt.n_prefix, 0)));
     const auto t_fill = std::chrono::steady_clock::now();
     const store::TeamFill fill = store_->FillFromTeam(std::span<const int32_t>(prompt.tokens).subspan(0, n_prefix));

@@ -1,4 +1,5 @@
 #include "gui/gui-config.h"
+#include "pipeline/system-policy.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -95,8 +96,7 @@ Result<TuningSettings> ParseTuning(const std::string& text, const TuningSettings
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "fidelity_tokens", 0, 256, &s.fidelity_tokens));
   if (auto it = j.find("system"); it != j.end()) {
     if (!it->is_string() || !ParseSystem(it->get<std::string>(), &p.system))
-      return Status::InvalidArgument("settings key 'system' = " + it->dump() +
-                                     " is not one of recomp, as, as-h2o-lru, as-h2o-lfu, impress");
+      return Status::InvalidArgument("settings key 'system' = " + it->dump() + " is not one of " + SystemNames(", "));
   }
   if (auto it = j.find("policy"); it != j.end()) {
     if (!it->is_string()) return Status::InvalidArgument("settings key 'policy' must be a string");

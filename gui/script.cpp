@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "gui/snapshot-math.h"
+#include "pipeline/system-policy.h"
 
 namespace impress::gui {
 
@@ -38,8 +39,7 @@ Status ApplySetting(TuningSettings& s, const std::string& key, const std::string
   PipelineSettings& p = s.pipeline;
   if (key == "system") {
     if (!ParseSystem(value, &p.system))
-      return Status::InvalidArgument("set system: '" + value +
-                                     "' is not one of recomp, as, as-h2o-lru, as-h2o-lfu, impress");
+      return Status::InvalidArgument("set system: '" + value + "' is not one of " + SystemNames(", "));
     return Status::Ok();
   }
   if (key == "policy") {

@@ -6,14 +6,12 @@
 
 #include "gui/panels.h"
 #include "gui/text-format.h"
+#include "pipeline/system-policy.h"
 
 namespace impress::gui {
 
 namespace {
 
-const SystemKind kSystems[] = {SystemKind::kImpress,  SystemKind::kImpressItfRo, SystemKind::kImpressItf,
-                               SystemKind::kAsH2oLfu, SystemKind::kAsH2oLru,     SystemKind::kAsLike,
-                               SystemKind::kRecomp};
 const store::PolicyKind kPolicies[] = {store::PolicyKind::kImpress, store::PolicyKind::kLru, store::PolicyKind::kLfu};
 
 // A budget in MiB: whole MiB in the field ("2048 MiB"), the size as read ("2 GiB") on hover.
@@ -66,11 +64,19 @@ void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& 
   ImGui::PushItemWidth(-140);
 
   if (ImGui::BeginCombo("system", SystemName(p.system))) {
-    for (SystemKind k : kSystems)
-      if (ImGui::Selectable(SystemName(k), k == p.system)) {
-        p.system = k;
+    // The registry's systems, the last registered (the full IMPRESS, then its ablations and the
+    // baselines) first.
+    const std::vector<SystemKind> systems = AllSystems();
+    for (auto k = systems.rbegin(); k != systems.rend(); ++k) {
+      if (ImGui::Selectable(SystemName(*k), *k == p.system)) {
+        p.system = *k;
         changed = true;
       }
+      if (ImGui::IsItemHovered()) {
+        const SystemTraits& t = System(*k).traits();
+        ImGui::SetTooltip("%s: %s", t.display.c_str(), t.description.c_str());
+      }
+    }
     ImGui::EndCombo();
   }
   ImGui::SliderFloat("alpha", &p.alpha, 0.0f, 2.0f, "%.2f");

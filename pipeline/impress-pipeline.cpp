@@ -12,16 +12,6 @@ namespace impress {
 
 namespace {
 
-store::PolicyKind PolicyFor(SystemKind s) {
-  switch (s) {
-    case SystemKind::kImpress: return store::PolicyKind::kImpress;
-    case SystemKind::kAsH2oLfu:
-    case SystemKind::kImpressItf:
-    case SystemKind::kImpressItfRo: return store::PolicyKind::kLfu;
-    default: return store::PolicyKind::kLru;
-  }
-}
-
 // What Prefill refuses before touching any state but the released match.
 Status CheckRequest(const ModelConfig& c, const PipelineRequest& req, const PipelineSettings& s, int max_new_tokens) {
   const int n_prompt = int(req.tokens.size());
@@ -163,8 +153,8 @@ Result<RequestReport> ImpressPipeline::PrefillOnce(const PipelineRequest& req, c
   const int n_prompt = int(req.tokens.size());
 
   RequestReport report;
-  Run run{
-      .s = s, .report = report, .reuse = allow_reuse && store_ != nullptr && s.system != SystemKind::kRecomp, .sw = {}};
+  const SystemPolicy& sys = System(s.system);
+  Run run{.s = s, .sys = sys, .report = report, .reuse = allow_reuse && store_ != nullptr && sys.reuses(), .sw = {}};
   TtftBreakdown& bd = report.breakdown;
   BeginRequest(req, run);
   run.sw.Lap(&bd.match_ms);
@@ -217,7 +207,7 @@ void ImpressPipeline::BeginRequest(const PipelineRequest& req, Run& run) {
 
   n_matched_ = 0;
   if (run.reuse) {
-    store_->SetPolicy(PolicyFor(s.system));
+    store_->SetPolicy(run.sys.traits().cache);
     handle_ = store_->Match(req.tokens.subspan(0, size_t(req.n_prefix)));
     // At least one token must be computed to produce logits.
     n_matched_ = int(std::min<uint64_t>(handle_.n_matched, uint64_t(n_prompt - 1)));

@@ -11,6 +11,8 @@
 //   AS+H2O (LRU/LFU): always the fallback path (all keys, all heads).
 //   AS-like: read all K/V of R (next layer prefetched).
 //   ReComp: no reuse.
+// Which of these a layer runs is the request's system's policy (SystemPolicy::SelectionFor,
+// pipeline/system-policy.h); so is the tiers' cache policy while it serves.
 // Attention sinks and a recent window of R are always kept and count toward k. New tokens
 // (the unmatched part of P, then Q) are numbered from len(R); reused tokens keep their positions.
 // After the first token, Decode() continues over the same per-layer KV (selected R + new
@@ -41,6 +43,7 @@
 #include "engine/runtime/model-context.h"
 #include "pipeline/report.h"
 #include "pipeline/selection.h"  // the selection math the settings tune (threshold, keep ratio)
+#include "pipeline/system-policy.h"
 #include "store/prefix-store.h"
 
 namespace impress {
@@ -202,11 +205,12 @@ class ImpressPipeline {
 
   // layer-steps.cpp: identify and load the prefix KV of one layer (docs/design.md section 3).
   Status PrefetchLayer(Run& run, int il);          // reads that do not depend on the layer's queries
-  Status SelectLayer(Run& run, int il);            // dispatch on the system, then RecordSelection
+  Status SelectLayer(Run& run, int il);            // the system's LayerSelection, then RecordSelection
   Status LoadFullLayer(LayerJob& job);             // AS-like: all K/V of the prefix
   Status SelectByProbe(LayerJob& job);             // IMPRESS: probe, then selective load or fallback
   Result<ProbeVerdict> ProbeLayer(LayerJob& job);  // probe keys, probe heads scored, verdict
   Status SelectByAllHeads(LayerJob& job);          // fallback and AS+H2O: all keys, all heads scored
+  Status SelectByPolicy(LayerJob& job);            // positions the system's policy chooses, then their K/V
   // Reads K/V of job.selected into the layer's buffers; `keys` (all keys of the layer, token-major)
   // when the fallback already has them, so only values are read.
   Status LoadSelected(LayerJob& job, const std::vector<f16_t>* keys);

@@ -1,6 +1,7 @@
 // ImpressPipeline's per-layer steps (docs/design.md section 3): for one layer of the matched prefix,
 // find the important tokens for the new queries and load their K/V into the layer's buffers.
-// SelectLayer dispatches on the system; each step charges its time to the request's breakdown.
+// SelectLayer asks the system's policy (pipeline/system-policy.h) how each layer is served; each
+// step charges its time to the request's breakdown.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,15 +14,6 @@
 namespace impress {
 
 namespace {
-
-bool UsesProbe(SystemKind s) {
-  return s == SystemKind::kImpress || s == SystemKind::kImpressItf || s == SystemKind::kImpressItfRo;
-}
-bool UsesH2o(SystemKind s) { return s == SystemKind::kAsH2oLru || s == SystemKind::kAsH2oLfu; }
-// Layer il loads every prefix token: AS-like everywhere, the sparse systems in their dense layers.
-bool LoadsWholeLayer(const PipelineSettings& s, int il) {
-  return s.system == SystemKind::kAsLike || (s.system != SystemKind::kRecomp && il < s.dense_layers);
-}
 
 // True when the store keeps probe keys for every KV head the probe query heads use; otherwise the
 // probe reads all keys (e.g. more probe heads than the store was opened for).
@@ -47,21 +39,28 @@ std::vector<int> FirstN(int n) {
 
 Status ImpressPipeline::PrefetchLayer(Run& run, int il) {
   const ModelConfig& c = ctx_.config();
-  const SystemKind sys = run.s.system;
   if (!run.reuse || n_matched_ == 0 || il >= c.n_layer || prefetch_[size_t(il)]) return Status::Ok();
   std::optional<store::ReadTicket>& slot = prefetch_[size_t(il)];
   double* bucket = &run.report.breakdown.kv_io_ms;
-  if (LoadsWholeLayer(run.s, il)) {
-    IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadKV(handle_, il, AllTokens(n_matched_), true, true));
-  } else if (UsesH2o(sys)) {
-    IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, il));
-  } else if (UsesProbe(sys)) {
-    bucket = &run.report.breakdown.probe_io_ms;
-    if (ProbeKeysCover(c, run.s, store_->options().probe_kv_heads)) {
-      IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitProbeKeys(handle_, il));
-    } else {
-      IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, il));
+  switch (run.sys.SelectionFor(run.s, il)) {
+    case LayerSelection::kWholeLayer: {
+      IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadKV(handle_, il, AllTokens(n_matched_), true, true));
+      break;
     }
+    case LayerSelection::kAllHeads: {
+      IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, il));
+      break;
+    }
+    case LayerSelection::kProbe:
+      bucket = &run.report.breakdown.probe_io_ms;
+      if (ProbeKeysCover(c, run.s, store_->options().probe_kv_heads)) {
+        IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitProbeKeys(handle_, il));
+      } else {
+        IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, il));
+      }
+      break;
+    case LayerSelection::kPositions:  // what it reads depends on its choice, made with the layer
+    case LayerSelection::kNone: break;
   }
   run.sw.Lap(bucket);
   return Status::Ok();
@@ -84,21 +83,32 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
   job.score.swap(score_sum_);
   job.score.clear();
   job.lr.n = job.n;
-  switch (LoadsWholeLayer(run.s, il) ? SystemKind::kAsLike : run.s.system) {
-    case SystemKind::kAsLike: IMPRESS_RETURN_IF_ERROR(LoadFullLayer(job)); break;
-    case SystemKind::kAsH2oLru:
-    case SystemKind::kAsH2oLfu: IMPRESS_RETURN_IF_ERROR(SelectByAllHeads(job)); break;
-    case SystemKind::kImpressItf:
-    case SystemKind::kImpressItfRo:
-    case SystemKind::kImpress: IMPRESS_RETURN_IF_ERROR(SelectByProbe(job)); break;
-    case SystemKind::kRecomp:  // reuses nothing, so never selects
+  const LayerSelection how = run.sys.SelectionFor(run.s, il);
+  switch (how) {
+    case LayerSelection::kWholeLayer: IMPRESS_RETURN_IF_ERROR(LoadFullLayer(job)); break;
+    case LayerSelection::kAllHeads: IMPRESS_RETURN_IF_ERROR(SelectByAllHeads(job)); break;
+    case LayerSelection::kProbe: IMPRESS_RETURN_IF_ERROR(SelectByProbe(job)); break;
+    case LayerSelection::kPositions: IMPRESS_RETURN_IF_ERROR(SelectByPolicy(job)); break;
+    case LayerSelection::kNone:  // reuses nothing, so never selects
       break;
   }
   RecordSelection(job);
   job.score.swap(score_sum_);
-  if (run.s.cross_layer_prefetch && UsesProbe(run.s.system) && !LoadsWholeLayer(run.s, il))
+  if (run.s.cross_layer_prefetch && how == LayerSelection::kProbe)
     IMPRESS_RETURN_IF_ERROR(PrefetchNextLayerKV(run, il));
   return Status::Ok();
+}
+
+Status ImpressPipeline::SelectByPolicy(LayerJob& job) {
+  IMPRESS_RETURN_IF_ERROR(job.run.sys.ChoosePositions(job.il, job.n, job.k, job.run.s, &job.selected));
+  for (size_t j = 0; j < job.selected.size(); ++j) {
+    if (job.selected[j] >= uint32_t(job.n) || (j > 0 && job.selected[j] <= job.selected[j - 1])) {
+      return Status::Internal(fmt::format("system '{}' chose positions that are not ascending, distinct and below {}",
+                                          job.run.sys.name(), job.n));
+    }
+  }
+  job.run.sw.Lap(&job.run.report.breakdown.probe_compute_ms);
+  return LoadSelected(job, nullptr);
 }
 
 Status ImpressPipeline::PrefetchNextLayerKV(Run& run, int il) {

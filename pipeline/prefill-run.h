@@ -41,6 +41,7 @@ class Stopwatch {
 // time to a bucket of report.breakdown.
 struct ImpressPipeline::Run {
   const PipelineSettings& s;
+  const SystemPolicy& sys;  // the registry's policy for s.system
   RequestReport& report;
   bool reuse = false;  // a store is there and the system reuses prefix KV
   Stopwatch sw;

@@ -8,6 +8,10 @@
 
 namespace impress {
 
+// A serving system's id: its position in the registry of systems (pipeline/system-policy.h), where
+// its policy says what it reads, how it selects and caches. The built-in systems' ids are named here
+// for the code that refers to one of them (a default, a reference to compare with); a system added
+// later needs no name here.
 enum class SystemKind {
   kRecomp,        // no reuse: the whole prompt is computed
   kAsLike,        // AttentionStore-like: full prefix KV from the tiers, next layer prefetched
@@ -18,7 +22,8 @@ enum class SystemKind {
   kImpress,       // ITF + reorder + score-based caching
 };
 
-const char* SystemName(SystemKind s);  // "impress", "as-h2o-lfu", ...
+// From the registry (pipeline/system-registry.cpp).
+const char* SystemName(SystemKind s);  // "impress", "as-h2o-lfu", ...; "?" for an unknown id
 bool ParseSystem(const std::string& name, SystemKind* out);
 
 // TTFT, split so that the parts add up to it: match + probe_io + probe_compute + kv_io + copy +

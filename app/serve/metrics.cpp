@@ -1,4 +1,5 @@
 #include "app/serve/metrics.h"
+#include "pipeline/system-policy.h"
 
 #include <fmt/format.h>
 
@@ -35,7 +36,7 @@ void ServeMetrics::RecordGeneration(const RequestReport& r, int n_completion_tok
   computed_tokens_ += uint64_t(r.n_prompt - r.n_matched);
   completion_tokens_ += uint64_t(n_completion_tokens);
   // Layers that had stored prefix KV to select from: passed the probe, or fell back to all heads.
-  if (r.n_matched > 0 && r.system == SystemKind::kImpress) {
+  if (r.n_matched > 0 && System(r.system).probes()) {
     layers_passed_ += uint64_t(r.n_layers_passed);
     layers_fell_back_ += uint64_t(int(r.layers.size()) - r.n_layers_passed);
   }

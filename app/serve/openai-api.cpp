@@ -7,6 +7,7 @@
 
 #include "engine/tokenizer/chat-template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "pipeline/system-policy.h"
 
 namespace impress::serve {
 namespace {
@@ -100,8 +101,7 @@ std::optional<ApiError> ParseCommon(const json& j, CompletionRequest* r) {
     if (x.contains("system")) {
       SystemKind kind;
       if (!x["system"].is_string() || !ParseSystem(x["system"].get<std::string>(), &kind)) {
-        return Invalid("'impress.system' must be one of recomp, as, as-h2o-lru, as-h2o-lfu, impress", "impress.system",
-                       "invalid_value");
+        return Invalid("'impress.system' must be one of " + SystemNames(", "), "impress.system", "invalid_value");
       }
       r->impress.system = kind;
     }
