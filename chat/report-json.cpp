@@ -41,6 +41,8 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
                       {"value_bytes", l.value_bytes},
                       {"ssd_bytes", l.ssd_bytes},
                       {"io_wait_ms", l.io_wait_ms},
+                      {"prefetched", l.prefetched},
+                      {"prefetch_used", l.prefetch_used},
                       {"chunks", {{"device", l.chunks_device}, {"host", l.chunks_host}, {"ssd", l.chunks_ssd}}}});
   }
   return {{"system", SystemName(r.system)},

@@ -31,5 +31,16 @@ TEST(ReportJson, SaysSelectedAttentionWhenOneLayerDroppedTokens) {
   EXPECT_DOUBLE_EQ(j["attended_share"].get<double>(), 200.0 / 300.0);
 }
 
+TEST(ReportJson, LayersSayWhatTheCrossLayerPrefetchReadAndWhatWasUsed) {
+  RequestReport r;
+  r.layers = {Layer(25, 100), Layer(30, 100)};
+  r.layers[1].prefetched = 25;
+  r.layers[1].prefetch_used = 18;
+  const nlohmann::json j = RequestReportJson(r);
+  EXPECT_EQ(j["layers"][0]["prefetched"], 0);
+  EXPECT_EQ(j["layers"][1]["prefetched"], 25);
+  EXPECT_EQ(j["layers"][1]["prefetch_used"], 18);
+}
+
 }  // namespace
 }  // namespace impress
