@@ -9,8 +9,10 @@
 // default, which the shared test model uses; the split of work is fixed by it, so repeated runs
 // give the same bits) and IMPRESS_INT8_SCORES unset. Float results depend on the kernel path, so
 // the comparison is exact only when
-// this run's path is the recorded one; on another path it checks what does not hinge on the last
-// bits: the reused prefix length, the top token and its logit within 0.05. Rerecord with
+// this run's path (and build: a sanitizer build's floats differ as well) is the recorded one; on
+// another it checks what does not hinge on the last bits: the reused prefix length, the top token
+// and its logit within 0.5 (the last bits move a few tokens across the selection's boundary, and
+// with them the logits: by up to 0.2 in a sanitizer build, where the top token stayed 0.75 ahead). Rerecord with
 // IMPRESS_RECORD_SYSTEM_OUTPUTS=<file> (then copy the file over the recorded one) only when an
 // output is meant to change, and say why in the commit.
 #include <gtest/gtest.h>
@@ -127,7 +129,13 @@ TEST_F(SystemOutputs, EverySystemReproducesItsRecordedFirstTokenAndReads) {
   ASSERT_FALSE(HasFatalFailure());
   std::vector<float> logits;
 
-  const std::string path = quant::KernelPathName(quant::ActiveKernelPath());
+  // A sanitizer build compiles the kernels with other optimizations, so its floats differ too.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const std::string build = " (sanitizer build)";
+#else
+  const std::string build;
+#endif
+  const std::string path = quant::KernelPathName(quant::ActiveKernelPath()) + build;
   std::vector<std::string> lines = {"kernel_path " + path};
   for (const Case& cs : Cases()) {
     PipelineSettings s;
@@ -170,7 +178,7 @@ TEST_F(SystemOutputs, EverySystemReproducesItsRecordedFirstTokenAndReads) {
     const size_t colon_now = top_now.find(':'), colon_then = top_then.find(':');
     EXPECT_EQ(top_now.substr(0, colon_now), top_then.substr(0, colon_then)) << now["name"] << ": the top token";
     EXPECT_NEAR(std::strtod(top_now.c_str() + colon_now + 1, nullptr),
-                std::strtod(top_then.c_str() + colon_then + 1, nullptr), 0.05)
+                std::strtod(top_then.c_str() + colon_then + 1, nullptr), 0.5)
         << now["name"];
   }
 }
