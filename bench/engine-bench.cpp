@@ -149,16 +149,31 @@ Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBen
   if (o.bw_probe_bytes > 0) r.mem_bw_gbs = MeasureReadBandwidth(o.n_threads, o.bw_probe_bytes);
   if (r.mem_bw_gbs > 0) r.decode_bw_fraction = r.decode_bytes_per_token * r.speed.decode_tok_s / (r.mem_bw_gbs * 1e9);
   if (r.speed.n_decode_ctx == 8000) r.decode_tok_s_8k = r.speed.decode_tok_s_long_ctx;
+  if (r.speed.n_decode_ctx > 0) {
+    if (r.speed.prefill_tok_s_short > 0)
+      r.prefill_ctx_vs_short = r.speed.prefill_tok_s_ctx / r.speed.prefill_tok_s_short;
+    const double ctx = r.speed.n_decode_ctx + r.speed.n_decode / 2.0;
+    r.decode_bytes_per_token_ctx = r.weights_bytes_per_token + KvCacheMb(c, 1) * (1 << 20) * ctx;
+    if (r.mem_bw_gbs > 0)
+      r.decode_bw_fraction_ctx = r.decode_bytes_per_token_ctx * r.speed.decode_tok_s_long_ctx / (r.mem_bw_gbs * 1e9);
+    const double n = r.speed.n_decode_ctx;
+    const double extra_s = (r.speed.prefill_tok_s_ctx > 0 && r.speed.prefill_tok_s_short > 0)
+                               ? n / r.speed.prefill_tok_s_ctx - n / r.speed.prefill_tok_s_short
+                               : 0;
+    const double attn_flops = 4.0 * c.n_head * c.head_dim * c.n_layer * n * (n + 1) / 2;
+    if (extra_s > 0) r.attention_gflops_ctx = attn_flops / extra_s / 1e9;
+  }
   IMPRESS_RETURN_IF_ERROR(BenchStep(o.progress, n_steps, n_steps, "done"));
   spdlog::info(
       "engine bench: prefill {:.0f} tok/s @{} , {:.0f} tok/s @{}, {:.1f}/{:.1f}/{:.1f} tok/s @16/32/64 ({:.2f} of "
-      "the GFLOP/s @32), decode {:.1f} tok/s ({:.1f} @{}), prefill "
+      "the GFLOP/s @32), decode {:.1f} tok/s ({:.1f} @{}, {:.2f} of memory speed; prefill of that context {:.1f} "
+      "tok/s), prefill "
       "{:.1f} GFLOP/s vs sgemm {:.1f} GFLOP/s, peak RSS {:.0f} MB, kernels {}, memory {:.1f} GB/s (decode at {:.2f} "
       "of it)",
       r.speed.prefill_tok_s_short, r.speed.n_prefill_short, r.speed.prefill_tok_s_long, r.speed.n_prefill_long,
       r.prefill_tok_s_16, r.prefill_tok_s_32, r.prefill_tok_s_64, r.question_gflops_frac, r.speed.decode_tok_s,
-      r.speed.decode_tok_s_long_ctx, r.speed.n_decode_ctx, r.prefill_gflops, r.sgemm_gflops, r.peak_rss_mb,
-      r.kernel_path, r.mem_bw_gbs, r.decode_bw_fraction);
+      r.speed.decode_tok_s_long_ctx, r.speed.n_decode_ctx, r.decode_bw_fraction_ctx, r.speed.prefill_tok_s_ctx,
+      r.prefill_gflops, r.sgemm_gflops, r.peak_rss_mb, r.kernel_path, r.mem_bw_gbs, r.decode_bw_fraction);
   return r;
 }
 

@@ -53,6 +53,15 @@ struct EngineBenchResult {
   double model_file_mb = 0;    // options.model_file_bytes, or weights_mb
   double rss_vs_file_kv = 0;   // peak_rss_mb / (model_file_mb + kv_cache_mb), before the probe
   double decode_tok_s_8k = 0;  // speed.decode_tok_s_long_ctx when that context was 8,000 tokens
+  // A long document (speed.n_decode_ctx tokens): its prefill rate against the short prefill's,
+  // and decode after it against memory speed (weights plus the context's KV per token).
+  double prefill_ctx_vs_short = 0;  // speed.prefill_tok_s_ctx / speed.prefill_tok_s_short
+  double decode_bytes_per_token_ctx = 0;
+  double decode_bw_fraction_ctx = 0;
+  // The attention's rate in that prefill: its FLOPs (4 n_head head_dim n_layer per query-key
+  // pair, causal) over the time the prefill took beyond what the short prefill's rate gives
+  // for as many tokens. Next to sgemm_gflops it says whether fp32 attention can keep up.
+  double attention_gflops_ctx = 0;
   double prefill_tok_s_16 = 0, prefill_tok_s_32 = 0, prefill_tok_s_64 = 0;
   double question_gflops = 0;       // achieved GFLOP/s of the 32-token prefill
   double question_gflops_frac = 0;  // question_gflops / prefill_gflops (0 when either is)

@@ -63,6 +63,7 @@ Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const For
   auto step = [&](uint64_t done, std::string_view what) { return BenchStep(progress, done, uint64_t(n_steps), what); };
   auto check = [&] { return check_backend ? check_backend() : Status::Ok(); };
   // The fastest of n_runs prefills of n tokens from an empty cache.
+  double last_s = 0;  // the last of them
   auto best_prefill = [&](int n, int n_runs, double* flops) -> Result<double> {
     double best_s = 1e30;
     for (int rep = 0; rep < std::max(1, n_runs); ++rep) {
@@ -71,6 +72,7 @@ Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const For
       const auto t0 = std::chrono::steady_clock::now();
       IMPRESS_RETURN_IF_ERROR(gen->Eval(all.first(size_t(n)), &logits));
       const double s = SecondsSince(t0);
+      last_s = s;
       if (s < best_s) {
         best_s = s;
         if (flops) *flops = backend.Flops();
@@ -105,8 +107,10 @@ Result<ForwardSpeed> TimeForward(const Model& model, Backend& backend, const For
   IMPRESS_ASSIGN_OR_RETURN(const double long_s, best_prefill(r.n_prefill_long, o.repeats - 1, nullptr));
   r.prefill_tok_s_long = r.n_prefill_long / long_s;
   if (r.n_decode_ctx > 0) {  // continue the long prefill's cache up to n_decode_ctx, then decode
+    const auto t_ctx = std::chrono::steady_clock::now();
     IMPRESS_RETURN_IF_ERROR(
         gen->Eval(all.subspan(size_t(r.n_prefill_long), size_t(r.n_decode_ctx - r.n_prefill_long)), &logits));
+    r.prefill_tok_s_ctx = r.n_decode_ctx / (last_s + SecondsSince(t_ctx));
     const auto t1 = std::chrono::steady_clock::now();
     const double cpu1 = ProcessCpuSeconds();
     for (int i = 0; i < r.n_decode; ++i)

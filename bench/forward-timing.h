@@ -48,7 +48,10 @@ struct ForwardSpeed {
   // Process CPU time per decoded token (every thread, spinning included): on a shared machine
   // wall time also counts other programs' turns; with one thread this is the cost of a token.
   double decode_cpu_ms_per_token = 0;
-  int n_decode_ctx = 0;                         // as run (0: not timed)
+  int n_decode_ctx = 0;  // as run (0: not timed)
+  // Prefill of a whole n_decode_ctx-token document from an empty cache (the last long prefill,
+  // continued): n_decode_ctx over its time, so a long context's attention counts in full.
+  double prefill_tok_s_ctx = 0;
   double decode_tok_s_long_ctx = 0;             // decode after n_decode_ctx tokens of context
   double decode_cpu_ms_per_token_long_ctx = 0;  // its process CPU time per token, as above
   double prefill_flop_s = 0;                    // the backend's counted operations over the fastest short prefill

@@ -132,7 +132,8 @@ struct AppSnapshot {
   std::vector<std::string> recent_models;  // most recent first (the model picker)
   int n_ctx = 0;
   int n_layer = 0;
-  std::string store_dir;  // empty: no store
+  uint64_t kv_bytes_per_token = 0;  // the model's fp16 K and V per token, all layers
+  std::string store_dir;            // empty: no store
   std::vector<ChatEntry> chat;
   // Entries are only appended, except when the chat is cut (regenerate, another conversation):
   // then chat_epoch increases and the first chat_kept entries are the unchanged ones.

@@ -118,6 +118,14 @@ void DrawDocumentsPanel(const AppSnapshot& s, DocumentsPanelState& st, UiActions
   if (s.retrieval)
     ImGui::Text("retrieval over %zu document(s); passages per question fit the context", s.documents.size());
   else ImGui::Text("context: %d document tokens attached (model context %d)", s.context_tokens, s.n_ctx);
+  if (!s.retrieval && s.context_tokens > 0 && s.kv_bytes_per_token > 0) {
+    // What the next question's prefill of these documents will hold, before it starts.
+    const uint64_t kv = s.kv_bytes_per_token * uint64_t(s.context_tokens);
+    ImGui::TextDisabled("their KV: %s in memory while a question is answered, kept in the store's tiers after",
+                        FormatBytes(kv).c_str());
+    if (s.n_ctx > 0 && s.context_tokens > s.n_ctx)
+      ImGui::TextColored(ImVec4(1.0f, 0.6f, 0.3f, 1), "longer than the model's context: detach a document");
+  }
   if (!s.store_dir.empty()) {
     if (ImGui::SmallButton("Drop all cached KV")) out.commands.push_back(MakeCommand(Command::Kind::kDropCache));
     if (ImGui::IsItemHovered())

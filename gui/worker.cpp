@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "engine/model/model-loader.h"
 #include "gui/gui-config.h"
 #include "gui/model-info.h"
 
@@ -144,6 +145,7 @@ void Worker::OpenSession(const std::vector<std::string>& documents) {
   draft_.model_bytes = estimate.ok() ? estimate->total_bytes() : 0;
   draft_.n_layer = cfg.n_layer;
   draft_.n_ctx = cfg.n_ctx_train;
+  draft_.kv_bytes_per_token = KvBytes(cfg, 1);
   // Idle only once the saved conversation and the start documents are in (a script's first
   // `wait` waits for that).
   draft_.phase = WorkerPhase::kIngesting;

@@ -701,6 +701,23 @@ Status CpuBackend::Attention(const AttentionArgs& a) {
     flops_ += 4.0 * a.n_head * a.n_new * n_keys * hd;
     return Status::Ok();
   }
+  if (tiles_ && TileAttentionFits(group, hd)) {
+    // A prefill: slices of query rows, each the tiled attention over all the keys it may see
+    // (flash attention), so memory stays at a slice's parts however long the context. Faster
+    // than sgemm over fp32 copies at every length measured (SmolLM2, 512 and 4,096 tokens: 1.4x
+    // and 1.5x on AVX-512, 1.3x and 1.2x on AVX2).
+    const int slice = std::max(1, kTileMaxRows / group);
+    for (int i0 = 0; i0 < a.n_new; i0 += slice) {
+      TileAttentionArgs s = t;
+      s.q_first = i0;
+      s.n_new = std::min(slice, a.n_new - i0);
+      s.q = t.q + int64_t(i0) * t.ldq;
+      s.out = t.out + int64_t(i0) * t.ldo;
+      TileAttention(s, tile_scratch_, TileParallel());
+      flops_ += 4.0 * a.n_head * s.n_new * (a.n_prefix + i0 + s.n_new) * hd;
+    }
+    return Status::Ok();
+  }
   for (const TileGroup& grp : t.groups)
     RunGroup(t.q, t.ldq, a.n_new, hd, a.scale, grp, a.n_prefix, t.out, t.ldo, a.importance_include_new);
   return Status::Ok();

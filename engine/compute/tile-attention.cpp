@@ -1,6 +1,5 @@
-// Attention tiles on AVX2 + FMA + F16C (the baseline the project compiles for): six query rows
-// at a time keep twelve sums in registers, with two vectors of keys (or values) and a broadcast,
-// which fills the sixteen registers.
+// The tiled attention on AVX2 + FMA + F16C (the baseline the project compiles for); its two
+// inner loops also run on AVX-512 (tile-kernels-inl.h holds them once for both).
 #include "engine/compute/tile-attention.h"
 
 #include <immintrin.h>
@@ -11,92 +10,10 @@
 
 #include "base/kv-codes.h"
 #include "engine/compute/simd-math.h"
+#include "engine/compute/tile-kernels-inl.h"
 #include "engine/quant/key-scores.h"
 
 namespace impress {
-
-namespace {
-
-constexpr int kRows = 6;  // query rows per register block
-
-// RB rows x 16 columns of scores.
-template <int RB>
-void ScoresBlock(const float* q, int hd, const float* kt, int ldk, int n16, float* s, int ld) {
-  for (int j = 0; j < n16; j += kTileCols) {
-    __m256 acc[RB][2];
-    for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    const float* kc = kt + j;
-    for (int c = 0; c < hd; ++c, kc += ldk) {
-      const __m256 k0 = _mm256_loadu_ps(kc), k1 = _mm256_loadu_ps(kc + 8);
-      for (int r = 0; r < RB; ++r) {
-        const __m256 b = _mm256_broadcast_ss(q + r * hd + c);
-        acc[r][0] = _mm256_fmadd_ps(b, k0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(b, k1, acc[r][1]);
-      }
-    }
-    for (int r = 0; r < RB; ++r) {
-      _mm256_storeu_ps(s + r * ld + j, acc[r][0]);
-      _mm256_storeu_ps(s + r * ld + j + 8, acc[r][1]);
-    }
-  }
-}
-
-// RB rows x 8 * CV columns of the value sums, over all n values.
-template <int RB, int CV>
-void ValuesBlock(const float* p, int ld, const float* v32, int n, int hd, float* acc, int c) {
-  __m256 sum[RB][CV];
-  for (int r = 0; r < RB; ++r)
-    for (int w = 0; w < CV; ++w) sum[r][w] = _mm256_loadu_ps(acc + r * hd + c + 8 * w);
-  const float* vr = v32 + c;
-  for (int j = 0; j < n; ++j, vr += hd) {
-    __m256 vv[CV];
-    for (int w = 0; w < CV; ++w) vv[w] = _mm256_loadu_ps(vr + 8 * w);
-    for (int r = 0; r < RB; ++r) {
-      const __m256 b = _mm256_broadcast_ss(p + r * ld + j);
-      for (int w = 0; w < CV; ++w) sum[r][w] = _mm256_fmadd_ps(b, vv[w], sum[r][w]);
-    }
-  }
-  for (int r = 0; r < RB; ++r)
-    for (int w = 0; w < CV; ++w) _mm256_storeu_ps(acc + r * hd + c + 8 * w, sum[r][w]);
-}
-
-template <int RB>
-void ValuesRows(const float* p, int ld, const float* v32, int n, int hd, float* acc) {
-  int c = 0;
-  for (; c + 16 <= hd; c += 16) ValuesBlock<RB, 2>(p, ld, v32, n, hd, acc, c);
-  if (c < hd) ValuesBlock<RB, 1>(p, ld, v32, n, hd, acc, c);
-}
-
-// Runs fn.template operator()<RB> over the rows in blocks of kRows, then the remainder.
-template <template <int> class Op, class... Args>
-void ForRowBlocks(int rows, int q_stride, int out_stride, const float* in, float* out, Args... args) {
-  int r = 0;
-  for (; r + kRows <= rows; r += kRows) Op<kRows>::Run(in + r * q_stride, out + r * out_stride, args...);
-  switch (rows - r) {
-    case 1: Op<1>::Run(in + r * q_stride, out + r * out_stride, args...); break;
-    case 2: Op<2>::Run(in + r * q_stride, out + r * out_stride, args...); break;
-    case 3: Op<3>::Run(in + r * q_stride, out + r * out_stride, args...); break;
-    case 4: Op<4>::Run(in + r * q_stride, out + r * out_stride, args...); break;
-    case 5: Op<5>::Run(in + r * q_stride, out + r * out_stride, args...); break;
-    default: break;
-  }
-}
-
-template <int RB>
-struct ScoresOp {
-  static void Run(const float* q, float* s, int hd, const float* kt, int ldk, int n16, int ld) {
-    ScoresBlock<RB>(q, hd, kt, ldk, n16, s, ld);
-  }
-};
-
-template <int RB>
-struct ValuesOp {
-  static void Run(const float* p, float* acc, int ld, const float* v32, int n, int hd) {
-    ValuesRows<RB>(p, ld, v32, n, hd, acc);
-  }
-};
-
-}  // namespace
 
 void TransposeKeysF32(const f16_t* k, int64_t stride, int n, int hd, float* kt, int ldk) {
   const int n16 = RoundUpTile(n);
@@ -138,12 +55,19 @@ void ValuesF32(const f16_t* v, int64_t stride, int n, int hd, float* v32) {
   for (int j = 0; j < n; ++j) Fp16ToFp32Row(v + j * stride, v32 + int64_t(j) * hd, size_t(hd));
 }
 
+namespace {
+// The AVX-512 twins of the two below (tile-kernels-avx512.cpp), when the kernel path is AVX-512.
+const bool kTilesAvx512 = quant::ActiveKernelPath() == quant::KernelPath::kAvx512;
+}  // namespace
+
 void TileScores(const float* q, int rows, int hd, const float* kt, int ldk, int n, float* s, int ld) {
-  ForRowBlocks<ScoresOp>(rows, hd, ld, q, s, hd, kt, ldk, RoundUpTile(n), ld);
+  if (kTilesAvx512) return TileScoresAvx512(q, rows, hd, kt, ldk, n, s, ld);
+  TileScoresWith<Avx2Vec>(q, rows, hd, kt, ldk, RoundUpTile(n), s, ld);
 }
 
 void TileWeightedValues(const float* p, int rows, int ld, const float* v32, int n, int hd, float* acc) {
-  ForRowBlocks<ValuesOp>(rows, ld, hd, p, acc, ld, v32, n, hd);
+  if (kTilesAvx512) return TileWeightedValuesAvx512(p, rows, ld, v32, n, hd, acc);
+  TileWeightedValuesWith<Avx2Vec>(p, rows, ld, v32, n, hd, acc);
 }
 
 namespace {
@@ -241,7 +165,7 @@ void TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
     TileScores(q, rows, hd, kt.data(), ldk, n, s.data(), ldk);
   }
   for (int i = 0; i < a.n_new; ++i) {
-    const int valid = std::clamp(a.n_prefix + i + 1 - j0, 0, n);  // causal among the new tokens
+    const int valid = std::clamp(a.n_prefix + a.q_first + i + 1 - j0, 0, n);  // causal among the new tokens
     for (int x = 0; x < nh; ++x) {
       const int r = i * nh + x;
       float* row = s.data() + int64_t(r) * ldk;
@@ -311,7 +235,7 @@ void ImportanceColumns(const TileAttentionArgs& a, const TileLayout& L, const Ti
       if (!imp) continue;
       for (int i = 0; i < a.n_new; ++i) {
         const int r = i * nh + x;
-        const int n_valid = a.n_prefix + i + 1;
+        const int n_valid = a.n_prefix + a.q_first + i + 1;
         const int end = std::min(c1, a.importance_include_new ? n_valid : std::min(n_valid, a.n_prefix));
         const float* raw = sc.raw.data() + L.Raw(int(g), r);
         for (int b = L.BlockOf(c0); b < L.n_blocks; ++b) {
@@ -335,7 +259,7 @@ void ImportanceColumns(const TileAttentionArgs& a, const TileLayout& L, const Ti
 void TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParallelFor& parallel_for) {
   const int hd = a.head_dim, n_groups = int(a.groups.size());
   TileLayout L;
-  L.n_keys = a.n_prefix + a.n_new;
+  L.n_keys = a.n_prefix + a.q_first + a.n_new;
   L.n_blocks = TileBlocks(L.n_keys);
   bool any_importance = false;
   for (const TileGroup& grp : a.groups) {

@@ -37,6 +37,11 @@ void TileWeightedValues(const float* p, int rows, int ld, const float* v32, int 
 
 inline int RoundUpTile(int n) { return (n + kTileCols - 1) / kTileCols * kTileCols; }
 
+// The same two on AVX-512 (what TileScores and TileWeightedValues call when the kernel path is
+// AVX-512); only on a CPU that has it.
+void TileScoresAvx512(const float* q, int rows, int head_dim, const float* kt, int ldk, int n, float* s, int ld);
+void TileWeightedValuesAvx512(const float* p, int rows, int ld, const float* v32, int n, int head_dim, float* acc);
+
 // ---- the blocked attention built on them ----------------------------------------------------
 
 // Query rows of one kv head that the tiled path takes at most (n_new times its query heads).
@@ -71,10 +76,16 @@ struct TileGroup {
 // (n_new, ldq) with head h at h * head_dim; out (values only) likewise with ldo. Importance rows
 // are added to (the caller zeroes them), n_prefix columns, or n_prefix + n_new with
 // importance_include_new. head_dim % 8 == 0; rows per group <= kTileMaxRows.
+//
+// A slice of a longer batch (q_first > 0): the query rows are the new tokens [q_first, q_first +
+// n_new) and the keys are the prefix and the new tokens [0, q_first + n_new) (k_new and v_new
+// still start at new token 0; q and out at the slice's first row). A batch with more rows than
+// kTileMaxRows runs as consecutive slices, each adding its rows' importance.
 struct TileAttentionArgs {
   const float* q = nullptr;
   int ldq = 0;
   int n_new = 0, n_prefix = 0, head_dim = 0;
+  int q_first = 0;
   float scale = 0;
   std::vector<TileGroup> groups;
   float* out = nullptr;

@@ -424,6 +424,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                                            Case{30, 14, 2, 64, 257},   // Qwen2.5's group of 7
                                            Case{9, 4, 2, 24, 300},     // head size of three vectors
                                            Case{300, 2, 1, 16, 3000},  // long prefix, MQA
+                                           // A prefill, more rows than a tile takes: slices of rows
+                                           Case{130, 12, 2, 128, 600},  // Qwen2.5-1.5B's group of 6
+                                           Case{140, 4, 2, 24, 200},    // head size of three vectors
                                            // Decode over a long prefix split into key blocks:
                                            Case{1, 9, 3, 64, 5000},   // SmolLM2
                                            Case{2, 8, 2, 128, 1500},  // two rows, Llama-3's group of 4
