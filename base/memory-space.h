@@ -20,6 +20,12 @@ class MemorySpace {
   virtual void Free(void* p) = 0;
   virtual void CopyIn(void* dst, const void* host_src, size_t bytes) = 0;   // host -> space
   virtual void CopyOut(void* host_dst, const void* src, size_t bytes) = 0;  // space -> host
+  // The host's view of p (memory of this space the CPU can read in place), or nullptr when it
+  // must be copied out first.
+  virtual const void* HostView(const void* p) const {
+    (void)p;
+    return nullptr;
+  }
   virtual const char* name() const = 0;
 };
 
@@ -30,6 +36,7 @@ class HostMemorySpace final : public MemorySpace {
   void Free(void* p) override { std::free(p); }
   void CopyIn(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void CopyOut(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  const void* HostView(const void* p) const override { return p; }
   const char* name() const override { return name_; }
 
  private:

@@ -328,6 +328,7 @@ struct PrefixStore::Impl {
   Result<ReadTicket> SubmitLocked(std::unique_ptr<PendingRead> pr) REQUIRES(mu);
   Status VerifyRead(PendingRead& pr) EXCLUDES(mu);
   void GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) const;
+  static const uint8_t* BlockRecords(const TierBlock& b, std::vector<uint8_t>& tmp);
   void InstallSourceLocked(PendingRead& pr, ReadSource& s) REQUIRES(mu);
   static bool HasAdmissions(const PendingRead& pr);
   void QueueAdmission(std::unique_ptr<PendingRead> pr) EXCLUDES(admit_mu);

@@ -358,9 +358,7 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
     for (auto& s : pr->sources) {
       const uint8_t* recs;  // (n_slots, n_probe, head_dim)
       if (s.block) {        // from a memory tier: no image was read (img is empty)
-        tmp.resize(s.block->n);
-        s.block->mem->CopyOut(tmp.data(), s.block->p, s.block->n);
-        recs = tmp.data();
+        recs = BlockRecords(*s.block, tmp);
       } else {
         recs = s.img.data() + kChunkHeaderBytes;
       }
@@ -458,6 +456,16 @@ Status PrefixStore::Impl::VerifyRead(PendingRead& pr) {
   return Status::Ok();
 }
 
+// A tier block's records: read in place where its memory is the host's, else copied into tmp.
+// The block is published whole and never written again, so reading it needs only the reference
+// the read holds.
+const uint8_t* PrefixStore::Impl::BlockRecords(const TierBlock& b, std::vector<uint8_t>& tmp) {
+  if (const void* view = b.mem->HostView(b.p)) return static_cast<const uint8_t*>(view);
+  tmp.resize(b.n);
+  b.mem->CopyOut(tmp.data(), b.p, b.n);
+  return tmp.data();
+}
+
 // Copies each requested row's K and/or V, in the caller's order, from tier blocks (the records
 // they hold) or chunk images (the rest).
 void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) const {
@@ -468,10 +476,8 @@ void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) co
     const uint8_t *kb = nullptr, *vb = nullptr;  // the K and V regions in memory
     const uint8_t *kd = nullptr, *vd = nullptr;  // and in the disk image
     if (s.block) {
-      tmp.resize(s.block->n);
-      s.block->mem->CopyOut(tmp.data(), s.block->p, s.block->n);
-      kb = tmp.data();
-      vb = tmp.data() + size_t(s.ext->ext.n_slots) * k_bytes;
+      kb = BlockRecords(*s.block, tmp);
+      vb = kb + size_t(s.ext->ext.n_slots) * k_bytes;
     }
     if (!s.runs.empty()) {
       const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);

@@ -81,6 +81,7 @@ class CudaTierMemory final : public MemorySpace {
 
   void CopyIn(void* dst, const void* host_src, size_t bytes) override { Copy(dst, host_src, bytes, true); }
   void CopyOut(void* host_dst, const void* src, size_t bytes) override { Copy(host_dst, src, bytes, false); }
+  const void* HostView(const void* p) const override { return pinned_ ? p : nullptr; }
   const char* name() const override { return pinned_ ? "host (pinned)" : "device (cuda)"; }
 
  private:
