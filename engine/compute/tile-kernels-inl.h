@@ -17,8 +17,8 @@ namespace {
 struct Avx2Vec {
   using V = __m256;
   static constexpr int kWidth = 8;
-  static constexpr int kScoreRows = 6;   // 6 rows x 2 vectors + 2 keys + 1 broadcast <= 16 registers
-  static constexpr int kValueRows = 6;   // 6 rows x 2 vectors + 2 values + 1 broadcast
+  static constexpr int kScoreRows = 6;  // 6 rows x 2 vectors + 2 keys + 1 broadcast <= 16 registers
+  static constexpr int kValueRows = 6;  // 6 rows x 2 vectors + 2 values + 1 broadcast
   static constexpr int kValueVecs = 2;
   static V Zero() { return _mm256_setzero_ps(); }
   static V Load(const float* p) { return _mm256_loadu_ps(p); }
