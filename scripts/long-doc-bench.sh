@@ -8,7 +8,8 @@
 #   scripts/long-doc-bench.sh [--model NAME] [--questions N] [--out DIR] [SIZE...]
 #   e.g. scripts/long-doc-bench.sh --model qwen2.5-coder-1.5b --out results 8000 16000 31500
 #
-# Writes DIR/pipeline-SIZE.json per size and prints one line per system. Long: the ingest of a
+# Writes DIR/pipeline-SIZE.json per size, prints one line per system and draws
+# DIR/long-doc-ttft.png (scripts/plot-long-doc.py). Long: the ingest of a
 # 32K-token document is a full prefill of it (minutes to tens of minutes on a few cores).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,7 +23,7 @@ while (($#)); do
     --model) model=$2; shift 2 ;;
     --questions) questions=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
     *) sizes+=("$1"); shift ;;
   esac
 done
@@ -92,3 +93,4 @@ for s in r["systems"]:
           f"  KL {s['mean_kl']:.3f}")
 EOF
 done
+"$IMPRESS_PYTHON" "$here/plot-long-doc.py" "$out"
