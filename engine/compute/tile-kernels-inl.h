@@ -42,23 +42,32 @@ struct Avx512Vec {
 };
 #endif
 
-// s[r * ld + j] = q_r . kt[:, j] for RB rows and columns [j0, j0 + CW * width).
-template <class T, int RB, int CW>
-inline void ScoreColumns(const float* q, int hd, const float* kt, int ldk, int j0, float* s, int ld) {
+// The one register block both tiles are made of: out[r * ldo + w * width ...] (+)= sum over
+// steps i < n of a[r * lda + i] * b[i * ldb + w * width ...], for RB rows and CW vectors of
+// columns. Scores: a the queries (a step is a dimension), b the transposed keys; value sums: a the
+// probabilities (a step is a key), b the values, added to what out holds.
+template <class T, int RB, int CW, bool kAccumulate>
+inline void BroadcastFmaBlock(const float* a, int lda, const float* b, int ldb, int n, float* out, int ldo) {
   typename T::V acc[RB][CW];
   for (int r = 0; r < RB; ++r)
-    for (int w = 0; w < CW; ++w) acc[r][w] = T::Zero();
-  const float* kc = kt + j0;
-  for (int c = 0; c < hd; ++c, kc += ldk) {
-    typename T::V k[CW];
-    for (int w = 0; w < CW; ++w) k[w] = T::Load(kc + w * T::kWidth);
+    for (int w = 0; w < CW; ++w) acc[r][w] = kAccumulate ? T::Load(out + r * ldo + w * T::kWidth) : T::Zero();
+  const float* bi = b;
+  for (int i = 0; i < n; ++i, bi += ldb) {
+    typename T::V v[CW];
+    for (int w = 0; w < CW; ++w) v[w] = T::Load(bi + w * T::kWidth);
     for (int r = 0; r < RB; ++r) {
-      const typename T::V b = T::Broadcast(q + r * hd + c);
-      for (int w = 0; w < CW; ++w) acc[r][w] = T::Fma(b, k[w], acc[r][w]);
+      const typename T::V x = T::Broadcast(a + r * lda + i);
+      for (int w = 0; w < CW; ++w) acc[r][w] = T::Fma(x, v[w], acc[r][w]);
     }
   }
   for (int r = 0; r < RB; ++r)
-    for (int w = 0; w < CW; ++w) T::Store(s + r * ld + j0 + w * T::kWidth, acc[r][w]);
+    for (int w = 0; w < CW; ++w) T::Store(out + r * ldo + w * T::kWidth, acc[r][w]);
+}
+
+// s[r * ld + j] = q_r . kt[:, j] for RB rows and columns [j0, j0 + CW * width).
+template <class T, int RB, int CW>
+inline void ScoreColumns(const float* q, int hd, const float* kt, int ldk, int j0, float* s, int ld) {
+  BroadcastFmaBlock<T, RB, CW, false>(q, hd, kt + j0, ldk, hd, s + j0, ld);
 }
 
 // RB rows of scores over n16 columns (a multiple of 16): two vectors of columns a step, one at the end.
@@ -74,20 +83,7 @@ inline void ScoreRows(const float* q, int hd, const float* kt, int ldk, int n16,
 // of columns from c0, over all n values.
 template <class T, int RB, int CV>
 inline void ValueColumns(const float* p, int ld, const float* v32, int n, int hd, float* acc, int c0) {
-  typename T::V sum[RB][CV];
-  for (int r = 0; r < RB; ++r)
-    for (int w = 0; w < CV; ++w) sum[r][w] = T::Load(acc + r * hd + c0 + w * T::kWidth);
-  const float* vr = v32 + c0;
-  for (int j = 0; j < n; ++j, vr += hd) {
-    typename T::V v[CV];
-    for (int w = 0; w < CV; ++w) v[w] = T::Load(vr + w * T::kWidth);
-    for (int r = 0; r < RB; ++r) {
-      const typename T::V b = T::Broadcast(p + r * ld + j);
-      for (int w = 0; w < CV; ++w) sum[r][w] = T::Fma(b, v[w], sum[r][w]);
-    }
-  }
-  for (int r = 0; r < RB; ++r)
-    for (int w = 0; w < CV; ++w) T::Store(acc + r * hd + c0 + w * T::kWidth, sum[r][w]);
+  BroadcastFmaBlock<T, RB, CV, true>(p, ld, v32 + c0, hd, n, acc + c0, hd);
 }
 
 // RB rows of value sums over the columns from c that whole vectors of T cover; returns where
