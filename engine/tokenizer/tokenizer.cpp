@@ -157,14 +157,14 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   tok.pieces_.resize(n);
 
   const bool bpe = tok.kind_ == TokenizerKind::kBytePairBpe;
-  tok.text_to_id_.reserve(n);
-  tok.piece_to_id_.reserve(n);
+  tok.text_to_id_.Reserve(n);
+  tok.piece_to_id_.Reserve(n);
   size_t n_undecodable = 0;
   std::string bytes;
   for (size_t i = 0; i < n; ++i) {
     const std::string& text = tok.texts_[i];
     const TokenType type = tok.types_[i];
-    tok.text_to_id_.emplace(text, int32_t(i));  // the first of duplicates wins
+    tok.text_to_id_.Insert(text, int32_t(i));  // the first of duplicates wins
     const bool special = type == TokenType::kControl || type == TokenType::kUserDefined;
     std::string& piece = tok.pieces_[i];
     if (bpe) {
@@ -189,7 +189,7 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
     const bool mergeable =
         bpe ? (type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kByte)
             : (type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kUserDefined);
-    if (mergeable && !text.empty()) tok.piece_to_id_.emplace(bpe ? piece : text, int32_t(i));
+    if (mergeable && !text.empty()) tok.piece_to_id_.Insert(bpe ? piece : text, int32_t(i));
   }
   if (n_undecodable) {
     spdlog::debug("{}: {} BPE tokens are not byte-level text; decoded as UTF-8", source, n_undecodable);
@@ -198,24 +198,23 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   if (bpe) {
     // Single bytes are the tokens whose stored text is that byte's byte-level character.
     for (int b = 0; b < 256; ++b) {
-      auto it = tok.text_to_id_.find(ByteLevelEncode(std::string(1, char(b))));
-      if (it != tok.text_to_id_.end()) tok.byte_to_id_[b] = it->second;
+      const int32_t id = tok.text_to_id_.Find(ByteLevelEncode(std::string(1, char(b))));
+      if (id >= 0) tok.byte_to_id_[b] = id;
     }
     size_t n_skipped = 0;
     tok.merges_.reserve(v.merges.size());
     std::string joined;  // a + b, in one buffer reused for every merge
     for (size_t r = 0; r < v.merges.size(); ++r) {
       const auto& [a, b] = v.merges[r];
-      auto ia = tok.text_to_id_.find(a);
-      auto ib = tok.text_to_id_.find(b);
+      const int32_t ia = tok.text_to_id_.Find(a), ib = tok.text_to_id_.Find(b);
       joined.assign(a).append(b);
-      auto im = tok.text_to_id_.find(joined);
-      if (ia == tok.text_to_id_.end() || ib == tok.text_to_id_.end() || im == tok.text_to_id_.end()) {
+      const int32_t im = tok.text_to_id_.Find(joined);
+      if (ia < 0 || ib < 0 || im < 0) {
         ++n_skipped;
         continue;
       }
-      const uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
-      tok.merges_.emplace(key, MergeInfo{int32_t(r), im->second});  // the first rank wins
+      const uint64_t key = (uint64_t(uint32_t(ia)) << 32) | uint32_t(ib);
+      tok.merges_.emplace(key, MergeInfo{int32_t(r), im});  // the first rank wins
     }
     if (n_skipped) {
       spdlog::warn("{}: {} of {} merges name tokens that are not in the vocabulary; ignored", source, n_skipped,
@@ -267,14 +266,14 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   static const char* const kEndTexts[] = {"<|im_end|>",    "<|eot_id|>",      "<|eom_id|>", "<|endoftext|>", "<|end|>",
                                           "<end_of_turn>", "<|end_of_text|>", "</s>",       "<|EOT|>",       "<EOT>"};
   for (const char* t : kEndTexts) {
-    auto it = tok.text_to_id_.find(std::string_view(t));
-    if (it != tok.text_to_id_.end() && tok.types_[it->second] == TokenType::kControl) add_eog(it->second);
+    const int32_t id = tok.text_to_id_.Find(t);
+    if (id >= 0 && tok.types_[id] == TokenType::kControl) add_eog(id);
   }
   if (tok.eot_ < 0) {
     for (const char* t : {"<|im_end|>", "<|eot_id|>", "<end_of_turn>"}) {
-      auto it = tok.text_to_id_.find(std::string_view(t));
-      if (it != tok.text_to_id_.end() && tok.types_[it->second] == TokenType::kControl) {
-        tok.eot_ = it->second;
+      const int32_t id = tok.text_to_id_.Find(t);
+      if (id >= 0 && tok.types_[id] == TokenType::kControl) {
+        tok.eot_ = id;
         break;
       }
     }
@@ -399,9 +398,8 @@ void Tokenizer::EncodeText(std::string_view text, bool /*first_segment*/, std::v
 
 void Tokenizer::EncodeBpePiece(std::string_view piece, std::vector<int32_t>* out) const {
   if (ignore_merges_ || piece.size() == 1) {
-    auto it = piece_to_id_.find(piece);
-    if (it != piece_to_id_.end()) {
-      out->push_back(it->second);
+    if (const int32_t id = piece_to_id_.Find(piece); id >= 0) {
+      out->push_back(id);
       return;
     }
   }
@@ -498,9 +496,9 @@ void Tokenizer::EncodeSpm(std::string_view raw, bool prefix_space, std::vector<i
   auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     std::string_view s(text.data() + syms[left].start, syms[left].len + syms[right].len);
-    auto it = piece_to_id_.find(s);
-    if (it == piece_to_id_.end()) return;
-    heap.push({scores_[it->second], left, right, uint32_t(s.size())});
+    const int32_t id = piece_to_id_.Find(s);
+    if (id < 0) return;
+    heap.push({scores_[id], left, right, uint32_t(s.size())});
   };
   for (int32_t k = 0; k + 1 < int32_t(syms.size()); ++k) try_add(k, k + 1);
   while (!heap.empty()) {
@@ -518,9 +516,8 @@ void Tokenizer::EncodeSpm(std::string_view raw, bool prefix_space, std::vector<i
   }
   for (int32_t k = 0; k >= 0; k = syms[k].next) {
     std::string_view s(text.data() + syms[k].start, syms[k].len);
-    auto it = piece_to_id_.find(s);
-    if (it != piece_to_id_.end()) {
-      out->push_back(it->second);
+    if (const int32_t id = piece_to_id_.Find(s); id >= 0) {
+      out->push_back(id);
       continue;
     }
     bool all_bytes = true;
@@ -540,10 +537,7 @@ const std::string& Tokenizer::Piece(int32_t id) const { return id >= 0 && id < n
 
 const std::string& Tokenizer::TokenText(int32_t id) const { return id >= 0 && id < n_vocab() ? texts_[id] : kEmpty; }
 
-int32_t Tokenizer::TokenId(std::string_view token_text) const {
-  auto it = text_to_id_.find(token_text);
-  return it == text_to_id_.end() ? -1 : it->second;
-}
+int32_t Tokenizer::TokenId(std::string_view token_text) const { return text_to_id_.Find(token_text); }
 
 TokenType Tokenizer::token_type(int32_t id) const {
   return id >= 0 && id < n_vocab() ? types_[id] : TokenType::kUndefined;

@@ -32,6 +32,7 @@
 #include "base/progress.h"
 #include "base/status.h"
 #include "engine/tokenizer/pre-tokenizer.h"
+#include "engine/tokenizer/string-index.h"
 
 namespace impress {
 
@@ -169,11 +170,6 @@ class Tokenizer {
     bool always;  // user-defined: matched even without parse_special
     bool lstrip, rstrip;
   };
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
-  };
-  using StringMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
   struct MergeInfo {
     int32_t rank;
     int32_t merged;
@@ -197,8 +193,9 @@ class Tokenizer {
   std::vector<std::string> pieces_;  // decoded bytes
   std::vector<TokenType> types_;
   std::vector<float> scores_;
-  StringMap text_to_id_;                            // stored string -> id
-  StringMap piece_to_id_;                           // decoded bytes -> id of normal (and SPM user-defined) tokens
+  // Views into texts_ and pieces_ (their strings stay in place when the tokenizer moves).
+  StringIndex text_to_id_;                          // stored string -> id
+  StringIndex piece_to_id_;                         // decoded bytes -> id of normal (and SPM user-defined) tokens
   std::unordered_map<uint64_t, MergeInfo> merges_;  // (left id << 32 | right id)
   int32_t byte_to_id_[256];                         // BPE: single-byte tokens; SPM: <0xXX> (-1: none)
   std::vector<Special> specials_;                   // longest first

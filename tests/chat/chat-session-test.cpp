@@ -22,7 +22,7 @@ using ::impress::test_support::DefaultModel;
 struct OneAnswer {
   std::vector<int32_t> tokens;
   std::string stop_reason;
-  uint64_t stored = 0;      // tokens the pipeline wrote to the store
+  uint64_t stored = 0;        // tokens the pipeline wrote to the store
   uint64_t store_tokens = 0;  // tokens the store holds afterwards
 };
 
