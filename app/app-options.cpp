@@ -100,6 +100,10 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
                   "the team's namespace on the Redis server (1-64 of A-Z a-z 0-9 . _ -; default: default)");
   cmd->add_option("--team-credentials", o->team_credentials,
                   "file with the Redis user (first line) and password (second line; one line: the password alone)");
+  cmd->add_option("--team-reads", o->team_reads,
+                  "a prefix only the team holds: read per layer what the request selects, then fill the rest in the "
+                  "background (selective, the default), or fill the whole prefix before the request (whole)")
+      ->check(CLI::IsMember({"selective", "whole"}));
   cmd->add_option("--log-level", o->log_level, "trace|debug|info|warn|error|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 }
@@ -154,6 +158,7 @@ store::TeamOptions TeamOptionsFor(const CommonOptions& c) {
   t.url = c.team_url;
   t.team = c.team_namespace;
   t.credentials_file = c.team_credentials;
+  t.selective = c.team_reads != "whole";
   return t;
 }
 

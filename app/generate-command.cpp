@@ -90,7 +90,13 @@ void PrintStats(const ChatAnswer& a) {
       SystemName(r.system), r.ttft_ms, b.match_ms, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms,
       b.compute_ms, r.n_matched, r.n_prompt, r.chunks_device, r.chunks_host, r.chunks_ssd,
       double(r.ssd_bytes_read) / 1e6, r.n_layers_passed, r.layers.size(), r.decode_tok_s(), a.stop_reason);
-  if (r.team_tokens > 0) std::cerr << fmt::format("[{} prefix tokens came from the team KV tier]\n", r.team_tokens);
+  if (r.team_remote)
+    std::cerr << fmt::format(
+        "[{} prefix tokens read from the team KV tier layer by layer: {} spans, {:.1f} MB; the whole prefix is "
+        "filled here in the background]\n",
+        r.team_tokens, r.chunks_team, double(r.team_read_bytes) / 1e6);
+  else if (r.team_tokens > 0)
+    std::cerr << fmt::format("[{} prefix tokens came from the team KV tier]\n", r.team_tokens);
 }
 
 nlohmann::json FidelityJson(const FidelityReport& f) {

@@ -102,8 +102,8 @@ Result<ChatAnswer> ChatSession::AskPrompt(const PromptTokens& prompt, const AskO
   const std::string rest = decoder.Flush();
   answer.text += rest;
   if (o.on_text && !rest.empty()) o.on_text(rest);
-  answer.report.team_tokens = team_tokens;
-  answer.report.team_bytes = team_bytes;
+  answer.report.team_tokens = team_tokens + (answer.report.team_remote ? uint64_t(answer.report.n_matched) : 0);
+  answer.report.team_bytes = team_bytes + answer.report.team_read_bytes;
   answer.report.team_ms = team_ms;
   answer.report.n_generated = int(answer.tokens.size());
   answer.report.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -30,20 +30,23 @@ nlohmann::json TeamTierJson(const store::TeamTierInfo& t) {
 nlohmann::json RequestReportJson(const RequestReport& r) {
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerReport& l : r.layers) {
-    layers.push_back({{"il", l.il},
-                      {"s", l.s},
-                      {"t", l.t},
-                      {"probed", l.probed},
-                      {"passed", l.passed},
-                      {"k", l.k},
-                      {"n", l.n},
-                      {"key_bytes", l.key_bytes},
-                      {"value_bytes", l.value_bytes},
-                      {"ssd_bytes", l.ssd_bytes},
-                      {"io_wait_ms", l.io_wait_ms},
-                      {"prefetched", l.prefetched},
-                      {"prefetch_used", l.prefetch_used},
-                      {"chunks", {{"device", l.chunks_device}, {"host", l.chunks_host}, {"ssd", l.chunks_ssd}}}});
+    layers.push_back(
+        {{"il", l.il},
+         {"s", l.s},
+         {"t", l.t},
+         {"probed", l.probed},
+         {"passed", l.passed},
+         {"k", l.k},
+         {"n", l.n},
+         {"key_bytes", l.key_bytes},
+         {"value_bytes", l.value_bytes},
+         {"ssd_bytes", l.ssd_bytes},
+         {"io_wait_ms", l.io_wait_ms},
+         {"prefetched", l.prefetched},
+         {"prefetch_used", l.prefetch_used},
+         {"team_bytes", l.team_bytes},
+         {"chunks",
+          {{"device", l.chunks_device}, {"host", l.chunks_host}, {"ssd", l.chunks_ssd}, {"team", l.chunks_team}}}});
   }
   return {{"system", SystemName(r.system)},
           {"ttft_ms", r.ttft_ms},
@@ -55,6 +58,8 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
           {"team_tokens", r.team_tokens},
           {"team_bytes", r.team_bytes},
           {"team_ms", r.team_ms},
+          {"team_remote", r.team_remote},
+          {"team_read_bytes", r.team_read_bytes},
           {"new_tokens", r.n_new},
           {"attention", r.selected_attention() ? "selected" : "full"},
           {"attended_share", r.attended_share()},
@@ -66,7 +71,8 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
           {"probe_share", r.probe_share()},
           {"unhidden_io_share", r.unhidden_io_share()},
           {"read_gbs", r.read_gbs()},
-          {"tier_hits", {{"device", r.chunks_device}, {"host", r.chunks_host}, {"ssd", r.chunks_ssd}}},
+          {"tier_hits",
+           {{"device", r.chunks_device}, {"host", r.chunks_host}, {"ssd", r.chunks_ssd}, {"team", r.chunks_team}}},
           {"decode_tok_s", r.decode_tok_s()}};
 }
 

@@ -125,9 +125,15 @@ Result<RequestReport> ImpressPipeline::Prefill(const PipelineRequest& req, const
       return r;
     }
     DrainPrefetches();
-    if (r.status().code() != Status::Code::kCorruption || n_matched_ == 0 || attempt == kAttempts) return r.status();
-    spdlog::warn("stored KV of the matched prefix failed its checksum ({}); the store dropped it, recomputing",
-                 r.status().ToString());
+    // A prefix read from the team tier that failed (network, evicted key, bad value): the store
+    // no longer offers it, the next attempt uses the local tiers or computes.
+    const bool remote = handle_.remote;
+    if ((r.status().code() != Status::Code::kCorruption && !remote) || n_matched_ == 0 || attempt == kAttempts)
+      return r.status();
+    if (remote) spdlog::warn("reading the team tier's KV failed ({}); recomputing", r.status().ToString());
+    else
+      spdlog::warn("stored KV of the matched prefix failed its checksum ({}); the store dropped it, recomputing",
+                   r.status().ToString());
     IMPRESS_RETURN_IF_ERROR(ReleaseMatch());
   }
 }
@@ -213,6 +219,7 @@ void ImpressPipeline::BeginRequest(const PipelineRequest& req, Run& run) {
     n_matched_ = int(std::min<uint64_t>(handle_.n_matched, uint64_t(n_prompt - 1)));
   }
   report.n_matched = n_matched_;
+  report.team_remote = handle_.remote && n_matched_ > 0;
   report.n_new = n_prompt - n_matched_;
   seq_.assign(req.tokens.begin(), req.tokens.end());
   n_new_done_ = 0;
@@ -303,6 +310,7 @@ void ImpressPipeline::FinishRequest(Run& run) {
     report.chunks_device += lr.chunks_device;
     report.chunks_host += lr.chunks_host;
     report.chunks_ssd += lr.chunks_ssd;
+    report.chunks_team += lr.chunks_team;
     report.n_layers_passed += lr.passed ? 1 : 0;
   }
   std::sort(run.read_spans.begin(), run.read_spans.end());

@@ -416,6 +416,10 @@ void ImpressPipeline::NoteRead(LayerJob& job, const store::ReadStats& st) {
   job.lr.chunks_device += st.chunks_device;
   job.lr.chunks_host += st.chunks_host;
   job.lr.chunks_ssd += st.chunks_ssd;
+  job.lr.chunks_team += st.chunks_team;
+  job.lr.team_bytes += st.team_bytes;
+  job.run.report.team_read_bytes += st.team_bytes;
+  if (st.chunks_team > 0) job.run.read_spans.push_back({st.submitted, st.completed});
   job.run.report.useful_bytes_read += st.useful_bytes;
   if (st.ssd_bytes > 0) job.run.read_spans.push_back({st.submitted, st.completed});
 }

@@ -57,7 +57,9 @@ struct LayerReport {
   uint64_t ssd_bytes = 0;  // bytes the store read from disk for this layer
   uint32_t ssd_reads = 0;  // read requests those bytes took (runs of consecutive blocks)
   uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
-  double io_wait_ms = 0;  // how long compute waited on this layer's reads
+  uint32_t chunks_team = 0;  // spans read from the team tier (a remote match)
+  uint64_t team_bytes = 0;   // bytes those reads received
+  double io_wait_ms = 0;     // how long compute waited on this layer's reads
   // Cross-layer prefetch (PipelineSettings::cross_layer_prefetch): rows read ahead on the previous
   // layer's selection, and how many of them this layer's own selection used.
   int prefetched = 0, prefetch_used = 0;
@@ -72,7 +74,11 @@ struct RequestReport {
   int n_recomputed = 0;      // matched at first, then computed: the store dropped their KV as corrupt
   uint64_t team_tokens = 0;  // prefix tokens whose KV the team tier supplied for this request
   uint64_t team_bytes = 0;   // bytes received from the team tier for them (descriptors and values)
-  double team_ms = 0;        // the team-tier fill before the prefill (not part of ttft_ms)
+  double team_ms = 0;        // the team-tier lookup (and fill) before the prefill (not part of ttft_ms)
+  // The match was a prefix only the team tier held: each layer read its probe keys and selected
+  // rows from there (team_read_bytes of team_bytes, inside ttft_ms).
+  bool team_remote = false;
+  uint64_t team_read_bytes = 0;
   double keep = 0, alpha = 0;
   int probe_heads = 0;
   double ttft_ms = 0;
@@ -81,7 +87,7 @@ struct RequestReport {
   uint64_t ssd_bytes_read = 0;
   uint32_t ssd_reads = 0;          // read requests issued to the SSD (a device is bound by these or by bytes)
   uint64_t useful_bytes_read = 0;  // bytes of the K/V the request used, as stored
-  uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
+  uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0, chunks_team = 0;
   // Time some SSD read of the request was in flight (submitted, last block not yet read): the
   // union over its reads, whether compute was waiting or not.
   double read_busy_ms = 0;

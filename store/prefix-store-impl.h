@@ -50,6 +50,8 @@ namespace impress::store {
 class TeamTier;  // store/team-tier.h
 struct TeamDescriptor;
 struct TeamOrder;
+struct RemotePrefix;  // prefix-store-team.cpp: a prefix only the team tier holds, staged for a match
+struct RemoteRead;    // prefix-store-team.cpp: one layer's read from the team tier, in flight
 
 // One chunk or probe set on disk. Freed when retired (no catalog row names it any more) and the
 // last layout snapshot that could read it is gone.
@@ -122,6 +124,7 @@ struct HandleState {
   NodeId last_node = kNoNode;
   uint64_t n_matched = 0;
   std::vector<SpanView> spans;
+  std::shared_ptr<const RemotePrefix> remote;  // set: every read goes to the team tier (no spans)
 };
 
 // One chunk (or probe set) a read touches.
@@ -158,6 +161,7 @@ struct PendingRead {
   ReadEngine::Ticket ticket = 0;
   std::vector<ReadSource> sources;
   ReadStats stats;
+  std::shared_ptr<RemoteRead> remote;  // a read of a remote match (no sources, no disk ticket)
 };
 
 // What one layer's chunk writing produced: rows to commit, the extents they own (retired if the
@@ -401,6 +405,21 @@ struct PrefixStore::Impl {
   Status InsertTeamKV(std::span<const Token> tokens, const TeamFillKV& kv, uint64_t* n_written) EXCLUDES(mu);
   bool WaitTeamPublished(std::chrono::milliseconds timeout);
   TeamTierInfo TeamInfo();
+  // A match on a prefix only the team tier holds (TeamOptions::selective): the staged prefix of
+  // `tokens` (its length in *n), else null; reads planned, run on the team worker, waited.
+  std::shared_ptr<const RemotePrefix> StagedFor(std::span<const Token> tokens, uint64_t* n) EXCLUDES(mu);
+  Result<ReadTicket> SubmitRemoteLocked(const HandleState& hs, int il, bool probe, std::span<const uint32_t> positions,
+                                        bool want_k, bool want_v) REQUIRES(mu);
+  void RunRemoteRead(const RemotePrefix& rp, uint32_t il, RemoteRead& rr) EXCLUDES(mu);
+  Result<ReadStats> WaitRemote(PendingRead& pr, f16_t* k_out, f16_t* v_out, uint8_t* probe_records) EXCLUDES(mu);
+  std::vector<uint32_t> RemoteGroups(const HandleState& hs, uint32_t group_tokens) const;
+  // After a remote match's request: the whole prefix into the local tiers, in the background.
+  void FillAfterRemote(std::shared_ptr<const RemotePrefix> rp) EXCLUDES(mu);
+  // An Insert past a staged prefix the local store does not hold yet: kept and written once the
+  // background fill has brought the prefix. False when there is no such prefix.
+  bool DeferInsert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers,
+                   const InsertOptions& io) EXCLUDES(mu);
+  TeamFill FillWhole(std::span<const Token> tokens, bool stage) EXCLUDES(mu);
 
   // ---- prefix-store-admin.cpp
   struct SegView;

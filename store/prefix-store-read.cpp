@@ -14,10 +14,23 @@ namespace impress::store {
 
 MatchHandle PrefixStore::Impl::Match(std::span<const Token> tokens) {
   WaitForAdmissions();  // what earlier requests read is in the memory tiers before this one plans
+  uint64_t n_remote = 0;
+  std::shared_ptr<const RemotePrefix> remote = team ? StagedFor(tokens, &n_remote) : nullptr;
   MutexLock lk(&mu);
   MatchResult m = tree.Match(ns, tokens, true);
   MatchHandle h;
   for (const auto& sp : m.path) dirty_nodes.insert(sp.node);
+  if (remote && n_remote > m.n_matched) {
+    // The team tier holds more of it than the local tiers: every read of this request goes there.
+    HandleState hs;
+    hs.n_matched = n_remote;
+    hs.remote = std::move(remote);
+    h.id = next_handle++;
+    h.n_matched = n_remote;
+    h.remote = true;
+    handles[h.id] = std::move(hs);
+    return h;
+  }
   if (m.n_matched == 0) return h;
   if (!tree.Lock(m.last_node).ok()) return h;
   HandleState hs;
@@ -36,6 +49,20 @@ MatchHandle PrefixStore::Impl::Match(std::span<const Token> tokens) {
 
 Status PrefixStore::Impl::Release(MatchHandle& h) {
   if (h.id == 0) return Status::Ok();
+  if (h.remote) {
+    std::shared_ptr<const RemotePrefix> remote;
+    {
+      MutexLock lk(&mu);
+      auto it = handles.find(h.id);
+      if (it == handles.end())
+        return Status::InvalidArgument("store: match handle " + std::to_string(h.id) + " unknown or released");
+      remote = std::move(it->second.remote);
+      handles.erase(it);
+    }
+    h.id = 0;
+    if (remote) FillAfterRemote(std::move(remote));
+    return Status::Ok();
+  }
   MutexLock lk(&mu);
   auto it = handles.find(h.id);
   if (it == handles.end())
@@ -61,6 +88,7 @@ Result<const HandleState*> PrefixStore::Impl::HandleLocked(const MatchHandle& h,
 Result<ReadTicket> PrefixStore::Impl::SubmitProbeKeys(const MatchHandle& h, int il) {
   MutexLock lk(&mu);
   IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
+  if (hs->remote) return SubmitRemoteLocked(*hs, il, /*probe=*/true, {}, false, false);
   auto pr = std::make_unique<PendingRead>();
   pr->probe = true;
   pr->n_rows = hs->n_matched;
@@ -119,6 +147,7 @@ Result<std::vector<uint32_t>> PrefixStore::Impl::ReadGroups(const MatchHandle& h
   const uint32_t g = std::min(group_tokens, C);  // a group never spans two chunks
   MutexLock lk(&mu);
   IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
+  if (hs->remote) return RemoteGroups(*hs, g);
   std::vector<uint32_t> out(hs->n_matched);
   uint32_t next = 0;
   const uint32_t per_chunk = (C + g - 1) / g;
@@ -156,6 +185,7 @@ Result<ReadTicket> PrefixStore::Impl::SubmitReadKV(const MatchHandle& h, int il,
   MutexLock lk(&mu);
   IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
   if (!want_k && !want_v) return Status::InvalidArgument("store: a KV read must want K, V or both");
+  if (hs->remote) return SubmitRemoteLocked(*hs, il, /*probe=*/false, positions, want_k, want_v);
   auto pr = std::make_unique<PendingRead>();
   pr->want_k = want_k;
   pr->want_v = want_v;
@@ -336,6 +366,7 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
     pr = std::move(it->second);
     reads.erase(it);
   }
+  if (pr->remote) return WaitRemote(*pr, k_out, v_out, probe_records);
   ReadTiming timing;
   Status io_st = io->Wait(pr->ticket, &timing);
   pr->stats.submitted = timing.submitted;
@@ -633,6 +664,7 @@ Status PrefixStore::Impl::ReportImportance(const MatchHandle& h, int il, std::sp
   MutexLock lk(&mu);
   IMPRESS_ASSIGN_OR_RETURN(const HandleState* hsp, HandleLocked(h, il));
   const HandleState& hs = *hsp;
+  if (hs.remote) return Status::Ok();  // nothing of it is stored here yet
   std::vector<float> w(hs.n_matched, 0.0f);
   for (size_t i = 0; i < selected.size(); ++i) {
     if (selected[i] >= hs.n_matched)

@@ -24,6 +24,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <deque>
+#include <functional>
+#include <future>
 #include <numeric>
 
 #include "store/prefix-store-impl.h"
@@ -39,6 +42,36 @@ constexpr size_t kFillBatchSpans = 8;
 constexpr uint64_t kFillBatchBytes = 4ull << 20;
 }  // namespace
 
+// A prefix the team tier holds and the local tiers do not, staged by FillFromTeam for the next
+// Match (TeamOptions::selective).
+struct RemotePrefix {
+  std::vector<Token> tokens;  // whole spans of the query, as the team tier matched them
+  std::vector<TeamDescriptor> spans;
+  std::shared_ptr<TeamTier> tier;
+};
+
+// One layer's read of a remote match: planned under the store's mutex, run on the team worker,
+// handed over through `done` (everything else is written before it is set, read after).
+struct RemoteRead {
+  bool probe = false, want_k = false, want_v = false;
+  std::vector<uint32_t> positions;  // KV reads: in the caller's order
+  std::vector<uint8_t> k, v;        // records as stored (probe: k, one per matched position)
+  uint64_t bytes = 0;               // received from the team tier
+  uint32_t spans = 0;               // spans it touched
+  Clock::time_point submitted{}, completed{};
+  std::promise<Status> done;
+  std::future<Status> result = done.get_future();
+};
+
+// An Insert past a staged prefix, waiting for the background fill to bring the prefix.
+struct DeferredInsert {
+  std::vector<Token> tokens;
+  uint64_t start = 0;
+  std::vector<std::vector<f16_t>> k, v;
+  std::vector<std::vector<float>> importance;  // empty: none given
+  InsertOptions io;
+};
+
 struct PrefixStore::Impl::TeamState {
   TeamOptions opt;
   TeamTierOptions tier_opt;
@@ -49,9 +82,53 @@ struct PrefixStore::Impl::TeamState {
   Mutex mu;
   std::shared_ptr<TeamTier> tier GUARDED_BY(mu);  // the fills' connection; null until connected
   Clock::time_point next_try GUARDED_BY(mu){};
+  static constexpr size_t kMaxDeferred = 8;
   bool connected GUARDED_BY(mu) = false;
   std::string status GUARDED_BY(mu) = "not contacted yet";
-  TeamTierInfo counts GUARDED_BY(mu);  // fills, hits, tokens, bytes, errors, corrupt, latency
+  TeamTierInfo counts GUARDED_BY(mu);                         // fills, hits, tokens, bytes, errors, corrupt, latency
+  std::shared_ptr<const RemotePrefix> staged GUARDED_BY(mu);  // for the next Match
+  std::vector<DeferredInsert> deferred GUARDED_BY(mu);        // at most kMaxDeferred
+
+  // The worker: remote reads and background fills, one at a time in the order posted. Stopping
+  // runs the reads still queued (their callers wait for them) and skips the fills.
+  Mutex q_mu;
+  CondVar q_cv;                                                           // waits under q_mu: a job posted, or stopping
+  std::deque<std::pair<bool, std::function<void()>>> q GUARDED_BY(q_mu);  // (is a fill, job)
+  bool q_stop GUARDED_BY(q_mu) = false;
+  std::thread q_thread;
+
+  void Post(bool fill, std::function<void()> job) EXCLUDES(q_mu) {
+    {
+      MutexLock lk(&q_mu);
+      q.emplace_back(fill, std::move(job));
+      if (!q_thread.joinable()) q_thread = std::thread([this] { WorkLoop(); });
+    }
+    q_cv.SignalAll();
+  }
+  void WorkLoop() EXCLUDES(q_mu) {
+    for (;;) {
+      std::pair<bool, std::function<void()>> job;
+      {
+        MutexLock lk(&q_mu);
+        while (!q_stop && q.empty()) q_cv.Wait(&q_mu);
+        if (q.empty()) return;
+        job = std::move(q.front());
+        q.pop_front();
+        if (q_stop && job.first) continue;
+      }
+      job.second();
+    }
+  }
+  void StopWorker() EXCLUDES(q_mu) {
+    std::thread t;
+    {
+      MutexLock lk(&q_mu);
+      q_stop = true;
+      t = std::move(q_thread);
+    }
+    q_cv.SignalAll();
+    if (t.joinable()) t.join();
+  }
 
   // The fills' connection, connecting when due; null (and `why`) when the tier is unreachable.
   std::shared_ptr<TeamTier> Connect(Status* why) EXCLUDES(mu) {
@@ -137,6 +214,7 @@ Status PrefixStore::Impl::OpenTeam() {
 
 void PrefixStore::Impl::CloseTeam() {
   if (!team) return;
+  team->StopWorker();
   if (team->publisher && !team->publisher->WaitIdle(team->opt.close_wait)) {
     const auto ps = team->publisher->stats();
     spdlog::warn("team tier: {} KV copies ({} MiB) not yet published are dropped at close", ps.queued_jobs,
@@ -305,6 +383,10 @@ Status PrefixStore::Impl::InsertTeamKV(std::span<const Token> tokens, const Team
 }
 
 TeamFill PrefixStore::Impl::FillFromTeam(std::span<const Token> tokens) {
+  return FillWhole(tokens, team && team->opt.selective);
+}
+
+TeamFill PrefixStore::Impl::FillWhole(std::span<const Token> tokens, bool stage) {
   TeamFill f;
   if (!team || read_only) return f;
   TeamState& t = *team;
@@ -328,6 +410,21 @@ TeamFill PrefixStore::Impl::FillFromTeam(std::span<const Token> tokens) {
     return f;
   }
   t.Reached();
+  if (stage && m->n_matched > f.n_local) {
+    // Nothing read yet: the request's match reads per layer what it selects (RunRemoteRead).
+    auto rp = std::make_shared<RemotePrefix>();
+    rp->tokens.assign(tokens.begin(), tokens.begin() + std::ptrdiff_t(m->n_matched));
+    rp->spans = std::move(m->spans);
+    rp->tier = tier;
+    f.n_remote = m->n_matched;
+    f.bytes = tier->stats().bytes_read - before.bytes_read;
+    MutexLock lk(&t.mu);
+    t.staged = std::move(rp);
+    ++t.counts.fills;
+    ++t.counts.fill_hits;
+    t.counts.bytes_read += f.bytes;
+    return f;
+  }
   const auto& spans = m->spans;
   const size_t L = size_t(opt.n_layer);
   TeamFillKV kv;
@@ -409,6 +506,227 @@ TeamTierInfo PrefixStore::Impl::TeamInfo() {
     info.publish_queued_bytes = ps.queued_bytes;
   }
   return info;
+}
+
+// ==================================================================== remote matches
+
+std::shared_ptr<const RemotePrefix> PrefixStore::Impl::StagedFor(std::span<const Token> tokens, uint64_t* n) {
+  *n = 0;
+  std::shared_ptr<const RemotePrefix> rp;
+  {
+    MutexLock lk(&team->mu);
+    rp = team->staged;
+  }
+  if (!rp) return nullptr;
+  const size_t k = std::min(rp->tokens.size(), tokens.size());
+  if (k == 0 || !std::equal(tokens.begin(), tokens.begin() + std::ptrdiff_t(k), rp->tokens.begin())) return nullptr;
+  *n = k;
+  return rp;
+}
+
+Result<ReadTicket> PrefixStore::Impl::SubmitRemoteLocked(const HandleState& hs, int il, bool probe,
+                                                         std::span<const uint32_t> positions, bool want_k,
+                                                         bool want_v) {
+  for (uint32_t p : positions)
+    if (p >= hs.n_matched) return Status::InvalidArgument("store: position " + std::to_string(p) + " out of range");
+  auto rr = std::make_shared<RemoteRead>();
+  rr->probe = probe;
+  rr->want_k = want_k;
+  rr->want_v = want_v;
+  rr->positions.assign(positions.begin(), positions.end());
+  rr->submitted = Clock::now();
+  auto pr = std::make_unique<PendingRead>();
+  pr->probe = probe;
+  pr->want_k = want_k;
+  pr->want_v = want_v;
+  pr->n_rows = probe ? hs.n_matched : positions.size();
+  pr->stats.useful_bytes =
+      probe ? hs.n_matched * probe_rec_bytes : positions.size() * ((want_k ? k_bytes : 0) + (want_v ? k_bytes : 0));
+  pr->remote = rr;
+  std::shared_ptr<const RemotePrefix> rp = hs.remote;
+  team->Post(/*fill=*/false, [this, rp, rr, il] { RunRemoteRead(*rp, uint32_t(il), *rr); });
+  ++st.n_reads;
+  const ReadTicket t = next_ticket++;
+  reads[t] = std::move(pr);
+  return t;
+}
+
+// Probe reads: every span's probe value of the layer, whole (small), in one pipelined request.
+// KV reads: per span the 4 KiB blocks of the wanted rows (GETRANGE), all spans in one request.
+// Values are in the span's token order; every byte is verified before it is used.
+void PrefixStore::Impl::RunRemoteRead(const RemotePrefix& rp, uint32_t il, RemoteRead& rr) {
+  TeamTier& tier = *rp.tier;
+  const uint64_t before = tier.stats().bytes_read;
+  const uint64_t n = rp.tokens.size();
+  Status s = Status::Ok();
+  if (rr.probe) {
+    std::vector<TeamChunkRef> refs;
+    for (const TeamDescriptor& d : rp.spans) refs.push_back({&d, il});
+    auto vals = tier.ReadChunks(refs, TeamPiece::kProbe);
+    rr.k.resize(n * probe_rec_bytes);
+    rr.spans = uint32_t(refs.size());
+    for (size_t sp = 0; sp < rp.spans.size() && s.ok(); ++sp) {
+      if (!vals[sp].ok()) {
+        s = vals[sp].status();
+        break;
+      }
+      const ChunkHeader hdr = tier.ExpectedHeader(rp.spans[sp], il, TeamPiece::kProbe);
+      const uint64_t first = uint64_t(sp) * C, count = std::min<uint64_t>(rp.spans[sp].tokens.size(), n - first);
+      if (hdr.record_bytes != probe_rec_bytes) {
+        s = Status::Corruption("team tier: probe records of another size");
+        break;
+      }
+      std::memcpy(rr.k.data() + first * probe_rec_bytes, vals[sp]->data() + LayoutOf(hdr).k_offset,
+                  count * probe_rec_bytes);
+    }
+  } else {
+    const uint32_t rb = RecordBytes(opt.kv_encoding, opt.n_head_kv, opt.head_dim);
+    std::vector<std::vector<uint32_t>> rows(rp.spans.size());
+    std::vector<std::vector<size_t>> at(rp.spans.size());  // output row of each
+    for (size_t i = 0; i < rr.positions.size(); ++i) {
+      const uint32_t p = rr.positions[i];
+      rows[p / C].push_back(p % C);
+      at[p / C].push_back(i);
+    }
+    std::vector<TeamRowsRef> refs;
+    std::vector<size_t> ref_span;
+    for (size_t sp = 0; sp < rows.size(); ++sp)
+      if (!rows[sp].empty()) {
+        refs.push_back({&rp.spans[sp], rows[sp]});
+        ref_span.push_back(sp);
+      }
+    rr.spans = uint32_t(refs.size());
+    auto vals = tier.ReadRowsMany(refs, il, rr.want_k, rr.want_v);
+    if (rr.want_k) rr.k.resize(rr.positions.size() * rb);
+    if (rr.want_v) rr.v.resize(rr.positions.size() * rb);
+    for (size_t i = 0; i < refs.size() && s.ok(); ++i) {
+      if (!vals[i].ok()) {
+        s = vals[i].status();
+        break;
+      }
+      const uint8_t* src = vals[i]->data();
+      const std::vector<size_t>& out = at[ref_span[i]];
+      for (std::vector<uint8_t>* dst : {rr.want_k ? &rr.k : nullptr, rr.want_v ? &rr.v : nullptr}) {
+        if (!dst) continue;
+        for (size_t j = 0; j < out.size(); ++j, src += rb) std::memcpy(dst->data() + out[j] * rb, src, rb);
+      }
+    }
+  }
+  rr.bytes = tier.stats().bytes_read - before;
+  rr.completed = Clock::now();
+  {
+    MutexLock lk(&team->mu);
+    team->counts.bytes_read += rr.bytes;
+    ++team->counts.requests;
+    team->counts.request_us +=
+        uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(rr.completed - rr.submitted).count());
+    if (!s.ok()) {
+      // The request falls back (its prefill computes the prefix): a match of this prefix no longer
+      // goes to the team tier until it is staged again.
+      if (team->staged.get() == &rp) team->staged.reset();
+      if (s.code() == Status::Code::kCorruption) ++team->counts.corrupt;
+    }
+  }
+  if (!s.ok()) {
+    spdlog::warn("team tier: reading layer {} of a remote prefix failed; computing it instead: {}", il, s.ToString());
+    team->Failed(s);
+  } else {
+    team->Reached();
+  }
+  rr.done.set_value(s);
+}
+
+Result<ReadStats> PrefixStore::Impl::WaitRemote(PendingRead& pr, f16_t* k_out, f16_t* v_out, uint8_t* probe_records) {
+  RemoteRead& rr = *pr.remote;
+  const Status s = rr.result.get();
+  ReadStats stats = pr.stats;
+  stats.submitted = rr.submitted;
+  stats.completed = rr.completed;
+  stats.team_bytes = rr.bytes;
+  stats.chunks_team = rr.spans;
+  if (!s.ok()) return Status::IOError("team tier read: " + s.message());
+  const size_t n = size_t(pr.n_rows);
+  if (pr.probe) {
+    const int n_probe = int(opt.probe_kv_heads.size());
+    const size_t pe = size_t(n_probe) * size_t(opt.head_dim);
+    if (probe_records) {
+      std::memcpy(probe_records, rr.k.data(), n * probe_rec_bytes);
+    } else {
+      for (size_t r = 0; r < n; ++r)
+        DecodeRecord(probe_enc, rr.k.data() + r * probe_rec_bytes, n_probe, opt.head_dim, k_out + r * pe);
+    }
+    return stats;
+  }
+  const uint32_t rb = RecordBytes(opt.kv_encoding, opt.n_head_kv, opt.head_dim);
+  const size_t row = size_t(opt.n_head_kv) * size_t(opt.head_dim);
+  for (size_t r = 0; r < n; ++r) {
+    if (pr.want_k && k_out)
+      DecodeRecord(opt.kv_encoding, rr.k.data() + r * rb, opt.n_head_kv, opt.head_dim, k_out + r * row);
+    if (pr.want_v && v_out)
+      DecodeRecord(opt.kv_encoding, rr.v.data() + r * rb, opt.n_head_kv, opt.head_dim, v_out + r * row);
+  }
+  return stats;
+}
+
+// The team's values keep each span in token order: group g of span s holds its tokens
+// [s * C + g * group, + group), numbered densely in position order.
+std::vector<uint32_t> PrefixStore::Impl::RemoteGroups(const HandleState& hs, uint32_t group_tokens) const {
+  std::vector<uint32_t> out(hs.n_matched);
+  const uint32_t per_span = (C + group_tokens - 1) / group_tokens;
+  for (uint64_t p = 0; p < hs.n_matched; ++p) out[p] = uint32_t(p / C) * per_span + uint32_t(p % C) / group_tokens;
+  uint32_t next = 0, last = UINT32_MAX;
+  for (uint32_t& x : out) {
+    if (x != last) ++next;
+    last = x;
+    x = next - 1;
+  }
+  return out;
+}
+
+void PrefixStore::Impl::FillAfterRemote(std::shared_ptr<const RemotePrefix> rp) {
+  team->Post(/*fill=*/true, [this, rp] {
+    const TeamFill f = FillWhole(rp->tokens, /*stage=*/false);
+    if (!f.status.ok()) spdlog::info("team tier: background fill stopped: {}", f.status.ToString());
+    std::vector<DeferredInsert> ready;
+    {
+      MutexLock lk(&team->mu);
+      if (team->staged == rp) team->staged.reset();
+      ready.swap(team->deferred);
+    }
+    for (DeferredInsert& d : ready) {
+      std::vector<LayerKV> layers(d.k.size());
+      for (size_t l = 0; l < layers.size(); ++l)
+        layers[l] = {d.k[l].data(), d.v[l].data(), d.importance.empty() ? nullptr : d.importance[l].data()};
+      auto r = Insert(d.tokens, d.start, layers, 0);
+      if (!r.ok()) {
+        spdlog::info("team tier: KV computed past the team's prefix not stored: {}", r.status().ToString());
+        continue;
+      }
+      if (r->n_written > 0) PublishToTeam(d.tokens, d.start, layers, d.io);
+    }
+  });
+}
+
+bool PrefixStore::Impl::DeferInsert(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers,
+                                    const InsertOptions& io) {
+  if (!team || start > tokens.size()) return false;
+  uint64_t n_staged = 0;
+  if (!StagedFor(tokens, &n_staged) || n_staged < start) return false;
+  DeferredInsert d;
+  d.tokens.assign(tokens.begin(), tokens.end());
+  d.start = start;
+  d.io = io;
+  const size_t rows = (tokens.size() - start) * size_t(opt.n_head_kv) * size_t(opt.head_dim);
+  for (const LayerKV& l : layers) {
+    d.k.emplace_back(l.k, l.k + rows);
+    d.v.emplace_back(l.v, l.v + rows);
+    if (l.importance) d.importance.emplace_back(l.importance, l.importance + (tokens.size() - start));
+  }
+  if (d.importance.size() != layers.size()) d.importance.clear();
+  MutexLock lk(&team->mu);
+  if (team->deferred.size() >= TeamState::kMaxDeferred) return false;
+  team->deferred.push_back(std::move(d));
+  return true;
 }
 
 }  // namespace impress::store

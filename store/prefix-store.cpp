@@ -45,6 +45,10 @@ Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_
                                           std::span<const LayerKV> layers, const InsertOptions& io) {
   auto r = impl_->Insert(tokens, start, layers, io.shared_prefix);
   if (r.ok() && r->n_written > 0) impl_->PublishToTeam(tokens, start, layers, io);
+  // KV past a prefix this request read from the team tier: stored once the background fill has
+  // brought the prefix here.
+  if (!r.ok() && r.status().code() == Status::Code::kNotFound && impl_->DeferInsert(tokens, start, layers, io))
+    return InsertSummary{.n_cached_before = start, .n_written = 0, .bytes_written = 0};
   return r;
 }
 TeamFill PrefixStore::FillFromTeam(std::span<const Token> tokens) { return impl_->FillFromTeam(tokens); }

@@ -55,7 +55,11 @@ struct TeamOptions {
   std::chrono::milliseconds retry_pause = std::chrono::milliseconds(2000);
   std::chrono::seconds ttl = std::chrono::seconds(0);  // of published keys; 0: they do not expire
   bool publish = true;                                 // false: only read from the team tier
-  uint64_t publish_queue_bytes = 512ull << 20;         // KV copies waiting to be published
+  // A local miss reads per layer only what the request selects from the team tier (probe keys,
+  // then the selected rows by byte ranges), and the whole prefix is filled into the local tiers
+  // in the background after the request. false: the fill reads the whole prefix first.
+  bool selective = true;
+  uint64_t publish_queue_bytes = 512ull << 20;  // KV copies waiting to be published
   // How long closing the store waits for KV still being published (then it is dropped).
   std::chrono::milliseconds close_wait = std::chrono::seconds(10);
   bool enabled() const { return !url.empty(); }
@@ -145,8 +149,11 @@ struct InsertOptions {
 struct TeamFill {
   uint64_t n_local = 0;  // tokens the local store held before
   uint64_t n_team = 0;   // tokens whose KV came from the team tier and entered the local store
-  uint64_t bytes = 0;    // bytes received from the team tier (descriptors and values)
-  Status status;         // why the fill stopped short (network, bad value, local write), else Ok
+  // Tokens the next Match of this prefix reads from the team tier directly (TeamOptions::selective):
+  // per layer the probe keys and the selected rows; the whole prefix is filled after that request.
+  uint64_t n_remote = 0;
+  uint64_t bytes = 0;  // bytes received from the team tier (descriptors and values)
+  Status status;       // why the fill stopped short (network, bad value, local write), else Ok
 };
 
 // The team tier as this store sees it (StoreStats::team).
@@ -176,6 +183,7 @@ struct TeamTierInfo {
 struct MatchHandle {
   uint64_t id = 0;         // 0: nothing to release
   uint64_t n_matched = 0;  // tokens of the query whose KV the store holds
+  bool remote = false;     // the team tier holds them (a staged prefix), not the local tiers
 };
 
 using ReadTicket = uint64_t;
@@ -186,11 +194,13 @@ struct ReadStats {
   uint32_t chunks_device = 0;  // chunks served from each tier
   uint32_t chunks_host = 0;
   uint32_t chunks_ssd = 0;
-  uint32_t n_ios = 0;  // read requests submitted
+  uint32_t chunks_team = 0;  // spans read from the team tier (a remote match)
+  uint64_t team_bytes = 0;   // bytes received from the team tier for this read
+  uint32_t n_ios = 0;        // read requests submitted
   // When the read was submitted and when its last disk read completed (equal when served from
   // memory): the disk's time on it, whether or not anyone waited.
   std::chrono::steady_clock::time_point submitted{}, completed{};
-  uint32_t chunks() const { return chunks_device + chunks_host + chunks_ssd; }
+  uint32_t chunks() const { return chunks_device + chunks_host + chunks_ssd + chunks_team; }
   double read_amplification() const { return useful_bytes ? double(ssd_bytes) / double(useful_bytes) : 0.0; }
 };
 
@@ -319,6 +329,9 @@ class PrefixStore {
   PrefixStore& operator=(const PrefixStore&) = delete;
 
   // Longest cached prefix of `tokens`; locks it until Release. n_matched may be 0 (then id is 0).
+  // When FillFromTeam staged a longer prefix of `tokens` (TeamOptions::selective), the handle
+  // covers that instead and its reads go to the team tier (ReadStats::chunks_team); releasing it
+  // starts the background fill of the whole prefix.
   MatchHandle Match(std::span<const Token> tokens);
   Status Release(MatchHandle& handle);
 
@@ -357,7 +370,8 @@ class PrefixStore {
   // The team tier's longest prefix of `tokens` past the local match, read (every value verified)
   // and inserted here, so the local tiers admit it by their policy and the next Match finds it.
   // Asks the team tier only when it could add whole spans. Never fails (TeamFill::status says why
-  // it stopped short); with no team tier it does nothing.
+  // it stopped short); with no team tier it does nothing. With TeamOptions::selective nothing is
+  // read yet: the team's prefix is staged for the next Match (TeamFill::n_remote).
   TeamFill FillFromTeam(std::span<const Token> tokens);
   // Until everything inserted so far is published (or given up), or the timeout; true when done.
   bool WaitTeamPublished(std::chrono::milliseconds timeout);

@@ -543,54 +543,110 @@ Result<std::vector<uint8_t>> TeamTier::CheckValue(const TeamDescriptor& d, uint3
 
 Result<std::vector<uint8_t>> TeamTier::ReadRows(const TeamDescriptor& d, uint32_t layer, bool v_region,
                                                 std::span<const uint32_t> rows) {
+  const TeamRowsRef ref{&d, rows};
+  auto out = ReadRowsMany(std::span<const TeamRowsRef>(&ref, 1), layer, !v_region, v_region);
+  return std::move(out[0]);
+}
+
+std::vector<Result<std::vector<uint8_t>>> TeamTier::ReadRowsMany(std::span<const TeamRowsRef> refs, uint32_t layer,
+                                                                 bool want_k, bool want_v) {
   const auto t0 = Clock::now();
-  if (layer >= d.kv.size()) return Status::InvalidArgument("team tier: layer out of range");
   const uint32_t rb = kv_record_bytes_;
-  const ChunkLayout lay = LayoutOf(ExpectedHeader(d, layer, TeamPiece::kKV));
-  const uint64_t region = v_region ? lay.v_offset : lay.k_offset;
-  // The 4 KiB blocks the rows lie in, merged into runs of consecutive blocks.
-  std::vector<std::pair<uint32_t, uint32_t>> runs;  // first block, count
-  std::vector<uint32_t> blocks;
-  for (uint32_t row : rows) {
-    if (row >= d.tokens.size()) return Status::InvalidArgument("team tier: row past the span's end");
-    const uint64_t b = region + uint64_t(row) * rb, e = b + rb;
-    for (uint64_t k = b / kBlockBytes; k <= (e - 1) / kBlockBytes; ++k) blocks.push_back(uint32_t(k));
+  std::vector<Result<std::vector<uint8_t>>> out;
+  out.reserve(refs.size());
+  // Per reference and region: the 4 KiB blocks its rows lie in, merged into runs of consecutive
+  // blocks, one GETRANGE each; all of them in one pipeline.
+  struct Plan {
+    std::string key;
+    ChunkLayout lay;
+    std::vector<std::pair<uint32_t, uint32_t>> runs;  // first block, count (K and V regions)
+    size_t first_cmd = 0;
+  };
+  std::vector<Plan> plans(refs.size());
+  std::vector<RedisCommand> cmds;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const TeamDescriptor& d = *refs[i].desc;
+    out.emplace_back(Status::Internal("team tier: not read"));
+    if (layer >= d.kv.size()) {
+      out[i] = Status::InvalidArgument("team tier: layer out of range");
+      continue;
+    }
+    Plan& p = plans[i];
+    p.lay = LayoutOf(ExpectedHeader(d, layer, TeamPiece::kKV));
+    std::vector<uint32_t> blocks;
+    bool bad = false;
+    for (uint64_t region : {want_k ? p.lay.k_offset : UINT64_MAX, want_v ? p.lay.v_offset : UINT64_MAX}) {
+      if (region == UINT64_MAX) continue;
+      for (uint32_t row : refs[i].rows) {
+        if (row >= d.tokens.size()) bad = true;
+        const uint64_t b = region + uint64_t(row) * rb, e = b + rb;
+        for (uint64_t k = b / kBlockBytes; k <= (e - 1) / kBlockBytes; ++k) blocks.push_back(uint32_t(k));
+      }
+    }
+    if (bad) {
+      out[i] = Status::InvalidArgument("team tier: row past the span's end");
+      continue;
+    }
+    std::sort(blocks.begin(), blocks.end());
+    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+    for (uint32_t b : blocks) {
+      if (!p.runs.empty() && p.runs.back().first + p.runs.back().second == b) ++p.runs.back().second;
+      else p.runs.push_back({b, 1});
+    }
+    p.key = ValueKey(d, layer, TeamPiece::kKV);
+    p.first_cmd = cmds.size();
+    for (const auto& [b, n] : p.runs) {
+      const uint64_t begin = uint64_t(b) * kBlockBytes, end = begin + uint64_t(n) * kBlockBytes;
+      cmds.push_back({{"GETRANGE", p.key, std::to_string(begin), std::to_string(end - 1)}});
+    }
   }
-  std::sort(blocks.begin(), blocks.end());
-  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-  for (uint32_t b : blocks) {
-    if (!runs.empty() && runs.back().first + runs.back().second == b) ++runs.back().second;
-    else runs.push_back({b, 1});
-  }
-  std::vector<RedisClient::ByteRange> ranges;
-  for (const auto& [b, n] : runs) ranges.push_back({uint64_t(b) * kBlockBytes, uint64_t(n) * kBlockBytes});
-  const std::string key = ValueKey(d, layer, TeamPiece::kKV);
-  auto got = client_->GetRanges(key, ranges);
+  auto got = client_->Run(cmds);
   NoteRequest(t0);
-  ChunkExtent ext = d.kv[layer];
-  std::vector<uint8_t> buf(ext.length);  // only the runs read are filled
-  for (size_t i = 0; i < runs.size(); ++i) {
-    if (!got[i].ok()) {
-      CountStatus(got[i].status());
-      return got[i].status();
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (out[i].status().code() != Status::Code::kInternal) continue;  // refused above
+    const TeamDescriptor& d = *refs[i].desc;
+    const Plan& p = plans[i];
+    const ChunkExtent& ext = d.kv[layer];
+    std::vector<uint8_t> buf(ext.length);  // only the runs read are filled
+    Status s = Status::Ok();
+    for (size_t j = 0; j < p.runs.size() && s.ok(); ++j) {
+      Result<RedisReply>& r = got[p.first_cmd + j];
+      const uint64_t begin = uint64_t(p.runs[j].first) * kBlockBytes, length = uint64_t(p.runs[j].second) * kBlockBytes;
+      if (!r.ok()) {
+        CountStatus(r.status());
+        s = r.status();
+        break;
+      }
+      const std::string& bytes = r->str;
+      c_.bytes_read += bytes.size();
+      s = bytes.size() == length && begin + length <= ext.length
+              ? VerifyBlocks(reinterpret_cast<const uint8_t*>(bytes.data()), ext, p.runs[j].first, p.runs[j].second,
+                             "team tier " + p.key)
+              : Status::NotFound("team tier: " + p.key + " is gone or shorter than its descriptor says");
+      if (!s.ok()) {
+        if (s.code() == Status::Code::kCorruption) ++c_.corrupt;
+        ++c_.misses;
+        break;
+      }
+      std::memcpy(buf.data() + begin, bytes.data(), bytes.size());
     }
-    const std::string& bytes = *got[i];
-    c_.bytes_read += bytes.size();
-    Status s = bytes.size() == ranges[i].length
-                   ? VerifyBlocks(reinterpret_cast<const uint8_t*>(bytes.data()), ext, runs[i].first, runs[i].second,
-                                  "team tier " + key)
-                   : Status::NotFound("team tier: " + key + " is gone or shorter than its descriptor says");
     if (!s.ok()) {
-      if (s.code() == Status::Code::kCorruption) ++c_.corrupt;
-      ++c_.misses;
-      return s;
+      out[i] = s;
+      continue;
     }
-    std::memcpy(buf.data() + ranges[i].begin, bytes.data(), bytes.size());
+    const auto& rows = refs[i].rows;
+    std::vector<uint8_t> recs(rows.size() * size_t(rb) * ((want_k ? 1 : 0) + (want_v ? 1 : 0)));
+    uint8_t* w = recs.data();
+    for (uint64_t region : {want_k ? p.lay.k_offset : UINT64_MAX, want_v ? p.lay.v_offset : UINT64_MAX}) {
+      if (region == UINT64_MAX) continue;
+      for (uint32_t row : rows) {
+        std::memcpy(w, buf.data() + region + uint64_t(row) * rb, rb);
+        w += rb;
+      }
+    }
+    ++c_.reads;
+    out[i] = std::move(recs);
   }
-  std::vector<uint8_t> out(rows.size() * size_t(rb));
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(out.data() + i * rb, buf.data() + region + uint64_t(rows[i]) * rb, rb);
-  ++c_.reads;
   return out;
 }
 

@@ -117,6 +117,12 @@ struct TeamChunkRef {
   uint32_t layer = 0;
 };
 
+// Rows of one span to read: token offsets in the span (TeamTier::ReadRowsMany).
+struct TeamRowsRef {
+  const TeamDescriptor* desc = nullptr;
+  std::span<const uint32_t> rows;
+};
+
 struct TeamMatch {
   uint64_t n_matched = 0;             // tokens of the query the team tier holds
   std::vector<TeamDescriptor> spans;  // spans 0.. of the match
@@ -177,6 +183,11 @@ class TeamTier {
   // row after row: GETRANGE of the 4 KiB blocks they lie in, pipelined, each block verified.
   Result<std::vector<uint8_t>> ReadRows(const TeamDescriptor& d, uint32_t layer, bool v_region,
                                         std::span<const uint32_t> rows);
+  // The same for rows of several spans of one layer, K and/or V, in one pipelined request (one
+  // round trip however many spans): per reference the K records then the V records wanted, row
+  // after row; one result per reference, in order.
+  std::vector<Result<std::vector<uint8_t>>> ReadRowsMany(std::span<const TeamRowsRef> refs, uint32_t layer, bool want_k,
+                                                         bool want_v);
   // Raw byte ranges of any key of this namespace (GETRANGE, pipelined; nothing verified).
   std::vector<Result<std::string>> ReadRanges(const std::string& key, std::span<const RedisClient::ByteRange> ranges);
 

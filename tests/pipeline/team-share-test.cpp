@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "chat/conversation.h"
 #include "chat/document.h"
@@ -55,13 +56,14 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
     t.insert(t.end(), p.tokens.begin() + p.n_prefix, p.tokens.end());
     return t;
   };
-  auto open = [&](const std::string& name) {
+  auto open = [&](const std::string& name, bool selective = false) {
     Desktop d;
     store::PrefixStoreOptions o = StoreOptionsFor(ctx->config(), 3);
     o.dir = (dir / name).string();
     o.reorder_interval = std::chrono::milliseconds(0);
     o.team.url = "redis://127.0.0.1:" + std::to_string(server->port());
     o.team.team = "team-share-test";
+    o.team.selective = selective;
     auto st = store::PrefixStore::Open(o);
     EXPECT_TRUE(st.ok()) << st.status().ToString();
     if (st.ok()) d.store = std::move(*st);
@@ -146,8 +148,67 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
   }
   EXPECT_EQ(b.store->Stats().team.tokens_filled, uint64_t(prefix)) << "B computed nothing of the prefix";
 
+  // Desktops C, D, E read the prefix from the team tier layer by layer (selective reads): the
+  // same logits as A for token-level selection (C) and AS-like (D), and the block-group
+  // selection (E) receives fewer bytes than AS-like, which reads every row.
+  const auto pre = std::span<const int32_t>(q2).subspan(0, prefix);
+  auto remote_run = [&](Desktop& d, const PipelineSettings& settings, std::vector<float>* logits) -> RequestReport {
+    const store::TeamFill f = d.store->FillFromTeam(pre);
+    EXPECT_TRUE(f.status.ok()) << f.status.ToString();
+    EXPECT_EQ(f.n_remote, uint64_t(prefix));
+    EXPECT_EQ(f.n_team, 0u);
+    auto r = d.pipe->Prefill({q2, prefix}, settings, 2, logits);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return {};
+    EXPECT_TRUE(r->team_remote);
+    EXPECT_EQ(r->n_matched, prefix);
+    EXPECT_EQ(r->n_recomputed, 0);
+    EXPECT_GT(r->team_read_bytes, 0u);
+    return *r;
+  };
+  auto same_logits = [&](const PipelineSettings& settings, const std::vector<float>& logits, const char* name) {
+    std::vector<float> ref;
+    ASSERT_TRUE(a.pipe->Prefill({q2, prefix}, settings, 2, &ref).ok());
+    ASSERT_EQ(ref.size(), logits.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < ref.size(); ++i) differ += ref[i] != logits[i];
+    EXPECT_EQ(differ, 0u) << name << ": logits read from the team tier differ from A's";
+  };
+  Desktop c = open("c", true), d = open("d", true), e = open("e", true);
+  ASSERT_TRUE(c.pipe && d.pipe && e.pipe);
+  std::vector<float> logits_c, logits_d, logits_e;
+  const RequestReport rc = remote_run(c, token_level, &logits_c);
+  same_logits(token_level, logits_c, "token-level");
+  const RequestReport rd = remote_run(d, as_like, &logits_d);
+  same_logits(as_like, logits_d, "as-like");
+  const RequestReport re = remote_run(e, PipelineSettings{}, &logits_e);
+  std::fprintf(stderr, "bytes from the team tier: token-level %llu, as-like %llu, block groups %llu\n",
+               (unsigned long long)rc.team_read_bytes, (unsigned long long)rd.team_read_bytes,
+               (unsigned long long)re.team_read_bytes);
+  EXPECT_LT(re.team_read_bytes, rd.team_read_bytes);
+  // Releasing C's match fills the whole prefix into C in the background; then C answers locally.
+  ASSERT_TRUE(c.pipe->ReleaseMatch().ok());
+  bool local = false;
+  for (int i = 0; i < 600 && !local; ++i) {
+    local = c.store->Residency(pre).n_matched >= uint64_t(prefix);
+    if (!local) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(local) << "the background fill never brought the prefix";
+  std::vector<float> logits_c2;
+  EXPECT_EQ(c.store->FillFromTeam(pre).n_remote, 0u);
+  auto again = c.pipe->Prefill({q2, prefix}, token_level, 2, &logits_c2);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE(again->team_remote);
+  EXPECT_EQ(again->n_matched, prefix);
+  EXPECT_EQ(logits_c2, logits_c);
+
   (void)a.pipe->ReleaseMatch();
   (void)b.pipe->ReleaseMatch();
+  for (Desktop* x : {&c, &d, &e}) {
+    (void)x->pipe->ReleaseMatch();
+    x->pipe.reset();
+    x->store.reset();
+  }
   for (Desktop* d : {&a, &b}) {
     d->pipe.reset();
     d->store.reset();

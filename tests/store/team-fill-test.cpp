@@ -32,6 +32,7 @@ PrefixStoreOptions TeamStoreOptions(const std::string& dir, int port, const std:
   o.team.connect_timeout = std::chrono::milliseconds(500);
   o.team.request_timeout = std::chrono::milliseconds(1500);
   o.team.retry_pause = std::chrono::milliseconds(0);
+  o.team.selective = false;  // fills read whole prefixes (team-remote-test.cpp: the selective reads)
   return o;
 }
 
