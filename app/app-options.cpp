@@ -104,6 +104,11 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
                   "a prefix only the team holds: read per layer what the request selects, then fill the rest in the "
                   "background (selective, the default), or fill the whole prefix before the request (whole)")
       ->check(CLI::IsMember({"selective", "whole"}));
+  cmd->add_option("--team-ca", o->team_ca,
+                  "rediss:// (TLS): PEM CA certificates to verify the server with "
+                  "(default: the system's)");
+  cmd->add_option("--team-cert", o->team_cert, "rediss:// (TLS): PEM client certificate to present");
+  cmd->add_option("--team-key", o->team_key, "rediss:// (TLS): PEM key of the client certificate");
   cmd->add_option("--log-level", o->log_level, "trace|debug|info|warn|error|off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 }
@@ -159,6 +164,7 @@ store::TeamOptions TeamOptionsFor(const CommonOptions& c) {
   t.team = c.team_namespace;
   t.credentials_file = c.team_credentials;
   t.selective = c.team_reads != "whole";
+  t.tls = {.ca_file = c.team_ca, .cert_file = c.team_cert, .key_file = c.team_key};
   return t;
 }
 

@@ -49,10 +49,11 @@ struct CommonOptions {
   bool raw = false;  // no chat template
   std::string log_level = "warn";
   // The team KV tier (store/prefix-store.h TeamOptions): off unless --team is given.
-  std::string team_url;                    // --team redis://host:port
-  std::string team_namespace = "default";  // --team-namespace
-  std::string team_credentials;            // --team-credentials FILE (else IMPRESS_TEAM_USER / _PASSWORD)
-  std::string team_reads = "selective";    // --team-reads selective|whole (TeamOptions::selective)
+  std::string team_url;                      // --team redis://host:port
+  std::string team_namespace = "default";    // --team-namespace
+  std::string team_credentials;              // --team-credentials FILE (else IMPRESS_TEAM_USER / _PASSWORD)
+  std::string team_reads = "selective";      // --team-reads selective|whole (TeamOptions::selective)
+  std::string team_ca, team_cert, team_key;  // --team-ca / --team-cert / --team-key (rediss://)
 };
 
 // Adds the common options to a subcommand.

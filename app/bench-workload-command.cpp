@@ -151,6 +151,8 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
                        {"hit_device", s.hit_device},
                        {"hit_host", s.hit_host},
                        {"hit_ssd", s.hit_ssd},
+                       {"hit_team", s.hit_team},
+                       {"mean_team_bytes", s.mean_team_bytes},
                        {"mean_ssd_bytes", s.mean_ssd_bytes},
                        {"mean_ssd_reads", s.mean_ssd_reads},
                        {"mean_probe_key_bytes", s.mean_probe_key_bytes},
@@ -161,6 +163,8 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
   }
   return {{"cpu", CpuModelName()},
           {"documents", r.n_docs},
+          {"team", o.team.enabled()},
+          {"team_reads", o.team.enabled() ? (o.team.selective ? "selective" : "whole") : ""},
           {"document_tokens", r.doc_tokens},
           {"kv_bytes", r.kv_bytes},
           {"device_bytes", r.device_bytes},
@@ -201,13 +205,16 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
   std::ofstream sys(stem + "-systems.csv");
   sys << "system,sweep_value,requests,mean_ttft_ms,p50_ttft_ms,p99_ttft_ms,hit_device,hit_host,hit_ssd,mean_ssd_bytes,"
          "read_amplification,unhidden_io_share,first_token_agreement,continuation_match,fact_accuracy,"
-         "mean_probe_key_bytes,mean_ssd_reads\n";
+         "mean_probe_key_bytes,mean_ssd_reads,hit_team,mean_team_bytes\n";
   for (const WorkloadSystemResult& s : r.systems)
     sys << fmt::format(
-        "{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.1f}\n",
+        "{},{},{},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.0f},{:.1f},{:."
+        "4f},"
+        "{:.0f}\n",
         s.system, s.sweep_value, s.requests.size(), s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms, s.hit_device,
         s.hit_host, s.hit_ssd, s.mean_ssd_bytes, s.mean_read_amplification, s.unhidden_io_share,
-        s.first_token_agreement, s.continuation_match, s.fact_accuracy, s.mean_probe_key_bytes, s.mean_ssd_reads);
+        s.first_token_agreement, s.continuation_match, s.fact_accuracy, s.mean_probe_key_bytes, s.mean_ssd_reads,
+        s.hit_team, s.mean_team_bytes);
   std::ofstream facts(stem + "-facts.csv");
   facts << "system,sweep_value,fact,doc,depth,correct,continuation_match,span_kept_min,span_kept_mean\n";
   for (const WorkloadSystemResult& s : r.systems)
@@ -223,16 +230,19 @@ Status WriteResults(const std::string& out_dir, const WorkloadBenchResult& r, co
   req << "system,sweep_value,request,doc,follow_up,n_prefix,n_matched,ttft_ms,io_wait_ms,ssd_bytes,chunks_device,"
          "chunks_host,"
          "chunks_ssd,read_amplification,layers_passed,layers,first_token,agrees,probe_io_ms,probe_compute_ms,kv_io_ms,"
-         "copy_ms,compute_ms,ssd_reads\n";
+         "copy_ms,compute_ms,ssd_reads,chunks_team,team_bytes,team_ms\n";
   for (const WorkloadSystemResult& s : r.systems)
     for (size_t i = 0; i < s.requests.size(); ++i) {
       const WorkloadRequestResult& x = s.requests[i];
       const TtftBreakdown& b = x.breakdown;
       req << fmt::format(
-          "{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{:.4f},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{}\n",
+          "{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{:.4f},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{},{},{"
+          "},"
+          "{:.3f}\n",
           s.system, s.sweep_value, i, x.doc, x.follow_up ? 1 : 0, x.n_prefix, x.n_matched, x.ttft_ms, x.io_wait_ms,
           x.ssd_bytes, x.chunks_device, x.chunks_host, x.chunks_ssd, x.read_amplification, x.layers_passed, x.layers,
-          x.first_token, x.agrees, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms, b.compute_ms, x.ssd_reads);
+          x.first_token, x.agrees, b.probe_io_ms, b.probe_compute_ms, b.kv_io_ms, b.copy_ms, b.compute_ms, x.ssd_reads,
+          x.chunks_team, x.team_bytes, x.team_ms);
     }
   if (!sys || !req || !facts) return Status::IOError("cannot write the results to " + out_dir);
   return Status::Ok();
@@ -297,6 +307,9 @@ void PrintTable(const WorkloadBenchResult& r, const WorkloadBenchOptions& o) {
         s.hit_ssd * 100, s.mean_ssd_bytes / 1e6, s.mean_ssd_reads, s.mean_probe_key_bytes / 1e6,
         s.mean_read_amplification, s.unhidden_io_share * 100, Share(s.first_token_agreement),
         Share(s.continuation_match), s.facts.empty() ? std::string("-") : fmt::format("{}/{}", right, s.facts.size()));
+    if (s.hit_team > 0 || s.mean_team_bytes > 0)
+      std::cout << fmt::format("{:<24} team tier: {:.1f}% of the chunks, {:.2f} MB received per request\n", "",
+                               s.hit_team * 100, s.mean_team_bytes / 1e6);
   }
   PrintSpans(r);
 }
@@ -392,6 +405,7 @@ void RegisterWorkloadBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     o.probe_encoding = ProbeEncodingFor(*common);
     o.scratch_dir = common->store_dir.empty() ? DefaultStoreDir() : common->store_dir;
     o.ingest_dir = wa->ingest_dir.empty() ? wa->out + "/ingested" : wa->ingest_dir;
+    if (!common->team_url.empty()) o.team = TeamOptionsFor(*common);
     const int select_group = o.settings.select_group;
     const bool probe_spread = o.settings.probe_spread;
     o.settings = AskOptionsFor(*common).pipeline;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <span>
 #include <utility>
 
@@ -252,6 +253,8 @@ WorkloadRequestResult FromReport(const RequestReport& r, const WorkloadRequest& 
   x.chunks_device = r.chunks_device;
   x.chunks_host = r.chunks_host;
   x.chunks_ssd = r.chunks_ssd;
+  x.chunks_team = r.chunks_team;
+  x.team_bytes = r.team_read_bytes;
   x.read_amplification = r.read_amplification();
   x.layers_passed = r.n_layers_passed;
   x.layers = int(r.layers.size());
@@ -298,6 +301,17 @@ void SummarizeSpans(WorkloadSystemResult* s) {
   s->span_whole_share = double(whole) / n_found;
 }
 
+// Asks the team tier for the prompt's reusable prefix (as the chat session does before a
+// request): stages it for the match, or waits for a background fill of it still running. Returns
+// its time in ms and the bytes its lookup received; nothing when the store has no team tier.
+std::pair<double, uint64_t> AskTeam(ImpressPipeline& pipe, const PromptTokens& p) {
+  if (!pipe.store()) return {0, 0};
+  const auto t0 = std::chrono::steady_clock::now();
+  const store::TeamFill f = pipe.store()->FillFromTeam(std::span(p.tokens).first(size_t(p.n_prefix)));
+  if (!f.status.ok()) spdlog::debug("workload: team tier: {}", f.status.ToString());
+  return {std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), f.bytes};
+}
+
 // Each hidden fact's question, answered greedily with n_continue tokens; nothing is stored and
 // the store's statistics are left alone (the requests before already shaped the tiers).
 Status AskFacts(ImpressPipeline& pipe, const RunSpec& r, const Prompts& w, const WorkloadBenchOptions& o,
@@ -310,6 +324,7 @@ Status AskFacts(ImpressPipeline& pipe, const RunSpec& r, const Prompts& w, const
   for (size_t i = 0; i < w.facts.size(); ++i) {
     const PromptTokens& p = w.facts[i];
     const PlacedFact& placed = result.facts[i];
+    (void)AskTeam(pipe, p);
     IMPRESS_ASSIGN_OR_RETURN(const RequestReport report,
                              pipe.Prefill({p.tokens, p.n_prefix}, s, o.n_continue, &logits));
     WorkloadFactResult f;
@@ -333,17 +348,60 @@ Status AskFacts(ImpressPipeline& pipe, const RunSpec& r, const Prompts& w, const
   return Status::Ok();
 }
 
+// Publishes every ingested document to the team tier (from a copy of the ingested store opened
+// with it) and waits until the team tier holds them.
+Status PublishIngested(ModelContext& ctx, const Prompts& w, const RunSpec& r, const WorkloadBenchOptions& o,
+                       const fs::path& base) {
+  const fs::path dir = base.string() + "-publish";
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::copy(base, dir, fs::copy_options::recursive, ec);
+  if (ec) return Status::IOError(fmt::format("cannot copy the ingested store to {}: {}", dir.string(), ec.message()));
+  Status s = Status::Ok();
+  {
+    store::PrefixStoreOptions so = StoreOptionsForRun(ctx, r);
+    so.dir = dir.string();
+    so.team = o.team;
+    so.team.publish = true;
+    IMPRESS_ASSIGN_OR_RETURN(auto st, store::PrefixStore::Open(so));
+    for (const PromptTokens& p : w.docs) {
+      auto n = st->PublishCached(std::span(p.tokens).first(size_t(p.n_prefix)));
+      if (!n.ok()) {
+        s = n.status();
+        break;
+      }
+      // One document's copy at a time in the publisher's queue.
+      if (!st->WaitTeamPublished(std::chrono::minutes(30))) {
+        s = Status::IOError("workload: publishing the documents to the team tier did not finish in 30 minutes");
+        break;
+      }
+    }
+    const store::TeamTierInfo t = st->Stats().team;
+    spdlog::info("workload: published {} documents to the team tier ({} spans, {:.1f} MB)", w.docs.size(),
+                 t.spans_published, double(t.bytes_written) / 1e6);
+    if (s.ok() && t.publish_failed > 0) s = Status::IOError("workload: publishing to the team tier failed");
+  }
+  fs::remove_all(dir, ec);
+  return s;
+}
+
 // One run over the whole request sequence (ReComp: the first few), from a fresh copy of the
-// ingested store, then the fact questions.
+// ingested store (with a team tier: an empty store), then the fact questions.
 Result<WorkloadSystemResult> RunSystem(ModelContext& ctx, const RunSpec& r, const Prompts& w,
                                        const WorkloadBenchOptions& o, const fs::path& base, const fs::path& dir,
                                        const WorkloadBenchResult& result, uint64_t* step, uint64_t total) {
   std::error_code ec;
   fs::remove_all(dir, ec);
-  fs::copy(base, dir, fs::copy_options::recursive, ec);
+  // With a team tier the run starts empty: the documents come from the team tier.
+  const bool team = o.team.enabled();
+  if (!team) fs::copy(base, dir, fs::copy_options::recursive, ec);
   if (ec) return Status::IOError(fmt::format("cannot copy the ingested store to {}: {}", dir.string(), ec.message()));
   store::PrefixStoreOptions so = StoreOptionsForRun(ctx, r);
   so.dir = dir.string();
+  if (team) {
+    so.team = o.team;
+    so.team.publish = false;  // the runs must not see each other's questions in the team tier
+  }
   so.device_bytes = uint64_t(double(result.kv_bytes) * r.device_fraction);
   so.host_bytes = uint64_t(double(result.kv_bytes) * r.host_fraction);
   IMPRESS_ASSIGN_OR_RETURN(auto st, store::PrefixStore::Open(so));
@@ -365,9 +423,13 @@ Result<WorkloadSystemResult> RunSystem(ModelContext& ctx, const RunSpec& r, cons
   std::vector<float> logits;
   for (int i = 0; i < n; ++i) {
     const PromptTokens& p = w.requests[size_t(i)];
+    const auto [team_ms, lookup_bytes] = team ? AskTeam(pipe, p) : std::pair<double, uint64_t>{0, 0};
     IMPRESS_ASSIGN_OR_RETURN(RequestReport rep, pipe.Prefill({p.tokens, p.n_prefix}, r.settings, 0, &logits));
     IMPRESS_RETURN_IF_ERROR(pipe.ReleaseMatch());
     out.requests.push_back(FromReport(rep, result.requests[size_t(i)], Argmax(logits), probe_row_bytes));
+    out.requests.back().team_ms = team_ms;
+    out.requests.back().ttft_ms += team_ms;  // on the user's path
+    out.requests.back().team_bytes += lookup_bytes;
     if (policy.traits().reorders && o.reorder_every > 0 && (i + 1) % o.reorder_every == 0) {
       IMPRESS_RETURN_IF_ERROR(st->ReorderNow().status());
     }
@@ -474,7 +536,8 @@ Result<std::vector<RunSpec>> PlanRuns(const WorkloadBenchOptions& o) {
 
 void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
   std::vector<double> ttft;
-  double dev = 0, host = 0, ssd = 0, bytes = 0, reads = 0, probe = 0, amp = 0, io = 0, sum_ttft = 0, agree = 0;
+  double dev = 0, host = 0, ssd = 0, team = 0, team_bytes = 0, bytes = 0, reads = 0, probe = 0, amp = 0, io = 0,
+         sum_ttft = 0, agree = 0;
   int compared = 0;
   for (const WorkloadRequestResult& r : s->requests) {
     ttft.push_back(r.ttft_ms);
@@ -482,6 +545,8 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
     dev += r.chunks_device;
     host += r.chunks_host;
     ssd += r.chunks_ssd;
+    team += r.chunks_team;
+    team_bytes += double(r.team_bytes);
     bytes += double(r.ssd_bytes);
     reads += r.ssd_reads;
     probe += double(r.probe_key_bytes);
@@ -496,10 +561,12 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
   s->mean_ttft_ms = sum_ttft / n;
   s->p50_ttft_ms = Percentile(ttft, 0.50);
   s->p99_ttft_ms = Percentile(ttft, 0.99);
-  const double chunks = dev + host + ssd;
+  const double chunks = dev + host + ssd + team;
   s->hit_device = chunks > 0 ? dev / chunks : 0;
   s->hit_host = chunks > 0 ? host / chunks : 0;
   s->hit_ssd = chunks > 0 ? ssd / chunks : 0;
+  s->hit_team = chunks > 0 ? team / chunks : 0;
+  s->mean_team_bytes = team_bytes / n;
   s->mean_ssd_bytes = bytes / n;
   s->mean_ssd_reads = reads / n;
   s->mean_probe_key_bytes = probe / n;
@@ -558,8 +625,10 @@ Result<WorkloadBenchResult> RunWorkloadBenchmark(ModelContext& ctx, const Worklo
 
   uint64_t step = 0;
   const uint64_t total = uint64_t(runs.size() * (w.requests.size() + w.facts.size()));
+  std::set<fs::path> published;
   for (const RunSpec& r : runs) {
     IMPRESS_ASSIGN_OR_RETURN(const fs::path base, EnsureIngested(ctx, w, r, o, ingest_root, &result));
+    if (o.team.enabled() && published.insert(base).second) IMPRESS_RETURN_IF_ERROR(PublishIngested(ctx, w, r, o, base));
     const fs::path dir = scratch.dir / "run";
     IMPRESS_ASSIGN_OR_RETURN(WorkloadSystemResult s, RunSystem(ctx, r, w, o, base, dir, result, &step, total));
     s.sweep_value = r.sweep_value;

@@ -65,6 +65,11 @@ struct WorkloadBenchOptions {
   int chunk_tokens = 0;       // the store's chunk (C; 0: the model's, ChunkTokensFor)
   PipelineSettings settings;  // keep, alpha, probe heads, ...; system and report_importance set per run
   WorkloadSweep sweep;
+  // The team KV tier under the local ones (enabled: team.url): the ingested documents are
+  // published to it, and every system starts from an empty local store of its own (publishing
+  // nothing), so a document's first request reads from the team tier and later ones find what
+  // the local tiers admitted.
+  store::TeamOptions team;
   ProgressFn progress;
 };
 
@@ -81,6 +86,9 @@ struct WorkloadRequestResult {
   // probed layer): the probe's I/O, whichever tier served it.
   uint64_t probe_key_bytes = 0;
   uint32_t chunks_device = 0, chunks_host = 0, chunks_ssd = 0;
+  uint32_t chunks_team = 0;  // spans read from the team tier (per layer)
+  uint64_t team_bytes = 0;   // received from the team tier on the request's path: lookup, per-layer reads
+  double team_ms = 0;        // the team lookup (or the wait for a background fill) before the prefill; in ttft_ms
   double read_amplification = 0;
   int layers_passed = 0, layers = 0;
   int first_token = -1;
@@ -108,6 +116,8 @@ struct WorkloadSystemResult {
   std::vector<WorkloadFactResult> facts;
   double mean_ttft_ms = 0, p50_ttft_ms = 0, p99_ttft_ms = 0;
   double hit_device = 0, hit_host = 0, hit_ssd = 0;  // shares of the chunks read
+  double hit_team = 0;                               // (spans read from the team tier count as chunks)
+  double mean_team_bytes = 0;                        // received from the team tier per request
   double mean_ssd_bytes = 0;
   double mean_ssd_reads = 0;
   double mean_probe_key_bytes = 0;

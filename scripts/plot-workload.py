@@ -7,7 +7,7 @@ Reads RESULTS_DIR/workload.json (when there) and writes, next to it:
                  (first-token agreement, greedy-continuation match, facts answered) under its name
   ttft-cdf.png   the distribution of TTFT per system
   ssd-bytes.png  SSD megabytes read per request, and read amplification
-  hit-rates.png  where the chunks came from (device / host / SSD) per system
+  hit-rates.png  where the chunks came from (device / host / SSD / team tier) per system
 and for every RESULTS_DIR/sweep-NAME.json (impress bench workload --sweep NAME=...):
   sweep-NAME.png TTFT, SSD megabytes and fidelity of the swept system against the setting's
                  value, AS-like (full KV) as the reference line
@@ -28,7 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 def subtitle(r):
     return (f"{r['documents']} documents, {r['document_tokens']} tokens, {r['requests']} requests "
             f"(Zipf s={r['zipf_s']:.2f}); device {r['device_bytes'] / 1e6:.0f} MB, host "
-            f"{r['host_bytes'] / 1e6:.0f} MB; keep {r['keep']:.2f}\n{r['cpu']}")
+            f"{r['host_bytes'] / 1e6:.0f} MB; keep {r['keep']:.2f}"
+            f"{'; team tier under them' if r.get('team') else ''}\n{r['cpu']}")
 
 
 def share(x):
@@ -144,8 +145,9 @@ def main():
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
     bottom = [0.0] * len(systems)
-    for key, label in [("hit_device", "device"), ("hit_host", "host"), ("hit_ssd", "SSD")]:
-        vals = [s[key] * 100 for s in systems]
+    for key, label in [("hit_device", "device"), ("hit_host", "host"), ("hit_ssd", "SSD"),
+                       ("hit_team", "team tier")]:
+        vals = [s.get(key, 0) * 100 for s in systems]
         ax.bar(x, vals, 0.5, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(list(x), names, rotation=20)

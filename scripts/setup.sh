@@ -22,7 +22,7 @@ packages=(
   libglfw3-dev libimgui-dev libcpp-httplib-dev
   fio python3 python3-venv python3-pip clang libclang-rt-14-dev clang-format
   xvfb xauth libgl1-mesa-dri libstb-dev fonts-dejavu-core
-  redis-server libhiredis-dev iproute2
+  redis-server libhiredis-dev libssl-dev openssl iproute2
 )
 missing=()
 for p in "${packages[@]}"; do

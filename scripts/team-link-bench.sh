@@ -2,17 +2,19 @@
 # The team KV tier over a shaped link (docs/team-tier.md, "Over a shaped link"). Root only.
 #
 #   sudo scripts/team-link-bench.sh [--model PATH] [--doc PATH] [--doc-chars N] [--rates "1gbit 100mbit"]
-#                                   [--systems "as as-h2o-lfu impress"] [--threads N] [--build DIR]
+#                                   [--systems "as as-h2o-lfu impress impress:whole"] [--threads N] [--build DIR]
 #
 # A network namespace with one end of a veth pair runs its own redis-server (a temporary
 # directory, a /30 of 10.x addresses on the veth, nothing else); both ends are shaped with tbf to
 # each rate in turn. Desktop A (an `impress generate` with a store of its own) reads the document
 # once and publishes its KV to the team tier. Then, per rate, the link's real throughput is
 # measured with a plain GET of a large value, and desktop B asks a question with each system, each
-# from a new empty store of its own, so its whole prefix comes over the link: the table gives the
-# time to first token with the team fill (team_ms + ttft_ms of --json), the bytes received from
-# the team tier (team_bytes), the ratio to AS-like, and the same question asked again on B (its
-# local store). Everything is removed on exit.
+# from a new empty store of its own, so its whole prefix comes over the link. By default B reads
+# per layer only what the system selects (--team-reads selective); SYSTEM:whole fills the whole
+# prefix before the request instead. The table gives the time to first token with the team
+# lookup or fill (team_ms + ttft_ms of --json), the bytes received from the team tier for it
+# (team_bytes), the ratios to AS-like, and the same question asked again on B (its local store,
+# which the first process filled in the background before it ended). Everything is removed on exit.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/env.sh"
@@ -21,7 +23,7 @@ model=$IMPRESS_DEFAULT_MODEL
 doc=$IMPRESS_ROOT/assets/docs/gpl-3.0.txt
 doc_chars=0
 rates="1gbit 100mbit"
-systems="as as-h2o-lfu impress"
+systems="as as-h2o-lfu impress impress:whole"
 threads=$(nproc)
 build=$IMPRESS_ROOT/build
 while (($#)); do
@@ -117,8 +119,11 @@ if ((doc_chars > 0)); then
 fi
 team=(--team "redis://$redis_ip:$port" --team-namespace link-bench)
 common=(--model "$model" --threads "$threads" --temperature 0 --max-tokens 1 --json --log-level warn)
-ask() {  # store, system, question
-  "$impress" generate "${common[@]}" --store "$1" --system "$2" "${team[@]}" --doc "$doc" --prompt "$3"
+ask() {  # store, system[:whole], question
+  local sys=${2%%:*} reads=selective
+  [ "$2" != "$sys" ] && reads=${2#*:}
+  "$impress" generate "${common[@]}" --store "$1" --system "$sys" "${team[@]}" --team-reads "$reads" --doc "$doc" \
+    --prompt "$3"
 }
 
 echo "# team-link-bench $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -167,15 +172,16 @@ for s in systems:
     first, again = load(s, 1), load(s, 2)
     ttft = first["team_ms"] + first["ttft_ms"]
     rows.append((s, ttft, first["team_ms"], first["team_tokens"], first["team_bytes"], again["ttft_ms"],
-                 again["reused_tokens"]))
+                 again["reused_tokens"], first.get("team_remote", False)))
 base = next((r for r in rows if r[0] == "as"), rows[0])
-print(f"| system | TTFT ms (team fill + prefill) | team fill ms | team tokens | bytes over the link | "
-      f"TTFT vs AS-like | bytes vs AS-like | TTFT ms asked again (local) |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-for s, ttft, fill, tokens, nbytes, again, reused in rows:
+print(f"| system | reads | TTFT ms (team lookup or fill + prefill) | lookup or fill ms | team tokens | "
+      f"bytes over the link | TTFT vs AS-like | bytes vs AS-like | TTFT ms asked again (local) |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for s, ttft, fill, tokens, nbytes, again, reused, remote in rows:
     rb = nbytes / base[4] if base[4] else float("nan")
-    print(f"| {s} | {ttft:.0f} | {fill:.0f} | {tokens} | {nbytes / 1e6:.1f} MB | {ttft / base[1]:.2f} | {rb:.2f} | "
-          f"{again:.0f} |")
+    mode = "per layer" if remote else "whole fill"
+    print(f"| {s.split(':')[0]} | {mode} | {ttft:.0f} | {fill:.0f} | {tokens} | {nbytes / 1e6:.1f} MB | "
+          f"{base[1] / ttft:.2f}x faster | {rb:.2f} | {again:.0f} |")
 EOF
 done
 echo

@@ -399,6 +399,10 @@ struct PrefixStore::Impl {
                      const InsertOptions& io) EXCLUDES(mu);
   TeamFill FillFromTeam(std::span<const Token> tokens) EXCLUDES(mu);
   TeamOrder WriteOrderOf(std::span<const Token> tokens, uint64_t from) EXCLUDES(mu);
+  Result<uint64_t> PublishCached(std::span<const Token> tokens) EXCLUDES(mu);
+  // K and V of every layer at positions [from, to) of a match, fp16, read back from this store.
+  Status ReadBackKV(const MatchHandle& h, uint64_t from, uint64_t to, std::vector<std::vector<f16_t>>* k,
+                    std::vector<std::vector<f16_t>>* v) EXCLUDES(mu);
   struct TeamFillKV;
   void AppendTeamSpans(const TeamTier& tier, std::span<const TeamDescriptor> spans, size_t b, size_t e,
                        const std::vector<Result<std::vector<uint8_t>>>& vals, TeamFillKV* kv);

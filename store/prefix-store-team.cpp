@@ -40,6 +40,15 @@ using Clock = std::chrono::steady_clock;
 // kFillBatchBytes of values, so one request (one TeamOptions::request_timeout) fits a slow link.
 constexpr size_t kFillBatchSpans = 8;
 constexpr uint64_t kFillBatchBytes = 4ull << 20;
+
+// Releases one of the store's own matches when it goes out of scope.
+struct ScopedRelease {
+  PrefixStore::Impl* im;
+  MatchHandle* h;
+  ~ScopedRelease() {
+    if (h->id) (void)im->Release(*h);
+  }
+};
 }  // namespace
 
 // A prefix the team tier holds and the local tiers do not, staged by FillFromTeam for the next
@@ -90,7 +99,8 @@ struct PrefixStore::Impl::TeamState {
   std::vector<DeferredInsert> deferred GUARDED_BY(mu);        // at most kMaxDeferred
 
   // The worker: remote reads and background fills, one at a time in the order posted. Stopping
-  // runs the reads still queued (their callers wait for them) and skips the fills.
+  // runs what is still queued (reads: their callers wait for them; fills: so a one-shot command
+  // leaves the prefix it read from the team in its store) and then ends.
   Mutex q_mu;
   CondVar q_cv;                                                           // waits under q_mu: a job posted, or stopping
   std::deque<std::pair<bool, std::function<void()>>> q GUARDED_BY(q_mu);  // (is a fill, job)
@@ -114,7 +124,7 @@ struct PrefixStore::Impl::TeamState {
         if (q.empty()) return;
         job = std::move(q.front());
         q.pop_front();
-        if (q_stop && job.first) continue;
+        if (q_stop && job.first) spdlog::info("team tier: finishing a background fill before closing the store");
       }
       job.second();
     }
@@ -187,6 +197,13 @@ Status PrefixStore::Impl::OpenTeam() {
   TeamTierOptions& to = t->tier_opt;
   IMPRESS_RETURN_IF_ERROR(ParseTeamUrl(opt.team.url, &to.redis));
   IMPRESS_RETURN_IF_ERROR(LoadTeamCredentials(opt.team.credentials_file, &to.redis));
+  to.redis.tls_files = opt.team.tls;
+  if (to.redis.tls) {
+    IMPRESS_RETURN_IF_ERROR(CheckTlsFiles(to.redis.tls_files).WithContext("team tier " + opt.team.url));
+  } else if (!opt.team.tls.ca_file.empty() || !opt.team.tls.cert_file.empty()) {
+    return Status::InvalidArgument("team tier " + opt.team.url +
+                                   ": TLS files given for a plain redis:// URL (rediss:// is TLS)");
+  }
   to.redis.connect_timeout = opt.team.connect_timeout;
   to.redis.request_timeout = opt.team.request_timeout;
   to.team = opt.team.team;
@@ -271,21 +288,31 @@ void PrefixStore::Impl::PublishToTeam(std::span<const Token> tokens, uint64_t st
   // The span holding `start` begins before it: its first rows are read back from this store, so
   // the chain of spans the team tier holds has no gap.
   MatchHandle h = Match(tokens.subspan(0, start));
-  struct Releaser {
-    Impl* im;
-    MatchHandle* h;
-    ~Releaser() {
-      if (h->id) (void)im->Release(*h);
-    }
-  } releaser{this, &h};
+  const ScopedRelease releaser{this, &h};
   if (h.n_matched < start) {
     spdlog::debug("team tier: the prefix before new KV is no longer cached; not published");
     return;
   }
-  std::vector<uint32_t> pos(start - from);
-  std::iota(pos.begin(), pos.end(), uint32_t(from));
   const size_t row = size_t(opt.n_head_kv) * size_t(opt.head_dim);
   const size_t n_new = tokens.size() - start;
+  std::vector<std::vector<f16_t>> k, v;
+  if (Status s = ReadBackKV(h, from, start, &k, &v); !s.ok()) {
+    spdlog::warn("team tier: reading back the KV before the new tokens failed; not published: {}", s.ToString());
+    return;
+  }
+  for (size_t il = 0; il < k.size(); ++il) {
+    k[il].insert(k[il].end(), layers[il].k, layers[il].k + n_new * row);
+    v[il].insert(v[il].end(), layers[il].v, layers[il].v + n_new * row);
+  }
+  std::vector<LayerKV> all(size_t(opt.n_layer));
+  for (size_t il = 0; il < all.size(); ++il) all[il] = {k[il].data(), v[il].data(), nullptr};
+  (void)pub.Submit(tokens, from, all, false, std::move(order));
+}
+
+Status PrefixStore::Impl::ReadBackKV(const MatchHandle& h, uint64_t from, uint64_t to,
+                                     std::vector<std::vector<f16_t>>* k, std::vector<std::vector<f16_t>>* v) {
+  std::vector<uint32_t> pos(to - from);
+  std::iota(pos.begin(), pos.end(), uint32_t(from));
   std::vector<ReadTicket> tickets;
   Status s = Status::Ok();
   for (int il = 0; il < opt.n_layer && s.ok(); ++il) {
@@ -293,25 +320,34 @@ void PrefixStore::Impl::PublishToTeam(std::span<const Token> tokens, uint64_t st
     if (t.ok()) tickets.push_back(*t);
     else s = t.status();
   }
-  std::vector<std::vector<f16_t>> k(size_t(opt.n_layer)), v(size_t(opt.n_layer));
+  k->assign(size_t(opt.n_layer), {});
+  v->assign(size_t(opt.n_layer), {});
   for (size_t il = 0; il < tickets.size(); ++il) {
     auto r = Wait(tickets[il]);  // every ticket is waited, even after a failure
     if (!r.ok()) {
       if (s.ok()) s = r.status();
       continue;
     }
-    k[il] = std::move(r->k);
-    v[il] = std::move(r->v);
-    k[il].insert(k[il].end(), layers[il].k, layers[il].k + n_new * row);
-    v[il].insert(v[il].end(), layers[il].v, layers[il].v + n_new * row);
+    (*k)[il] = std::move(r->k);
+    (*v)[il] = std::move(r->v);
   }
-  if (!s.ok()) {
-    spdlog::warn("team tier: reading back the KV before the new tokens failed; not published: {}", s.ToString());
-    return;
-  }
+  return s;
+}
+
+Result<uint64_t> PrefixStore::Impl::PublishCached(std::span<const Token> tokens) {
+  if (!team || !team->publisher) return Status::InvalidArgument("store: no team tier to publish to");
+  MatchHandle h = Match(tokens);
+  const ScopedRelease releaser{this, &h};
+  if (h.n_matched == 0 || h.remote) return uint64_t{0};
+  const std::span<const Token> cached = tokens.subspan(0, size_t(h.n_matched));
+  std::vector<std::vector<f16_t>> k, v;
+  IMPRESS_RETURN_IF_ERROR(ReadBackKV(h, 0, h.n_matched, &k, &v));
   std::vector<LayerKV> all(size_t(opt.n_layer));
   for (size_t il = 0; il < all.size(); ++il) all[il] = {k[il].data(), v[il].data(), nullptr};
-  (void)pub.Submit(tokens, from, all, false, std::move(order));
+  if (!team->publisher->Submit(cached, 0, all, false, WriteOrderOf(cached, 0)))
+    return Status::ResourceExhausted("store: the team publisher's queue has no room for " +
+                                     std::to_string(h.n_matched) + " tokens of KV");
+  return h.n_matched;
 }
 
 // The KV a fill read, tokens [begin, end) of the query, fp16 per layer, with the publisher's

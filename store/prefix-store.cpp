@@ -52,6 +52,7 @@ Result<InsertSummary> PrefixStore::Insert(std::span<const Token> tokens, uint64_
   return r;
 }
 TeamFill PrefixStore::FillFromTeam(std::span<const Token> tokens) { return impl_->FillFromTeam(tokens); }
+Result<uint64_t> PrefixStore::PublishCached(std::span<const Token> tokens) { return impl_->PublishCached(tokens); }
 bool PrefixStore::WaitTeamPublished(std::chrono::milliseconds timeout) { return impl_->WaitTeamPublished(timeout); }
 Status PrefixStore::ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,
                                      std::span<const float> scores) {

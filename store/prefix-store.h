@@ -37,6 +37,7 @@
 #include "store/kv-codec.h"
 #include "store/radix-tree.h"
 #include "store/tier-manager.h"
+#include "store/tls-tunnel.h"
 
 namespace impress::store {
 
@@ -49,6 +50,10 @@ struct TeamOptions {
   // The user (first line) and password (second; one line: the password alone). Empty: from
   // IMPRESS_TEAM_USER / IMPRESS_TEAM_PASSWORD, else no AUTH.
   std::string credentials_file;
+  // rediss:// (TLS): the CA certificates to verify the server with (empty: the system's), and the
+  // client certificate and key to present (Redis asks for one unless tls-auth-clients is off).
+  // A file that cannot be read fails the store's Open.
+  TlsFiles tls;
   std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(1000);
   std::chrono::milliseconds request_timeout = std::chrono::milliseconds(3000);  // per Redis request
   // After the team tier could not be reached, fills do not try it again for this long.
@@ -375,6 +380,12 @@ class PrefixStore {
   TeamFill FillFromTeam(std::span<const Token> tokens);
   // Until everything inserted so far is published (or given up), or the timeout; true when done.
   bool WaitTeamPublished(std::chrono::milliseconds timeout);
+  // Publishes the cached prefix of `tokens` (read back from this store, with its write order) to
+  // the team tier in the background: a prefix cached before the team tier was configured. Returns
+  // the tokens handed to the publisher (0: nothing of `tokens` cached here); kInvalidArgument when
+  // the store has no team tier to publish to, kResourceExhausted when the publisher's queue has no
+  // room.
+  Result<uint64_t> PublishCached(std::span<const Token> tokens);
 
   // The pipeline's verdict for layer il: `selected` positions (< n_matched) were important;
   // `scores` (same length, optional) weights them (default 1). Feeds the tier policy and the

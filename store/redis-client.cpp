@@ -130,7 +130,10 @@ class RedisClient::Impl {
   };
 
   Result<redisContext*> ConnLocked(const std::string& ep, Clock::time_point deadline) REQUIRES(mu);
-  void DropLocked(const std::string& ep) REQUIRES(mu) { conns.erase(ep); }
+  void DropLocked(const std::string& ep) REQUIRES(mu) {
+    conns.erase(ep);  // closes hiredis's end first, then the tunnel stops
+    tunnels.erase(ep);
+  }
   Result<RedisReply> CommandLocked(const std::string& ep, const std::vector<std::string>& args,
                                    Clock::time_point deadline) REQUIRES(mu);
   Status RefreshSlotMapLocked(Clock::time_point deadline) REQUIRES(mu);
@@ -154,7 +157,8 @@ class RedisClient::Impl {
   const std::string seed;
   bool cluster = false;  // set by Connect before the client is shared, then constant
   mutable Mutex mu;
-  std::map<std::string, ContextPtr> conns GUARDED_BY(mu);  // by "host:port"
+  std::map<std::string, std::unique_ptr<TlsTunnel>> tunnels GUARDED_BY(mu);  // with opt.tls; after conns dies
+  std::map<std::string, ContextPtr> conns GUARDED_BY(mu);                    // by "host:port"
   std::vector<std::string> masters GUARDED_BY(mu);
   std::vector<uint16_t> slot_owner GUARDED_BY(mu);  // [slot] -> index into masters
   bool map_stale GUARDED_BY(mu) = false;
@@ -168,10 +172,19 @@ Result<redisContext*> RedisClient::Impl::ConnLocked(const std::string& ep, Clock
   const int port = std::atoi(ep.c_str() + colon + 1);
   const auto left = deadline - Clock::now();
   if (left <= Clock::duration::zero()) return Status::IOError("redis " + ep + ": request timed out before connecting");
-  ContextPtr c(
-      redisConnectWithTimeout(host.c_str(), port, Timeval(std::min<Clock::duration>(opt.connect_timeout, left))));
+  const auto connect_timeout = std::min<Clock::duration>(opt.connect_timeout, left);
+  std::unique_ptr<TlsTunnel> tunnel;
+  if (opt.tls) {
+    auto t = TlsTunnel::Open(host, port, opt.tls_files,
+                             std::chrono::duration_cast<std::chrono::milliseconds>(connect_timeout));
+    if (!t.ok()) return t.status().WithContext("redis " + ep);
+    tunnel = std::move(*t);
+  }
+  ContextPtr c(tunnel ? redisConnectFd(tunnel->TakeClientFd())
+                      : redisConnectWithTimeout(host.c_str(), port, Timeval(connect_timeout)));
   if (!c) return Status::ResourceExhausted("redis " + ep + ": out of memory for a connection");
   if (c->err) return Status::IOError("redis " + ep + ": cannot connect: " + c->errstr);
+  if (tunnel) tunnels[ep] = std::move(tunnel);
   ++st.connects;
   if (!opt.password.empty()) {
     std::vector<const char*> argv = {"AUTH"};

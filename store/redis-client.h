@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "store/tls-tunnel.h"
 
 namespace impress::store {
 
@@ -62,6 +63,10 @@ struct RedisOptions {
   int max_redirects = 8;      // MOVED/ASK/TRYAGAIN/CLUSTERDOWN/reconnects, per command
   int max_in_flight = 64;     // commands sent to one node before reading its replies
   bool allow_cluster = true;  // false: never ask for CLUSTER SLOTS (a plain server)
+  // TLS to every node (store/tls-tunnel.h): the server verified against tls_files.ca_file (else
+  // the system's CAs), the client certificate sent when given.
+  bool tls = false;
+  TlsFiles tls_files;
 };
 
 struct RedisReply {

@@ -179,8 +179,8 @@ Status ParseTeamUrl(const std::string& url, RedisOptions* out) {
   if (url.starts_with("redis://")) {
     rest = url.substr(8);
   } else if (url.starts_with("rediss://")) {
-    return Status::Unsupported("team tier: " + url +
-                               ": TLS (rediss://) needs hiredis with TLS, which this build lacks");
+    rest = url.substr(9);
+    out->tls = true;
   } else {
     return Status::InvalidArgument("team tier: " + url + ": expected redis://host:port");
   }

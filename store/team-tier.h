@@ -150,8 +150,8 @@ struct TeamTierOptions {
   std::chrono::seconds ttl = std::chrono::seconds(0);  // 0: keys do not expire
 };
 
-// "redis://host:port" or "rediss://host:port" (TLS: not in this build, hiredis 0.14 has none)
-// into options. A URL that carries a password is refused: it would show on the command line.
+// "redis://host:port" or "rediss://host:port" (TLS; the files in RedisOptions::tls_files) into
+// options. A URL that carries a password is refused: it would show on the command line.
 Status ParseTeamUrl(const std::string& url, RedisOptions* out);
 // The user and password from a file (first line the user, second the password; one line: the
 // password alone), else from IMPRESS_TEAM_USER / IMPRESS_TEAM_PASSWORD. Nothing given: no AUTH.

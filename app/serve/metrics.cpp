@@ -43,6 +43,7 @@ void ServeMetrics::RecordGeneration(const RequestReport& r, int n_completion_tok
   chunks_device_ += r.chunks_device;
   chunks_host_ += r.chunks_host;
   chunks_ssd_ += r.chunks_ssd;
+  chunks_team_ += r.chunks_team;
   ssd_bytes_read_ += r.ssd_bytes_read;
   if (r.ttft_ms > 0) prefill_tok_s_ = (r.n_prompt - r.n_matched) * 1000.0 / r.ttft_ms;
   decode_tok_s_ = r.decode_tok_s();
@@ -96,6 +97,7 @@ std::string ServeMetrics::Render(store::PrefixStore* store) const {
     out += fmt::format("impress_chunks_served_total{{tier=\"device\"}} {}\n", chunks_device_);
     out += fmt::format("impress_chunks_served_total{{tier=\"host\"}} {}\n", chunks_host_);
     out += fmt::format("impress_chunks_served_total{{tier=\"ssd\"}} {}\n", chunks_ssd_);
+    out += fmt::format("impress_chunks_served_total{{tier=\"team\"}} {}\n", chunks_team_);
     Family(&out, "impress_request_ssd_read_bytes_total", "counter", "Bytes the requests read from SSD.");
     out += fmt::format("impress_request_ssd_read_bytes_total {}\n", ssd_bytes_read_);
     Family(&out, "impress_store_written_tokens_total", "counter", "Tokens whose KV the answers wrote to the store.");

@@ -48,7 +48,8 @@ class ServeMetrics {
   uint64_t completion_tokens_ GUARDED_BY(mu_) = 0;
   uint64_t cancelled_ GUARDED_BY(mu_) = 0;
   uint64_t layers_passed_ GUARDED_BY(mu_) = 0, layers_fell_back_ GUARDED_BY(mu_) = 0;
-  uint64_t chunks_device_ GUARDED_BY(mu_) = 0, chunks_host_ GUARDED_BY(mu_) = 0, chunks_ssd_ GUARDED_BY(mu_) = 0;
+  uint64_t chunks_device_ GUARDED_BY(mu_) = 0, chunks_host_ GUARDED_BY(mu_) = 0, chunks_ssd_ GUARDED_BY(mu_) = 0,
+                          chunks_team_ GUARDED_BY(mu_) = 0;
   uint64_t ssd_bytes_read_ GUARDED_BY(mu_) = 0;
   uint64_t tokens_stored_ GUARDED_BY(mu_) = 0, kv_bytes_stored_ GUARDED_BY(mu_) = 0;
   double prefill_tok_s_ GUARDED_BY(mu_) = 0, decode_tok_s_ GUARDED_BY(mu_) = 0;

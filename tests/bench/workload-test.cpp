@@ -167,7 +167,9 @@ TEST(Workload, SummaryMatchesSumsByHand) {
     r.io_wait_ms = i * 0.1;
     r.chunks_device = 3;
     r.chunks_host = 1;
-    r.chunks_ssd = i % 2 ? 0 : 4;  // 50 requests read 4 chunks from the SSD
+    r.chunks_ssd = i % 2 ? 0 : 4;     // 50 requests read 4 chunks from the SSD
+    r.chunks_team = i <= 10 ? 2 : 0;  // 10 requests read 2 spans from the team tier
+    r.team_bytes = r.chunks_team * 500;
     r.ssd_bytes = r.chunks_ssd * 1000;
     r.ssd_reads = r.chunks_ssd * 3;         // 12 where 4 chunks came from the SSD
     r.probe_key_bytes = i <= 25 ? 400 : 0;  // a quarter of the requests probed
@@ -179,10 +181,12 @@ TEST(Workload, SummaryMatchesSumsByHand) {
   EXPECT_DOUBLE_EQ(s.mean_ttft_ms, 50.5);
   EXPECT_DOUBLE_EQ(s.p50_ttft_ms, 50);
   EXPECT_DOUBLE_EQ(s.p99_ttft_ms, 99);
-  const double chunks = 100 * 4 + 50 * 4;
+  const double chunks = 100 * 4 + 50 * 4 + 10 * 2;
   EXPECT_DOUBLE_EQ(s.hit_device, 300 / chunks);
   EXPECT_DOUBLE_EQ(s.hit_host, 100 / chunks);
   EXPECT_DOUBLE_EQ(s.hit_ssd, 200 / chunks);
+  EXPECT_DOUBLE_EQ(s.hit_team, 20 / chunks);
+  EXPECT_DOUBLE_EQ(s.mean_team_bytes, 100);
   EXPECT_DOUBLE_EQ(s.mean_ssd_bytes, 2000);
   EXPECT_DOUBLE_EQ(s.mean_ssd_reads, 6);
   EXPECT_DOUBLE_EQ(s.mean_probe_key_bytes, 100);

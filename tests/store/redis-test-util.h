@@ -69,14 +69,21 @@ class RedisServer {
     bool cluster = false;
     std::string password;  // requirepass
   };
+  // TLS only (no plain port): the server's certificate and key, and the CA its clients'
+  // certificates must come from; `client` is what the server's own readiness check presents.
+  struct Tls {
+    std::string cert, key, ca;
+    TlsFiles client;
+  };
 
   // Starts and waits (bounded) until it answers PING; nullptr after a gtest failure.
-  static std::unique_ptr<RedisServer> Start(const Options& o) {
+  static std::unique_ptr<RedisServer> Start(const Options& o, const Tls& tls = {}) {
     if (!ToolOnPath("redis-server")) {
       ADD_FAILURE() << "redis-server is not installed (bash scripts/setup.sh installs it)";
       return nullptr;
     }
     auto s = std::unique_ptr<RedisServer>(new RedisServer(o));
+    s->tls_ = tls;
     s->dir_ = TempDir("redis");
     s->port_ = FreePort(o.cluster);
     if (s->port_ == 0) {
@@ -117,6 +124,8 @@ class RedisServer {
     ro.port = port_;
     ro.password = opt_.password;
     ro.allow_cluster = false;
+    ro.tls = !tls_.cert.empty();
+    ro.tls_files = tls_.client;
     auto c = RedisClient::Connect(ro);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return c.ok() ? std::move(*c) : nullptr;
@@ -126,9 +135,25 @@ class RedisServer {
   explicit RedisServer(Options o) : opt_(std::move(o)) {}
 
   bool Launch() {
-    std::vector<std::string> args = {"redis-server", "--port",    std::to_string(port_), "--bind",      "127.0.0.1",
-                                     "--save",       "",          "--appendonly",        "no",          "--dir",
-                                     dir_,           "--logfile", dir_ + "/redis.log",   "--daemonize", "no"};
+    const bool tls = !tls_.cert.empty();
+    std::vector<std::string> args = {"redis-server",
+                                     "--port",
+                                     tls ? "0" : std::to_string(port_),
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--dir",
+                                     dir_,
+                                     "--logfile",
+                                     dir_ + "/redis.log",
+                                     "--daemonize",
+                                     "no"};
+    if (tls)
+      args.insert(args.end(), {"--tls-port", std::to_string(port_), "--tls-cert-file", tls_.cert, "--tls-key-file",
+                               tls_.key, "--tls-ca-cert-file", tls_.ca});
     if (!opt_.password.empty()) args.insert(args.end(), {"--requirepass", opt_.password});
     if (opt_.cluster)
       args.insert(args.end(), {"--cluster-enabled", "yes", "--cluster-config-file", dir_ + "/nodes.conf",
@@ -157,6 +182,8 @@ class RedisServer {
       ro.password = opt_.password;
       ro.allow_cluster = false;
       ro.connect_timeout = std::chrono::milliseconds(500);
+      ro.tls = tls;
+      ro.tls_files = tls_.client;
       if (RedisClient::Connect(ro).ok()) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -172,6 +199,7 @@ class RedisServer {
   }
 
   Options opt_;
+  Tls tls_;
   std::string dir_;
   int port_ = 0;
   pid_t pid_ = 0;

@@ -189,5 +189,41 @@ TEST(TeamRemote, CorruptValueFailsTheReadAndUnstagesThePrefix) {
   EXPECT_TRUE(b->CheckConsistency().ok());
 }
 
+// A prefix cached before the team tier was configured is published on request (PublishCached),
+// with the KV read back from the store; another store then finds it.
+TEST(TeamRemote, PublishCachedPublishesWhatWasStoredBeforeTheTeamTier) {
+  auto server = RedisServer::Start({});
+  ASSERT_NE(server, nullptr);
+  Dirs dirs;
+  std::mt19937 rng(47);
+  const auto doc = RandomTokens(rng, 5 * kChunk);
+  {
+    PrefixStoreOptions alone = RemoteOptions(dirs.a, server->port());
+    alone.team = {};
+    auto a = testing::OpenOrDie(alone);
+    ASSERT_TRUE(kKV.Insert(*a, doc, 0).ok());
+    EXPECT_FALSE(a->PublishCached(doc).ok()) << "no team tier to publish to";
+  }
+  auto a = testing::OpenOrDie(RemoteOptions(dirs.a, server->port()));
+  auto b = testing::OpenOrDie(RemoteOptions(dirs.b, server->port()));
+  EXPECT_EQ(b->FillFromTeam(doc).n_remote, 0u) << "nothing published yet";
+  auto n = a->PublishCached(doc);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, doc.size());
+  ASSERT_TRUE(a->WaitTeamPublished(std::chrono::seconds(20)));
+  EXPECT_EQ(a->Stats().team.spans_published, 5u);
+  EXPECT_EQ(b->FillFromTeam(doc).n_remote, doc.size());
+  MatchHandle h = b->Match(doc);
+  ASSERT_TRUE(h.remote);
+  std::vector<uint32_t> all(doc.size());
+  for (uint32_t p = 0; p < all.size(); ++p) all[p] = p;
+  for (int il = 0; il < kLayers; ++il) {
+    auto r = ReadKV(*b, h, il, all);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(kKV.Check(doc, il, all, *r, true, true));
+  }
+  ASSERT_TRUE(b->Release(h).ok());
+}
+
 }  // namespace
 }  // namespace impress::store

@@ -349,7 +349,11 @@ TEST(TeamTier, UrlsAndCredentials) {
   EXPECT_EQ(r.user, "alice");
   EXPECT_EQ(r.port, 6379);
   EXPECT_EQ(ParseTeamUrl("redis://alice:pw@h:1", &r).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(ParseTeamUrl("rediss://h:1", &r).code(), Status::Code::kUnsupported);
+  EXPECT_FALSE(r.tls);
+  ASSERT_TRUE(ParseTeamUrl("rediss://secure.example:6380", &r).ok());
+  EXPECT_TRUE(r.tls);
+  EXPECT_EQ(r.host, "secure.example");
+  EXPECT_EQ(r.port, 6380);
   EXPECT_FALSE(ParseTeamUrl("http://h:1", &r).ok());
   EXPECT_FALSE(ParseTeamUrl("redis://h:99999", &r).ok());
   const std::string dir = testing::TempDir("team-cred");
