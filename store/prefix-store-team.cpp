@@ -57,6 +57,9 @@ struct RemotePrefix {
   std::vector<Token> tokens;  // whole spans of the query, as the team tier matched them
   std::vector<TeamDescriptor> spans;
   std::shared_ptr<TeamTier> tier;
+  // A read of it failed: the reads still queued fail at once (a stalled server would otherwise
+  // cost every one of them its request timeout) and the background fill is not started.
+  mutable std::atomic<bool> failed{false};
 };
 
 // One layer's read of a remote match: planned under the store's mutex, run on the team worker,
@@ -591,6 +594,11 @@ Result<ReadTicket> PrefixStore::Impl::SubmitRemoteLocked(const HandleState& hs, 
 // KV reads: per span the 4 KiB blocks of the wanted rows (GETRANGE), all spans in one request.
 // Values are in the span's token order; every byte is verified before it is used.
 void PrefixStore::Impl::RunRemoteRead(const RemotePrefix& rp, uint32_t il, RemoteRead& rr) {
+  if (rp.failed.load()) {
+    rr.completed = Clock::now();
+    rr.done.set_value(Status::IOError("team tier: an earlier read of this prefix failed"));
+    return;
+  }
   TeamTier& tier = *rp.tier;
   const uint64_t before = tier.stats().bytes_read;
   const uint64_t n = rp.tokens.size();
@@ -664,6 +672,7 @@ void PrefixStore::Impl::RunRemoteRead(const RemotePrefix& rp, uint32_t il, Remot
     }
   }
   if (!s.ok()) {
+    rp.failed.store(true);
     spdlog::warn("team tier: reading layer {} of a remote prefix failed; computing it instead: {}", il, s.ToString());
     team->Failed(s);
   } else {
@@ -721,6 +730,11 @@ std::vector<uint32_t> PrefixStore::Impl::RemoteGroups(const HandleState& hs, uin
 
 void PrefixStore::Impl::FillAfterRemote(std::shared_ptr<const RemotePrefix> rp) {
   team->Post(/*fill=*/true, [this, rp] {
+    if (rp->failed.load()) {  // the request computed the prefix (and stored it)
+      MutexLock lk(&team->mu);
+      team->deferred.clear();
+      return;
+    }
     const TeamFill f = FillWhole(rp->tokens, /*stage=*/false);
     if (!f.status.ok()) spdlog::info("team tier: background fill stopped: {}", f.status.ToString());
     std::vector<DeferredInsert> ready;

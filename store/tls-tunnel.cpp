@@ -149,11 +149,10 @@ Result<std::unique_ptr<TlsTunnel>> TlsTunnel::Open(const std::string& host, int 
   SSL_CTX_set_verify(s->ctx, SSL_VERIFY_PEER, nullptr);
   if (files.ca_file.empty() ? SSL_CTX_set_default_verify_paths(s->ctx) != 1
                             : SSL_CTX_load_verify_locations(s->ctx, files.ca_file.c_str(), nullptr) != 1)
-    return Status::InvalidArgument("TLS " + ep + ": no CA certificates to verify the server with (" +
-                                   SslErrors("?") + ")");
-  if (!files.cert_file.empty() &&
-      (SSL_CTX_use_certificate_chain_file(s->ctx, files.cert_file.c_str()) != 1 ||
-       SSL_CTX_use_PrivateKey_file(s->ctx, files.key_file.c_str(), SSL_FILETYPE_PEM) != 1))
+    return Status::InvalidArgument("TLS " + ep + ": no CA certificates to verify the server with (" + SslErrors("?") +
+                                   ")");
+  if (!files.cert_file.empty() && (SSL_CTX_use_certificate_chain_file(s->ctx, files.cert_file.c_str()) != 1 ||
+                                   SSL_CTX_use_PrivateKey_file(s->ctx, files.key_file.c_str(), SSL_FILETYPE_PEM) != 1))
     return Status::InvalidArgument("TLS " + ep + ": the client certificate or key: " + SslErrors("?"));
   std::string why;
   s->tcp = ConnectTcp(host, port, deadline, &why);
@@ -179,8 +178,8 @@ Result<std::unique_ptr<TlsTunnel>> TlsTunnel::Open(const std::string& host, int 
     }
     const long verify = SSL_get_verify_result(s->ssl);
     if (verify != X509_V_OK)
-      return Status::IOError("TLS " + ep + ": the server's certificate does not verify: " +
-                             X509_verify_cert_error_string(verify));
+      return Status::IOError("TLS " + ep +
+                             ": the server's certificate does not verify: " + X509_verify_cert_error_string(verify));
     return Status::IOError("TLS " + ep + ": the handshake failed: " +
                            SslErrors(e == SSL_ERROR_SYSCALL ? "the server closed the connection (does it want a "
                                                               "client certificate?)"
@@ -273,10 +272,9 @@ void TlsTunnel::Pump() {
     }
     if (closed) break;
     if (SSL_pending(s.ssl) > 0 && down.size() < kBufferCap) continue;
-    pollfd fds[3] = {
-        {s.pump, short((up.size() < kBufferCap ? POLLIN : 0) | (down.empty() ? 0 : POLLOUT)), 0},
-        {s.tcp, short((down.size() < kBufferCap ? POLLIN : 0) | (ssl_wants_write ? POLLOUT : 0)), 0},
-        {s.stop, POLLIN, 0}};
+    pollfd fds[3] = {{s.pump, short((up.size() < kBufferCap ? POLLIN : 0) | (down.empty() ? 0 : POLLOUT)), 0},
+                     {s.tcp, short((down.size() < kBufferCap ? POLLIN : 0) | (ssl_wants_write ? POLLOUT : 0)), 0},
+                     {s.stop, POLLIN, 0}};
     if (::poll(fds, 3, -1) < 0 && errno != EINTR) break;
     if (fds[2].revents & POLLIN) break;
   }

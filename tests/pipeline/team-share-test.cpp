@@ -202,9 +202,26 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
   EXPECT_EQ(again->n_matched, prefix);
   EXPECT_EQ(logits_c2, logits_c);
 
+  // Desktop F stages the prefix, then the server dies before the request reads it: the request
+  // still answers, computing the prefix, with A's first token.
+  Desktop f = open("f", true);
+  ASSERT_TRUE(f.pipe);
+  ASSERT_EQ(f.store->FillFromTeam(pre).n_remote, uint64_t(prefix));
+  server->Kill();
+  std::vector<float> logits_f, logits_ref;
+  auto rf = f.pipe->Prefill({q2, prefix}, as_like, 2, &logits_f);
+  ASSERT_TRUE(rf.ok()) << rf.status().ToString();
+  EXPECT_FALSE(rf->team_remote);
+  EXPECT_EQ(rf->n_matched, 0);
+  EXPECT_EQ(rf->n_recomputed, prefix);
+  ASSERT_TRUE(a.pipe->Prefill({q2, prefix}, as_like, 2, &logits_ref).ok());
+  EXPECT_EQ(std::max_element(logits_f.begin(), logits_f.end()) - logits_f.begin(),
+            std::max_element(logits_ref.begin(), logits_ref.end()) - logits_ref.begin());
+  EXPECT_GE(f.store->Stats().team.errors, 1u);
+
   (void)a.pipe->ReleaseMatch();
   (void)b.pipe->ReleaseMatch();
-  for (Desktop* x : {&c, &d, &e}) {
+  for (Desktop* x : {&c, &d, &e, &f}) {
     (void)x->pipe->ReleaseMatch();
     x->pipe.reset();
     x->store.reset();

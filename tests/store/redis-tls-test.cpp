@@ -43,12 +43,14 @@ struct Certs {
   }
   ~Certs() { std::filesystem::remove_all(dir); }
   std::string operator()(const std::string& name) const { return dir + "/" + name; }
-  TlsFiles Client() const { return {.ca_file = (*this)("ca.crt"), .cert_file = (*this)("client.crt"),
-                                    .key_file = (*this)("client.key")}; }
+  TlsFiles Client() const {
+    return {.ca_file = (*this)("ca.crt"), .cert_file = (*this)("client.crt"), .key_file = (*this)("client.key")};
+  }
 };
 
 std::unique_ptr<RedisServer> StartTlsServer(const Certs& c) {
-  return RedisServer::Start({}, {.cert = c("server.crt"), .key = c("server.key"), .ca = c("ca.crt"), .client = c.Client()});
+  return RedisServer::Start({},
+                            {.cert = c("server.crt"), .key = c("server.key"), .ca = c("ca.crt"), .client = c.Client()});
 }
 
 RedisOptions TlsOptions(int port, TlsFiles files) {
