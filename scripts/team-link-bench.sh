@@ -3,6 +3,7 @@
 #
 #   sudo scripts/team-link-bench.sh [--model PATH] [--doc PATH] [--doc-chars N] [--rates "1gbit 100mbit"]
 #                                   [--systems "as as-h2o-lfu impress impress:whole"] [--threads N] [--build DIR]
+#                                   [--extra "MORE impress generate OPTIONS FOR DESKTOP B"]
 #
 # A network namespace with one end of a veth pair runs its own redis-server (a temporary
 # directory, a /30 of 10.x addresses on the veth, nothing else); both ends are shaped with tbf to
@@ -26,6 +27,7 @@ rates="1gbit 100mbit"
 systems="as as-h2o-lfu impress impress:whole"
 threads=$(nproc)
 build=$IMPRESS_ROOT/build
+extra=
 while (($#)); do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -35,7 +37,8 @@ while (($#)); do
     --systems) systems=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+    --extra) extra=$2; shift 2 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "team-link-bench: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -122,15 +125,16 @@ common=(--model "$model" --threads "$threads" --temperature 0 --max-tokens 1 --j
 ask() {  # store, system[:whole], question
   local sys=${2%%:*} reads=selective
   [ "$2" != "$sys" ] && reads=${2#*:}
+  # shellcheck disable=SC2086 # --extra is split into options on purpose
   "$impress" generate "${common[@]}" --store "$1" --system "$sys" "${team[@]}" --team-reads "$reads" --doc "$doc" \
-    --prompt "$3"
+    --prompt "$3" ${4:-}
 }
 
 echo "# team-link-bench $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores)"
 echo "# model: $(basename "$model"); document: $doc_name ($(wc -c <"$doc") bytes)"
 echo "# command: scripts/team-link-bench.sh --model $(basename "$model") --doc $doc_name --doc-chars $doc_chars \
---rates \"$rates\" --systems \"$systems\" --threads $threads"
+--rates \"$rates\" --systems \"$systems\" --threads $threads${extra:+ --extra \"$extra\"}"
 echo "# load (1 min) before: $(cut -d' ' -f1 /proc/loadavg)"
 
 echo "# the veth unshaped: GET throughput $(link_mbit) Mbit/s"
@@ -158,8 +162,8 @@ for rate in $rates; do
   echo "## link $rate (tbf), measured GET throughput $(link_mbit) Mbit/s"
   for sys in $systems; do
     store=$tmp/b-$rate-$sys
-    ask "$store" "$sys" "$question" >"$tmp/b-$rate-$sys-1.json"
-    ask "$store" "$sys" "$question" >"$tmp/b-$rate-$sys-2.json"
+    ask "$store" "$sys" "$question" "$extra" >"$tmp/b-$rate-$sys-1.json"
+    ask "$store" "$sys" "$question" "$extra" >"$tmp/b-$rate-$sys-2.json"
   done
   python3 - "$tmp" "$rate" $systems <<'EOF'
 import json, sys
