@@ -110,14 +110,21 @@ struct PrefixStore::Impl::TeamState {
   bool q_stop GUARDED_BY(q_mu) = false;
   std::thread q_thread;
 
+  // After StopWorker (the store is closing) a read runs on the caller's thread and a fill is
+  // dropped: no thread is started that nobody would join.
   void Post(bool fill, std::function<void()> job) EXCLUDES(q_mu) {
     {
       MutexLock lk(&q_mu);
-      q.emplace_back(fill, std::move(job));
-      if (!q_thread.joinable()) q_thread = std::thread([this] { WorkLoop(); });
+      if (!q_stop) {
+        q.emplace_back(fill, std::move(job));
+        if (!q_thread.joinable()) q_thread = std::thread([this] { WorkLoop(); });
+        job = nullptr;
+      }
     }
+    if (job && !fill) job();
     q_cv.SignalAll();
   }
+  ~TeamState() { StopWorker(); }
   void WorkLoop() EXCLUDES(q_mu) {
     for (;;) {
       std::pair<bool, std::function<void()>> job;
