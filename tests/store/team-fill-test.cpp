@@ -11,6 +11,7 @@
 #include "store/team-tier.h"
 #include "tests/store/redis-test-util.h"
 #include "tests/store/store-test-util.h"
+#include "tests/store/team-test-util.h"
 
 namespace impress::store {
 namespace {
@@ -19,30 +20,16 @@ using testing::RandomTokens;
 using testing::ReadsExact;
 using testing::RedisServer;
 using testing::SyntheticKV;
-using testing::TempDir;
+using Dirs = testing::TeamDirs;
 
-constexpr int kLayers = 3, kHeads = 2, kDim = 64, kChunk = 16;
-const SyntheticKV kKV{kLayers, kHeads, kDim};
+constexpr int kLayers = testing::kTeamLayers, kChunk = testing::kTeamChunk;
+const SyntheticKV kKV{kLayers, testing::kTeamHeads, testing::kTeamDim};
 
+// Fills read whole prefixes here (team-remote-test.cpp: the per-layer reads).
 PrefixStoreOptions TeamStoreOptions(const std::string& dir, int port, const std::string& team = "alpha",
                                     const std::string& model = "model-a") {
-  PrefixStoreOptions o = testing::TestOptions(dir, model, kLayers, kHeads, kDim, {1}, kChunk);
-  o.team.url = "redis://127.0.0.1:" + std::to_string(port);
-  o.team.team = team;
-  o.team.connect_timeout = std::chrono::milliseconds(500);
-  o.team.request_timeout = std::chrono::milliseconds(1500);
-  o.team.retry_pause = std::chrono::milliseconds(0);
-  o.team.selective = false;  // fills read whole prefixes (team-remote-test.cpp: the selective reads)
-  return o;
+  return testing::TeamTestOptions(dir, port, team, model, /*selective=*/false);
 }
-
-struct Dirs {
-  std::string a = TempDir("team-a"), b = TempDir("team-b");
-  ~Dirs() {
-    std::filesystem::remove_all(a);
-    std::filesystem::remove_all(b);
-  }
-};
 
 // A redis-server of the test's own and two stores, A and B, of one team on it.
 struct TwoStores {

@@ -14,6 +14,7 @@
 #include "store/team-tier.h"
 #include "tests/store/redis-test-util.h"
 #include "tests/store/store-test-util.h"
+#include "tests/store/team-test-util.h"
 
 namespace impress::store {
 namespace {
@@ -22,29 +23,14 @@ using testing::RandomTokens;
 using testing::ReadsExact;
 using testing::RedisServer;
 using testing::SyntheticKV;
-using testing::TempDir;
+using Dirs = testing::TeamDirs;
 
-constexpr int kLayers = 3, kHeads = 2, kDim = 64, kChunk = 16;
-const SyntheticKV kKV{kLayers, kHeads, kDim};
+constexpr int kLayers = testing::kTeamLayers, kChunk = testing::kTeamChunk;
+const SyntheticKV kKV{kLayers, testing::kTeamHeads, testing::kTeamDim};
 
 PrefixStoreOptions RemoteOptions(const std::string& dir, int port) {
-  PrefixStoreOptions o = testing::TestOptions(dir, "model-r", kLayers, kHeads, kDim, {1}, kChunk);
-  o.team.url = "redis://127.0.0.1:" + std::to_string(port);
-  o.team.team = "remote";
-  o.team.connect_timeout = std::chrono::milliseconds(500);
-  o.team.request_timeout = std::chrono::milliseconds(1500);
-  o.team.retry_pause = std::chrono::milliseconds(0);
-  o.team.selective = true;
-  return o;
+  return testing::TeamTestOptions(dir, port, "remote", "model-r", /*selective=*/true);
 }
-
-struct Dirs {
-  std::string a = TempDir("remote-a"), b = TempDir("remote-b");
-  ~Dirs() {
-    std::filesystem::remove_all(a);
-    std::filesystem::remove_all(b);
-  }
-};
 
 // Polls until the store matches `n` tokens of `tokens` locally (the background fill), at most 60 s.
 bool WaitLocal(PrefixStore& s, const std::vector<int32_t>& tokens, uint64_t n) {
