@@ -13,7 +13,8 @@
 #   scripts/gpu-check.sh [RESULTS_DIR]     # default: build-cuda/gpu-check-<UTC time>
 # Environment: GPU_CHECK_BUILD (build directory, default build-cuda), GPU_CHECK_NO_BUILD=1 (use
 # that build as it is), IMPRESS_DEFAULT_MODEL (the model the file-based steps use; they are
-# skipped, saying so, when it is absent), GPU_CHECK_QUESTIONS (pipeline benchmark, default 20).
+# skipped, saying so, when it is absent), GPU_CHECK_QUESTIONS (pipeline benchmark, default 20),
+# GPU_CHECK_MAX_STEP_S (caps every step's time limit, for a machine lent for a few minutes).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/env.sh"
@@ -34,6 +35,7 @@ step() {
   local name=$1 secs=$2
   shift 2
   local t0 rc
+  if [ -n "${GPU_CHECK_MAX_STEP_S:-}" ] && ((secs > GPU_CHECK_MAX_STEP_S)); then secs=$GPU_CHECK_MAX_STEP_S; fi
   t0=$(date +%s)
   echo "=== $name"
   timeout "$secs" "$@" >"$out/$name.log" 2>&1

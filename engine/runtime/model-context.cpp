@@ -38,8 +38,10 @@ Result<std::unique_ptr<ModelContext>> ModelContext::Load(const std::string& path
   std::optional<Result<Tokenizer>> loaded_tokenizer;
   std::thread tokenizer_thread([&] { loaded_tokenizer.emplace(Tokenizer::Load(path)); });
   // Refuses a model that cannot fit in memory (with the numbers) before reading its weights.
-  Result<Model> loaded_model =
-      LoadModel(path, progress, LoadOptions{.n_threads = options.n_threads, .check_memory = true, .weights = weights});
+  Result<Model> loaded_model = LoadModel(
+      path, progress,
+      LoadOptions{
+          .n_threads = options.n_threads, .dequantize = options.dequantize, .check_memory = true, .weights = weights});
   tokenizer_thread.join();
   IMPRESS_ASSIGN_OR_RETURN(Tokenizer tokenizer, std::move(*loaded_tokenizer));
   IMPRESS_ASSIGN_OR_RETURN(Model model, std::move(loaded_model));

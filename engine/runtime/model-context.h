@@ -20,6 +20,9 @@ struct ModelContextOptions {
   std::string backend = "cpu";  // "cpu" (the CUDA backend registers "cuda" when built)
   // "" (matrices as stored), or q8_0 | q4_k | f16: matrices converted at load (ParseWeightsOption).
   std::string weights = {};
+  // Every weight as owned fp32 values (LoadOptions::dequantize): the exact reference that
+  // quantized runs, and other backends, are compared against.
+  bool dequantize = false;
 };
 
 class ModelContext {

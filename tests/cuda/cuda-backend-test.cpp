@@ -462,23 +462,33 @@ TEST_P(CudaForward, TinyModelLogitsMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Archs, CudaForward, ::testing::Values(Arch::kLlama, Arch::kOpt),
                          [](const auto& info) { return info.param == Arch::kLlama ? "Llama" : "Opt"; });
 
+// The reference is the CPU backend on the model's weights dequantized to fp32 (exact in the
+// weights): the CPU's own quantized path multiplies int8-quantized activations, which moves the
+// logits by ~3e-2 relative on this model, while the CUDA backend decodes the weights exactly and
+// multiplies in fp32 (or f16) GEMMs.
 TEST(CudaSmolLM2, LogitsMatchCpuWithinGemmPrecision) {
   REQUIRE_GPU();
   if (!std::filesystem::exists(DefaultModel())) GTEST_SKIP() << "default model not found: " << DefaultModel();
   auto model = LoadModel(DefaultModel());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto exact = LoadModel(DefaultModel(), {}, LoadOptions{.dequantize = true});
+  ASSERT_TRUE(exact.ok()) << exact.status().ToString();
   std::mt19937 rng(9);
   std::vector<int32_t> toks(600);
   for (auto& t : toks) t = int32_t(rng() % 20000);
   auto cpu = MakeCpuBackend({2});
-  const auto want = GeneratorLogits(*model, *cpu, toks, 512);
+  const auto want = GeneratorLogits(*exact, *cpu, toks, 512);
+  const auto int8_path = GeneratorLogits(*model, *cpu, toks, 512);
+  spdlog::info("SmolLM2 logits, CPU int8-activation path against fp32 weights: rel err {:.2e}",
+               RelMaxErr(int8_path, want));
   const int n_vocab = model->config.n_vocab;
   for (auto [prec, tol] : {std::pair{CudaGemmPrecision::kFp32, 1e-3}, std::pair{CudaGemmPrecision::kF16, 5e-2}}) {
     auto be = MakeCudaBackend({0, prec});
     ASSERT_TRUE(be.ok()) << be.status().ToString();
     const auto got = GeneratorLogits(*model, **be, toks, 512);
     const double err = RelMaxErr(got, want);
-    spdlog::info("SmolLM2 logits, GEMM {}: rel err {:.2e}", CudaGemmPrecisionName(prec), err);
+    spdlog::info("SmolLM2 logits, GEMM {}: rel err {:.2e} (against the CPU's int8 path {:.2e})",
+                 CudaGemmPrecisionName(prec), err, RelMaxErr(got, int8_path));
     EXPECT_LT(err, tol) << CudaGemmPrecisionName(prec);
     for (size_t r = 0; r < want.size() / n_vocab; ++r) {
       const auto wb = want.begin() + r * n_vocab, gb = got.begin() + r * n_vocab;
@@ -496,7 +506,9 @@ TEST(CudaSmolLM2, ImpressPipelineSelectsTheSameTokensAsCpu) {
   unsetenv("IMPRESS_CUDA_GEMM");
   ASSERT_TRUE(cuda_ctx.ok()) << cuda_ctx.status().ToString();
   setenv("IMPRESS_INT8_SCORES", "0", 1);  // fp32 probe scores on the CPU, as the GPU's
-  auto cpu_ctx = ModelContext::Load(DefaultModel(), ModelContextOptions{});
+  // fp32 weights on the CPU: its quantized path's int8 activations would move the scores more
+  // than the GPU's rounding does (see LogitsMatchCpuWithinGemmPrecision).
+  auto cpu_ctx = ModelContext::Load(DefaultModel(), ModelContextOptions{.dequantize = true});
   unsetenv("IMPRESS_INT8_SCORES");
   ASSERT_TRUE(cpu_ctx.ok()) << cpu_ctx.status().ToString();
 
