@@ -416,7 +416,7 @@ struct PrefixStore::Impl {
                                         bool want_k, bool want_v) REQUIRES(mu);
   void RunRemoteRead(const RemotePrefix& rp, uint32_t il, RemoteRead& rr) EXCLUDES(mu);
   Result<ReadStats> WaitRemote(PendingRead& pr, f16_t* k_out, f16_t* v_out, uint8_t* probe_records) EXCLUDES(mu);
-  std::vector<uint32_t> RemoteGroups(const HandleState& hs, uint32_t group_tokens) const;
+  std::vector<uint32_t> RemoteGroups(const HandleState& hs, uint32_t il, uint32_t group_tokens) const;
   // After a remote match's request: the whole prefix into the local tiers, in the background.
   void FillAfterRemote(std::shared_ptr<const RemotePrefix> rp) EXCLUDES(mu);
   // An Insert past a staged prefix the local store does not hold yet: kept and written once the

@@ -147,7 +147,7 @@ Result<std::vector<uint32_t>> PrefixStore::Impl::ReadGroups(const MatchHandle& h
   const uint32_t g = std::min(group_tokens, C);  // a group never spans two chunks
   MutexLock lk(&mu);
   IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
-  if (hs->remote) return RemoteGroups(*hs, g);
+  if (hs->remote) return RemoteGroups(*hs, uint32_t(il), g);
   std::vector<uint32_t> out(hs->n_matched);
   uint32_t next = 0;
   const uint32_t per_chunk = (C + g - 1) / g;

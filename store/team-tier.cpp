@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <numeric>
 
 namespace impress::store {
 
@@ -17,8 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kDescMagic = 0x44544d49;  // "IMTD"
-constexpr uint16_t kDescVersion = 2;         // 2: the write order after the layers
+constexpr uint32_t kDescMagic = 0x44544d49;    // "IMTD"
+constexpr uint16_t kDescVersion = 3;           // 3: with a write order, the KV values' rows are in it
+constexpr uint16_t kDescVersionTokenRows = 2;  // 2: the write order after the layers, rows in token order
 constexpr uint16_t kDescVersionNoOrder = 1;
 constexpr size_t kLookupBatch = 32;  // descriptors asked for at once
 constexpr size_t kPublishBatch = 8;  // spans written at once
@@ -105,6 +107,29 @@ TeamHash TeamChainNext(const TeamHash& prev, std::span<const Token> span_tokens)
 
 std::string TeamHashHex(const TeamHash& h) { return Hex64(h[1]) + Hex64(h[0]); }
 
+bool SetRowsInWriteOrder(TeamDescriptor* d) {
+  const size_t n = d->tokens.size();
+  d->rows_in_order = false;
+  d->row.clear();
+  if (n == 0 || d->order_segment.size() != n || d->order_slot.empty()) return false;
+  for (const auto& l : d->order_slot)
+    if (l.size() != n) return false;
+  std::vector<uint32_t> by(n);
+  d->row.assign(d->order_slot.size(), std::vector<uint32_t>(n));
+  for (size_t l = 0; l < d->order_slot.size(); ++l) {
+    const std::vector<uint32_t>& slot = d->order_slot[l];
+    std::iota(by.begin(), by.end(), 0u);
+    // Any values give a permutation: a descriptor with a nonsense order reads wrong rows only if
+    // its checksums also match, which a corruption does not achieve.
+    std::stable_sort(by.begin(), by.end(), [&](uint32_t a, uint32_t b) {
+      return d->order_segment[a] != d->order_segment[b] ? d->order_segment[a] < d->order_segment[b] : slot[a] < slot[b];
+    });
+    for (uint32_t r = 0; r < n; ++r) d->row[l][by[r]] = r;
+  }
+  d->rows_in_order = true;
+  return true;
+}
+
 std::string EncodeTeamDescriptor(const TeamDescriptor& d) {
   Writer w;
   w.Put<uint32_t>(kDescMagic);
@@ -143,7 +168,8 @@ Result<TeamDescriptor> DecodeTeamDescriptor(const std::string& bytes) {
   const uint32_t magic = r.Get<uint32_t>();
   const uint16_t version = r.Get<uint16_t>();
   (void)r.Get<uint16_t>();
-  if (magic != kDescMagic || (version != kDescVersion && version != kDescVersionNoOrder))
+  if (magic != kDescMagic ||
+      (version != kDescVersion && version != kDescVersionTokenRows && version != kDescVersionNoOrder))
     return Status::Corruption("team descriptor: bad magic or version " + std::to_string(version));
   d.model_hash = r.Get<uint64_t>();
   d.span = r.Get<uint32_t>();
@@ -171,6 +197,7 @@ Result<TeamDescriptor> DecodeTeamDescriptor(const std::string& bytes) {
       for (auto& x : layer) x = r.Get<uint32_t>();
   }
   if (r.bad || r.pos + 8 != bytes.size()) return Status::Corruption("team descriptor: length mismatch");
+  if (version == kDescVersion) SetRowsInWriteOrder(&d);
   return d;
 }
 
@@ -280,6 +307,7 @@ ChunkHeader TeamTier::ExpectedHeader(const TeamDescriptor& d, uint32_t layer, Te
   h.head_dim = uint32_t(opt_.model.head_dim);
   h.record_bytes = kv ? kv_record_bytes_ : probe_record_bytes_;
   h.encoding = uint16_t(kv ? opt_.model.kv_encoding : opt_.model.probe_encoding);
+  h.reordered = kv && d.rows_in_order ? 1 : 0;
   return h;
 }
 
@@ -320,7 +348,9 @@ Result<std::vector<TeamSpan>> TeamTier::EncodeSpans(std::span<const Token> token
         d.order_slot.emplace_back(l.begin() + std::ptrdiff_t(b - start), l.begin() + std::ptrdiff_t(e - start));
     }
     const uint32_t n = uint32_t(e - b);
+    SetRowsInWriteOrder(&d);
     std::vector<uint8_t> krec(size_t(n) * kv_record_bytes_), vrec(krec.size()), prec(size_t(n) * probe_record_bytes_);
+    std::vector<uint8_t> kord(d.rows_in_order ? krec.size() : 0), vord(kord.size());
     for (uint32_t l = 0; l < uint32_t(m.n_layer); ++l) {
       if (!layers[l].k || !layers[l].v) return Status::InvalidArgument("team tier: null K or V");
       const f16_t* k = layers[l].k + (b - start) * row_elems;
@@ -329,13 +359,23 @@ Result<std::vector<TeamSpan>> TeamTier::EncodeSpans(std::span<const Token> token
       EncodeRecords(m.kv_encoding, v, row_elems, n, m.n_head_kv, m.head_dim, nullptr, vrec.data());
       EncodeRecords(m.probe_encoding, k, row_elems, n, int(m.probe_kv_heads.size()), m.head_dim,
                     m.probe_kv_heads.data(), prec.data());
+      const uint8_t* kw = krec.data();
+      const uint8_t* vw = vrec.data();
+      if (d.rows_in_order) {  // the KV rows in the write order; the probe keys stay in token order
+        const size_t rb = kv_record_bytes_;
+        for (uint32_t t = 0; t < n; ++t) {
+          std::memcpy(kord.data() + size_t(d.row[l][t]) * rb, krec.data() + size_t(t) * rb, rb);
+          std::memcpy(vord.data() + size_t(d.row[l][t]) * rb, vrec.data() + size_t(t) * rb, rb);
+        }
+        kw = kord.data();
+        vw = vord.data();
+      }
       for (TeamPiece piece : {TeamPiece::kKV, TeamPiece::kProbe}) {
         const ChunkHeader h = ExpectedHeader(d, l, piece);
         std::string buf(LayoutOf(h).length, '\0');
         ChunkExtent ext;
         const bool kv = piece == TeamPiece::kKV;
-        EncodeChunk(h, kv ? krec.data() : prec.data(), kv ? vrec.data() : nullptr,
-                    reinterpret_cast<uint8_t*>(buf.data()), &ext);
+        EncodeChunk(h, kv ? kw : prec.data(), kv ? vw : nullptr, reinterpret_cast<uint8_t*>(buf.data()), &ext);
         (kv ? d.kv : d.probe).push_back(std::move(ext));
         (kv ? sp.kv : sp.probe).push_back(std::move(buf));
       }
@@ -577,9 +617,12 @@ std::vector<Result<std::vector<uint8_t>>> TeamTier::ReadRowsMany(std::span<const
     bool bad = false;
     for (uint64_t region : {want_k ? p.lay.k_offset : UINT64_MAX, want_v ? p.lay.v_offset : UINT64_MAX}) {
       if (region == UINT64_MAX) continue;
-      for (uint32_t row : refs[i].rows) {
-        if (row >= d.tokens.size()) bad = true;
-        const uint64_t b = region + uint64_t(row) * rb, e = b + rb;
+      for (uint32_t t : refs[i].rows) {
+        if (t >= d.tokens.size()) {
+          bad = true;
+          break;
+        }
+        const uint64_t b = region + uint64_t(d.Row(layer, t)) * rb, e = b + rb;
         for (uint64_t k = b / kBlockBytes; k <= (e - 1) / kBlockBytes; ++k) blocks.push_back(uint32_t(k));
       }
     }
@@ -639,8 +682,8 @@ std::vector<Result<std::vector<uint8_t>>> TeamTier::ReadRowsMany(std::span<const
     uint8_t* w = recs.data();
     for (uint64_t region : {want_k ? p.lay.k_offset : UINT64_MAX, want_v ? p.lay.v_offset : UINT64_MAX}) {
       if (region == UINT64_MAX) continue;
-      for (uint32_t row : rows) {
-        std::memcpy(w, buf.data() + region + uint64_t(row) * rb, rb);
+      for (uint32_t t : rows) {
+        std::memcpy(w, buf.data() + region + uint64_t(d.Row(layer, t)) * rb, rb);
         w += rb;
       }
     }

@@ -90,7 +90,18 @@ struct TeamDescriptor {
   // slot order, so its chunks and read groups are the publisher's.
   std::vector<uint32_t> order_segment;            // [token]
   std::vector<std::vector<uint32_t>> order_slot;  // [layer][token]
+  // Whether each layer's KV value holds the span's rows in that write order (sorted by segment,
+  // then slot; descriptor version 3) rather than in token order: a run of the publisher's slots,
+  // which the default block-group selection reads, is then a run of bytes. Set by
+  // SetRowsInWriteOrder, which also fills `row`.
+  bool rows_in_order = false;
+  std::vector<std::vector<uint32_t>> row;  // [layer][token]: the token's row in the value
+  uint32_t Row(uint32_t layer, uint32_t token) const { return rows_in_order ? row[layer][token] : token; }
 };
+
+// Orders the rows of `d`'s KV values by its write order (TeamDescriptor::rows_in_order); false
+// when it carries none.
+bool SetRowsInWriteOrder(TeamDescriptor* d);
 
 // A write order to publish with KV (TeamDescriptor::order_segment / order_slot), for the tokens
 // [start, tokens.size()) that EncodeSpans and TeamPublisher::Submit take. Empty: none.
@@ -117,7 +128,8 @@ struct TeamChunkRef {
   uint32_t layer = 0;
 };
 
-// Rows of one span to read: token offsets in the span (TeamTier::ReadRowsMany).
+// Rows of one span to read: token offsets in the span (TeamTier::ReadRowsMany maps them to the
+// value's rows).
 struct TeamRowsRef {
   const TeamDescriptor* desc = nullptr;
   std::span<const uint32_t> rows;

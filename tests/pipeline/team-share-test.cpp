@@ -149,8 +149,9 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
   EXPECT_EQ(b.store->Stats().team.tokens_filled, uint64_t(prefix)) << "B computed nothing of the prefix";
 
   // Desktops C, D, E read the prefix from the team tier layer by layer (selective reads): the
-  // same logits as A for token-level selection (C) and AS-like (D), and the block-group
-  // selection (E) receives fewer bytes than AS-like, which reads every row.
+  // same logits as A for token-level selection (C), AS-like (D) and the block-group selection
+  // (E: the team's values hold A's slot order, so its groups are A's), and E receives fewer bytes
+  // than AS-like, which reads every row.
   const auto pre = std::span<const int32_t>(q2).subspan(0, prefix);
   auto remote_run = [&](Desktop& d, const PipelineSettings& settings, std::vector<float>* logits) -> RequestReport {
     const store::TeamFill f = d.store->FillFromTeam(pre);
@@ -186,6 +187,7 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
                (unsigned long long)rc.team_read_bytes, (unsigned long long)rd.team_read_bytes,
                (unsigned long long)re.team_read_bytes);
   EXPECT_LT(re.team_read_bytes, rd.team_read_bytes);
+  same_logits(PipelineSettings{}, logits_e, "block groups");
   // Releasing C's match fills the whole prefix into C in the background; then C answers locally.
   ASSERT_TRUE(c.pipe->ReleaseMatch().ok());
   bool local = false;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <set>
@@ -146,6 +147,45 @@ TEST(TeamTier, DescriptorsCarryTheWriteOrder) {
   auto back = DecodeTeamDescriptor(EncodeTeamDescriptor((*plain)[0].desc));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->order_segment.empty());
+  EXPECT_FALSE(back->rows_in_order);
+
+  // With an order the KV values hold their rows in it: row r of a layer's value is the token
+  // with the r-th smallest (segment, slot); the probe keys stay in token order. Reads by token
+  // offset (ReadRows) give each token's own record.
+  ASSERT_TRUE(tier->Publish(*spans).ok());
+  auto m = tier->LongestPrefix(tokens);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->spans.size(), spans->size());
+  const uint32_t rb = uint32_t(kHeads * kDim * 2);
+  for (size_t i = 0; i < spans->size(); ++i) {
+    const TeamDescriptor& d = m->spans[i];
+    ASSERT_TRUE(d.rows_in_order);
+    EXPECT_EQ(d.row, (*spans)[i].desc.row);
+    const uint32_t n = uint32_t(d.tokens.size());
+    for (uint32_t l = 0; l < kLayers; ++l) {
+      const auto lay = LayoutOf(tier->ExpectedHeader(d, l, TeamPiece::kKV));
+      const std::string& ordered = (*spans)[i].kv[l];
+      const std::string& token_order = (*plain)[i].kv[l];
+      std::vector<uint32_t> at(n);  // token of each row
+      for (uint32_t t = 0; t < n; ++t) {
+        ASSERT_LT(d.Row(l, t), n);
+        at[d.Row(l, t)] = t;
+        for (uint32_t off : {lay.k_offset, lay.v_offset})
+          EXPECT_EQ(ordered.compare(off + size_t(d.Row(l, t)) * rb, rb, token_order, off + size_t(t) * rb, rb), 0)
+              << "span " << i << " layer " << l << " token " << t;
+      }
+      for (uint32_t r = 1; r < n; ++r) {
+        const auto key = [&](uint32_t t) { return std::pair(d.order_segment[t], d.order_slot[l][t]); };
+        EXPECT_LE(key(at[r - 1]), key(at[r])) << "span " << i << " layer " << l << " row " << r;
+      }
+      EXPECT_EQ((*spans)[i].probe[l], (*plain)[i].probe[l]);
+      std::vector<uint32_t> rows = {n - 1, 0, n / 2};
+      auto got = tier->ReadRows(d, l, /*v_region=*/false, rows);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      for (size_t r = 0; r < rows.size(); ++r)
+        EXPECT_EQ(std::memcmp(got->data() + r * rb, token_order.data() + lay.k_offset + size_t(rows[r]) * rb, rb), 0);
+    }
+  }
   order.slot.pop_back();
   EXPECT_FALSE(tier->EncodeSpans(tokens, 0, kv.layers, 42, order).ok()) << "an order of too few layers";
 }
