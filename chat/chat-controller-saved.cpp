@@ -66,7 +66,7 @@ Result<persist::SavedConversation> ChatController::OpenConversation(int64_t id) 
   conv.ClearTurns();
   for (const persist::SavedDocument& d : c->documents) {
     ChatDocument e;
-    e.doc = Document{d.path, d.name, d.text};
+    e.doc = Document{.path = d.path, .name = d.name, .text = d.text, .is_private = d.is_private};
     e.attached = d.attached;
     // Counted again: the saved count may be another model's.
     Activity("tokenizing " + d.name);
@@ -143,6 +143,7 @@ void ChatController::SaveDocuments() {
     s.text = d.doc.text;
     s.n_tokens = d.n_tokens;
     s.attached = d.attached;
+    s.is_private = d.doc.is_private;
     saved.push_back(std::move(s));
   }
   if (Status st = db_->SetDocuments(conv_id_, saved); !st.ok()) Notice("documents not saved: " + st.ToString());

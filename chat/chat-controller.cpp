@@ -160,6 +160,18 @@ Status ChatController::SetAttached(size_t index, bool attached) {
   return Status::Ok();
 }
 
+Status ChatController::SetPrivate(size_t index, bool is_private) {
+  if (index >= docs_.size())
+    return Status::OutOfRange(fmt::format("no document {} (there are {})", index, docs_.size()));
+  docs_[index].doc.is_private = is_private;
+  SyncConversationDocuments();
+  SaveDocuments();
+  Notice(fmt::format("{} is {}", docs_[index].doc.name,
+                     is_private ? "private: questions about it never use the team KV tier"
+                                : "shared: its KV may be published to the team KV tier"));
+  return Status::Ok();
+}
+
 Status ChatController::SetRetrieval(bool on) {
   if (on && !passages_) {
     Notice("retrieval mode is unavailable (no passage index)");
@@ -196,9 +208,11 @@ Result<std::vector<std::string>> ChatController::PrepareQuestion(const std::stri
   std::vector<std::string> names;
   if (!retrieval_) return names;
   if (!passages_) return Status::Unsupported("retrieval mode needs the passage index, which is unavailable");
-  std::vector<std::string> keys;
-  for (const ChatDocument& d : docs_)
+  std::vector<std::string> keys, private_keys;
+  for (const ChatDocument& d : docs_) {
     if (d.attached) keys.push_back(PassageKey(d.doc));
+    if (d.attached && d.doc.is_private) private_keys.push_back(PassageKey(d.doc));
+  }
   const Tokenizer& tok = session_.context().tokenizer();
   auto picked = passages_->SelectForBudget(question, budget().RetrievalTokens(),
                                            [&](std::string_view text) { return int(tok.EncodeLiteral(text).size()); });
@@ -208,7 +222,9 @@ Result<std::vector<std::string>> ChatController::PrepareQuestion(const std::stri
   for (const persist::Passage& p : picked->passages) {
     if (std::find(keys.begin(), keys.end(), p.doc_key) == keys.end()) continue;  // a detached document
     std::string name = fmt::format("{} (passage {})", p.name, p.index + 1);
-    conv.AddDocument({p.doc_key, name, p.text});
+    // A private document's passages are private too: the request then never reaches the team tier.
+    const bool is_private = std::find(private_keys.begin(), private_keys.end(), p.doc_key) != private_keys.end();
+    conv.AddDocument({.path = p.doc_key, .name = name, .text = p.text, .is_private = is_private});
     names.push_back(std::move(name));
   }
   return names;

@@ -119,6 +119,10 @@ class ChatController {
   // Attaching is refused (ResourceExhausted) in documents mode when the document would
   // overflow the context beside those attached.
   Status SetAttached(size_t index, bool attached);
+  // A private document never leaves the machine: a question whose prompt holds it (or, in
+  // retrieval mode, a passage of it) neither asks the team KV tier nor publishes to it. Saved
+  // with the conversation.
+  Status SetPrivate(size_t index, bool is_private);
   // Retrieval on needs the passage index (Unsupported without it). Off: the attached documents are
   // kept in order while they fit; the others are detached.
   Status SetRetrieval(bool on);

@@ -23,10 +23,11 @@ namespace {
 constexpr int32_t kAppId = 0x494d5063;
 
 // Schema history (ChatHistory below):
-//   1: meta, conversations, texts, documents, turns (this file's kSchemaV1).
+//   1: meta, conversations, texts, documents, turns.
+//   2: documents.private (a document never shared through the team KV tier); kSchema below.
 // A later version adds its migration step to ChatHistory (N -> N+1, run in order in one
 // transaction by sqlite::UpgradeSchema) and writes its full schema in `create`.
-const char* kSchemaV1 = R"(
+const char* kSchema = R"(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE conversations(
   id INTEGER PRIMARY KEY,
@@ -49,6 +50,7 @@ CREATE TABLE documents(
   text_id INTEGER NOT NULL REFERENCES texts(id),
   n_tokens INTEGER NOT NULL,
   attached INTEGER NOT NULL,
+  private INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY(conversation, position)) WITHOUT ROWID;
 CREATE INDEX documents_by_text ON documents(text_id);
 CREATE TABLE turns(
@@ -86,8 +88,11 @@ sqlite::SchemaHistory ChatHistory() {
   h.name = "chat database";
   h.version_table = "meta";
   h.latest = ChatDb::kSchemaVersion;
-  h.create = sqlite::CreateWithApplicationId(kSchemaV1, kAppId, "creating the chat database");
-  // No migrations yet: version 1 is the first.
+  h.create = sqlite::CreateWithApplicationId(kSchema, kAppId, "creating the chat database");
+  h.migrations.push_back([](SqliteDb& db) {  // 1 -> 2: every earlier document is shared as before
+    return db.Exec("ALTER TABLE documents ADD COLUMN private INTEGER NOT NULL DEFAULT 0",
+                   "adding documents.private (schema 1 -> 2)");
+  });
   return h;
 }
 
@@ -100,7 +105,7 @@ const char* ConversationModeName(ConversationMode m) {
 Conversation ToConversation(const SavedConversation& saved) {
   Conversation c;
   for (const SavedDocument& d : saved.documents)
-    if (d.attached) c.AddDocument(Document{d.path, d.name, d.text});
+    if (d.attached) c.AddDocument(Document{.path = d.path, .name = d.name, .text = d.text, .is_private = d.is_private});
   for (const SavedTurn& t : saved.turns) c.AddTurn(t.role, t.content);
   return c;
 }
@@ -220,10 +225,10 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
     out.settings = s.Text(4);
   }
   {
-    IMPRESS_ASSIGN_OR_RETURN(Stmt s,
-                             db_->Prep("SELECT d.name, d.path, t.text, d.n_tokens, d.attached, t.n_bytes, t.key "
-                                       "FROM documents d JOIN texts t ON t.id = d.text_id "
-                                       "WHERE d.conversation = ? ORDER BY d.position"));
+    IMPRESS_ASSIGN_OR_RETURN(
+        Stmt s, db_->Prep("SELECT d.name, d.path, t.text, d.n_tokens, d.attached, t.n_bytes, t.key, d.private "
+                          "FROM documents d JOIN texts t ON t.id = d.text_id "
+                          "WHERE d.conversation = ? ORDER BY d.position"));
     s.Bind(1, id);
     IMPRESS_RETURN_IF_ERROR(db_->ForEachRow(s, what + " (documents)", [&](const Stmt& row) -> Status {
       SavedDocument d;
@@ -234,6 +239,7 @@ Result<SavedConversation> ChatDb::Load(int64_t id) {
       d.attached = row.Int(4) != 0;
       d.n_bytes = uint64_t(row.Int(5));
       d.text_key = row.Text(6);
+      d.is_private = row.Int(7) != 0;
       if (d.n_bytes != d.text.size())
         return Status::Corruption(path_ + ": document \"" + d.name + "\" of conversation " + std::to_string(id) +
                                   " has " + std::to_string(d.text.size()) + " bytes, expected " +
@@ -407,7 +413,7 @@ Status ChatDb::InsertDocument(int64_t id, int64_t position, const SavedDocument&
     text_id = db_->LastInsertRowid();
   }
   IMPRESS_ASSIGN_OR_RETURN(Stmt s, db_->Prep("INSERT INTO documents(conversation, position, name, path, text_id, "
-                                             "n_tokens, attached) VALUES(?, ?, ?, ?, ?, ?, ?)"));
+                                             "n_tokens, attached, private) VALUES(?, ?, ?, ?, ?, ?, ?, ?)"));
   s.Bind(1, id);
   s.Bind(2, position);
   s.Bind(3, d.name);
@@ -415,6 +421,7 @@ Status ChatDb::InsertDocument(int64_t id, int64_t position, const SavedDocument&
   s.Bind(5, text_id);
   s.Bind(6, d.n_tokens);
   s.Bind(7, int64_t(d.attached ? 1 : 0));
+  s.Bind(8, int64_t(d.is_private ? 1 : 0));
   return db_->Run(s, what + " (\"" + d.name + "\")");
 }
 

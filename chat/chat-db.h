@@ -48,11 +48,12 @@ struct ConversationSummary {
 };
 
 struct SavedDocument {
-  std::string name;       // for prompts and the UI
-  std::string path;       // where it was loaded from (may no longer exist)
-  std::string text;       // the exact text (what the prompt was built from)
-  int64_t n_tokens = -1;  // token count under the model it was measured with; -1 = unknown
-  bool attached = true;   // part of the conversation's context (documents mode)
+  std::string name;         // for prompts and the UI
+  std::string path;         // where it was loaded from (may no longer exist)
+  std::string text;         // the exact text (what the prompt was built from)
+  int64_t n_tokens = -1;    // token count under the model it was measured with; -1 = unknown
+  bool attached = true;     // part of the conversation's context (documents mode)
+  bool is_private = false;  // never shared through the team KV tier
   // Filled by Load(): byte size of `text` and its content key (hex XXH3-128 + ":" + size).
   uint64_t n_bytes = 0;
   std::string text_key;
@@ -87,7 +88,7 @@ Conversation ToConversation(const SavedConversation& saved);
 
 class ChatDb {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   // Opens `path`, creating it when missing or empty. Fails (without writing) on a file that is
   // not an IMPRESS chat database, a damaged file, or one with a newer schema version.

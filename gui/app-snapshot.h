@@ -93,6 +93,7 @@ struct DocumentEntry {
   int span_begin = -1, span_end = -1;  // -1: not attached or not known
   uint64_t tokens_cached = 0, tokens_device = 0, tokens_host = 0;
   bool pinned = false;
+  bool is_private = false;  // never shared through the team KV tier
 };
 
 // One node of the store's radix tree, for the tree panel (pre-order: parents first).

@@ -108,6 +108,14 @@ void DrawDocumentsPanel(const AppSnapshot& s, DocumentsPanelState& st, UiActions
               "drop this document's cached KV (and what follows it in the prompt); the next question recomputes it");
         ImGui::SameLine();
       }
+      bool is_private = d.is_private;
+      if (ImGui::Checkbox("private", &is_private))
+        out.commands.push_back(MakeCommand(Command::Kind::kSetPrivate, {}, int(i), is_private));
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip(
+            "never share this document through the team KV tier: questions about it neither read the team's KV "
+            "nor publish theirs");
+      ImGui::SameLine();
       if (ImGui::SmallButton("remove")) out.commands.push_back(MakeCommand(Command::Kind::kRemoveDocument, {}, int(i)));
       ImGui::TableNextColumn();
       ImGui::Text("%d", d.n_tokens);

@@ -30,8 +30,9 @@ bool ParseDouble(const std::string& v, double* out) {
 
 const std::set<std::string> kNoArg = {"again", "regenerate", "new",  "reorder",      "expect-answer",
                                       "quit",  "docs",       "tree", "conversations"};
-const std::set<std::string> kWithArg = {"doc",   "ask",      "set",  "frames", "sleep", "tab",    "screenshot", "pin",
-                                        "unpin", "drop-doc", "mode", "open",   "model", "picker", "pull"};
+const std::set<std::string> kWithArg = {"doc",        "ask",    "set",   "frames",   "sleep", "tab",
+                                        "screenshot", "pin",    "unpin", "drop-doc", "mode",  "open",
+                                        "model",      "picker", "pull",  "private",  "shared"};
 
 }  // namespace
 
@@ -225,6 +226,9 @@ bool ScriptRunner::Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, S
     else if (l.verb == "reorder") actions.commands.push_back(MakeCommand(Command::Kind::kReorderNow));
     else if (l.verb == "pin" || l.verb == "unpin")
       actions.commands.push_back(MakeCommand(Command::Kind::kPinDocument, {}, std::stoi(l.arg) - 1, l.verb == "pin"));
+    else if (l.verb == "private" || l.verb == "shared")
+      actions.commands.push_back(
+          MakeCommand(Command::Kind::kSetPrivate, {}, std::stoi(l.arg) - 1, l.verb == "private"));
     else if (l.verb == "drop-doc")
       actions.commands.push_back(MakeCommand(Command::Kind::kDropDocumentCache, {}, std::stoi(l.arg) - 1));
     else if (l.verb == "mode")
@@ -238,10 +242,10 @@ bool ScriptRunner::Tick(const AppSnapshot& s, UiState& ui, UiActions& actions, S
       PrintNewAnswers(s);
       for (size_t i = 0; i < s.documents.size(); ++i) {
         const DocumentEntry& d = s.documents[i];
-        std::fprintf(out_, "document %zu: %s | %d tokens | span %d-%d | cached %llu device %llu host %llu | %s%s\n",
+        std::fprintf(out_, "document %zu: %s | %d tokens | span %d-%d | cached %llu device %llu host %llu | %s%s%s\n",
                      i + 1, d.name.c_str(), d.n_tokens, d.span_begin, d.span_end, (unsigned long long)d.tokens_cached,
                      (unsigned long long)d.tokens_device, (unsigned long long)d.tokens_host,
-                     d.pinned ? "pinned | " : "", d.residency.c_str());
+                     d.pinned ? "pinned | " : "", d.is_private ? "private | " : "", d.residency.c_str());
       }
       std::fflush(out_);
     } else if (l.verb == "tree") {

@@ -8,7 +8,8 @@
 //                              SECONDS only guards against a hang: default kDefaultWaitSeconds)
 //   frames N                  sleep MS            tab ttft|tiers|tree
 //   screenshot PATH           expect-answer       quit
-//   pin N / unpin N / drop-doc N   (document N's cache, 1-based)     mode documents|retrieval
+//   pin N / unpin N / drop-doc N   (document N's cache, 1-based)
+//   private N / shared N          (document N never / may go to the team KV tier)     mode documents|retrieval
 //   docs / tree / conversations    (print the documents' residency, the radix tree's totals, the saved conversations)
 //   open N                    (reopen saved conversation N of the list, most recent first)
 //   model PATH                (switch to the model at PATH, as the model picker's Load does)

@@ -25,6 +25,12 @@ void Worker::SetAttached(int index, bool attached) {
   RefreshConversationList();
 }
 
+void Worker::SetPrivate(int index, bool is_private) {
+  if (index < 0 || !chat_->SetPrivate(size_t(index), is_private).ok()) return;
+  RefreshCacheViews();
+  RefreshConversationList();
+}
+
 void Worker::SetRetrieval(bool on) {
   if (!chat_->SetRetrieval(on).ok()) return;  // noticed
   RefreshCacheViews();

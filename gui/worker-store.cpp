@@ -86,6 +86,7 @@ void Worker::RefreshCacheViews() {
     e.bytes = docs[i].doc.text.size();
     e.n_tokens = docs[i].n_tokens;
     e.attached = docs[i].attached;
+    e.is_private = docs[i].doc.is_private;
     e.residency = caches[i].residency;
     e.span_begin = caches[i].span_begin;
     e.span_end = caches[i].span_end;

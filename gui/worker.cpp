@@ -217,6 +217,7 @@ void Worker::Execute(const Command& c) {
     case K::kAddDocument: AddDocument(c.text); break;
     case K::kRemoveDocument: RemoveDocument(c.index); break;
     case K::kSetAttached: SetAttached(c.index, c.flag); break;
+    case K::kSetPrivate: SetPrivate(c.index, c.flag); break;
     case K::kAsk: Ask(c.text, false); break;
     case K::kRegenerate: AskAgain(/*with_fidelity=*/false); break;
     case K::kAskAgain: AskAgain(/*with_fidelity=*/true); break;

@@ -41,6 +41,7 @@ struct Command {
     kAddDocument,      // text = path
     kRemoveDocument,   // index
     kSetAttached,      // index, flag
+    kSetPrivate,       // index, flag: never share the document through the team KV tier
     kAsk,              // text = question
     kRegenerate,       // the last question again (the last answer is replaced)
     kAskAgain,         // the last question again with the current settings, plus the fidelity check
@@ -118,6 +119,7 @@ class Worker {
   void AddDocument(const std::string& path);
   void RemoveDocument(int index);
   void SetAttached(int index, bool attached);
+  void SetPrivate(int index, bool is_private);
   void SetRetrieval(bool on);
   // worker-model.cpp: switching the model (refused before unloading when it will not fit).
   void LoadModel(const std::string& path);

@@ -273,6 +273,44 @@ TEST_F(ChatControllerTest, RetrievalCarriesPassagesOfAttachedDocumentsOnly) {
   EXPECT_EQ(controller_->context_tokens(), Tokens(lighthouse_));
 }
 
+// A document marked private: the request's conversation carries the flag (so the session keeps
+// it from the team KV tier), in retrieval mode on its passages too, and it is saved with the
+// conversation.
+TEST_F(ChatControllerTest, PrivateDocumentsStayPrivateInBothModesAndAcrossRestarts) {
+  Start();
+  ASSERT_TRUE(controller_->OpenDatabase(DbPath()).ok());
+  ASSERT_TRUE(controller_->AddDocument(lighthouse_).ok());
+  ASSERT_TRUE(controller_->AddDocument(ferry_).ok());
+  EXPECT_EQ(controller_->SetPrivate(2, true).code(), Status::Code::kOutOfRange);
+  ASSERT_TRUE(controller_->SetPrivate(1, true).ok());
+  ASSERT_EQ(session_->conversation().documents().size(), 2u);
+  EXPECT_FALSE(session_->conversation().documents()[0].is_private);
+  EXPECT_TRUE(session_->conversation().documents()[1].is_private);
+
+  ASSERT_TRUE(controller_->SetRetrieval(true).ok());
+  auto names = controller_->PrepareQuestion("When does the ferry leave the harbour? Who built the lighthouse?");
+  ASSERT_TRUE(names.ok()) << names.status().ToString();
+  size_t n_private = 0, n_ferry = 0;
+  for (const Document& d : session_->conversation().documents()) {
+    const bool ferry = d.name.starts_with("ferry.txt");
+    n_ferry += ferry;
+    n_private += d.is_private;
+    EXPECT_EQ(d.is_private, ferry) << d.name;
+  }
+  EXPECT_GT(n_ferry, 0u);
+  EXPECT_EQ(n_private, n_ferry);
+  ASSERT_TRUE(controller_->SetRetrieval(false).ok());
+
+  Start();  // after a restart
+  ASSERT_TRUE(controller_->OpenDatabase(DbPath()).ok());
+  ASSERT_EQ(controller_->documents().size(), 2u);
+  EXPECT_FALSE(controller_->documents()[0].doc.is_private);
+  EXPECT_TRUE(controller_->documents()[1].doc.is_private);
+  ASSERT_TRUE(controller_->SetPrivate(1, false).ok());
+  ASSERT_EQ(session_->conversation().documents().size(), 2u);
+  EXPECT_FALSE(session_->conversation().documents()[1].is_private);
+}
+
 // The passage index file overwritten with random bytes: the next start keeps it aside, says
 // so, and indexes again the documents of every saved conversation (not only the one it opens).
 TEST_F(ChatControllerTest, DamagedPassageIndexIsRebuiltFromSavedConversations) {

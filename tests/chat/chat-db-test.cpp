@@ -305,6 +305,50 @@ TEST_F(ChatDbTest, RejectsANewerSchemaVersionAndLeavesTheFile) {
   EXPECT_EQ(RawCount(path_, "SELECT count(*) FROM conversations WHERE title = 'keep me'"), 1);
 }
 
+// Schema 2 added documents.private: a version-1 file (as an older build wrote it) is migrated on
+// open, its documents kept and shared as before; the flag then round-trips.
+TEST_F(ChatDbTest, MigratesVersionOneFilesAndKeepsThePrivateFlag) {
+  int64_t id = 0;
+  {
+    auto db = OpenOrDie();
+    ASSERT_TRUE(db);
+    auto c = db->CreateConversation("contracts");
+    ASSERT_TRUE(c.ok());
+    id = *c;
+    ASSERT_TRUE(db->SetDocuments(id, {Doc("a.txt", "alpha text", 3), Doc("b.txt", "beta text", 3)}).ok());
+  }
+  // What a version-1 build left: no private column, version 1.
+  RawExec(path_, "ALTER TABLE documents DROP COLUMN private; UPDATE meta SET value = '1' WHERE key = 'schema_version'");
+  ASSERT_EQ(RawCount(path_, "SELECT count(*) FROM pragma_table_info('documents') WHERE name = 'private'"), 0);
+  {
+    auto db = OpenOrDie();
+    ASSERT_TRUE(db);
+    EXPECT_EQ(RawText(path_, "SELECT value FROM meta WHERE key = 'schema_version'"),
+              std::to_string(ChatDb::kSchemaVersion));
+    auto c = db->Load(id);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_EQ(c->documents.size(), 2u);
+    EXPECT_EQ(c->documents[0].text, "alpha text");
+    EXPECT_FALSE(c->documents[0].is_private);
+    EXPECT_FALSE(c->documents[1].is_private);
+    std::vector<SavedDocument> docs = c->documents;
+    docs[1].is_private = true;
+    ASSERT_TRUE(db->SetDocuments(id, docs).ok());
+  }
+  auto db = OpenOrDie();
+  ASSERT_TRUE(db);
+  auto c = db->Load(id);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->documents.size(), 2u);
+  EXPECT_FALSE(c->documents[0].is_private);
+  EXPECT_TRUE(c->documents[1].is_private);
+  EXPECT_EQ(RawCount(path_, "SELECT count(*) FROM documents WHERE private = 1 AND name = 'b.txt'"), 1);
+  // The conversation built from it carries the flag to the request.
+  const Conversation conv = ToConversation(*c);
+  ASSERT_EQ(conv.documents().size(), 2u);
+  EXPECT_TRUE(conv.documents()[1].is_private);
+}
+
 // The saved conversations hold the user's documents and answers: owner-only file, folder, WAL
 // and SHM, whatever the umask allows (a stricter one still applies).
 TEST_F(ChatDbTest, DatabaseFolderAndWalArePrivate) {
