@@ -102,8 +102,10 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
                   "file with the Redis user (first line) and password (second line; one line: the password alone)");
   cmd->add_option("--team-reads", o->team_reads,
                   "a prefix only the team holds: read per layer what the request selects, then fill the rest in the "
-                  "background (selective, the default), or fill the whole prefix before the request (whole)")
-      ->check(CLI::IsMember({"selective", "whole"}));
+                  "background (selective, the default; exact: select exactly the tokens the publishing desktop would, "
+                  "for its answer at temperature 0, reading more bytes), or fill the whole prefix before the request "
+                  "(whole)")
+      ->check(CLI::IsMember({"selective", "exact", "whole"}));
   cmd->add_option("--team-ca", o->team_ca,
                   "rediss:// (TLS): PEM CA certificates to verify the server with "
                   "(default: the system's)");
@@ -164,6 +166,7 @@ store::TeamOptions TeamOptionsFor(const CommonOptions& c) {
   t.team = c.team_namespace;
   t.credentials_file = c.team_credentials;
   t.selective = c.team_reads != "whole";
+  t.publisher_groups = c.team_reads == "exact";
   t.tls = {.ca_file = c.team_ca, .cert_file = c.team_cert, .key_file = c.team_key};
   return t;
 }

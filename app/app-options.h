@@ -52,7 +52,7 @@ struct CommonOptions {
   std::string team_url;                      // --team redis://host:port
   std::string team_namespace = "default";    // --team-namespace
   std::string team_credentials;              // --team-credentials FILE (else IMPRESS_TEAM_USER / _PASSWORD)
-  std::string team_reads = "selective";      // --team-reads selective|whole (TeamOptions::selective)
+  std::string team_reads = "selective";      // --team-reads selective|exact|whole (TeamOptions)
   std::string team_ca, team_cert, team_key;  // --team-ca / --team-cert / --team-key (rediss://)
 };
 

@@ -164,7 +164,10 @@ nlohmann::json ToJson(const WorkloadBenchResult& r, const WorkloadBenchOptions& 
   return {{"cpu", CpuModelName()},
           {"documents", r.n_docs},
           {"team", o.team.enabled()},
-          {"team_reads", o.team.enabled() ? (o.team.selective ? "selective" : "whole") : ""},
+          {"team_reads", !o.team.enabled()         ? ""
+                         : !o.team.selective       ? "whole"
+                         : o.team.publisher_groups ? "exact"
+                                                   : "selective"},
           {"document_tokens", r.doc_tokens},
           {"kv_bytes", r.kv_bytes},
           {"device_bytes", r.device_bytes},

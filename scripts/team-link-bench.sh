@@ -11,10 +11,12 @@
 # once and publishes its KV to the team tier. Then, per rate, the link's real throughput is
 # measured with a plain GET of a large value, and desktop B asks a question with each system, each
 # from a new empty store of its own, so its whole prefix comes over the link. By default B reads
-# per layer only what the system selects (--team-reads selective); SYSTEM:whole fills the whole
-# prefix before the request instead. The table gives the time to first token with the team
+# per layer only what the system selects (--team-reads selective); SYSTEM:exact reads per layer
+# with the publisher's groups (--team-reads exact), SYSTEM:whole fills the whole prefix before the
+# request instead. The table gives the time to first token with the team
 # lookup or fill (team_ms + ttft_ms of --json), the bytes received from the team tier for it
-# (team_bytes), the ratios to AS-like, and the same question asked again on B (its local store,
+# (team_bytes), the ratios to AS-like, the request's compute and its wait for the link
+# (breakdown_ms compute + probe_compute, io_wait), and the same question asked again on B (its local store,
 # which the first process filled in the background before it ended). Everything is removed on exit.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -175,17 +177,22 @@ rows = []
 for s in systems:
     first, again = load(s, 1), load(s, 2)
     ttft = first["team_ms"] + first["ttft_ms"]
+    b = first.get("breakdown_ms", {})
     rows.append((s, ttft, first["team_ms"], first["team_tokens"], first["team_bytes"], again["ttft_ms"],
-                 again["reused_tokens"], first.get("team_remote", False)))
+                 again["reused_tokens"], first.get("team_remote", False),
+                 b.get("compute", 0) + b.get("probe_compute", 0), b.get("io_wait", 0)))
 base = next((r for r in rows if r[0] == "as"), rows[0])
 print(f"| system | reads | TTFT ms (team lookup or fill + prefill) | lookup or fill ms | team tokens | "
-      f"bytes over the link | TTFT vs AS-like | bytes vs AS-like | TTFT ms asked again (local) |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-for s, ttft, fill, tokens, nbytes, again, reused, remote in rows:
+      f"bytes over the link | TTFT vs AS-like | bytes vs AS-like | compute ms | waiting on the link ms | "
+      f"TTFT ms asked again (local) |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for s, ttft, fill, tokens, nbytes, again, reused, remote, compute, wait in rows:
     rb = nbytes / base[4] if base[4] else float("nan")
-    mode = "per layer" if remote else "whole fill"
+    mode = "whole fill"
+    if remote:
+        mode = "per layer, the publisher's groups" if s.endswith(":exact") else "per layer"
     print(f"| {s.split(':')[0]} | {mode} | {ttft:.0f} | {fill:.0f} | {tokens} | {nbytes / 1e6:.1f} MB | "
-          f"{base[1] / ttft:.2f}x faster | {rb:.2f} | {again:.0f} |")
+          f"{base[1] / ttft:.2f}x faster | {rb:.2f} | {compute:.0f} | {wait:.0f} | {again:.0f} |")
 EOF
 done
 echo

@@ -397,6 +397,8 @@ struct PrefixStore::Impl {
   void CloseTeam();
   void PublishToTeam(std::span<const Token> tokens, uint64_t start, std::span<const LayerKV> layers,
                      const InsertOptions& io) EXCLUDES(mu);
+  void PublishPrefixTail(std::span<const Token> tokens, uint64_t base, std::span<const LayerKV> layers,
+                         uint64_t shared_prefix) EXCLUDES(mu);
   TeamFill FillFromTeam(std::span<const Token> tokens) EXCLUDES(mu);
   TeamOrder WriteOrderOf(std::span<const Token> tokens, uint64_t from) EXCLUDES(mu);
   Result<uint64_t> PublishCached(std::span<const Token> tokens) EXCLUDES(mu);

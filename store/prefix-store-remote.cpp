@@ -178,50 +178,49 @@ Result<ReadStats> PrefixStore::Impl::WaitRemote(PendingRead& pr, f16_t* k_out, f
   return stats;
 }
 
-// The read groups of a remote match. When every span carries the publisher's write order they
-// are the publisher's (ReadGroups on its store): slot s of a segment lies in group
-// (s / C, (s % C) / group), numbered densely per segment in slot order, and the values hold those
-// slots' rows together (TeamDescriptor::rows_in_order). Without an order: group g of span s holds
-// its tokens [s * C + g * group, + group), numbered densely in position order.
+// The read groups of a remote match, numbered densely from 0 in order of their keys per unit.
+//  - TeamOptions::publisher_groups, when every span carries the publisher's write order: the
+//    publisher's groups (ReadGroups on its store): slot s of a segment lies in group
+//    (s / C, (s % C) / group), numbered per segment in slot order.
+//  - Otherwise, when the values hold their rows in the write order: runs of `group` consecutive
+//    rows of each span's value, so a group is a run of bytes and holds tokens of like importance.
+//  - Without a write order: runs of `group` consecutive tokens of each span.
 std::vector<uint32_t> PrefixStore::Impl::RemoteGroups(const HandleState& hs, uint32_t il, uint32_t group_tokens) const {
   const std::vector<TeamDescriptor>& spans = hs.remote->spans;
   const size_t n = size_t(hs.n_matched);
-  std::vector<uint32_t> out(n);
+  std::vector<uint32_t> out(n), unit(n);
   const uint32_t per_chunk = (C + group_tokens - 1) / group_tokens;
-  bool ordered = true;
-  for (size_t sp = 0; sp * C < n && ordered; ++sp)
-    ordered = sp < spans.size() && spans[sp].order_segment.size() == spans[sp].tokens.size() &&
+  bool ordered = true, rows_in_order = true;
+  for (size_t sp = 0; sp * C < n; ++sp) {
+    const bool here = sp < spans.size();
+    ordered = ordered && here && spans[sp].order_segment.size() == spans[sp].tokens.size() &&
               il < spans[sp].order_slot.size() && spans[sp].order_slot[il].size() == spans[sp].tokens.size();
-  if (ordered) {
-    std::vector<uint32_t> seg(n);
-    for (size_t p = 0; p < n; ++p) {
-      const TeamDescriptor& d = spans[p / C];
-      const uint32_t slot = d.order_slot[il][p % C];
-      seg[p] = d.order_segment[p % C];
-      out[p] = (slot / C) * per_chunk + (slot % C) / group_tokens;
-    }
-    uint32_t next = 0;
-    std::vector<uint32_t> keys;
-    for (size_t a = 0; a < n;) {
-      size_t b = a + 1;
-      while (b < n && seg[b] == seg[a]) ++b;
-      keys.assign(out.begin() + std::ptrdiff_t(a), out.begin() + std::ptrdiff_t(b));
-      std::sort(keys.begin(), keys.end());
-      keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-      for (size_t p = a; p < b; ++p)
-        out[p] = next + uint32_t(std::lower_bound(keys.begin(), keys.end(), out[p]) - keys.begin());
-      next += uint32_t(keys.size());
-      a = b;
-    }
-    return out;
+    rows_in_order = rows_in_order && here && spans[sp].rows_in_order && il < spans[sp].row.size();
   }
-  const uint32_t per_span = per_chunk;
-  for (size_t p = 0; p < n; ++p) out[p] = uint32_t(p / C) * per_span + uint32_t(p % C) / group_tokens;
-  uint32_t next = 0, last = UINT32_MAX;
-  for (uint32_t& x : out) {
-    if (x != last) ++next;
-    last = x;
-    x = next - 1;
+  for (size_t p = 0; p < n; ++p) {
+    const TeamDescriptor& d = spans[p / C];
+    const uint32_t r = uint32_t(p % C);
+    if (ordered && team->opt.publisher_groups) {
+      const uint32_t slot = d.order_slot[il][r];
+      unit[p] = d.order_segment[r];
+      out[p] = (slot / C) * per_chunk + (slot % C) / group_tokens;
+    } else {
+      unit[p] = uint32_t(p / C);
+      out[p] = (rows_in_order ? d.row[il][r] : r) / group_tokens;
+    }
+  }
+  uint32_t next = 0;
+  std::vector<uint32_t> keys;
+  for (size_t a = 0; a < n;) {
+    size_t b = a + 1;
+    while (b < n && unit[b] == unit[a]) ++b;
+    keys.assign(out.begin() + std::ptrdiff_t(a), out.begin() + std::ptrdiff_t(b));
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    for (size_t p = a; p < b; ++p)
+      out[p] = next + uint32_t(std::lower_bound(keys.begin(), keys.end(), out[p]) - keys.begin());
+    next += uint32_t(keys.size());
+    a = b;
   }
   return out;
 }

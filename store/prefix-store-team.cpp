@@ -145,6 +145,7 @@ void PrefixStore::Impl::PublishToTeam(std::span<const Token> tokens, uint64_t st
   TeamOrder order = WriteOrderOf(tokens, from);
   if (from == start) {
     (void)pub.Submit(tokens, start, layers, false, std::move(order));
+    PublishPrefixTail(tokens, start, layers, io.shared_prefix);
     return;
   }
   // The span holding `start` begins before it: its first rows are read back from this store, so
@@ -169,6 +170,25 @@ void PrefixStore::Impl::PublishToTeam(std::span<const Token> tokens, uint64_t st
   std::vector<LayerKV> all(size_t(opt.n_layer));
   for (size_t il = 0; il < all.size(); ++il) all[il] = {k[il].data(), v[il].data(), nullptr};
   (void)pub.Submit(tokens, from, all, false, std::move(order));
+  PublishPrefixTail(tokens, from, all, io.shared_prefix);
+}
+
+// The spans of a publish are runs of C tokens from 0, so a prompt's reusable prefix (its
+// documents) usually ends inside a span that also holds this question's own tokens, which no
+// other question shares: another desktop would match only the prefix's whole spans and compute
+// the rest of the documents with its question. So the prefix's last partial span is also
+// published on its own (exactly tokens [P / C * C, P)), which the team tier's lookup matches for
+// any question over the same documents. `layers` holds the KV of tokens [base, tokens.size()).
+void PrefixStore::Impl::PublishPrefixTail(std::span<const Token> tokens, uint64_t base, std::span<const LayerKV> layers,
+                                          uint64_t shared_prefix) {
+  const uint64_t P = shared_prefix, tail = P / C * C;
+  if (P % C == 0 || P >= tokens.size() || tail < base) return;
+  const size_t row = size_t(opt.n_head_kv) * size_t(opt.head_dim);
+  std::vector<LayerKV> part(layers.size());
+  for (size_t il = 0; il < layers.size(); ++il)
+    part[il] = {layers[il].k + (tail - base) * row, layers[il].v + (tail - base) * row, nullptr};
+  const auto prefix = tokens.subspan(0, P);
+  (void)team->publisher->Submit(prefix, tail, part, false, WriteOrderOf(prefix, tail));
 }
 
 Status PrefixStore::Impl::ReadBackKV(const MatchHandle& h, uint64_t from, uint64_t to,

@@ -64,6 +64,13 @@ struct TeamOptions {
   // then the selected rows by byte ranges), and the whole prefix is filled into the local tiers
   // in the background after the request. false: the fill reads the whole prefix first.
   bool selective = true;
+  // With selective reads and the default block-group selection, which groups a remote match
+  // offers: false, runs of consecutive rows of each span's value (a span's tokens in the
+  // publisher's slot order), which are runs of bytes; true, the publisher's own groups (runs of
+  // its segment's slots), so the request selects exactly the tokens the publisher's would and
+  // answers the same at temperature 0, but a group's rows lie in many spans and each costs a
+  // 4 KiB block. Token-level selection and AS-like read the same tokens either way.
+  bool publisher_groups = false;
   uint64_t publish_queue_bytes = 512ull << 20;  // KV copies waiting to be published
   // How long closing the store waits for KV still being published (then it is dropped).
   std::chrono::milliseconds close_wait = std::chrono::seconds(10);

@@ -56,7 +56,7 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
     t.insert(t.end(), p.tokens.begin() + p.n_prefix, p.tokens.end());
     return t;
   };
-  auto open = [&](const std::string& name, bool selective = false) {
+  auto open = [&](const std::string& name, bool selective = false, bool publisher_groups = false) {
     Desktop d;
     store::PrefixStoreOptions o = StoreOptionsFor(ctx->config(), 3);
     o.dir = (dir / name).string();
@@ -64,6 +64,7 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
     o.team.url = "redis://127.0.0.1:" + std::to_string(server->port());
     o.team.team = "team-share-test";
     o.team.selective = selective;
+    o.team.publisher_groups = publisher_groups;
     auto st = store::PrefixStore::Open(o);
     EXPECT_TRUE(st.ok()) << st.status().ToString();
     if (st.ok()) d.store = std::move(*st);
@@ -148,10 +149,11 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
   }
   EXPECT_EQ(b.store->Stats().team.tokens_filled, uint64_t(prefix)) << "B computed nothing of the prefix";
 
-  // Desktops C, D, E read the prefix from the team tier layer by layer (selective reads): the
+  // Desktops C, D, E, G read the prefix from the team tier layer by layer (selective reads): the
   // same logits as A for token-level selection (C), AS-like (D) and the block-group selection
-  // (E: the team's values hold A's slot order, so its groups are A's), and E receives fewer bytes
-  // than AS-like, which reads every row.
+  // with the publisher's groups (E: TeamOptions::publisher_groups); G's default groups (runs of
+  // rows of each span's value, in A's slot order) receive the fewest bytes, and every block-group
+  // read fewer than AS-like, which reads every row.
   const auto pre = std::span<const int32_t>(q2).subspan(0, prefix);
   auto remote_run = [&](Desktop& d, const PipelineSettings& settings, std::vector<float>* logits) -> RequestReport {
     const store::TeamFill f = d.store->FillFromTeam(pre);
@@ -175,19 +177,24 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
     for (size_t i = 0; i < ref.size(); ++i) differ += ref[i] != logits[i];
     EXPECT_EQ(differ, 0u) << name << ": logits read from the team tier differ from A's";
   };
-  Desktop c = open("c", true), d = open("d", true), e = open("e", true);
-  ASSERT_TRUE(c.pipe && d.pipe && e.pipe);
-  std::vector<float> logits_c, logits_d, logits_e;
+  Desktop c = open("c", true), d = open("d", true), e = open("e", true, true), g = open("g", true);
+  ASSERT_TRUE(c.pipe && d.pipe && e.pipe && g.pipe);
+  std::vector<float> logits_c, logits_d, logits_e, logits_g;
   const RequestReport rc = remote_run(c, token_level, &logits_c);
   same_logits(token_level, logits_c, "token-level");
   const RequestReport rd = remote_run(d, as_like, &logits_d);
   same_logits(as_like, logits_d, "as-like");
   const RequestReport re = remote_run(e, PipelineSettings{}, &logits_e);
-  std::fprintf(stderr, "bytes from the team tier: token-level %llu, as-like %llu, block groups %llu\n",
+  const RequestReport rg = remote_run(g, PipelineSettings{}, &logits_g);
+  std::fprintf(stderr,
+               "bytes from the team tier: token-level %llu, as-like %llu, publisher's block groups %llu, span block "
+               "groups %llu\n",
                (unsigned long long)rc.team_read_bytes, (unsigned long long)rd.team_read_bytes,
-               (unsigned long long)re.team_read_bytes);
+               (unsigned long long)re.team_read_bytes, (unsigned long long)rg.team_read_bytes);
   EXPECT_LT(re.team_read_bytes, rd.team_read_bytes);
-  same_logits(PipelineSettings{}, logits_e, "block groups");
+  EXPECT_LT(rg.team_read_bytes, rd.team_read_bytes);
+  EXPECT_LE(rg.team_read_bytes, re.team_read_bytes);
+  same_logits(PipelineSettings{}, logits_e, "the publisher's block groups");
   // Releasing C's match fills the whole prefix into C in the background; then C answers locally.
   ASSERT_TRUE(c.pipe->ReleaseMatch().ok());
   bool local = false;
@@ -223,7 +230,7 @@ TEST(TeamShare, SecondDesktopAnswersFromTheTeamTierWithTheFirstsLogits) {
 
   (void)a.pipe->ReleaseMatch();
   (void)b.pipe->ReleaseMatch();
-  for (Desktop* x : {&c, &d, &e, &f}) {
+  for (Desktop* x : {&c, &d, &e, &f, &g}) {
     (void)x->pipe->ReleaseMatch();
     x->pipe.reset();
     x->store.reset();

@@ -100,6 +100,40 @@ TEST(TeamFill, FilledStoreHasThePublishersWriteOrder) {
   ASSERT_TRUE(b->CheckConsistency().ok());
 }
 
+// A prompt's reusable prefix (its documents) rarely ends on a span boundary: the span holding
+// its end also holds A's question. The prefix's last partial span is published on its own, so B,
+// asking another question about the same document, gets all of the document from the team tier,
+// not only its whole spans. Without a shared prefix nothing more is published.
+TEST(TeamFill, APrefixEndingInsideASpanIsSharedWhole) {
+  TwoStores st;
+  ASSERT_TRUE(st.ok());
+  std::mt19937 rng(31);
+  const size_t n_doc = 6 * kChunk + 7;
+  auto seq = RandomTokens(rng, n_doc + 2 * kChunk);  // a document, then A's question and answer
+  std::vector<std::vector<f16_t>> k, v;
+  kKV.Make(seq, 0, &k, &v);
+  std::vector<LayerKV> layers(kLayers);
+  for (int il = 0; il < kLayers; ++il) layers[size_t(il)] = {k[size_t(il)].data(), v[size_t(il)].data(), nullptr};
+  ASSERT_TRUE(st.a->Insert(seq, 0, layers, {.shared_prefix = n_doc}).ok());
+  ASSERT_TRUE(st.a->WaitTeamPublished(std::chrono::seconds(20)));
+  const std::vector<int32_t> doc(seq.begin(), seq.begin() + std::ptrdiff_t(n_doc));
+  TeamFill f = st.b->FillFromTeam(doc);
+  EXPECT_TRUE(f.status.ok()) << f.status.ToString();
+  EXPECT_EQ(f.n_team, n_doc) << "the document's last partial span came too";
+  EXPECT_TRUE(ReadsExact(*st.b, kKV, doc, n_doc));
+
+  // The same over a prefix published without a shared prefix: its whole spans only.
+  auto seq2 = RandomTokens(rng, n_doc + 2 * kChunk);
+  kKV.Make(seq2, 0, &k, &v);
+  for (int il = 0; il < kLayers; ++il) layers[size_t(il)] = {k[size_t(il)].data(), v[size_t(il)].data(), nullptr};
+  ASSERT_TRUE(st.a->Insert(seq2, 0, layers, {}).ok());
+  ASSERT_TRUE(st.a->WaitTeamPublished(std::chrono::seconds(20)));
+  const std::vector<int32_t> doc2(seq2.begin(), seq2.begin() + std::ptrdiff_t(n_doc));
+  f = st.b->FillFromTeam(doc2);
+  EXPECT_EQ(f.n_team, n_doc / kChunk * kChunk);
+  ASSERT_TRUE(st.b->CheckConsistency().ok());
+}
+
 TEST(TeamFill, SecondStoreReadsTheFirstStoresKV) {
   auto server = RedisServer::Start({});
   ASSERT_NE(server, nullptr);
