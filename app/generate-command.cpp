@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <iostream>
 
@@ -116,6 +117,11 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
   gen->add_option("--prompt-file", gargs->prompt_file, "read the prompt from a file")->excludes(p);
   gen->add_flag("--json", gargs->json, "print one JSON object instead of streaming text");
   gen->callback([=] {
+    using WallClock = std::chrono::steady_clock;
+    const auto t_start = WallClock::now();
+    auto ms_since = [](WallClock::time_point t) {
+      return std::chrono::duration<double, std::milli>(WallClock::now() - t).count();
+    };
     ConfigureLogging(*common);
     auto fail = [&](const Status& st) {
       spdlog::error("{}", st.ToString());
@@ -133,6 +139,7 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
     }
     auto s = OpenSession(*common, *gargs);
     if (!s.ok()) return fail(s.status());
+    const double open_ms = ms_since(t_start);
     std::signal(SIGINT, OnSigint);
     std::unique_ptr<ProgressBar> bar;
     AskOptions ao = MakeAskOptions(*common, *gargs, **s, &bar, /*print_text=*/!gargs->json);
@@ -144,12 +151,24 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
       if (!f.ok()) return fail(f.status());
       fidelity = *f;
     }
+    const auto t_ask = WallClock::now();
     auto a = (*s)->Ask(prompt, ao);
     if (!a.ok()) return fail(a.status());
+    const double ask_ms = ms_since(t_ask);
+    const auto t_store = WallClock::now();
     if (auto w = (*s)->pipeline().WaitForStore(); !w.ok())
       spdlog::warn("the answer's KV was not stored: {}", w.status().ToString());
+    const double store_ms = ms_since(t_store);
     if (gargs->json) {
       nlohmann::json j = RequestReportJson(a->report);
+      // Where the command's own time went (closing the store and the process come after): the
+      // session's open (model, tokenizer, store), the question (prompt, team lookup, prefill, the
+      // answer) and the wait for the answer's KV to be stored.
+      j["process_ms"] = {{"open", open_ms},
+                         {"ask", ask_ms},
+                         {"outside_ttft", ask_ms - a->report.ttft_ms - a->report.team_ms - a->report.decode_ms},
+                         {"store", store_ms},
+                         {"total", ms_since(t_start)}};
       j["text"] = a->text;
       j["tokens"] = a->tokens;
       j["stop_reason"] = a->stop_reason;

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <queue>
 
+#include "base/mutex.h"
 #include "engine/tokenizer/sentencepiece-backend.h"
 #include "engine/tokenizer/unicode.h"
 
@@ -88,7 +90,21 @@ const std::string kEmpty;
 
 }  // namespace
 
-Tokenizer::Tokenizer() : merge_steps_(std::make_unique<std::atomic<uint64_t>>(0)) {
+// Exact bytes as the key (a hash alone could return another text's ids); the most recent first.
+struct Tokenizer::SegmentCache {
+  static constexpr size_t kMinBytes = 4096;        // shorter segments cost less to encode than to look up
+  static constexpr size_t kMaxBytes = 4ull << 20;  // longer ones cannot be a prompt's (the context holds less)
+  static constexpr size_t kEntries = 4;
+  struct Entry {
+    std::string text;
+    std::vector<int32_t> ids;
+  };
+  Mutex mu;
+  std::deque<Entry> entries GUARDED_BY(mu);
+};
+
+Tokenizer::Tokenizer() :
+    merge_steps_(std::make_unique<std::atomic<uint64_t>>(0)), segment_cache_(std::make_unique<SegmentCache>()) {
   std::fill(std::begin(byte_to_id_), std::end(byte_to_id_), -1);
 }
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
@@ -340,7 +356,7 @@ std::vector<int32_t> Tokenizer::EncodeImpl(std::string_view text, bool add_bos, 
       while (seg_end > seg_begin && IsAsciiSpace(text[seg_end - 1])) --seg_end;
     }
     if (seg_end > seg_begin)
-      EncodeText(text.substr(seg_begin, seg_end - seg_begin), first, &out, report, seg_begin, text.size());
+      EncodeSegment(text.substr(seg_begin, seg_end - seg_begin), first, &out, report, seg_begin, text.size());
     first = false;
     out.push_back(hit->id);
     i += hit->text.size();
@@ -349,9 +365,37 @@ std::vector<int32_t> Tokenizer::EncodeImpl(std::string_view text, bool add_bos, 
     }
     seg_begin = i;
   }
-  if (seg_begin < text.size()) EncodeText(text.substr(seg_begin), first, &out, report, seg_begin, text.size());
+  if (seg_begin < text.size()) EncodeSegment(text.substr(seg_begin), first, &out, report, seg_begin, text.size());
   if (report) (*report)(text.size(), text.size(), "tokenizing");
   return out;
+}
+
+void Tokenizer::EncodeSegment(std::string_view text, bool first_segment, std::vector<int32_t>* out,
+                              const ProgressFn* progress, size_t base, size_t total) const {
+  SegmentCache* cache = segment_cache_.get();
+  if (!cache || text.size() < SegmentCache::kMinBytes || text.size() > SegmentCache::kMaxBytes) {
+    EncodeText(text, first_segment, out, progress, base, total);
+    return;
+  }
+  {
+    MutexLock lk(&cache->mu);
+    for (auto it = cache->entries.begin(); it != cache->entries.end(); ++it) {
+      if (it->text != text) continue;
+      out->insert(out->end(), it->ids.begin(), it->ids.end());
+      if (it != cache->entries.begin()) {
+        SegmentCache::Entry e = std::move(*it);
+        cache->entries.erase(it);
+        cache->entries.push_front(std::move(e));
+      }
+      return;
+    }
+  }
+  const size_t before = out->size();
+  EncodeText(text, first_segment, out, progress, base, total);  // not under the lock: may be long
+  SegmentCache::Entry e{std::string(text), std::vector<int32_t>(out->begin() + std::ptrdiff_t(before), out->end())};
+  MutexLock lk(&cache->mu);
+  cache->entries.push_front(std::move(e));
+  if (cache->entries.size() > SegmentCache::kEntries) cache->entries.pop_back();
 }
 
 void Tokenizer::EncodeText(std::string_view text, bool /*first_segment*/, std::vector<int32_t>* out,

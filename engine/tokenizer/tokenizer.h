@@ -183,6 +183,9 @@ class Tokenizer {
   // `progress` (may be null) gets bytes done counted from `base` within the whole text.
   void EncodeText(std::string_view text, bool first_segment, std::vector<int32_t>* out,
                   const ProgressFn* progress = nullptr, size_t base = 0, size_t total = 0) const;
+  // EncodeText through SegmentCache for long segments (a prompt's documents).
+  void EncodeSegment(std::string_view text, bool first_segment, std::vector<int32_t>* out, const ProgressFn* progress,
+                     size_t base, size_t total) const;
   void EncodeBpePiece(std::string_view piece, std::vector<int32_t>* out) const;
   void EncodeSpm(std::string_view text, bool prefix_space, std::vector<int32_t>* out) const;
 
@@ -212,6 +215,11 @@ class Tokenizer {
   GenerationDefaults generation_;
   std::shared_ptr<const SentencePieceBackend> sp_;  // set when loaded from tokenizer.model
   std::unique_ptr<std::atomic<uint64_t>> merge_steps_;
+  // The ids of the last few long text segments: every question of a conversation renders the
+  // same documents into its prompt (twice: the prompt, and the prefix without the question), so
+  // they are tokenized once. Its own lock; the tokenizer stays callable from any thread.
+  struct SegmentCache;
+  std::unique_ptr<SegmentCache> segment_cache_;
 };
 
 // Turns a stream of token ids into text that is always whole UTF-8: bytes of a character

@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "engine/tokenizer/unicode.h"
 #include "tests/model/fifo-guard.h"
@@ -374,8 +376,9 @@ TEST_F(SmolLm2Test, LongInputsTokenizeQuickly) {
   double best = 1e9;
   size_t n_doc_tokens = 0;
   for (int k = 0; k < 5; ++k) {
+    const std::string text = doc + std::string(size_t(k), ' ');  // another text each time: no cache hit
     t0 = std::chrono::steady_clock::now();
-    n_doc_tokens = tok_->Encode(doc, false, false).size();
+    n_doc_tokens = tok_->Encode(text, false, false).size();
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::printf("[ rate     ] gpl-3.0.txt once: %zu bytes -> %zu tokens in %.2f ms = %.2f MB/s\n", doc.size(),
@@ -395,6 +398,40 @@ TEST_F(SmolLm2Test, LongInputsTokenizeQuickly) {
               (unsigned long long)steps);
   const std::string same(100000, 'a');
   EXPECT_EQ(tok_->Decode(tok_->Encode(same, false, false)), same);
+}
+
+// Long text segments (a prompt's documents) are remembered: encoding them again, in any order
+// and from several threads at once, gives exactly the ids of a tokenizer that never saw them,
+// also after older ones were evicted (more texts than the cache holds).
+TEST_F(SmolLm2Test, RememberedSegmentsGiveTheSameIds) {
+  const std::string doc = ReadAll(fs::path(SourceDir()) / "assets/docs/gpl-3.0.txt");
+  ASSERT_GT(doc.size(), 20000u);
+  std::vector<std::string> texts;
+  for (size_t k = 0; k < 7; ++k) texts.push_back(doc.substr(k * 1000, 8000 + k * 1500) + std::string(k, '!'));
+  texts.push_back(doc);
+  std::vector<std::vector<int32_t>> want;
+  for (const std::string& t : texts) {
+    auto fresh = Tokenizer::Load(DefaultModel());
+    ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+    want.push_back(fresh->EncodeLiteral(t));
+    ASSERT_EQ(fresh->Decode(want.back()), t);
+  }
+  for (int round = 0; round < 3; ++round)
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const size_t k = round == 1 ? texts.size() - 1 - i : i;
+      EXPECT_EQ(tok_->EncodeLiteral(texts[k]), want[k]) << "round " << round << ", text " << k;
+    }
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (size_t th = 0; th < 4; ++th)
+    threads.emplace_back([&, th] {
+      for (size_t j = 0; j < 3 * texts.size(); ++j) {
+        const size_t k = (j * (th + 1) + th) % texts.size();
+        if (tok_->EncodeLiteral(texts[k]) != want[k]) ++wrong;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST_F(SmolLm2Test, EncodeWithProgressGivesTheSameIdsAndReportsMonotonically) {
