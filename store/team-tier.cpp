@@ -119,8 +119,8 @@ bool SetRowsInWriteOrder(TeamDescriptor* d) {
   for (size_t l = 0; l < d->order_slot.size(); ++l) {
     const std::vector<uint32_t>& slot = d->order_slot[l];
     std::iota(by.begin(), by.end(), 0u);
-    // Any values give a permutation: a descriptor with a nonsense order reads wrong rows only if
-    // its checksums also match, which a corruption does not achieve.
+    // Any values give a permutation of the span's own rows (never one outside it); the
+    // descriptor's checksum covers the order, as it covers the block sums of the values.
     std::stable_sort(by.begin(), by.end(), [&](uint32_t a, uint32_t b) {
       return d->order_segment[a] != d->order_segment[b] ? d->order_segment[a] < d->order_segment[b] : slot[a] < slot[b];
     });
