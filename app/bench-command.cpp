@@ -404,6 +404,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"pool_max", opts.settings.pool_max},
                      {"select_group", opts.settings.select_group},
                      {"cross_layer_prefetch", opts.settings.cross_layer_prefetch},
+                     {"predict_next", opts.settings.predict_next},
                      {"kv_encoding", store::KVEncodingName(opts.kv_encoding)},
                      {"probe_encoding", store::KVEncodingName(store::ProbeEncoding(opts))},
                      {"recomp_ttft_ms", r->recomp_ttft_ms},

@@ -227,6 +227,8 @@ void ImpressPipeline::BeginRequest(const PipelineRequest& req, Run& run) {
   selected_.assign(size_t(c.n_layer), {});
   selected_scores_.assign(size_t(c.n_layer), {});
   prefetch_.assign(size_t(c.n_layer), std::nullopt);
+  prefetch_issued_.assign(size_t(c.n_layer), 0);
+  next_probe_il_ = -1;
   for (auto& t : kv_prefetch_)  // none survive a finished request; never leave a read unwaited
     if (t && store_) (void)store_->Wait(t->ticket);
   kv_prefetch_.assign(size_t(c.n_layer), std::nullopt);
@@ -252,9 +254,13 @@ Status ImpressPipeline::PrefillBatch(Run& run, std::span<const int32_t> tokens, 
   IMPRESS_RETURN_IF_ERROR(fwd_->Begin(tokens.subspan(size_t(n_matched_ + b), size_t(nb)), positions));
   ctx_.backend().Synchronize();
   run.sw.Lap(&bd.compute_ms);
-  if (first && run.s.overlap) IMPRESS_RETURN_IF_ERROR(PrefetchLayer(run, 0));
+  // Reads that do not depend on the queries go one layer ahead, two with predicted reads (the
+  // prediction of layer l + 1 scores its probe keys during layer l).
+  const int ahead = run.s.predict_next ? 2 : 1;
+  if (first && run.s.overlap)
+    for (int il = 0; il < ahead; ++il) IMPRESS_RETURN_IF_ERROR(PrefetchLayer(run, il));
   for (int il = 0; il < c.n_layer; ++il) {
-    if (first && run.s.overlap) IMPRESS_RETURN_IF_ERROR(PrefetchLayer(run, il + 1));
+    if (first && run.s.overlap) IMPRESS_RETURN_IF_ERROR(PrefetchLayer(run, il + ahead));
     IMPRESS_RETURN_IF_ERROR(fwd_->ComputeQKV(il));
     ctx_.backend().Synchronize();
     run.sw.Lap(&bd.compute_ms);

@@ -76,6 +76,12 @@ struct PipelineSettings {
   // selection still decides what is used: missing tokens are read then, extra ones dropped. Reads
   // sooner, and more bytes (the extra ones); IMPRESS's probe path only.
   bool cross_layer_prefetch = false;
+  // Predicted reads: once layer l has chosen its tokens, layer l+1's probe runs once early on the
+  // residual stream as layer l received it (Forward::PredictScores) and the K/V of the tokens it
+  // picks are read while layer l computes. Layer l+1's own probe still decides what is used:
+  // missing rows are read then, extra ones dropped, so the answer is the same as without it.
+  // IMPRESS's probe path with integer-coded probe keys on a host-addressable backend only.
+  bool predict_next = false;
   // Keep by attention mass (0: off, the fixed ratio `keep`). > 0: per layer, the fewest tokens
   // whose summed normalised importance (the probe heads', or all heads' where they score) reaches
   // this share of the layer's total (MassKeepCount), at least a `keep_min` and at most a
@@ -221,13 +227,28 @@ class ImpressPipeline {
   void RecordSelection(LayerJob& job);  // for the report and the store's statistics
   // Cross-layer prefetch: reads layer il + 1's K/V at layer il's selection.
   Status PrefetchNextLayerKV(Run& run, int il);
-  // K/V of job.selected from a cross-layer prefetch plus a read of what it missed, in order.
-  Result<store::ReadResult> ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, bool read_keys);
+  // How the probe gets its keys under the store's options: the store's probe keys when they cover
+  // the probe heads (else all keys), kept as the layer's keys when they are exactly all keys, and
+  // scored straight from their integer codes where the backend addresses host memory.
+  struct ProbeKeysPlan {
+    bool store_covers = false, keep_keys = false;
+    int code_bits = 0;  // 4 or 8: scored from the records; 0: from fp16 keys
+    store::KVEncoding encoding{};
+    std::vector<int> kv_heads;  // the KV heads whose keys the probe reads
+  };
+  ProbeKeysPlan PlanProbeKeys(const PipelineSettings& s);
+  // Predicted reads: layer il + 1's probe on the current residual stream picks the K/V read ahead.
+  Status PredictNextLayer(Run& run, int il);
+  // K/V of job.selected, in order, into k_dst / v_dst (host memory; k_dst null: keys not read):
+  // the rows a read ahead brought that the layer chose, plus a read of what it missed.
+  Status ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, f16_t* k_dst, f16_t* v_dst);
   Result<store::ReadResult> WaitRead(LayerJob& job, store::ReadTicket ticket, double* bucket);
   // The same, gathering straight into memory the compute reads (a host-addressable backend's
-  // buffers): no staging vector, no copy.
-  Status WaitReadInto(LayerJob& job, store::ReadTicket ticket, f16_t* k, f16_t* v, double* bucket);
+  // buffers): no staging vector, no copy; out_rows as PrefixStore::WaitInto's.
+  Status WaitReadInto(LayerJob& job, store::ReadTicket ticket, f16_t* k, f16_t* v, double* bucket,
+                      std::span<const uint32_t> out_rows = {});
   void NoteRead(LayerJob& job, const store::ReadStats& st);
+  static void NoteRead(Run& run, LayerReport& lr, const store::ReadStats& st);
   std::optional<store::ReadTicket> TakePrefetch(int il);
   Status EnsureKeysScratch(size_t rows);
   void Upload(DevPtr<f16_t> dst, const std::vector<f16_t>& src, size_t n_rows);
@@ -264,13 +285,20 @@ class ImpressPipeline {
   std::vector<float> pool_scratch_;     // the layer's LayerJob::score pooled (PipelineSettings::pool)
   SelectionScratch sel_scratch_;        // the selection's reused buffers
   std::vector<uint8_t> probe_records_;  // int8/int4 probe keys as stored (scored from their codes)
+  // Predicted reads: layer next_probe_il_'s probe records, read for the prediction and kept for
+  // that layer's own probe (-1: none); the prediction's summed importance.
+  std::vector<uint8_t> next_probe_records_;
+  int next_probe_il_ = -1;
+  std::vector<float> predict_score_;
   // Scratch (device) for probe / all keys and the selected K/V before they land in the buffers.
   DevPtr<f16_t> keys_scratch_;
   size_t keys_scratch_rows_ = 0;
   std::vector<DevPtr<void>> allocs_;
 
-  // Prefetch tickets for the next layer (probe keys, all keys, or full KV).
+  // Prefetch tickets for the next layer (probe keys, all keys, or full KV), and whether each
+  // layer's was submitted this request (a prediction takes a ticket early).
   std::vector<std::optional<store::ReadTicket>> prefetch_;
+  std::vector<uint8_t> prefetch_issued_;
   // Cross-layer prefetch: per layer, K/V of the previous layer's selection, read ahead.
   std::vector<std::optional<KvPrefetch>> kv_prefetch_;
 

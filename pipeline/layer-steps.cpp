@@ -37,9 +37,23 @@ std::vector<int> FirstN(int n) {
 
 }  // namespace
 
+ImpressPipeline::ProbeKeysPlan ImpressPipeline::PlanProbeKeys(const PipelineSettings& s) {
+  const ModelConfig& c = ctx_.config();
+  const store::PrefixStoreOptions& so = store_->options();
+  ProbeKeysPlan p;
+  p.store_covers = ProbeKeysCover(c, s, so.probe_kv_heads);
+  p.kv_heads = p.store_covers ? so.probe_kv_heads : FirstN(c.n_head_kv);
+  p.encoding = store::ProbeEncoding(so);
+  // All keys, exactly as K: kept for LoadSelected to gather instead of reading them again.
+  p.keep_keys = !p.store_covers || (p.kv_heads == FirstN(c.n_head_kv) && p.encoding == so.kv_encoding);
+  if (ctx_.backend().HostAddressable() && p.store_covers && !p.keep_keys) p.code_bits = store::CodeBits(p.encoding);
+  return p;
+}
+
 Status ImpressPipeline::PrefetchLayer(Run& run, int il) {
   const ModelConfig& c = ctx_.config();
-  if (!run.reuse || n_matched_ == 0 || il >= c.n_layer || prefetch_[size_t(il)]) return Status::Ok();
+  if (!run.reuse || n_matched_ == 0 || il >= c.n_layer || prefetch_issued_[size_t(il)]) return Status::Ok();
+  prefetch_issued_[size_t(il)] = 1;
   std::optional<store::ReadTicket>& slot = prefetch_[size_t(il)];
   double* bucket = &run.report.breakdown.kv_io_ms;
   switch (run.sys.SelectionFor(run.s, il)) {
@@ -94,8 +108,71 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
   }
   RecordSelection(job);
   job.score.swap(score_sum_);
-  if (run.s.cross_layer_prefetch && how == LayerSelection::kProbe)
+  if (run.s.predict_next) {
+    IMPRESS_RETURN_IF_ERROR(PredictNextLayer(run, il));
+  } else if (run.s.cross_layer_prefetch && how == LayerSelection::kProbe) {
     IMPRESS_RETURN_IF_ERROR(PrefetchNextLayerKV(run, il));
+  }
+  return Status::Ok();
+}
+
+Status ImpressPipeline::PredictNextLayer(Run& run, int il) {
+  const ModelConfig& c = ctx_.config();
+  const int next = il + 1;
+  if (next >= c.n_layer || n_matched_ == 0 || kv_prefetch_[size_t(next)] ||
+      run.sys.SelectionFor(run.s, next) != LayerSelection::kProbe)
+    return Status::Ok();
+  const ProbeKeysPlan plan = PlanProbeKeys(run.s);
+  if (!plan.code_bits) return Status::Ok();  // predicted from integer-coded probe keys only
+  TtftBreakdown& bd = run.report.breakdown;
+  LayerReport& lr = run.report.layers[size_t(next)];
+  const int n = n_matched_;
+  // The next layer's probe keys: read now (usually already in flight), kept for its own probe.
+  std::optional<store::ReadTicket> t = TakePrefetch(next);
+  if (!t) {
+    prefetch_issued_[size_t(next)] = 1;
+    IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitProbeKeys(handle_, next));
+  }
+  next_probe_records_.resize(size_t(n) * store::RecordBytes(plan.encoding, int(plan.kv_heads.size()), c.head_dim));
+  auto r = store_->WaitProbeRecords(*t, next_probe_records_.data());
+  const double ms = run.sw.Lap(&bd.probe_io_ms);
+  lr.io_wait_ms += ms;
+  bd.io_wait_ms += ms;
+  if (!r.ok()) return r.status();
+  NoteRead(run, lr, *r);
+  lr.key_bytes += next_probe_records_.size();
+  next_probe_il_ = next;
+
+  const std::vector<int> probe_heads = ProbeQueryHeads(c, run.s.probe_heads, run.s.probe_spread);
+  std::vector<float>& probe_imp = score_scratch_;
+  probe_imp.resize(probe_heads.size() * size_t(n));
+  const auto t_score = PipelineClock::now();
+  IMPRESS_RETURN_IF_ERROR(fwd_->PredictScores(
+      next,
+      PrefixKeys{
+          .n = n, .k = {}, .kv_heads = plan.kv_heads, .code_bits = plan.code_bits, .codes = next_probe_records_.data()},
+      probe_heads, probe_imp.data()));
+  bd.probe_score_ms += ElapsedMs(t_score, PipelineClock::now());
+  // The selection as the layer's own probe would make it (its keep count, pooling, groups).
+  LayerJob guess{.run = run,
+                 .lr = lr,
+                 .il = next,
+                 .n = n,
+                 .k = KeepCount(n, run.s.keep),
+                 .selected = {},
+                 .score = std::move(predict_score_),
+                 .pooled = false,
+                 .keys = {}};
+  guess.score.clear();
+  CombineNormalisedImportanceInto(probe_imp, int(probe_heads.size()), n, run.s.head_max, &guess.score);
+  SetKeepCount(guess);
+  IMPRESS_RETURN_IF_ERROR(ChooseTokens(guess));
+  predict_score_ = std::move(guess.score);
+  KvPrefetch pf;
+  pf.positions = std::move(guess.selected);
+  IMPRESS_ASSIGN_OR_RETURN(pf.ticket, store_->SubmitReadKV(handle_, next, pf.positions, true, true));
+  kv_prefetch_[size_t(next)] = std::move(pf);
+  run.sw.Lap(&bd.probe_compute_ms);
   return Status::Ok();
 }
 
@@ -124,41 +201,40 @@ Status ImpressPipeline::PrefetchNextLayerKV(Run& run, int il) {
   return Status::Ok();
 }
 
-Result<store::ReadResult> ImpressPipeline::ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, bool read_keys) {
-  const size_t row = size_t(ctx_.config().n_head_kv) * ctx_.config().head_dim;
+Status ImpressPipeline::ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, f16_t* k_dst, f16_t* v_dst) {
+  constexpr uint32_t kSkip = store::PrefixStore::kSkipRow;
   const std::vector<uint32_t>& sel = job.selected;
-  // What the layer chose but the prefetch did not read: read it now, before waiting on the rest.
-  std::vector<uint32_t> missing;
-  std::set_difference(sel.begin(), sel.end(), pf.positions.begin(), pf.positions.end(), std::back_inserter(missing));
+  // Where each row read ahead goes (nowhere if the layer did not choose it), and what the layer
+  // chose but the read ahead did not bring, with where it goes.
+  std::vector<uint32_t> ahead_rows(pf.positions.size(), kSkip), missing, missing_rows;
+  size_t a = 0;
+  for (size_t j = 0; j < sel.size(); ++j) {
+    while (a < pf.positions.size() && pf.positions[a] < sel[j]) ++a;
+    if (a < pf.positions.size() && pf.positions[a] == sel[j]) {
+      ahead_rows[a] = uint32_t(j);
+    } else {
+      missing.push_back(sel[j]);
+      missing_rows.push_back(uint32_t(j));
+    }
+  }
+  // Read what is missing now, before waiting on the rest.
   std::optional<store::ReadTicket> rest;
   if (!missing.empty()) {
-    Result<store::ReadTicket> t = store_->SubmitReadKV(handle_, job.il, missing, read_keys, true);
+    Result<store::ReadTicket> t = store_->SubmitReadKV(handle_, job.il, missing, k_dst != nullptr, true);
     if (!t.ok()) {
       (void)store_->Wait(pf.ticket);  // the read ahead's buffers go back to the store
       return t.status();
     }
     rest = *t;
   }
-  auto ahead = WaitRead(job, pf.ticket, &job.run.report.breakdown.kv_io_ms);
-  Result<store::ReadResult> late = store::ReadResult{};
-  if (rest) late = WaitRead(job, *rest, &job.run.report.breakdown.kv_io_ms);  // waited even if `ahead` failed
-  if (!ahead.ok()) return ahead.status();
-  if (!late.ok()) return late.status();
+  double* bucket = &job.run.report.breakdown.kv_io_ms;
+  const Status ahead = WaitReadInto(job, pf.ticket, k_dst, v_dst, bucket, ahead_rows);
+  const Status late = rest ? WaitReadInto(job, *rest, k_dst, v_dst, bucket, missing_rows) : Status::Ok();
+  IMPRESS_RETURN_IF_ERROR(ahead);  // both waited, whatever failed
+  IMPRESS_RETURN_IF_ERROR(late);
   job.lr.prefetched = int(pf.positions.size());
-  store::ReadResult out;
-  out.k.resize(read_keys ? sel.size() * row : 0);
-  out.v.resize(sel.size() * row);
-  size_t a = 0, m = 0;  // cursors into the prefetch's positions and the late read's rows
-  for (size_t j = 0; j < sel.size(); ++j) {
-    while (a < pf.positions.size() && pf.positions[a] < sel[j]) ++a;
-    const bool hit = a < pf.positions.size() && pf.positions[a] == sel[j];
-    const store::ReadResult& src = hit ? *ahead : *late;
-    const size_t at = (hit ? a : m++) * row;
-    if (read_keys) std::copy_n(src.k.data() + at, row, out.k.data() + j * row);
-    std::copy_n(src.v.data() + at, row, out.v.data() + j * row);
-    job.lr.prefetch_used += hit ? 1 : 0;
-  }
-  return out;
+  job.lr.prefetch_used = int(sel.size() - missing.size());
+  return Status::Ok();
 }
 
 Status ImpressPipeline::LoadFullLayer(LayerJob& job) {
@@ -201,25 +277,21 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   job.lr.probed = true;
   const std::vector<int> probe_heads = ProbeQueryHeads(c, job.run.s.probe_heads, job.run.s.probe_spread);
   const int n_probe = int(probe_heads.size());
-  const std::vector<int>& stored = store_->options().probe_kv_heads;
-  const bool store_covers = ProbeKeysCover(c, job.run.s, stored);
-  std::optional<store::ReadTicket> t = TakePrefetch(job.il);
-  if (!t) {
-    // More probe heads than the store keeps probe keys for: the probe reads all keys.
-    IMPRESS_ASSIGN_OR_RETURN(
-        t, store_covers ? store_->SubmitProbeKeys(handle_, job.il) : store_->SubmitReadAllKeys(handle_, job.il));
-  }
-  const std::vector<int> kv_heads = store_covers ? stored : FirstN(c.n_head_kv);
-  const store::PrefixStoreOptions& so = store_->options();
-  // All keys, exactly as K: kept for LoadSelected to gather instead of reading them again.
-  const bool keep_keys =
-      !store_covers || (kv_heads == FirstN(c.n_head_kv) && store::ProbeEncoding(so) == so.kv_encoding);
-  // Integer-coded probe keys on a backend the host addresses: scored straight from their records.
-  const int code_bits =
-      be.HostAddressable() && store_covers && !keep_keys ? store::CodeBits(store::ProbeEncoding(so)) : 0;
+  const ProbeKeysPlan plan = PlanProbeKeys(job.run.s);
+  const bool store_covers = plan.store_covers, keep_keys = plan.keep_keys;
+  const int code_bits = plan.code_bits;
+  const std::vector<int>& kv_heads = plan.kv_heads;
   IMPRESS_RETURN_IF_ERROR(EnsureKeysScratch(size_t(n)));
-  if (code_bits) {
-    probe_records_.resize(size_t(n) * store::RecordBytes(store::ProbeEncoding(so), int(kv_heads.size()), c.head_dim));
+  if (next_probe_il_ == job.il && code_bits) {
+    // The prediction one layer earlier read them.
+    probe_records_.swap(next_probe_records_);
+    next_probe_il_ = -1;
+  } else if (code_bits) {
+    std::optional<store::ReadTicket> t = TakePrefetch(job.il);
+    if (!t) {
+      IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitProbeKeys(handle_, job.il));
+    }
+    probe_records_.resize(size_t(n) * store::RecordBytes(plan.encoding, int(kv_heads.size()), c.head_dim));
     auto r = store_->WaitProbeRecords(*t, probe_records_.data());
     const double ms = job.run.sw.Lap(&bd.probe_io_ms);
     job.lr.io_wait_ms += ms;
@@ -227,16 +299,24 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
     if (!r.ok()) return r.status();
     NoteRead(job, *r);
     job.lr.key_bytes += probe_records_.size();
-  } else if (be.HostAddressable() && !keep_keys) {
-    IMPRESS_RETURN_IF_ERROR(WaitReadInto(job, *t, keys_scratch_.raw(), nullptr, &bd.probe_io_ms));
-    job.lr.key_bytes += uint64_t(n) * kv_heads.size() * size_t(c.head_dim) * sizeof(f16_t);
   } else {
-    IMPRESS_ASSIGN_OR_RETURN(store::ReadResult keys, WaitRead(job, *t, &bd.probe_io_ms));
-    job.lr.key_bytes += uint64_t(keys.k.size()) * sizeof(f16_t);
-    be.CopyToDevice(DevPtr<void>(keys_scratch_.raw()), keys.k.data(), keys.k.size() * sizeof(f16_t));
-    be.Synchronize();
-    if (keep_keys) job.keys = std::move(keys.k);
-    job.run.sw.Lap(&bd.copy_ms);
+    std::optional<store::ReadTicket> t = TakePrefetch(job.il);
+    if (!t) {
+      // More probe heads than the store keeps probe keys for: the probe reads all keys.
+      IMPRESS_ASSIGN_OR_RETURN(
+          t, store_covers ? store_->SubmitProbeKeys(handle_, job.il) : store_->SubmitReadAllKeys(handle_, job.il));
+    }
+    if (be.HostAddressable() && !keep_keys) {
+      IMPRESS_RETURN_IF_ERROR(WaitReadInto(job, *t, keys_scratch_.raw(), nullptr, &bd.probe_io_ms));
+      job.lr.key_bytes += uint64_t(n) * kv_heads.size() * size_t(c.head_dim) * sizeof(f16_t);
+    } else {
+      IMPRESS_ASSIGN_OR_RETURN(store::ReadResult keys, WaitRead(job, *t, &bd.probe_io_ms));
+      job.lr.key_bytes += uint64_t(keys.k.size()) * sizeof(f16_t);
+      be.CopyToDevice(DevPtr<void>(keys_scratch_.raw()), keys.k.data(), keys.k.size() * sizeof(f16_t));
+      be.Synchronize();
+      if (keep_keys) job.keys = std::move(keys.k);
+      job.run.sw.Lap(&bd.copy_ms);
+    }
   }
 
   // Importance of each prefix token for each probe query head (n_probe x n), in a buffer kept
@@ -331,44 +411,37 @@ Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* ke
   const size_t row_bytes = row * sizeof(f16_t);
   const int n_sel = int(job.selected.size());
   const bool read_keys = keys == nullptr;
-  store::ReadResult kv;
-  if (std::optional<KvPrefetch> pf = std::move(kv_prefetch_[size_t(job.il)])) {
-    kv_prefetch_[size_t(job.il)].reset();
-    IMPRESS_ASSIGN_OR_RETURN(kv, ReadSelectedWithPrefetch(job, std::move(*pf), read_keys));
-  } else if (ctx_.backend().HostAddressable()) {
-    // Straight into the layer's buffers; keys the probe already holds are gathered there too.
-    IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t, store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
-    f16_t* k_dst = k_buf_[size_t(job.il)].raw();
-    IMPRESS_RETURN_IF_ERROR(WaitReadInto(job, t, read_keys ? k_dst : nullptr, v_buf_[size_t(job.il)].raw(),
-                                         &job.run.report.breakdown.kv_io_ms));
-    job.lr.value_bytes += uint64_t(n_sel) * row_bytes;
-    if (read_keys) {
-      job.lr.key_bytes += uint64_t(n_sel) * row_bytes;
-    } else {
-      for (int j = 0; j < n_sel; ++j)
-        std::copy_n(keys->data() + size_t(job.selected[size_t(j)]) * row, row, k_dst + size_t(j) * row);
-      job.run.sw.Lap(&job.run.report.breakdown.copy_ms);
-    }
-    job.lr.k = n_sel;
-    n_sel_[size_t(job.il)] = n_sel;
-    return Status::Ok();
+  const bool host = ctx_.backend().HostAddressable();
+  std::optional<KvPrefetch> pf = std::move(kv_prefetch_[size_t(job.il)]);
+  kv_prefetch_[size_t(job.il)].reset();
+  // Straight into the layer's buffers where the host addresses them; else staged and uploaded.
+  store::ReadResult staged;
+  if (!host) {
+    staged.k.resize(size_t(n_sel) * row);
+    staged.v.resize(size_t(n_sel) * row);
+  }
+  f16_t* k_dst = host ? k_buf_[size_t(job.il)].raw() : staged.k.data();
+  f16_t* v_dst = host ? v_buf_[size_t(job.il)].raw() : staged.v.data();
+  if (pf) {
+    IMPRESS_RETURN_IF_ERROR(ReadSelectedWithPrefetch(job, std::move(*pf), read_keys ? k_dst : nullptr, v_dst));
   } else {
     IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t, store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
-    IMPRESS_ASSIGN_OR_RETURN(kv, WaitRead(job, t, &job.run.report.breakdown.kv_io_ms));
+    IMPRESS_RETURN_IF_ERROR(
+        WaitReadInto(job, t, read_keys ? k_dst : nullptr, v_dst, &job.run.report.breakdown.kv_io_ms));
   }
   job.lr.value_bytes += uint64_t(n_sel) * row_bytes;
   if (read_keys) {
     job.lr.key_bytes += uint64_t(n_sel) * row_bytes;
   } else {
     // Keys of the selected tokens are already here: gather them.
-    kv.k.resize(size_t(n_sel) * row);
-    for (int j = 0; j < n_sel; ++j) {
-      std::copy_n(keys->data() + size_t(job.selected[size_t(j)]) * row, row, kv.k.data() + size_t(j) * row);
-    }
+    for (int j = 0; j < n_sel; ++j)
+      std::copy_n(keys->data() + size_t(job.selected[size_t(j)]) * row, row, k_dst + size_t(j) * row);
   }
-  Upload(k_buf_[size_t(job.il)], kv.k, size_t(n_sel));
-  Upload(v_buf_[size_t(job.il)], kv.v, size_t(n_sel));
-  ctx_.backend().Synchronize();
+  if (!host) {
+    Upload(k_buf_[size_t(job.il)], staged.k, size_t(n_sel));
+    Upload(v_buf_[size_t(job.il)], staged.v, size_t(n_sel));
+    ctx_.backend().Synchronize();
+  }
   job.run.sw.Lap(&job.run.report.breakdown.copy_ms);
   job.lr.k = n_sel;
   n_sel_[size_t(job.il)] = n_sel;
@@ -400,8 +473,9 @@ Result<store::ReadResult> ImpressPipeline::WaitRead(LayerJob& job, store::ReadTi
   return r;
 }
 
-Status ImpressPipeline::WaitReadInto(LayerJob& job, store::ReadTicket ticket, f16_t* k, f16_t* v, double* bucket) {
-  auto r = store_->WaitInto(ticket, k, v);
+Status ImpressPipeline::WaitReadInto(LayerJob& job, store::ReadTicket ticket, f16_t* k, f16_t* v, double* bucket,
+                                     std::span<const uint32_t> out_rows) {
+  auto r = out_rows.empty() ? store_->WaitInto(ticket, k, v) : store_->WaitInto(ticket, k, v, out_rows);
   const double ms = job.run.sw.Lap(bucket);
   job.lr.io_wait_ms += ms;
   job.run.report.breakdown.io_wait_ms += ms;
@@ -410,18 +484,20 @@ Status ImpressPipeline::WaitReadInto(LayerJob& job, store::ReadTicket ticket, f1
   return Status::Ok();
 }
 
-void ImpressPipeline::NoteRead(LayerJob& job, const store::ReadStats& st) {
-  job.lr.ssd_bytes += st.ssd_bytes;
-  job.lr.ssd_reads += st.n_ios;
-  job.lr.chunks_device += st.chunks_device;
-  job.lr.chunks_host += st.chunks_host;
-  job.lr.chunks_ssd += st.chunks_ssd;
-  job.lr.chunks_team += st.chunks_team;
-  job.lr.team_bytes += st.team_bytes;
-  job.run.report.team_read_bytes += st.team_bytes;
-  if (st.chunks_team > 0) job.run.read_spans.push_back({st.submitted, st.completed});
-  job.run.report.useful_bytes_read += st.useful_bytes;
-  if (st.ssd_bytes > 0) job.run.read_spans.push_back({st.submitted, st.completed});
+void ImpressPipeline::NoteRead(LayerJob& job, const store::ReadStats& st) { NoteRead(job.run, job.lr, st); }
+
+void ImpressPipeline::NoteRead(Run& run, LayerReport& lr, const store::ReadStats& st) {
+  lr.ssd_bytes += st.ssd_bytes;
+  lr.ssd_reads += st.n_ios;
+  lr.chunks_device += st.chunks_device;
+  lr.chunks_host += st.chunks_host;
+  lr.chunks_ssd += st.chunks_ssd;
+  lr.chunks_team += st.chunks_team;
+  lr.team_bytes += st.team_bytes;
+  run.report.team_read_bytes += st.team_bytes;
+  if (st.chunks_team > 0) run.read_spans.push_back({st.submitted, st.completed});
+  run.report.useful_bytes_read += st.useful_bytes;
+  if (st.ssd_bytes > 0) run.read_spans.push_back({st.submitted, st.completed});
 }
 
 std::optional<store::ReadTicket> ImpressPipeline::TakePrefetch(int il) {

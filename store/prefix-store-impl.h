@@ -322,7 +322,10 @@ struct PrefixStore::Impl {
   uint32_t BlockGroupTokens() const;
   Result<ReadResult> Wait(ReadTicket t) EXCLUDES(mu);
   // probe_records (probe reads only): the records as stored instead of decoded halves in k_out.
-  Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out, uint8_t* probe_records = nullptr) EXCLUDES(mu);
+  // out_rows (KV reads): where row r of the read goes in k_out / v_out (kSkipRow: nowhere); empty:
+  // row r to row r.
+  Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out, uint8_t* probe_records = nullptr,
+                             std::span<const uint32_t> out_rows = {}) EXCLUDES(mu);
   Status ReportImportance(const MatchHandle& h, int il, std::span<const uint32_t> selected,
                           std::span<const float> scores) EXCLUDES(mu);
   Result<const HandleState*> HandleLocked(const MatchHandle& h, int il) REQUIRES(mu);
@@ -331,15 +334,17 @@ struct PrefixStore::Impl {
   void PlanTierReadsLocked(PendingRead* pr) REQUIRES(mu);
   Result<ReadTicket> SubmitLocked(std::unique_ptr<PendingRead> pr) REQUIRES(mu);
   Status VerifyRead(PendingRead& pr) EXCLUDES(mu);
-  void GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) const;
+  void GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out, std::span<const uint32_t> out_rows) const;
   static const uint8_t* BlockRecords(const TierBlock& b, std::vector<uint8_t>& tmp);
-  void InstallSourceLocked(PendingRead& pr, ReadSource& s) REQUIRES(mu);
+  bool WantInstallLocked(const PendingRead& pr, const ReadSource& s, Tier* t, BlockPtr* base) REQUIRES(mu);
+  void InstallSource(const PendingRead& pr, const ReadSource& s) EXCLUDES(mu);
+  BlockPtr MakeProbeBlock(const ReadSource& s, Tier t);
+  BlockPtr MakeKVBlock(const PendingRead& pr, const ReadSource& s, Tier t, const BlockPtr& base);
   static bool HasAdmissions(const PendingRead& pr);
   void QueueAdmission(std::unique_ptr<PendingRead> pr) EXCLUDES(admit_mu);
   void AdmitLoop() EXCLUDES(mu, admit_mu);
   void WaitForAdmissions() EXCLUDES(admit_mu);
   void RecycleBuffers(PendingRead& pr) EXCLUDES(pool_mu);
-  void InstallKVLocked(const PendingRead& pr, const ReadSource& s, Tier t, const BlockPtr& base) REQUIRES(mu);
   void MarkCorruptLocked(const ReadSource& s, const Status& why) REQUIRES(mu);
   Status VerifySource(const ReadSource& s, bool probe) const;
   static std::vector<std::pair<uint32_t, uint32_t>> RunsFor(const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
@@ -417,7 +422,8 @@ struct PrefixStore::Impl {
   Result<ReadTicket> SubmitRemoteLocked(const HandleState& hs, int il, bool probe, std::span<const uint32_t> positions,
                                         bool want_k, bool want_v) REQUIRES(mu);
   void RunRemoteRead(const RemotePrefix& rp, uint32_t il, RemoteRead& rr) EXCLUDES(mu);
-  Result<ReadStats> WaitRemote(PendingRead& pr, f16_t* k_out, f16_t* v_out, uint8_t* probe_records) EXCLUDES(mu);
+  Result<ReadStats> WaitRemote(PendingRead& pr, f16_t* k_out, f16_t* v_out, uint8_t* probe_records,
+                               std::span<const uint32_t> out_rows) EXCLUDES(mu);
   std::vector<uint32_t> RemoteGroups(const HandleState& hs, uint32_t il, uint32_t group_tokens) const;
   // After a remote match's request: the whole prefix into the local tiers, in the background.
   void FillAfterRemote(std::shared_ptr<const RemotePrefix> rp) EXCLUDES(mu);

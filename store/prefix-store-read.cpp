@@ -354,7 +354,8 @@ Result<ReadResult> PrefixStore::Impl::Wait(ReadTicket t) {
   return out;
 }
 
-Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out, uint8_t* probe_records) {
+Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out, uint8_t* probe_records,
+                                              std::span<const uint32_t> out_rows) {
   std::unique_ptr<PendingRead> pr;
   {
     MutexLock lk(&mu);
@@ -363,10 +364,12 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
       return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " unknown or already waited");
     if (probe_records && !it->second->probe)
       return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " is not a probe read");
+    if (!out_rows.empty() && (it->second->probe || out_rows.size() != it->second->n_rows))  // the ticket stays
+      return Status::InvalidArgument("store: read ticket " + std::to_string(t) + ": output rows do not match the read");
     pr = std::move(it->second);
     reads.erase(it);
   }
-  if (pr->remote) return WaitRemote(*pr, k_out, v_out, probe_records);
+  if (pr->remote) return WaitRemote(*pr, k_out, v_out, probe_records, out_rows);
   ReadTiming timing;
   Status io_st = io->Wait(pr->ticket, &timing);
   pr->stats.submitted = timing.submitted;
@@ -403,7 +406,7 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
       }
     }
   } else {
-    GatherKV(*pr, k_out, v_out);
+    GatherKV(*pr, k_out, v_out, out_rows);
   }
   if (HasAdmissions(*pr)) QueueAdmission(std::move(pr));
   return stats;
@@ -413,7 +416,7 @@ void PrefixStore::Impl::RecycleBuffers(PendingRead& pr) {
   for (auto& s : pr.sources) PutBuffer(std::move(s.img));
 }
 
-// Whether a read brought from the SSD something a memory tier is to keep (see InstallSourceLocked).
+// Whether a read brought from the SSD something a memory tier is to keep (see WantInstallLocked).
 bool PrefixStore::Impl::HasAdmissions(const PendingRead& pr) {
   for (const auto& s : pr.sources) {
     if (s.runs.empty()) continue;
@@ -452,10 +455,7 @@ void PrefixStore::Impl::AdmitLoop() {
       admit_q.pop_front();
       admit_busy = true;
     }
-    for (auto& s : pr->sources) {
-      MutexLock lk(&mu);
-      InstallSourceLocked(*pr, s);
-    }
+    for (const auto& s : pr->sources) InstallSource(*pr, s);
     RecycleBuffers(*pr);
   }
 }
@@ -499,7 +499,8 @@ const uint8_t* PrefixStore::Impl::BlockRecords(const TierBlock& b, std::vector<u
 
 // Copies each requested row's K and/or V, in the caller's order, from tier blocks (the records
 // they hold) or chunk images (the rest).
-void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) const {
+void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out,
+                                 std::span<const uint32_t> out_rows) const {
   const int nh = opt.n_head_kv, hd = opt.head_dim;
   const size_t row_elems = size_t(nh) * size_t(hd);
   std::vector<uint8_t> tmp;
@@ -516,51 +517,78 @@ void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out) co
       vd = s.img.data() + lay.v_offset;
     }
     for (auto [row, w] : s.rows) {
-      if (pr.want_k) {
+      const size_t to = out_rows.empty() ? size_t(row) : size_t(out_rows[row]);
+      if (to == kSkipRow) continue;
+      if (pr.want_k && k_out) {
         const uint8_t* k = s.block && s.block->HasK(w) ? kb : kd;
-        DecodeRecord(opt.kv_encoding, k + size_t(w) * k_bytes, nh, hd, k_out + size_t(row) * row_elems);
+        DecodeRecord(opt.kv_encoding, k + size_t(w) * k_bytes, nh, hd, k_out + to * row_elems);
       }
-      if (pr.want_v) {
+      if (pr.want_v && v_out) {
         const uint8_t* v = s.block && s.block->HasV(w) ? vb : vd;
-        DecodeRecord(opt.kv_encoding, v + size_t(w) * k_bytes, nh, hd, v_out + size_t(row) * row_elems);
+        DecodeRecord(opt.kv_encoding, v + size_t(w) * k_bytes, nh, hd, v_out + to * row_elems);
       }
     }
   }
 }
 
-// Keeps in the memory tiers what this read brought from the SSD: the chunks the tier manager
+// What a read brought from the SSD is kept in the memory tiers: the chunks the tier manager
 // admitted during planning (if still current), and the records a tier's block lacked.
-void PrefixStore::Impl::InstallSourceLocked(PendingRead& pr, ReadSource& s) {
-  if (s.runs.empty()) return;  // nothing read from the SSD
+// Whether chunk s, as this read brought it, is to be installed now, and where: *t the tier, *base the
+// block a partial read adds its rows to (null: a new block).
+bool PrefixStore::Impl::WantInstallLocked(const PendingRead& pr, const ReadSource& s, Tier* t, BlockPtr* base) {
+  if (s.runs.empty()) return false;  // nothing read from the SSD
   auto sit = segs.find(s.segment);
-  if (sit == segs.end() || (!pr.probe && sit->second.layout->generation != s.generation)) return;
-  if (!pr.probe) {
-    if (s.block) {  // fill in the block, if a tier still holds this very one
-      for (Tier t : {Tier::kDevice, Tier::kHost}) {
-        auto b = blocks[size_t(t)].find(s.cid);
-        if (b != blocks[size_t(t)].end() && b->second == s.block) InstallKVLocked(pr, s, t, s.block);
+  if (sit == segs.end() || (!pr.probe && sit->second.layout->generation != s.generation)) return false;
+  *base = nullptr;
+  if (!pr.probe && s.block) {  // fill in the block, if a tier still holds this very one
+    for (Tier x : {Tier::kDevice, Tier::kHost}) {
+      auto b = blocks[size_t(x)].find(s.cid);
+      if (b != blocks[size_t(x)].end() && b->second == s.block) {
+        *t = x;
+        *base = s.block;
+        return true;
       }
-    } else if (s.install != Tier::kSsd && tiers.Where(s.cid) == s.install && !blocks[size_t(s.install)].count(s.cid)) {
-      InstallKVLocked(pr, s, s.install, nullptr);
     }
-    return;
+    return false;
   }
-  if (!s.whole || s.install == Tier::kSsd || tiers.Where(s.cid) != s.install) return;
-  if (blocks[size_t(s.install)].count(s.cid)) return;
-  auto& mem = s.install == Tier::kDevice ? device_mem : host_mem;
+  if (pr.probe && !s.whole) return false;
+  *t = s.install;
+  return s.install != Tier::kSsd && tiers.Where(s.cid) == s.install && !blocks[size_t(s.install)].count(s.cid);
+}
+
+// Decided under mu, copied without it (a chunk's copy must not stall the readers), published under
+// it if still wanted.
+void PrefixStore::Impl::InstallSource(const PendingRead& pr, const ReadSource& s) {
+  Tier t = Tier::kSsd;
+  BlockPtr base;
+  {
+    MutexLock lk(&mu);
+    if (!WantInstallLocked(pr, s, &t, &base)) return;
+  }
+  BlockPtr b = pr.probe ? MakeProbeBlock(s, t) : MakeKVBlock(pr, s, t, base);
+  if (!b) return;  // out of memory: the chunk is simply not cached
+  MutexLock lk(&mu);
+  Tier now = Tier::kSsd;
+  BlockPtr now_base;
+  if (WantInstallLocked(pr, s, &now, &now_base) && now == t && now_base == base)
+    blocks[size_t(t)][s.cid] = std::move(b);
+}
+
+BlockPtr PrefixStore::Impl::MakeProbeBlock(const ReadSource& s, Tier t) {
+  auto& mem = t == Tier::kDevice ? device_mem : host_mem;
   auto b = std::make_shared<TierBlock>();
   b->mem = mem;
   b->n = size_t(s.ext->ext.n_slots) * probe_rec_bytes;
   b->generation = s.generation;
   b->p = mem->Alloc(b->n);
-  if (!b->p) return;
+  if (!b->p) return nullptr;
   mem->CopyIn(b->p, s.img.data() + kChunkHeaderBytes, b->n);  // the probe records, without the header
-  blocks[size_t(s.install)][s.cid] = std::move(b);
+  return b;
 }
 
-// Publishes a new block of tier `t` for chunk s: `base`'s records (none when null) plus those this
-// read brought (every one for a whole read).
-void PrefixStore::Impl::InstallKVLocked(const PendingRead& pr, const ReadSource& s, Tier t, const BlockPtr& base) {
+// A new block of tier t for chunk s: `base`'s records (none when null) plus those this read brought
+// (every one for a whole read).
+BlockPtr PrefixStore::Impl::MakeKVBlock(const PendingRead& pr, const ReadSource& s, Tier t, const BlockPtr& base) {
   const uint32_t n_slots = s.ext->ext.n_slots;
   const size_t region = size_t(n_slots) * k_bytes;
   auto& mem = t == Tier::kDevice ? device_mem : host_mem;
@@ -569,24 +597,30 @@ void PrefixStore::Impl::InstallKVLocked(const PendingRead& pr, const ReadSource&
   b->n = 2 * region;
   b->generation = s.generation;
   b->p = mem->Alloc(b->n);
-  if (!b->p) return;  // out of memory: the chunk is simply not cached
-  std::vector<uint8_t> tmp(b->n);
+  if (!b->p) return nullptr;
+  // Host memory is written in place (the block is not published yet); another space through a copy.
+  std::vector<uint8_t> staging;
+  uint8_t* dst = static_cast<uint8_t*>(b->p);
+  if (!mem->HostView(b->p)) {
+    staging.resize(b->n);
+    dst = staging.data();
+  }
   const ChunkLayout lay = KVLayout(n_slots);
   if (s.whole) {
-    std::memcpy(tmp.data(), s.img.data() + lay.k_offset, region);
-    std::memcpy(tmp.data() + region, s.img.data() + lay.v_offset, region);
+    std::memcpy(dst, s.img.data() + lay.k_offset, region);
+    std::memcpy(dst + region, s.img.data() + lay.v_offset, region);
   } else {
-    if (base) base->mem->CopyOut(tmp.data(), base->p, base->n);
+    if (base) base->mem->CopyOut(dst, base->p, base->n);
     b->k_have = base && !base->k_have.empty() ? base->k_have : std::vector<bool>(n_slots, base != nullptr);
     b->v_have = base && !base->v_have.empty() ? base->v_have : std::vector<bool>(n_slots, base != nullptr);
     for (auto [row, w] : s.rows) {
       const size_t at = size_t(w) * k_bytes;
       if (pr.want_k && !b->k_have[w]) {
-        std::memcpy(tmp.data() + at, s.img.data() + lay.k_offset + at, k_bytes);
+        std::memcpy(dst + at, s.img.data() + lay.k_offset + at, k_bytes);
         b->k_have[w] = true;
       }
       if (pr.want_v && !b->v_have[w]) {
-        std::memcpy(tmp.data() + region + at, s.img.data() + lay.v_offset + at, k_bytes);
+        std::memcpy(dst + region + at, s.img.data() + lay.v_offset + at, k_bytes);
         b->v_have[w] = true;
       }
     }
@@ -594,8 +628,8 @@ void PrefixStore::Impl::InstallKVLocked(const PendingRead& pr, const ReadSource&
     if (all(b->k_have)) b->k_have.clear();
     if (all(b->v_have)) b->v_have.clear();
   }
-  mem->CopyIn(b->p, tmp.data(), b->n);
-  blocks[size_t(t)][s.cid] = std::move(b);
+  if (!staging.empty()) mem->CopyIn(b->p, staging.data(), b->n);
+  return b;
 }
 
 Status PrefixStore::Impl::VerifySource(const ReadSource& s, bool probe) const {

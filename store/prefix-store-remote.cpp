@@ -146,7 +146,8 @@ void PrefixStore::Impl::RunRemoteRead(const RemotePrefix& rp, uint32_t il, Remot
   rr.done.set_value(s);
 }
 
-Result<ReadStats> PrefixStore::Impl::WaitRemote(PendingRead& pr, f16_t* k_out, f16_t* v_out, uint8_t* probe_records) {
+Result<ReadStats> PrefixStore::Impl::WaitRemote(PendingRead& pr, f16_t* k_out, f16_t* v_out, uint8_t* probe_records,
+                                                std::span<const uint32_t> out_rows) {
   RemoteRead& rr = *pr.remote;
   const Status s = rr.result.get();
   ReadStats stats = pr.stats;
@@ -170,10 +171,12 @@ Result<ReadStats> PrefixStore::Impl::WaitRemote(PendingRead& pr, f16_t* k_out, f
   const uint32_t rb = RecordBytes(opt.kv_encoding, opt.n_head_kv, opt.head_dim);
   const size_t row = size_t(opt.n_head_kv) * size_t(opt.head_dim);
   for (size_t r = 0; r < n; ++r) {
+    const size_t to = out_rows.empty() ? r : size_t(out_rows[r]);
+    if (to == kSkipRow) continue;
     if (pr.want_k && k_out)
-      DecodeRecord(opt.kv_encoding, rr.k.data() + r * rb, opt.n_head_kv, opt.head_dim, k_out + r * row);
+      DecodeRecord(opt.kv_encoding, rr.k.data() + r * rb, opt.n_head_kv, opt.head_dim, k_out + to * row);
     if (pr.want_v && v_out)
-      DecodeRecord(opt.kv_encoding, rr.v.data() + r * rb, opt.n_head_kv, opt.head_dim, v_out + r * row);
+      DecodeRecord(opt.kv_encoding, rr.v.data() + r * rb, opt.n_head_kv, opt.head_dim, v_out + to * row);
   }
   return stats;
 }

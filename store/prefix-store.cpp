@@ -36,6 +36,10 @@ Result<ReadResult> PrefixStore::Wait(ReadTicket t) { return impl_->Wait(t); }
 Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) {
   return impl_->WaitInto(t, k_out, v_out);
 }
+
+Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out, std::span<const uint32_t> out_rows) {
+  return impl_->WaitInto(t, k_out, v_out, nullptr, out_rows);
+}
 Result<ReadStats> PrefixStore::WaitProbeRecords(ReadTicket t, uint8_t* records_out) {
   if (!records_out) return Status::InvalidArgument("store: WaitProbeRecords without a buffer");
   return impl_->WaitInto(t, nullptr, nullptr, records_out);

@@ -365,6 +365,10 @@ class PrefixStore {
   // n_pos * n_head_kv * head_dim halves if wanted (probe reads: n_matched * n_probe * head_dim in
   // k_out); they may be null when not wanted.
   Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out);
+  // The same, placing row r of the read at row out_rows[r] of k_out / v_out, or nowhere where it is
+  // kSkipRow (out_rows: one entry per position the read named). Merges reads into one buffer.
+  static constexpr uint32_t kSkipRow = UINT32_MAX;
+  Result<ReadStats> WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out, std::span<const uint32_t> out_rows);
   // A probe read (SubmitProbeKeys) as its records are stored, not decoded: n_matched records of
   // RecordBytes(ProbeEncoding(options()), probe_kv_heads.size(), head_dim) bytes into
   // records_out, in position order (for scoring straight from int8/int4 codes).

@@ -316,6 +316,14 @@ Status Forward::ComputeQKV(int il) {
   if (stage_ != Stage::kEmbedded || il != il_ + 1 || il >= c.n_layer)
     return Status::InvalidArgument("forward: ComputeQKV(" + std::to_string(il) + ") out of order (next layer is " +
                                    std::to_string(il_ + 1) + ")");
+  ProjectQKV(il, QkvOut{.q = q_, .q_rows = c.n_head * c.head_dim, .k = k_, .v = v_, .k16 = k16_, .v16 = v16_});
+  il_ = il;
+  stage_ = Stage::kQkv;
+  return Status::Ok();
+}
+
+void Forward::ProjectQKV(int il, const QkvOut& o) {
+  const ModelConfig& c = model_.config;
   const LayerWeights& lw = model_.weights.layers[il];
   const LayerDev& l = layers_[il];
   const int n = n_new_, e = c.n_embd, nq = c.n_head * c.head_dim, nkv = kv_row();
@@ -325,33 +333,62 @@ Status Forward::ComputeQKV(int il) {
   } else {
     in = x_;  // OPT-350m: post-LN, attention reads the residual stream itself
   }
-  // q/k/v_proj over the same input: one call, so a backend prepares the input once.
-  const Backend::MatMulOut qkv[] = {{&l.wq, 0.0f, q_, nq}, {&l.wk, 0.0f, k_, nkv}, {&l.wv, 0.0f, v_, nkv}};
-  be_.MatMuls(n, in, e, qkv);
-  if (!lw.bq.empty()) be_.AddBias(q_, l.bq, n, nq, nq);
-  if (!lw.bk.empty()) be_.AddBias(k_, l.bk, n, nkv, nkv);
-  if (!lw.bv.empty()) be_.AddBias(v_, l.bv, n, nkv, nkv);
+  // q/k/v_proj over the same input: one call, so a backend prepares the input once. A prediction
+  // projects the first q_rows of Q only (the rows of the heads it scores) and no V.
+  WeightRef wq = l.wq;
+  wq.n_rows = o.q_rows;
+  const Backend::MatMulOut qkv[] = {{&wq, 0.0f, o.q, nq}, {&l.wk, 0.0f, o.k, nkv}, {&l.wv, 0.0f, o.v, nkv}};
+  be_.MatMuls(n, in, e, std::span(qkv, o.v ? 3 : 2));
+  if (!lw.bq.empty()) be_.AddBias(o.q, l.bq, n, o.q_rows, nq);
+  if (!lw.bk.empty()) be_.AddBias(o.k, l.bk, n, nkv, nkv);
+  if (o.v && !lw.bv.empty()) be_.AddBias(o.v, l.bv, n, nkv, nkv);
+  // Below, rows of Q past q_rows are transformed too (whole rows are simpler); nothing reads them.
   if (graph_.qk_norm) {  // q_norm / k_norm: RMSNorm over each head's head_dim values
-    be_.RmsNorm(q_, q_, l.q_norm, n * c.n_head, c.head_dim, c.norm_eps);
-    be_.RmsNorm(k_, k_, l.k_norm, n * c.n_head_kv, c.head_dim, c.norm_eps);
+    be_.RmsNorm(o.q, o.q, l.q_norm, n * c.n_head, c.head_dim, c.norm_eps);
+    be_.RmsNorm(o.k, o.k, l.k_norm, n * c.n_head_kv, c.head_dim, c.norm_eps);
   }
   if (graph_.position == PositionKind::kRope) {
-    be_.Rope({q_, n, c.n_head, c.head_dim, pos_, inv_freq_});
-    be_.Rope({k_, n, c.n_head_kv, c.head_dim, pos_, inv_freq_});
+    be_.Rope({o.q, n, c.n_head, c.head_dim, pos_, inv_freq_});
+    be_.Rope({o.k, n, c.n_head_kv, c.head_dim, pos_, inv_freq_});
   }
   // KV is kept in fp16 everywhere, the new tokens' own included, so a batch attends to
   // itself exactly as it will to its stored K/V later.
-  be_.ToF16(k16_, nkv, k_, nkv, n, nkv);
-  be_.ToF16(v16_, nkv, v_, nkv, n, nkv);
-  il_ = il;
-  stage_ = Stage::kQkv;
-  return Status::Ok();
+  be_.ToF16(o.k16, nkv, o.k, nkv, n, nkv);
+  if (o.v) be_.ToF16(o.v16, nkv, o.v, nkv, n, nkv);
+}
+
+Status Forward::PredictScores(int il, const PrefixKeys& keys, std::span<const int> query_heads, float* out) {
+  const ModelConfig& c = model_.config;
+  if (stage_ != Stage::kQkv || il != il_ + 1 || il >= c.n_layer)
+    return Status::InvalidArgument("forward: PredictScores(" + std::to_string(il) +
+                                   ") needs ComputeQKV of the layer before it, and no Attend yet");
+  if (query_heads.empty() || keys.n == 0) return Status::Ok();
+  const int max_head = *std::max_element(query_heads.begin(), query_heads.end());
+  if (*std::min_element(query_heads.begin(), query_heads.end()) < 0 || max_head >= c.n_head)
+    return Status::InvalidArgument("forward: PredictScores: query head outside the model");
+  const size_t nkv = size_t(kv_row());
+  if (!pk_) {  // the predicted new keys; the predicted queries use attn_, free until Attend
+    IMPRESS_ASSIGN_OR_RETURN(pk_, AllocArray<float>(be_, size_t(max_batch_) * nkv));
+    allocs_.push_back(DevPtr<void>(pk_.raw()));
+    IMPRESS_ASSIGN_OR_RETURN(pk16_, AllocArray<f16_t>(be_, size_t(max_batch_) * nkv));
+    allocs_.push_back(DevPtr<void>(pk16_.raw()));
+  }
+  // Only the scored heads' rows of Q where the backend's matrices are views of rows (the CPU);
+  // elsewhere all of Q.
+  const int q_rows = be_.HostAddressable() ? (max_head + 1) * c.head_dim : c.n_head * c.head_dim;
+  ProjectQKV(il, QkvOut{.q = attn_, .q_rows = q_rows, .k = pk_, .v = {}, .k16 = pk16_, .v16 = {}});
+  return Score(MakeAttentionQuery(n_new_, c.n_head, c.n_head_kv, c.head_dim, attn_, pk16_), keys, query_heads, out);
 }
 
 Status Forward::ScoreKeys(int il, const PrefixKeys& keys, std::span<const int> query_heads, float* out) {
   if (stage_ != Stage::kQkv || il != il_)
     return Status::InvalidArgument("forward: ScoreKeys(" + std::to_string(il) +
                                    ") needs ComputeQKV of that layer first");
+  return Score(Query(), keys, query_heads, out);
+}
+
+Status Forward::Score(const AttentionQuery& query, const PrefixKeys& keys, std::span<const int> query_heads,
+                      float* out) {
   if (keys.n < 0 || (keys.n > 0 && !(keys.code_bits ? keys.codes != nullptr : bool(keys.k))))
     return Status::InvalidArgument("forward: ScoreKeys: bad prefix keys");
   if (query_heads.empty() || keys.n == 0) return Status::Ok();
@@ -359,7 +396,7 @@ Status Forward::ScoreKeys(int il, const PrefixKeys& keys, std::span<const int> q
   const size_t need = query_heads.size() * size_t(keys.n);
   IMPRESS_RETURN_IF_ERROR(EnsureImportanceCapacity(need));
   ScoreKeysArgs a;
-  static_cast<AttentionQuery&>(a) = Query();
+  static_cast<AttentionQuery&>(a) = query;
   a.n_prefix = keys.n;
   a.k_prefix = keys.k;
   a.code_bits = keys.code_bits;

@@ -107,6 +107,13 @@ class Forward {
   // Probe importance (after ComputeQKV(il)): (query_heads.size(), keys.n) into out (host).
   // Equals what Attend would report for the same prefix and heads.
   Status ScoreKeys(int il, const PrefixKeys& keys, std::span<const int> query_heads, float* out);
+  // A prediction of layer il's probe importance, made one layer early: after ComputeQKV(il - 1)
+  // and before Attend(il - 1), layer il's input norm and Q/K projections are applied to the
+  // residual stream as it is then (the input of layer il - 1, not yet of il), and the keys are
+  // scored as ScoreKeys would. The residual stream changes little from one layer to the next, so
+  // this ranks tokens much as layer il will, early enough to read them while il - 1 computes.
+  // Changes nothing that Attend or ExportKV of il - 1 reads.
+  Status PredictScores(int il, const PrefixKeys& keys, std::span<const int> query_heads, float* out);
   // The new tokens' K (post-RoPE) and V of layer il, fp16 (n_new, n_head_kv, head_dim), copied
   // to device memory at k_out / v_out, or to host memory. Valid from ComputeQKV(il) until the
   // next ComputeQKV or Begin (before or after Attend(il)).
@@ -138,6 +145,17 @@ class Forward {
   Status EnsureLogitsCapacity(int n_rows);
   // The current batch's queries and new keys (after ComputeQKV), as Attention and ScoreKeys take them.
   AttentionQuery Query() const;
+  // ScoreKeys for the given query side.
+  Status Score(const AttentionQuery& query, const PrefixKeys& keys, std::span<const int> query_heads, float* out);
+  // Layer il's input norm, Q (its first q_rows values per token), K and, when v is set, V, with
+  // biases, per-head norms and RoPE; K and V also to fp16.
+  struct QkvOut {
+    DevPtr<float> q;
+    int q_rows = 0;
+    DevPtr<float> k, v;
+    DevPtr<f16_t> k16, v16;
+  };
+  void ProjectQKV(int il, const QkvOut& out);
   // imp_, grown to hold at least n floats.
   Status EnsureImportanceCapacity(size_t n);
   enum class Stage { kIdle, kEmbedded, kQkv, kDone };
@@ -178,6 +196,8 @@ class Forward {
   DevPtr<float> gate_, up_;    // (B, n_ff)
   DevPtr<float> emb_;          // (B, max(word_embed_proj_dim, n_embd)) embedding scratch
   DevPtr<int32_t> ids_, pos_;  // (B)
+  DevPtr<float> pk_;           // (B, n_head_kv * head_dim) PredictScores' new keys, on first use
+  DevPtr<f16_t> pk16_;         // the same in fp16
   DevPtr<float> imp_;          // importance scratch, grown on demand
   size_t imp_cap_ = 0;
   DevPtr<float> lx_, lx2_, logits_;  // logits rows scratch

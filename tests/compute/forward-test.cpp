@@ -167,6 +167,79 @@ TEST_P(ForwardTest, ProbeScoresEqualAttendImportanceAndSumToRows) {
   }
 }
 
+// PredictScores(il) applies layer il's norm and projections to the stream entering layer il - 1.
+// With layer il - 1 made the identity (its output projection and FFN down projection zero, no
+// biases there), that stream is exactly what enters layer il: the prediction must equal layer
+// il's own ScoreKeys bit for bit. It must also change nothing layer il - 1's Attend computes.
+TEST_P(ForwardTest, PredictedScoresAreTheNextLayersScoresWhenALayerIsTheIdentity) {
+  const ModelConfig& c0 = model_.config;
+  const int n_p = 30, n_q = 9, hd = c0.head_dim, kv = c0.n_head_kv * hd;
+  const auto toks = Tokens(n_p + n_q, 6, c0.n_vocab);
+  const auto [k, v] = ExportPrefix(*fwd_, std::span(toks).first(n_p));
+  ASSERT_FALSE(HasFailure());
+  const std::vector<int> probe_kv = {0};
+  std::vector<int> probe_q;  // the query heads of kv head 0
+  for (int h = 0; h < c0.n_head / c0.n_head_kv; ++h) probe_q.push_back(h);
+  auto keys_of = [&](int il) {  // (n_p, 1, hd): kv head 0 of the exported prefix
+    std::vector<f16_t> out;
+    for (int t = 0; t < n_p; ++t) out.insert(out.end(), k[il].begin() + t * kv, k[il].begin() + t * kv + hd);
+    return out;
+  };
+  const std::vector<f16_t> k1 = keys_of(1);
+  const PrefixKeys keys1{n_p, DevPtr<const f16_t>(k1.data()), probe_kv};
+  auto prefix = [&](int il) {
+    return PrefixKV{n_p, DevPtr<const f16_t>(k[il].data()), DevPtr<const f16_t>(v[il].data()), {}};
+  };
+
+  // The unchanged model: predicting layer 1 during layer 0 leaves the logits as they were.
+  auto logits = [&](Forward& f, bool predict, std::vector<float>* predicted) {
+    EXPECT_TRUE(f.Begin(std::span(toks).subspan(n_p), Iota(n_q, n_p)).ok());
+    for (int il = 0; il < f.config().n_layer; ++il) {
+      EXPECT_TRUE(f.ComputeQKV(il).ok());
+      if (predict && il == 0) {
+        predicted->assign(probe_q.size() * n_p, 0.0f);
+        EXPECT_TRUE(f.PredictScores(1, keys1, probe_q, predicted->data()).ok());
+      }
+      EXPECT_TRUE(f.Attend(il, prefix(il)).ok());
+    }
+    std::vector<float> out(size_t(c0.n_vocab));
+    EXPECT_TRUE(f.Logits(std::vector<int>{n_q - 1}, out.data()).ok());
+    return out;
+  };
+  std::vector<float> predicted;
+  const std::vector<float> plain = logits(*fwd_, false, nullptr);
+  EXPECT_EQ(logits(*fwd_, true, &predicted), plain);
+  double sum = 0;
+  for (float x : predicted) sum += x;
+  EXPECT_GT(sum, 0.5 * n_q) << "each query row gives most of its weight to the 30 prefix keys";
+  EXPECT_LE(sum, double(n_q) * probe_q.size() * (1 + 1e-5));
+
+  // Order is checked: only for the next layer, after its predecessor's ComputeQKV, before Attend.
+  ASSERT_TRUE(fwd_->Begin(std::span(toks).subspan(n_p), Iota(n_q, n_p)).ok());
+  EXPECT_EQ(fwd_->PredictScores(1, keys1, probe_q, predicted.data()).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(fwd_->ComputeQKV(0).ok());
+  EXPECT_EQ(fwd_->PredictScores(2, keys1, probe_q, predicted.data()).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(fwd_->Attend(0, prefix(0)).ok());
+  EXPECT_EQ(fwd_->PredictScores(1, keys1, probe_q, predicted.data()).code(), Status::Code::kInvalidArgument);
+
+  // Layer 0 made the identity: the prediction is layer 1's own score.
+  Model id = TinyModel(GetParam(), 42);
+  LayerWeights& l0 = id.weights.layers[0];
+  for (Tensor* t : {&l0.wo, &l0.w_down}) std::fill(t->data.begin(), t->data.end(), 0.0f);
+  for (Tensor* t : {&l0.bo, &l0.b_down}) std::fill(t->data.begin(), t->data.end(), 0.0f);
+  if (!id.config.do_layer_norm_before) GTEST_SKIP() << "post-LN: a zero sublayer still renormalises the stream";
+  auto f = Forward::Create(id, *be_, {64});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_TRUE((*f)->Begin(std::span(toks).subspan(n_p), Iota(n_q, n_p)).ok());
+  ASSERT_TRUE((*f)->ComputeQKV(0).ok());
+  ASSERT_TRUE((*f)->PredictScores(1, keys1, probe_q, predicted.data()).ok());
+  ASSERT_TRUE((*f)->Attend(0, prefix(0)).ok());
+  ASSERT_TRUE((*f)->ComputeQKV(1).ok());
+  std::vector<float> actual(predicted.size());
+  ASSERT_TRUE((*f)->ScoreKeys(1, keys1, probe_q, actual.data()).ok());
+  EXPECT_EQ(predicted, actual);
+}
+
 TEST_P(ForwardTest, GeneratorUbatchesMatchOneBatch) {
   const int n = 50;
   const auto toks = Tokens(n, 3, model_.config.n_vocab);

@@ -484,6 +484,49 @@ TEST_F(PipelineOnModel, CrossLayerPrefetchChangesOnlyWhenKvArrives) {
   }
 }
 
+// Predicted reads (PipelineSettings::predict_next) read layer l+1's K/V at the tokens its probe
+// picks on the stream entering layer l, while layer l computes; layer l+1's own probe still
+// decides. The same request with and without them uses the same tokens in every layer and gives
+// bit-identical logits, with the probe passing (alpha 2) and falling back (alpha 0); every probed
+// layer after the first was read ahead, and most of what the layers chose came from those reads.
+TEST_F(PipelineOnModel, PredictedReadsChangeOnlyWhenKvArrives) {
+  for (const store::KVEncoding probe_keys : {store::KVEncoding::kInt4, store::KVEncoding::kInt8}) {
+    store::PrefixStoreOptions o = StoreOptions();
+    o.device_bytes = 0;
+    o.host_bytes = 0;
+    o.probe_encoding = probe_keys;  // predictions score integer-coded probe keys
+    ASSERT_NO_FATAL_FAILURE(OpenStore(o));
+    const PromptTokens p = Prompt("What does the license say about warranty?");
+    ASSERT_NO_FATAL_FAILURE(Ingest(p));
+    for (const float alpha : {2.0f, 0.0f}) {
+      SCOPED_TRACE(testing::Message() << "probe keys " << store::KVEncodingName(probe_keys) << ", alpha " << alpha);
+      PipelineSettings s = Recording(alpha);
+      std::vector<float> plain, ahead;
+      const RequestReport r0 = Run(p, s, &plain);
+      s.predict_next = true;
+      const RequestReport r1 = Run(p, s, &ahead);
+      ASSERT_EQ(r0.n_matched, p.n_prefix);
+      ASSERT_EQ(r1.n_matched, p.n_prefix);
+      EXPECT_EQ(r0.selected, r1.selected);
+      EXPECT_EQ(plain, ahead);
+      int used = 0, chosen = 0;
+      for (size_t il = 0; il < r1.layers.size(); ++il) {
+        const LayerReport &a = r0.layers[il], &b = r1.layers[il];
+        EXPECT_EQ(a.k, b.k);
+        EXPECT_EQ(a.key_bytes, b.key_bytes) << "layer " << il << ": probe keys read once, for both uses";
+        EXPECT_EQ(a.value_bytes, b.value_bytes);
+        EXPECT_EQ(a.prefetched, 0);
+        if (il == 0) EXPECT_EQ(b.prefetched, 0) << "nothing before the first layer";
+        else EXPECT_GT(b.prefetched, 0) << "layer " << il;
+        EXPECT_LE(b.prefetch_used, b.k);
+        used += b.prefetch_used;
+        chosen += il > 0 ? b.k : 0;
+      }
+      EXPECT_GT(used, chosen / 2) << used << " of " << chosen << " chosen rows read ahead";
+    }
+  }
+}
+
 // The question path's blocked attention tiles against the per-head sgemm path they replaced (a
 // second context of the same model with IMPRESS_ATTENTION_TILES=0), over the same stored KV: the
 // same tokens chosen in every layer, the first layer's importance equal up to fp32 rounding, and

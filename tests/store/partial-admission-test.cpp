@@ -4,6 +4,7 @@
 // budgets count the bytes the tiers hold in the store's encoding (int8 records are smaller).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -163,6 +164,48 @@ TEST(PartialAdmission, BudgetsCountTheEncodedBytes) {
   EXPECT_EQ(again->v, r->v);
   ASSERT_TRUE(s->Release(h).ok());
   s.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// WaitInto with output rows puts row r of a read at out_rows[r] and skips kSkipRow: two reads (one
+// from the SSD, one after the tier kept part of the chunk) merge into one buffer in the order the
+// caller wants, with the bytes a plain Wait gives. Output rows that do not match the read are a
+// clear error, and the ticket can still be waited.
+TEST(PartialAdmission, WaitIntoPlacesRowsWhereTold) {
+  const std::string dir = TempDir("partial-admission-rows");
+  SyntheticKV kv{1, kHeads, kDim};
+  std::mt19937 rng(13);
+  auto s = OpenOrDie(Options(dir, KVEncoding::kF16, 16ull << 20));
+  ASSERT_TRUE(s);
+  const auto t = RandomTokens(rng, 2 * kChunk);
+  ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+  const size_t row = size_t(kHeads) * kDim;
+  MatchHandle h = s->Match(t);
+  ASSERT_EQ(h.n_matched, t.size());
+  for (int round = 0; round < 2; ++round) {  // the first reads the SSD only; the tier keeps some of it
+    SCOPED_TRACE(round);
+    // Read A: positions 5, 70, 9, 100 (ascending: 5, 9, 70, 100); read B: 3, 64. Merged into six
+    // rows in the order 100, 3, 9, 64, 5 and nothing for 70.
+    const std::vector<uint32_t> pa = {5, 9, 70, 100}, pb = {3, 64};
+    const std::vector<uint32_t> ra = {4, 2, PrefixStore::kSkipRow, 0}, rb = {1, 3};
+    const std::vector<uint32_t> want = {100, 3, 9, 64, 5};
+    const f16_t sentinel = Fp32ToFp16(-7.0f);
+    std::vector<f16_t> k(6 * row, sentinel), v(6 * row, sentinel);
+    auto ta = s->SubmitReadKV(h, 0, pa, true, true);
+    auto tb = s->SubmitReadKV(h, 0, pb, true, true);
+    ASSERT_TRUE(ta.ok() && tb.ok());
+    EXPECT_EQ(s->WaitInto(*ta, k.data(), v.data(), std::vector<uint32_t>{0, 1}).status().code(),
+              Status::Code::kInvalidArgument);
+    ASSERT_TRUE(s->WaitInto(*ta, k.data(), v.data(), ra).ok());
+    ASSERT_TRUE(s->WaitInto(*tb, k.data(), v.data(), rb).ok());
+    ReadResult merged;
+    merged.k.assign(k.begin(), k.begin() + 5 * row);
+    merged.v.assign(v.begin(), v.begin() + 5 * row);
+    EXPECT_TRUE(kv.Check(t, 0, want, merged, true, true));
+    EXPECT_TRUE(std::all_of(k.begin() + 5 * row, k.end(), [&](f16_t x) { return x == sentinel; })) << "row 5 untouched";
+    EXPECT_TRUE(std::all_of(v.begin() + 5 * row, v.end(), [&](f16_t x) { return x == sentinel; })) << "row 5 untouched";
+  }
+  ASSERT_TRUE(s->Release(h).ok());
   std::filesystem::remove_all(dir);
 }
 
