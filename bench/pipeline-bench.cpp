@@ -186,7 +186,7 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
   IMPRESS_ASSIGN_OR_RETURN(auto ram_st, store::PrefixStore::Open(mo));
   ImpressPipeline ram_pipe(ctx, ram_st.get());
 
-  const int total_steps = 1 + result.n_questions * (compact ? 7 : 6);
+  const int total_steps = 1 + result.n_questions * (compact ? 8 : 7);
   int step = 0;
   auto tick = [&](const char* what) {
     return ReportProgress(o.progress, uint64_t(++step), uint64_t(total_steps), what);
@@ -217,12 +217,15 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
 
   const std::vector<SystemKind> systems = {SystemKind::kAsLike, SystemKind::kAsH2oLru, SystemKind::kAsH2oLfu,
                                            SystemKind::kImpress};
-  // Rows: the systems, IMPRESS after reorder, the fp16 reference when compact, then AS-like with
-  // the full KV resident in host memory.
-  std::vector<Accumulator> acc(systems.size() + (compact ? 3 : 2));
+  // Rows: the systems, IMPRESS after reorder, the fp16 reference when compact, IMPRESS with
+  // predicted reads (PipelineSettings::predict_next; the same tokens and logits as IMPRESS, read
+  // sooner), then AS-like with the full KV resident in host memory.
+  std::vector<Accumulator> acc(systems.size() + (compact ? 4 : 3));
   for (size_t i = 0; i < systems.size(); ++i) acc[i].system = SystemName(systems[i]);
   acc[systems.size()].system = "impress (after reorder)";
   if (compact) acc[systems.size() + 1].system = "as (fp16 reference)";
+  Accumulator& predicted = acc[acc.size() - 2];
+  predicted.system = "impress (predicted reads)";
   Accumulator& in_ram = acc.back();
   in_ram.system = "as (full KV in RAM)";
   std::vector<int32_t> ref_first(prompts.size());
@@ -258,6 +261,14 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
       }
       acc[i].Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
       tick(SystemName(systems[i]));
+    }
+    {
+      PipelineSettings ps = settings_for(SystemKind::kImpress);
+      ps.predict_next = true;
+      ps.report_importance = false;  // the statistics reorder follows count each question once
+      IMPRESS_ASSIGN_OR_RETURN(RequestReport r, run(pipe, q, ps));
+      predicted.Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
+      tick("impress (predicted reads)");
     }
     IMPRESS_ASSIGN_OR_RETURN(RequestReport r, run(ram_pipe, q, settings_for(SystemKind::kAsLike)));
     if (r.chunks_ssd != 0) return Status::Internal("the in-RAM reference read from the SSD");
