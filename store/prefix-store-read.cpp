@@ -610,7 +610,11 @@ BlockPtr PrefixStore::Impl::MakeKVBlock(const PendingRead& pr, const ReadSource&
     std::memcpy(dst, s.img.data() + lay.k_offset, region);
     std::memcpy(dst + region, s.img.data() + lay.v_offset, region);
   } else {
+    // A block a partial read starts is written whole (zeros where no record is yet): a page never
+    // written would map the zero page when a later copy reads it, and the write that reuses its
+    // memory after the block is freed would then fault and flush every core's TLB.
     if (base) base->mem->CopyOut(dst, base->p, base->n);
+    else if (staging.empty()) std::memset(dst, 0, b->n);
     b->k_have = base && !base->k_have.empty() ? base->k_have : std::vector<bool>(n_slots, base != nullptr);
     b->v_have = base && !base->v_have.empty() ? base->v_have : std::vector<bool>(n_slots, base != nullptr);
     for (auto [row, w] : s.rows) {
