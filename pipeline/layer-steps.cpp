@@ -412,8 +412,6 @@ Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* ke
   const int n_sel = int(job.selected.size());
   const bool read_keys = keys == nullptr;
   const bool host = ctx_.backend().HostAddressable();
-  std::optional<KvPrefetch> pf = std::move(kv_prefetch_[size_t(job.il)]);
-  kv_prefetch_[size_t(job.il)].reset();
   // Straight into the layer's buffers where the host addresses them; else staged and uploaded.
   store::ReadResult staged;
   if (!host) {
@@ -422,8 +420,10 @@ Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* ke
   }
   f16_t* k_dst = host ? k_buf_[size_t(job.il)].raw() : staged.k.data();
   f16_t* v_dst = host ? v_buf_[size_t(job.il)].raw() : staged.v.data();
-  if (pf) {
-    IMPRESS_RETURN_IF_ERROR(ReadSelectedWithPrefetch(job, std::move(*pf), read_keys ? k_dst : nullptr, v_dst));
+  if (std::optional<KvPrefetch>& slot = kv_prefetch_[size_t(job.il)]) {
+    KvPrefetch pf = std::move(*slot);
+    slot.reset();
+    IMPRESS_RETURN_IF_ERROR(ReadSelectedWithPrefetch(job, std::move(pf), read_keys ? k_dst : nullptr, v_dst));
   } else {
     IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t, store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
     IMPRESS_RETURN_IF_ERROR(
