@@ -237,6 +237,9 @@ class ImpressPipeline {
     std::vector<int> kv_heads;  // the KV heads whose keys the probe reads
   };
   ProbeKeysPlan PlanProbeKeys(const PipelineSettings& s);
+  // Layer il's probe keys as stored (plan.code_bits), from its prefetch or a read now, into
+  // *records; the wait is booked to probe I/O and the read to lr.
+  Status ReadProbeRecords(Run& run, LayerReport& lr, int il, const ProbeKeysPlan& plan, std::vector<uint8_t>* records);
   // Predicted reads: layer il + 1's probe on the current residual stream picks the K/V read ahead.
   Status PredictNextLayer(Run& run, int il);
   // K/V of job.selected, in order, into k_dst / v_dst (host memory; k_dst null: keys not read):

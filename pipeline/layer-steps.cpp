@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <iterator>
 #include <numeric>
 
 #include "pipeline/impress-pipeline.h"
@@ -48,6 +47,25 @@ ImpressPipeline::ProbeKeysPlan ImpressPipeline::PlanProbeKeys(const PipelineSett
   p.keep_keys = !p.store_covers || (p.kv_heads == FirstN(c.n_head_kv) && p.encoding == so.kv_encoding);
   if (ctx_.backend().HostAddressable() && p.store_covers && !p.keep_keys) p.code_bits = store::CodeBits(p.encoding);
   return p;
+}
+
+Status ImpressPipeline::ReadProbeRecords(Run& run, LayerReport& lr, int il, const ProbeKeysPlan& plan,
+                                         std::vector<uint8_t>* records) {
+  std::optional<store::ReadTicket> t = TakePrefetch(il);
+  if (!t) {
+    prefetch_issued_[size_t(il)] = 1;
+    IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitProbeKeys(handle_, il));
+  }
+  const int n_heads = int(plan.kv_heads.size());
+  records->resize(size_t(n_matched_) * store::RecordBytes(plan.encoding, n_heads, ctx_.config().head_dim));
+  auto r = store_->WaitProbeRecords(*t, records->data());
+  const double ms = run.sw.Lap(&run.report.breakdown.probe_io_ms);
+  lr.io_wait_ms += ms;
+  run.report.breakdown.io_wait_ms += ms;
+  if (!r.ok()) return r.status();
+  NoteRead(run, lr, *r);
+  lr.key_bytes += records->size();
+  return Status::Ok();
 }
 
 Status ImpressPipeline::PrefetchLayer(Run& run, int il) {
@@ -128,19 +146,7 @@ Status ImpressPipeline::PredictNextLayer(Run& run, int il) {
   LayerReport& lr = run.report.layers[size_t(next)];
   const int n = n_matched_;
   // The next layer's probe keys: read now (usually already in flight), kept for its own probe.
-  std::optional<store::ReadTicket> t = TakePrefetch(next);
-  if (!t) {
-    prefetch_issued_[size_t(next)] = 1;
-    IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitProbeKeys(handle_, next));
-  }
-  next_probe_records_.resize(size_t(n) * store::RecordBytes(plan.encoding, int(plan.kv_heads.size()), c.head_dim));
-  auto r = store_->WaitProbeRecords(*t, next_probe_records_.data());
-  const double ms = run.sw.Lap(&bd.probe_io_ms);
-  lr.io_wait_ms += ms;
-  bd.io_wait_ms += ms;
-  if (!r.ok()) return r.status();
-  NoteRead(run, lr, *r);
-  lr.key_bytes += next_probe_records_.size();
+  IMPRESS_RETURN_IF_ERROR(ReadProbeRecords(run, lr, next, plan, &next_probe_records_));
   next_probe_il_ = next;
 
   const std::vector<int> probe_heads = ProbeQueryHeads(c, run.s.probe_heads, run.s.probe_spread);
@@ -287,18 +293,7 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
     probe_records_.swap(next_probe_records_);
     next_probe_il_ = -1;
   } else if (code_bits) {
-    std::optional<store::ReadTicket> t = TakePrefetch(job.il);
-    if (!t) {
-      IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitProbeKeys(handle_, job.il));
-    }
-    probe_records_.resize(size_t(n) * store::RecordBytes(plan.encoding, int(kv_heads.size()), c.head_dim));
-    auto r = store_->WaitProbeRecords(*t, probe_records_.data());
-    const double ms = job.run.sw.Lap(&bd.probe_io_ms);
-    job.lr.io_wait_ms += ms;
-    bd.io_wait_ms += ms;
-    if (!r.ok()) return r.status();
-    NoteRead(job, *r);
-    job.lr.key_bytes += probe_records_.size();
+    IMPRESS_RETURN_IF_ERROR(ReadProbeRecords(job.run, job.lr, job.il, plan, &probe_records_));
   } else {
     std::optional<store::ReadTicket> t = TakePrefetch(job.il);
     if (!t) {
