@@ -151,14 +151,15 @@ Result<std::vector<GemmBenchRow>> RunGemmBenchmark(double min_seconds) {
   };
   // n (weight rows), k: SmolLM2-135M's (no K-quant fits 576 columns) and Llama-3.2-1B's q at 512
   // rows; then Qwen2.5-1.5B's q/o, up/gate (Q4_K) and down (Q6_K in Q4_K_M files) at the small
-  // batches of a question (16, 32, 64 rows) and at 512.
+  // batches of a question (16, 17, 24, 32, 64 rows: a 17-row question fills one lane group and one
+  // row of the next) and at 512.
   const std::vector<WeightType> types = {WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ8_0,
                                          WeightType::kQ6_K};
   std::vector<Case> cases;
   for (const auto& shape :
        std::initializer_list<std::array<int64_t, 2>>{{576, 576}, {1536, 576}, {576, 1536}, {2048, 2048}})
     cases.push_back({512, shape[0], shape[1], types});
-  for (int64_t m : {16, 32, 64, 512}) {
+  for (int64_t m : {16, 17, 24, 32, 64, 512}) {
     cases.push_back({m, 1536, 1536, {WeightType::kQ4_K}});
     cases.push_back({m, 8960, 1536, {WeightType::kQ4_K}});
     cases.push_back({m, 1536, 8960, {WeightType::kQ6_K}});

@@ -33,6 +33,15 @@ Status ReadNumber(const nlohmann::json& j, const char* key, double lo, double hi
   return Status::Ok();
 }
 
+Status ReadBool(const nlohmann::json& j, const char* key, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::Ok();
+  if (!it->is_boolean())
+    return Status::InvalidArgument(std::string("settings key '") + key + "' must be true or false");
+  *out = it->get<bool>();
+  return Status::Ok();
+}
+
 // The sampling keys are written only once the user has set them, so a settings file without
 // them keeps following each model's recommendation.
 Status ReadSampling(const nlohmann::json& j, TuningSettings::Sampling* s) {
@@ -75,15 +84,10 @@ Result<TuningSettings> ParseTuning(const std::string& text, const TuningSettings
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "alpha", 0, 2, &p.alpha));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "keep", 0.01, 1, &p.keep));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "pool", 0, kMaxPoolWidth, &p.pool));
-  if (auto it = j.find("pool_max"); it != j.end()) {
-    if (!it->is_boolean()) return Status::InvalidArgument("settings key 'pool_max' must be true or false");
-    p.pool_max = it->get<bool>();
-  }
+  IMPRESS_RETURN_IF_ERROR(ReadBool(j, "pool_max", &p.pool_max));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "pool_follow", 0, kMaxPoolWidth, &p.pool_follow));
-  if (auto it = j.find("head_max"); it != j.end()) {
-    if (!it->is_boolean()) return Status::InvalidArgument("settings key 'head_max' must be true or false");
-    p.head_max = it->get<bool>();
-  }
+  IMPRESS_RETURN_IF_ERROR(ReadBool(j, "head_max", &p.head_max));
+  IMPRESS_RETURN_IF_ERROR(ReadBool(j, "predict_next", &p.predict_next));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "probe_heads", 1, 64, &p.probe_heads));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "sinks", 0, 1024, &p.sinks));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "recent", 0, 8192, &p.recent));
@@ -116,6 +120,7 @@ std::string TuningToJson(const TuningSettings& s) {
                       {"pool_max", p.pool_max},
                       {"pool_follow", p.pool_follow},
                       {"head_max", p.head_max},
+                      {"predict_next", p.predict_next},
                       {"probe_heads", p.probe_heads},
                       {"sinks", p.sinks},
                       {"recent", p.recent},

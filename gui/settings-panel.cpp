@@ -98,6 +98,11 @@ void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& 
     ImGui::SetTooltip("a token's score is the largest share any scored head gives it (else the heads' sum)");
   ImGui::SliderInt("probe heads", &p.probe_heads, 1, 9);
   done();
+  changed |= ImGui::Checkbox("predicted reads", &p.predict_next);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "run each layer's probe early on the layer before's input and read the rows it picks while that layer "
+        "computes; the layer's own probe still decides, so answers do not change");
   ImGui::SliderInt("sinks", &p.sinks, 0, 64);
   done();
   ImGui::SliderInt("recent window", &p.recent, 0, 512);

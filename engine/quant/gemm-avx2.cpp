@@ -10,14 +10,13 @@
 namespace impress::quant::gemm_internal {
 namespace {
 
-// The small-batch kernel: weight rows [r0, r0 + 2) of a decoded strip times 8-row lane vectors
-// [v0, v0 + 2) of x (lanes = activation rows; vector v is half v % 2 of lane group v / 2) over
-// groups [c.g0, c.g1), H spans per group; out[r * ldo + 8 v + l] (added onto when c.more). 12 of
-// the 16 registers.
-template <int H>
+// The small-batch kernel: weight rows [r0, r0 + RW) of a decoded strip times 8-row lane vectors
+// [v0, v0 + V) of x (lanes = activation rows; vector v is half v % 2 of lane group v / 2) over
+// groups [c.g0, c.g1), H spans per group; out[r * ldo + 8 v + l] (added onto when c.more). RW x V
+// is 2 x 2 (12 of the 16 registers) or 4 x 1 (11).
+template <int RW, int V, int H>
 void StripTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, int r0, int v0, float* out,
                int64_t ldo) {
-  constexpr int RW = 2, V = 2;
   const int64_t nb = w.k / kQK32, n_spans = nb * H;
   const float* lane_ds = H == 1 ? x.LaneDSum() : x.LaneDSum16();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -32,6 +31,7 @@ void StripTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk
     for (int v = 0; v < V; ++v)
       f[r][v] = c.more ? _mm256_loadu_ps(out + (r0 + r) * ldo + 8 * (v0 + v)) : _mm256_setzero_ps();
   for (int64_t g = c.g0; g < c.g1; ++g) {
+    FetchSlice(c, g);
     for (int h = 0; h < H; ++h) {
       __m256i s[RW][V];
       for (int r = 0; r < RW; ++r)
@@ -65,11 +65,19 @@ void StripTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk
     for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + (r0 + r) * ldo + 8 * (v0 + v), f[r][v]);
 }
 
+// Pairs of 8-row vectors, and a last vector alone when the rows end in its first half (a
+// 17-row question pays for 24 rows, not 32).
 template <int H>
 void StripTiles(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo) {
-  static_assert(kStripRows % 2 == 0);
-  for (int v = 0; v < 2 * x.n_lane_groups(); v += 2)
-    for (int r = 0; r < kStripRows; r += 2) StripTile<H>(w, x, c, r, v, out, ldo);
+  static_assert(kStripRows % 4 == 0);
+  const int n_vectors = (x.m() + 7) / 8;
+  StripChunk later = c;  // the first tile alone prefetches
+  later.fetch_lines = 0;
+  int v = 0;
+  for (; v + 2 <= n_vectors; v += 2)
+    for (int r = 0; r < kStripRows; r += 2) StripTile<2, 2, H>(w, x, v + r == 0 ? c : later, r, v, out, ldo);
+  if (v < n_vectors)
+    for (int r = 0; r < kStripRows; r += 4) StripTile<4, 1, H>(w, x, v + r == 0 ? c : later, r, v, out, ldo);
 }
 
 }  // namespace

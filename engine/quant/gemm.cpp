@@ -123,7 +123,9 @@ void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   constexpr int kS = gemm_internal::kStripRows;
   const int64_t n_groups = w.n_cols / kQK32, k = w.n_cols;
   const int halves = w.type == WeightType::kQ6_K ? 2 : 1;
-  const int64_t n_spans = n_groups * halves, ldo = 16 * int64_t(x.n_lane_groups());
+  const int64_t n_spans = n_groups * halves, ldo = 16 * int64_t(x.n_lane_groups()), row_bytes = w.RowBytes();
+  // A chunk's activations (n_lane_groups * 512 bytes per group) stay at or under 16 KiB of L1.
+  const int64_t chunk_groups = std::max<int64_t>(4, gemm_internal::kStripChunkGroups * 2 / x.n_lane_groups());
   thread_local std::vector<uint8_t> u;
   thread_local std::vector<float> dw, mw, out;
   u.resize(size_t(kS * k));
@@ -137,7 +139,7 @@ void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
       uint8_t* ur = u.data() + r * k;
       float *dr = dw.data() + r * n_spans, *mr = mw.data() + r * n_spans;
       if (r < n_valid) {
-        gemm_internal::DecodeRowAvx2(w.type, w.data + (s0 + r) * w.RowBytes(), n_groups, ur, dr, mr);
+        gemm_internal::DecodeRowAvx2(w.type, w.data + (s0 + r) * row_bytes, n_groups, ur, dr, mr);
       } else {
         std::memset(ur, 0, size_t(k));
         std::fill(dr, dr + n_spans, 0.0f);
@@ -145,10 +147,20 @@ void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
       }
     }
     const gemm_internal::DecodedStrip strip{u.data(), dw.data(), mw.data(), k, halves};
+    // The next strip's weights are fetched into L2 while this strip computes, spread over the
+    // first set's groups: the decode would otherwise wait for memory with the kernels idle (at
+    // 16-64 rows a third of the decode's time was those loads).
+    const uint8_t* next = w.data + (s0 + kS) * row_bytes;
+    const int64_t next_lines = (std::clamp<int64_t>(r1 - s0 - kS, 0, kS) * row_bytes + 63) / 64;
     for (const GemmActivations* set : {&x, lo}) {
       if (!set) continue;
-      for (int64_t g0 = 0; g0 < n_groups; g0 += gemm_internal::kStripChunkGroups) {
-        const gemm_internal::StripChunk chunk{g0, std::min(n_groups, g0 + gemm_internal::kStripChunkGroups), g0 > 0};
+      for (int64_t g0 = 0; g0 < n_groups; g0 += chunk_groups) {
+        const int64_t g1 = std::min(n_groups, g0 + chunk_groups);
+        gemm_internal::StripChunk chunk{g0, g1, g0 > 0};
+        if (set == &x) {
+          chunk.fetch = next + 64 * (next_lines * g0 / n_groups);
+          chunk.fetch_lines = next_lines * g1 / n_groups - next_lines * g0 / n_groups;
+        }
         if (path == KernelPath::kAvx512) {
           gemm_internal::GemmStripAvx512(strip, *set, chunk, out.data(), ldo);
         } else {

@@ -127,13 +127,24 @@ struct DecodedStrip {
 void DecodeRowAvx2(WeightType type, const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, float* mw);
 
 // Groups [g0, g1) of a strip's rows; `more`: the output already holds groups [0, g0). The
-// kernels take a strip in chunks of kStripChunkGroups, so that a chunk's activations (up to 64
-// rows) and weights stay in L1.
+// kernels take a strip in chunks of about 2 * kStripChunkGroups / (lane groups) groups, so that
+// a chunk's activations (16 KiB) and weights stay in L1.
 inline constexpr int64_t kStripChunkGroups = 16;
+// `fetch_lines` cache lines from `fetch` on (the next strip's weights) are prefetched into L2
+// while the chunk computes, a slice at each group, so that the memory works while the kernels do.
 struct StripChunk {
   int64_t g0, g1;
   bool more;
+  const uint8_t* fetch = nullptr;
+  int64_t fetch_lines = 0;
 };
+
+// The slice of c's prefetch that goes with group g.
+inline void FetchSlice(const StripChunk& c, int64_t g) {
+  const int64_t n = c.g1 - c.g0, i = g - c.g0;
+  for (int64_t l = c.fetch_lines * i / n; l < c.fetch_lines * (i + 1) / n; ++l)
+    __builtin_prefetch(c.fetch + 64 * l, 0, 2);
+}
 
 // Rows [0, kStripRows) of a decoded strip times every activation row of x
 // over one chunk: out[r * ldo + i] for activation rows i < 16 * x.n_lane_groups() (the padding

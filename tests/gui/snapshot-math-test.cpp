@@ -351,6 +351,7 @@ TEST(TuningConfig, RoundTripsAndNamesBadKeys) {
   s.pipeline.pool_max = true;
   s.pipeline.pool_follow = 5;
   s.pipeline.head_max = false;
+  s.pipeline.predict_next = true;
   auto back = ParseTuning(TuningToJson(s), TuningSettings{});
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_FLOAT_EQ(back->pipeline.alpha, 1.25f);
@@ -361,6 +362,8 @@ TEST(TuningConfig, RoundTripsAndNamesBadKeys) {
   EXPECT_TRUE(back->pipeline.pool_max);
   EXPECT_EQ(back->pipeline.pool_follow, 5);
   EXPECT_FALSE(back->pipeline.head_max);
+  EXPECT_TRUE(back->pipeline.predict_next);
+  EXPECT_FALSE(ParseTuning(R"({"predict_next": 1})", TuningSettings{}).ok());
   EXPECT_FALSE(ParseTuning(R"({"pool_follow": -1})", TuningSettings{}).ok());
   EXPECT_FALSE(ParseTuning(R"({"head_max": "yes"})", TuningSettings{}).ok());
   EXPECT_FALSE(ParseTuning(R"({"pool": 99})", TuningSettings{}).ok());
