@@ -52,17 +52,18 @@ void DecodeRow(const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, floa
         Store32(u + 64 * c, lo);
         Store32(u + 64 * c + 32, hi);
       }
-      alignas(32) int32_t sc[8], mn[8];
-      for (int j = 0; j < 8; ++j) {
-        uint8_t s = 0, m = 0;
-        UnpackScaleMinK4(j, b + 4, &s, &m);
-        sc[j] = s;
-        mn[j] = m;
-      }
+      // The eight 6-bit scales and mins (UnpackScaleMinK4) a 32-bit word of four at a time.
+      uint32_t u[3];
+      std::memcpy(u, b + 4, 12);
+      constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+      const uint64_t sc = (u[0] & k6) | uint64_t((u[2] & k4) | ((u[0] >> 6) & k2) << 4) << 32;
+      const uint64_t mn = (u[1] & k6) | uint64_t(((u[2] >> 4) & k4) | ((u[1] >> 6) & k2) << 4) << 32;
       const __m256 d = _mm256_set1_ps(HalfAt(b)), dmin = _mm256_set1_ps(HalfAt(b + 2));
-      _mm256_storeu_ps(dw, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(sc)))));
-      const __m256 mins = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(mn))));
-      _mm256_storeu_ps(mw, _mm256_xor_ps(mins, _mm256_set1_ps(-0.0f)));
+      auto widen = [](uint64_t bytes) {
+        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(bytes))));
+      };
+      _mm256_storeu_ps(dw, _mm256_mul_ps(d, widen(sc)));
+      _mm256_storeu_ps(mw, _mm256_xor_ps(_mm256_mul_ps(dmin, widen(mn)), _mm256_set1_ps(-0.0f)));
     }
   } else if constexpr (T == WeightType::kQ6_K) {
     for (int64_t sb = 0; sb < n_groups / 8; ++sb, u += 256, dw += 16, mw += 16) {
