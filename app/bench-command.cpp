@@ -104,6 +104,7 @@ int RunCpuEngineBench(const Model& model, const ForwardTimingOptions& forward, i
       {"decode_tok_s_8k", r->decode_tok_s_8k},
       {"prefill_tok_s_ctx", r->speed.prefill_tok_s_ctx},
       {"prefill_ctx_vs_short", r->prefill_ctx_vs_short},
+      {"attention_gflops_ctx", r->attention_gflops_ctx},
       {"decode_bytes_per_token_ctx", r->decode_bytes_per_token_ctx},
       {"decode_bw_fraction_ctx", r->decode_bw_fraction_ctx},
       {"weights_bytes_per_token", r->weights_bytes_per_token},
