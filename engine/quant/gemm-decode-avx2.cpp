@@ -121,6 +121,30 @@ void DecodeRow(const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, floa
 
 }  // namespace
 
+void PanelQuadsAvx2(const uint8_t* u, int64_t k, int64_t n_groups, uint8_t* data) {
+  for (int64_t g = 0; g < n_groups; ++g) {
+    for (int b = 0; b < 4; ++b) {  // rows 8b .. 8b + 7: an 8 x 8 transpose of dwords
+      __m256i r[8], t[8], s[8];
+      for (int i = 0; i < 8; ++i) r[i] = Load32(u + (8 * b + i) * k + 32 * g);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        s[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        s[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        s[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        s[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+      }
+      uint8_t* d = data + g * 1024 + 32 * b;
+      for (int q = 0; q < 4; ++q) {
+        Store32(d + q * 128, _mm256_permute2x128_si256(s[q], s[q + 4], 0x20));
+        Store32(d + (q + 4) * 128, _mm256_permute2x128_si256(s[q], s[q + 4], 0x31));
+      }
+    }
+  }
+}
+
 void DecodeRowAvx2(WeightType type, const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, float* mw) {
   switch (type) {
     case WeightType::kQ8_0: DecodeRow<WeightType::kQ8_0>(row, n_groups, u, dw, mw); break;

@@ -38,24 +38,37 @@ void DecodeRowT(const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, flo
 }
 
 // Packs rows [r0, r0 + n_valid) of w into the panel layout of gemm.h (data and scale sized for
-// the row's groups; padding rows zeroed).
-template <WeightType T>
-void PackPanelT(const WeightMatrix& w, int64_t r0, int n_valid, uint8_t* data, float* scale) {
-  constexpr int kH = gemm_internal::kHalves<T>;
-  const int64_t n_groups = w.n_cols / kQK32, row_bytes = w.RowBytes();
-  // Group by group, so the stores of one group stay within its 1 KiB.
-  for (int64_t g = 0; g < n_groups; ++g) {
-    uint8_t* dg = data + g * 1024;
-    float* sg = scale + g * kH * 64;
-    for (int r = 0; r < int(kGemmPanel); ++r) {
-      alignas(32) uint8_t u[32] = {};
-      float dw[2] = {}, mw[2] = {};
-      if (r < n_valid) DecodeGroup<T>(w.data + (r0 + r) * row_bytes, g, u, dw, mw);
-      for (int h = 0; h < kH; ++h) {
-        sg[h * 64 + r] = dw[h];
-        sg[h * 64 + 32 + r] = mw[h];
-      }
-      for (int q = 0; q < 8; ++q) std::memcpy(dg + q * 128 + 4 * r, u + 4 * q, 4);
+// the row's groups; padding rows zeroed): the rows decoded whole in AVX2 (DecodeRowAvx2, bit for
+// bit DecodeGroup), their quads transposed into place (PanelQuadsAvx2), the scales copied. (A
+// group at a time in scalar code, and then quad by quad, packing was 7% of a 512-token prefill's
+// CPU samples.)
+void PackPanel(const WeightMatrix& w, int64_t r0, int n_valid, uint8_t* data, float* scale) {
+  constexpr int kP = int(kGemmPanel);
+  const int64_t n_groups = w.n_cols / kQK32, row_bytes = w.RowBytes(), k = w.n_cols;
+  const int halves = w.type == WeightType::kQ6_K ? 2 : 1;
+  const int64_t n_spans = n_groups * halves;
+  thread_local std::vector<uint8_t> u;
+  thread_local std::vector<float> dw, mw;
+  u.resize(size_t(kP * k));
+  dw.resize(size_t(kP * n_spans));
+  mw.resize(dw.size());
+  for (int r = 0; r < kP; ++r) {
+    uint8_t* ur = u.data() + r * k;
+    float *dr = dw.data() + r * n_spans, *mr = mw.data() + r * n_spans;
+    if (r < n_valid) {
+      gemm_internal::DecodeRowAvx2(w.type, w.data + (r0 + r) * row_bytes, n_groups, ur, dr, mr);
+    } else {
+      std::memset(ur, 0, size_t(k));
+      std::fill(dr, dr + n_spans, 0.0f);
+      std::fill(mr, mr + n_spans, 0.0f);
+    }
+  }
+  gemm_internal::PanelQuadsAvx2(u.data(), k, n_groups, data);
+  for (int64_t sp = 0; sp < n_spans; ++sp) {  // span sp = g * halves + h at scale[sp * 64 + r], mw 32 later
+    float* sg = scale + sp * 64;
+    for (int r = 0; r < kP; ++r) {
+      sg[r] = dw[size_t(r * n_spans + sp)];
+      sg[32 + r] = mw[size_t(r * n_spans + sp)];
     }
   }
 }
@@ -79,12 +92,6 @@ template <WeightType T>
 struct DecodeRowOp {
   static void Run(const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, float* mw) {
     DecodeRowT<T>(row, n_groups, u, dw, mw);
-  }
-};
-template <WeightType T>
-struct PackPanelOp {
-  static void Run(const WeightMatrix& w, int64_t r0, int n_valid, uint8_t* data, float* scale) {
-    PackPanelT<T>(w, r0, n_valid, data, scale);
   }
 };
 
@@ -297,7 +304,7 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
     const int n_valid = int(std::min(kGemmPanel, r1 - p0));
     if (!gemm_internal::PackPanelAvx512(w.type, w.data + p0 * w.RowBytes(), w.RowBytes(), n_valid, n_groups,
                                         data.data(), scale.data()))
-      ForType<PackPanelOp>(w.type, w, p0, n_valid, data.data(), scale.data());
+      PackPanel(w, p0, n_valid, data.data(), scale.data());
     const PackedPanel panel{data.data(), scale.data(), n_groups, halves};
     for (const GemmActivations* set : {&x, lo}) {
       if (!set) continue;

@@ -126,6 +126,10 @@ struct DecodedStrip {
 // bit, in AVX2: u[32 g + e], dw and mw of group g's half h at g * halves + h.
 void DecodeRowAvx2(WeightType type, const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, float* mw);
 
+// The bytes of a packed panel (PackedPanel::data) from kGemmPanel decoded rows, row r's element e
+// at u[r * k + e]: 8 x 8 transposes of 4-byte quads, in AVX2.
+void PanelQuadsAvx2(const uint8_t* u, int64_t k, int64_t n_groups, uint8_t* data);
+
 // Groups [g0, g1) of a strip's rows; `more`: the output already holds groups [0, g0). The
 // kernels take a strip in chunks of about 2 * kStripChunkGroups / (lane groups) groups, so that
 // a chunk's activations (16 KiB) and weights stay in L1.
