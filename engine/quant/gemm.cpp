@@ -37,24 +37,14 @@ void DecodeRowT(const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, flo
   for (int64_t g = 0; g < n_groups; ++g) DecodeGroup<T>(row, g, u + 32 * g, dw + kH * g, mw + kH * g);
 }
 
-// Packs rows [r0, r0 + n_valid) of w into the panel layout of gemm.h (data and scale sized for
-// the row's groups; padding rows zeroed): the rows decoded whole in AVX2 (DecodeRowAvx2, bit for
-// bit DecodeGroup), their quads transposed into place (PanelQuadsAvx2), the scales copied. (A
-// group at a time in scalar code, and then quad by quad, packing was 7% of a 512-token prefill's
-// CPU samples.)
-void PackPanel(const WeightMatrix& w, int64_t r0, int n_valid, uint8_t* data, float* scale) {
-  constexpr int kP = int(kGemmPanel);
-  const int64_t n_groups = w.n_cols / kQK32, row_bytes = w.RowBytes(), k = w.n_cols;
-  const int halves = w.type == WeightType::kQ6_K ? 2 : 1;
-  const int64_t n_spans = n_groups * halves;
-  thread_local std::vector<uint8_t> u;
-  thread_local std::vector<float> dw, mw;
-  u.resize(size_t(kP * k));
-  dw.resize(size_t(kP * n_spans));
-  mw.resize(dw.size());
-  for (int r = 0; r < kP; ++r) {
-    uint8_t* ur = u.data() + r * k;
-    float *dr = dw.data() + r * n_spans, *mr = mw.data() + r * n_spans;
+// Rows [r0, r0 + n_valid) of w decoded whole in AVX2 (DecodeRowAvx2) into n rows of u (k bytes
+// each) and of dw, mw (n_spans each); rows n_valid .. n - 1 zero.
+void DecodeRows(const WeightMatrix& w, int64_t r0, int n, int n_valid, uint8_t* u, float* dw, float* mw) {
+  const int64_t n_groups = w.n_cols / kQK32, k = w.n_cols, row_bytes = w.RowBytes();
+  const int64_t n_spans = n_groups * (w.type == WeightType::kQ6_K ? 2 : 1);
+  for (int r = 0; r < n; ++r) {
+    uint8_t* ur = u + r * k;
+    float *dr = dw + r * n_spans, *mr = mw + r * n_spans;
     if (r < n_valid) {
       gemm_internal::DecodeRowAvx2(w.type, w.data + (r0 + r) * row_bytes, n_groups, ur, dr, mr);
     } else {
@@ -63,6 +53,24 @@ void PackPanel(const WeightMatrix& w, int64_t r0, int n_valid, uint8_t* data, fl
       std::fill(mr, mr + n_spans, 0.0f);
     }
   }
+}
+
+// Packs rows [r0, r0 + n_valid) of w into the panel layout of gemm.h (data and scale sized for
+// the row's groups; padding rows zeroed): the rows decoded whole in AVX2 (DecodeRowAvx2, bit for
+// bit DecodeGroup), their quads transposed into place (PanelQuadsAvx2), the scales copied. (A
+// group at a time in scalar code, and then quad by quad, packing was 7% of a 512-token prefill's
+// CPU samples.)
+void PackPanel(const WeightMatrix& w, int64_t r0, int n_valid, uint8_t* data, float* scale) {
+  constexpr int kP = int(kGemmPanel);
+  const int64_t n_groups = w.n_cols / kQK32, k = w.n_cols;
+  const int halves = w.type == WeightType::kQ6_K ? 2 : 1;
+  const int64_t n_spans = n_groups * halves;
+  thread_local std::vector<uint8_t> u;
+  thread_local std::vector<float> dw, mw;
+  u.resize(size_t(kP * k));
+  dw.resize(size_t(kP * n_spans));
+  mw.resize(dw.size());
+  DecodeRows(w, r0, kP, n_valid, u.data(), dw.data(), mw.data());
   gemm_internal::PanelQuadsAvx2(u.data(), k, n_groups, data);
   for (int64_t sp = 0; sp < n_spans; ++sp) {  // span sp = g * halves + h at scale[sp * 64 + r], mw 32 later
     float* sg = scale + sp * 64;
@@ -142,17 +150,7 @@ void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   const GemmActivations* lo = x.residual();
   for (int64_t s0 = r0; s0 < r1; s0 += kS) {
     const int n_valid = int(std::min<int64_t>(kS, r1 - s0));
-    for (int r = 0; r < kS; ++r) {
-      uint8_t* ur = u.data() + r * k;
-      float *dr = dw.data() + r * n_spans, *mr = mw.data() + r * n_spans;
-      if (r < n_valid) {
-        gemm_internal::DecodeRowAvx2(w.type, w.data + (s0 + r) * row_bytes, n_groups, ur, dr, mr);
-      } else {
-        std::memset(ur, 0, size_t(k));
-        std::fill(dr, dr + n_spans, 0.0f);
-        std::fill(mr, mr + n_spans, 0.0f);
-      }
-    }
+    DecodeRows(w, s0, kS, n_valid, u.data(), dw.data(), mw.data());
     const gemm_internal::DecodedStrip strip{u.data(), dw.data(), mw.data(), k, halves};
     // The next strip's weights are fetched into L2 while this strip computes, spread over the
     // first set's groups: the decode would otherwise wait for memory with the kernels idle (at
