@@ -50,6 +50,8 @@ float DotHalf512(const uint8_t* w, const void* xv, int64_t n) {
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
+    __builtin_prefetch(w + 2 * i + kDotAhead, 0, 2);  // as PrefetchBlock: the weights ahead, into L2
+    __builtin_prefetch(w + 2 * i + kDotAhead + 64, 0, 2);
     for (int k = 0; k < 4; ++k) {
       acc[k] = _mm512_fmadd_ps(Load16(w + 2 * (i + 16 * k)), _mm512_loadu_ps(x + i + 16 * k), acc[k]);
     }
@@ -173,6 +175,8 @@ void RowGroup32(const uint8_t* w, int64_t row_bytes, const ActBlock32* a, int64_
     const __mmask16 lanes_used = pair ? 0xffff : kLone;
     for (int r = 0; r < kRows; ++r) {
       const W* b = reinterpret_cast<const W*>(w + r * row_bytes) + ib;
+      // The bytes a row group (or kDotAhead) ahead: a step covers at most about a line of a row.
+      __builtin_prefetch(reinterpret_cast<const char*>(b) + (kRows > 1 ? kRows * row_bytes : kDotAhead), 0, 2);
       const W& b1 = pair ? b[1] : b[0];
       __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), T::Quants(b[0], b1), aq);
       // A full pair of a type without offset needs neither the subtraction nor the mask (the

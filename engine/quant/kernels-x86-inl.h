@@ -303,6 +303,7 @@ float DotHalf256(const uint8_t* w, const void* xv, int64_t n) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    __builtin_prefetch(w + 2 * i + kDotAhead, 0, 2);  // as PrefetchBlock: the weights ahead, into L2
     for (int k = 0; k < 4; ++k) {
       acc[k] = _mm256_fmadd_ps(Load8(w + 2 * (i + 8 * k)), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
     }
