@@ -35,6 +35,8 @@ inline void Nibbles32(const uint8_t* qs, uint8_t* u) {
 // Halves of a 32-element group with their own scale: 2 for Q6_K, else 1.
 template <WeightType T>
 inline constexpr int kHalves = T == WeightType::kQ6_K ? 2 : 1;
+// The same for a type known at run time.
+inline constexpr int Halves(WeightType t) { return t == WeightType::kQ6_K ? 2 : 1; }
 
 // Group g (32 elements) of `row`, a row of type T.
 template <WeightType T>

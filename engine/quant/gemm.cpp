@@ -41,7 +41,7 @@ void DecodeRowT(const uint8_t* row, int64_t n_groups, uint8_t* u, float* dw, flo
 // each) and of dw, mw (n_spans each); rows n_valid .. n - 1 zero.
 void DecodeRows(const WeightMatrix& w, int64_t r0, int n, int n_valid, uint8_t* u, float* dw, float* mw) {
   const int64_t n_groups = w.n_cols / kQK32, k = w.n_cols, row_bytes = w.RowBytes();
-  const int64_t n_spans = n_groups * (w.type == WeightType::kQ6_K ? 2 : 1);
+  const int64_t n_spans = n_groups * gemm_internal::Halves(w.type);
   for (int r = 0; r < n; ++r) {
     uint8_t* ur = u + r * k;
     float *dr = dw + r * n_spans, *mr = mw + r * n_spans;
@@ -57,13 +57,13 @@ void DecodeRows(const WeightMatrix& w, int64_t r0, int n, int n_valid, uint8_t* 
 
 // Packs rows [r0, r0 + n_valid) of w into the panel layout of gemm.h (data and scale sized for
 // the row's groups; padding rows zeroed): the rows decoded whole in AVX2 (DecodeRowAvx2, bit for
-// bit DecodeGroup), their quads transposed into place (PanelQuadsAvx2), the scales copied. (A
-// group at a time in scalar code, and then quad by quad, packing was 7% of a 512-token prefill's
-// CPU samples.)
+// bit DecodeGroup), their quads transposed into place (PanelQuadsAvx2), the scales copied.
+// (Decoded a group at a time in scalar code, packing was 7% of a 512-token prefill's CPU samples;
+// this way about 2%.)
 void PackPanel(const WeightMatrix& w, int64_t r0, int n_valid, uint8_t* data, float* scale) {
   constexpr int kP = int(kGemmPanel);
   const int64_t n_groups = w.n_cols / kQK32, k = w.n_cols;
-  const int halves = w.type == WeightType::kQ6_K ? 2 : 1;
+  const int halves = gemm_internal::Halves(w.type);
   const int64_t n_spans = n_groups * halves;
   thread_local std::vector<uint8_t> u;
   thread_local std::vector<float> dw, mw;
@@ -108,7 +108,7 @@ struct DecodeRowOp {
 void GemmScalar(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int64_t r1, float beta, float* y,
                 int64_t ldy) {
   const int64_t n_groups = w.n_cols / kQK32;
-  const int halves = w.type == WeightType::kQ6_K ? 2 : 1, span = 32 / halves;
+  const int halves = gemm_internal::Halves(w.type), span = 32 / halves;
   std::vector<uint8_t> u(size_t(w.n_cols));
   std::vector<float> dw(static_cast<size_t>(n_groups * halves)), mw(dw.size());
   for (int64_t r = r0; r < r1; ++r) {
@@ -137,7 +137,7 @@ void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
                 int64_t ldy, KernelPath path) {
   constexpr int kS = gemm_internal::kStripRows;
   const int64_t n_groups = w.n_cols / kQK32, k = w.n_cols;
-  const int halves = w.type == WeightType::kQ6_K ? 2 : 1;
+  const int halves = gemm_internal::Halves(w.type);
   const int64_t n_spans = n_groups * halves, ldo = 16 * int64_t(x.n_lane_groups()), row_bytes = w.RowBytes();
   // A chunk's activations (n_lane_groups * 512 bytes per group) stay at or under 16 KiB of L1.
   const int64_t chunk_groups = std::max<int64_t>(4, gemm_internal::kStripChunkGroups * 2 / x.n_lane_groups());
@@ -295,7 +295,7 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   const int64_t n_groups = w.n_cols / kQK32;
   thread_local std::vector<uint8_t> data;
   thread_local std::vector<float> scale;
-  const int halves = w.type == WeightType::kQ6_K ? 2 : 1;
+  const int halves = gemm_internal::Halves(w.type);
   data.resize(size_t(n_groups) * 1024);
   scale.resize(size_t(n_groups * halves) * 64);
   for (int64_t p0 = r0; p0 < r1; p0 += kGemmPanel) {
