@@ -27,6 +27,9 @@ class MemorySpace {
     return nullptr;
   }
   virtual const char* name() const = 0;
+  // True when p is ordinary host memory that Free may release whatever tier files the block under:
+  // a block moves between two such spaces without a copy.
+  virtual bool PlainHost() const { return false; }
 };
 
 class HostMemorySpace final : public MemorySpace {
@@ -38,6 +41,7 @@ class HostMemorySpace final : public MemorySpace {
   void CopyOut(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   const void* HostView(const void* p) const override { return p; }
   const char* name() const override { return name_; }
+  bool PlainHost() const override { return true; }
 
  private:
   const char* name_;

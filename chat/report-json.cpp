@@ -41,6 +41,7 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
          {"key_bytes", l.key_bytes},
          {"value_bytes", l.value_bytes},
          {"ssd_bytes", l.ssd_bytes},
+         {"ssd_reads", l.ssd_reads},
          {"io_wait_ms", l.io_wait_ms},
          {"prefetched", l.prefetched},
          {"prefetch_used", l.prefetch_used},
@@ -51,6 +52,7 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
   return {{"system", SystemName(r.system)},
           {"ttft_ms", r.ttft_ms},
           {"breakdown_ms", TtftBreakdownJson(r.breakdown)},
+          {"probe_score_ms", r.breakdown.probe_score_ms},  // part of probe_compute: the scoring kernels
           {"layers", layers},
           {"n_prompt", r.n_prompt},
           {"n_prefix", r.n_prefix},
@@ -67,6 +69,7 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
           {"alpha", r.alpha},
           {"layers_passed", r.n_layers_passed},
           {"ssd_bytes_read", r.ssd_bytes_read},
+          {"ssd_reads", r.ssd_reads},
           {"read_amplification", r.read_amplification()},
           {"probe_share", r.probe_share()},
           {"unhidden_io_share", r.unhidden_io_share()},

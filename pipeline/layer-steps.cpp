@@ -226,7 +226,8 @@ Status ImpressPipeline::ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, f
   // Read what is missing now, before waiting on the rest.
   std::optional<store::ReadTicket> rest;
   if (!missing.empty()) {
-    Result<store::ReadTicket> t = store_->SubmitReadKV(handle_, job.il, missing, k_dst != nullptr, true);
+    Result<store::ReadTicket> t = store_->SubmitReadKV(handle_, job.il, missing, k_dst != nullptr, true,
+                                                       store::ReadInto{k_dst, v_dst, missing_rows});
     if (!t.ok()) {
       (void)store_->Wait(pf.ticket);  // the read ahead's buffers go back to the store
       return t.status();
@@ -246,10 +247,14 @@ Status ImpressPipeline::ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, f
 Status ImpressPipeline::LoadFullLayer(LayerJob& job) {
   const size_t row_bytes = size_t(ctx_.config().n_head_kv) * ctx_.config().head_dim * sizeof(f16_t);
   std::optional<store::ReadTicket> t = TakePrefetch(job.il);
+  const bool host = ctx_.backend().HostAddressable();
   if (!t) {
-    IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitReadKV(handle_, job.il, AllTokens(job.n), true, true));
+    IMPRESS_ASSIGN_OR_RETURN(
+        t, host ? store_->SubmitReadKV(handle_, job.il, AllTokens(job.n), true, true,
+                                       store::ReadInto{k_buf_[size_t(job.il)].raw(), v_buf_[size_t(job.il)].raw(), {}})
+                : store_->SubmitReadKV(handle_, job.il, AllTokens(job.n), true, true));
   }
-  if (ctx_.backend().HostAddressable()) {
+  if (host) {
     IMPRESS_RETURN_IF_ERROR(WaitReadInto(job, *t, k_buf_[size_t(job.il)].raw(), v_buf_[size_t(job.il)].raw(),
                                          &job.run.report.breakdown.kv_io_ms));
   } else {
@@ -420,7 +425,9 @@ Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* ke
     slot.reset();
     IMPRESS_RETURN_IF_ERROR(ReadSelectedWithPrefetch(job, std::move(pf), read_keys ? k_dst : nullptr, v_dst));
   } else {
-    IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t, store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true));
+    IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t,
+                             store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true,
+                                                  store::ReadInto{read_keys ? k_dst : nullptr, v_dst, {}}));
     IMPRESS_RETURN_IF_ERROR(
         WaitReadInto(job, t, read_keys ? k_dst : nullptr, v_dst, &job.run.report.breakdown.kv_io_ms));
   }

@@ -55,9 +55,9 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run_ctest build-asan -j "$IMPRESS_JOBS" --timeout 1800 -LE no-sanitizer
 
 echo "=== ThreadSanitizer build + store concurrency tests"
-bash "$here/build.sh" build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIMPRESS_TSAN=ON --target prefix-store-test uring-io-test \
+bash "$here/build.sh" build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIMPRESS_TSAN=ON --target prefix-store-test read-into-test uring-io-test \
   team-remote-test redis-tls-test
-TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan -j "$IMPRESS_JOBS" --timeout 900 -R "PrefixStore|UringIo|TeamRemote|RedisTls"
+TSAN_OPTIONS=halt_on_error=1 run_ctest build-tsan -j "$IMPRESS_JOBS" --timeout 900 -R "PrefixStore|ReadInto|UringIo|TeamRemote|RedisTls"
 
 echo "=== Fuzzers (bounded time)"
 bash "$here/fuzz.sh"

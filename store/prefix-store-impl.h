@@ -1,7 +1,8 @@
 // PrefixStore::Impl: the state and the logic behind the PrefixStore facade (store/prefix-store.h).
 // Private to the store; declared once here, defined by job in
 //   prefix-store-open.cpp     Open, crash recovery, Close
-//   prefix-store-read.cpp     Match/Release, per-layer reads, importance reports, tier moves
+//   prefix-store-read.cpp     Match/Release, per-layer reads, importance reports
+//   prefix-store-admit.cpp    what reads leave in the memory tiers: admission, tier moves
 //   prefix-store-write.cpp    Insert, chunk writing, catalog commits, eviction and truncation
 //   prefix-store-reorder.cpp  the reorder pass and its background worker
 //   prefix-store-admin.cpp    statistics, budgets, snapshots, residency, pins, drops, checks
@@ -135,8 +136,16 @@ struct ReadSource {
   uint64_t generation = 0;
   ExtentPtr ext;                                    // disk source
   BlockPtr block;                                   // memory source (may lack some records: TierBlock)
-  AlignedBuffer img;                                // the chunk image (only the read blocks are valid)
+  AlignedBuffer img;                                // maintenance reads: the whole chunk image
   std::vector<std::pair<uint32_t, uint32_t>> runs;  // (first block, n blocks) read from disk; none: memory only
+  // The read path: the blocks of `runs`, one run after another, in the read's buffer
+  // (PendingRead::buf), and where each block of the chunk begins there (only the read ones valid).
+  uint8_t* read = nullptr;
+  std::vector<uint32_t> block_at;
+  // The bytes at chunk offset `off` as read (a record read whole lies in one run).
+  const uint8_t* At(uint64_t off) const {
+    return read ? read + block_at[off / kBlockBytes] + off % kBlockBytes : img.data() + off;
+  }
   bool whole = false;                               // whole chunk read
   Tier install = Tier::kSsd;                        // admitted from the SSD: install what was read there
   std::vector<std::pair<uint32_t, uint32_t>> rows;  // (output row, record index inside the chunk)
@@ -160,6 +169,11 @@ struct PendingRead {
   uint64_t n_rows = 0;
   ReadEngine::Ticket ticket = 0;
   std::vector<ReadSource> sources;
+  AlignedBuffer buf;  // what the disk reads land in (ReadSource::read points into it)
+  // Rows copied as their chunks arrived (SubmitReadKV with a ReadInto): where to, and per source
+  // whether it was checked and served so (written by the completion thread before the batch ends).
+  std::optional<ReadInto> into;
+  std::vector<uint8_t> served;
   ReadStats stats;
   std::shared_ptr<RemoteRead> remote;  // a read of a remote match (no sources, no disk ticket)
 };
@@ -257,6 +271,8 @@ struct PrefixStore::Impl {
   std::vector<ExtentPtr> pending_retire GUARDED_BY(mu);    // freed after the next commit
 
   // ---- Read buffers for reuse: fresh pages would cost a page fault per 4 KiB on every read.
+  // Read buffers kept for reuse: a few layers' reads of a 32K-token prefix in flight at once.
+  static constexpr size_t kReadPoolBytes = 128ull << 20;
   Mutex pool_mu;
   std::multimap<size_t, AlignedBuffer> pool GUARDED_BY(pool_mu);
   size_t pool_bytes GUARDED_BY(pool_mu) = 0;
@@ -316,7 +332,7 @@ struct PrefixStore::Impl {
   Status Release(MatchHandle& h) EXCLUDES(mu);
   Result<ReadTicket> SubmitProbeKeys(const MatchHandle& h, int il) EXCLUDES(mu);
   Result<ReadTicket> SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions, bool want_k,
-                                  bool want_v) EXCLUDES(mu);
+                                  bool want_v, std::optional<ReadInto> into) EXCLUDES(mu);
   Result<ReadTicket> SubmitReadAllKeys(const MatchHandle& h, int il) EXCLUDES(mu);
   Result<std::vector<uint32_t>> ReadGroups(const MatchHandle& h, int il, uint32_t group_tokens) EXCLUDES(mu);
   uint32_t BlockGroupTokens() const;
@@ -335,15 +351,11 @@ struct PrefixStore::Impl {
   Result<ReadTicket> SubmitLocked(std::unique_ptr<PendingRead> pr) REQUIRES(mu);
   Status VerifyRead(PendingRead& pr) EXCLUDES(mu);
   void GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out, std::span<const uint32_t> out_rows) const;
+  void GatherSource(const PendingRead& pr, const ReadSource& s, f16_t* k_out, f16_t* v_out,
+                    std::span<const uint32_t> out_rows) const;
+  // A read with a ReadInto: source g's blocks all arrived (on the engine's completion thread).
+  void ServeArrived(PendingRead& pr, uint32_t g) const;
   static const uint8_t* BlockRecords(const TierBlock& b, std::vector<uint8_t>& tmp);
-  bool WantInstallLocked(const PendingRead& pr, const ReadSource& s, Tier* t, BlockPtr* base) REQUIRES(mu);
-  void InstallSource(const PendingRead& pr, const ReadSource& s) EXCLUDES(mu);
-  BlockPtr MakeProbeBlock(const ReadSource& s, Tier t);
-  BlockPtr MakeKVBlock(const PendingRead& pr, const ReadSource& s, Tier t, const BlockPtr& base);
-  static bool HasAdmissions(const PendingRead& pr);
-  void QueueAdmission(std::unique_ptr<PendingRead> pr) EXCLUDES(admit_mu);
-  void AdmitLoop() EXCLUDES(mu, admit_mu);
-  void WaitForAdmissions() EXCLUDES(admit_mu);
   void RecycleBuffers(PendingRead& pr) EXCLUDES(pool_mu);
   void MarkCorruptLocked(const ReadSource& s, const Status& why) REQUIRES(mu);
   Status VerifySource(const ReadSource& s, bool probe) const;
@@ -351,10 +363,20 @@ struct PrefixStore::Impl {
                                                             uint32_t max_gap_blocks = 0);
   AlignedBuffer GetBuffer(size_t n) EXCLUDES(pool_mu);
   void PutBuffer(AlignedBuffer b) EXCLUDES(pool_mu);
+  Tier ServedFromLocked(ChunkId cid, uint64_t generation) const REQUIRES(mu);
+
+  // ---- prefix-store-admit.cpp
+  static bool HasAdmissions(const PendingRead& pr);
+  void QueueAdmission(std::unique_ptr<PendingRead> pr) EXCLUDES(admit_mu);
+  void AdmitLoop() EXCLUDES(mu, admit_mu);
+  void WaitForAdmissions() EXCLUDES(admit_mu);
+  bool WantInstallLocked(const PendingRead& pr, const ReadSource& s, Tier* t, BlockPtr* base) REQUIRES(mu);
+  void InstallSource(const PendingRead& pr, const ReadSource& s) EXCLUDES(mu);
+  BlockPtr MakeProbeBlock(const ReadSource& s, Tier t);
+  BlockPtr MakeKVBlock(const PendingRead& pr, const ReadSource& s, Tier t, const BlockPtr& base);
   void ApplyMoveLocked(const TierMove& m) REQUIRES(mu);
   void ApplyMovesLocked(const std::vector<TierMove>& moves) REQUIRES(mu);
   void DropChunkLocked(ChunkId cid) REQUIRES(mu);
-  Tier ServedFromLocked(ChunkId cid, uint64_t generation) const REQUIRES(mu);
 
   // ---- prefix-store-write.cpp
   struct InsertJob;

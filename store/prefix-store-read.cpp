@@ -1,5 +1,6 @@
 // PrefixStore::Impl: the read path. Match/Release, per-layer reads (planned under the lock,
-// waited and gathered outside it), importance reports, and the tier moves that reads cause.
+// waited and gathered outside it, or gathered chunk by chunk as they arrive) and importance
+// reports. What reads leave in the memory tiers: prefix-store-admit.cpp.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -139,7 +140,7 @@ Result<ReadTicket> PrefixStore::Impl::SubmitProbeKeys(const MatchHandle& h, int 
 Result<ReadTicket> PrefixStore::Impl::SubmitReadAllKeys(const MatchHandle& h, int il) {
   std::vector<uint32_t> pos(h.n_matched);
   std::iota(pos.begin(), pos.end(), 0u);
-  return SubmitReadKV(h, il, pos, true, false);
+  return SubmitReadKV(h, il, pos, true, false, std::nullopt);
 }
 
 Result<std::vector<uint32_t>> PrefixStore::Impl::ReadGroups(const MatchHandle& h, int il, uint32_t group_tokens) {
@@ -181,7 +182,7 @@ uint32_t PrefixStore::Impl::BlockGroupTokens() const {
 }
 
 Result<ReadTicket> PrefixStore::Impl::SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
-                                                   bool want_k, bool want_v) {
+                                                   bool want_k, bool want_v, std::optional<ReadInto> into) {
   MutexLock lk(&mu);
   IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
   if (!want_k && !want_v) return Status::InvalidArgument("store: a KV read must want K, V or both");
@@ -190,6 +191,9 @@ Result<ReadTicket> PrefixStore::Impl::SubmitReadKV(const MatchHandle& h, int il,
   pr->want_k = want_k;
   pr->want_v = want_v;
   pr->n_rows = positions.size();
+  if (into && !into->rows.empty() && into->rows.size() != positions.size())
+    return Status::InvalidArgument("store: a read's output rows do not match its positions");
+  pr->into = std::move(into);
   IMPRESS_RETURN_IF_ERROR(PlanKVSourcesLocked(*hs, uint32_t(il), positions, pr.get()));
   const uint64_t want_bytes = (want_k ? k_bytes : 0) + (want_v ? k_bytes : 0);
   pr->stats.useful_bytes = positions.size() * want_bytes;
@@ -290,24 +294,43 @@ void PrefixStore::Impl::PlanTierReadsLocked(PendingRead* pr) {
 }
 
 Result<ReadTicket> PrefixStore::Impl::SubmitLocked(std::unique_ptr<PendingRead> pr) {
+  // One buffer holds every block the read brings, run after run: memory for the bytes read, not
+  // for the chunks they lie in, and one buffer the pool can hand to the next read.
+  uint64_t total = 0;
+  for (const auto& s : pr->sources)
+    for (auto [b, n] : s.runs) total += uint64_t(n) * kBlockBytes;
+  if (total > 0) {
+    pr->buf = GetBuffer(total);
+    if (!pr->buf.data()) return Status::ResourceExhausted("store: out of memory for a read buffer");
+  }
   std::vector<ReadOp> ops;
+  uint64_t at = 0;
   for (auto& s : pr->sources) {
     if (s.runs.empty()) continue;  // served from a memory tier
     File* f = files->file(s.ext->ext.file);
     if (!f) return Status::Internal("store: data file " + std::to_string(s.ext->ext.file) + " is not open");
-    s.img = GetBuffer(s.ext->ext.length);
-    if (!s.img.data()) return Status::ResourceExhausted("store: out of memory for a read buffer");
+    s.read = pr->buf.data() + at;
+    s.block_at.assign(s.ext->ext.length / kBlockBytes, 0);
+    uint32_t in_read = 0;
     for (auto [b, n] : s.runs) {
-      ops.push_back(ReadOp{f, s.ext->ext.offset + uint64_t(b) * kBlockBytes, n * kBlockBytes,
-                           s.img.data() + size_t(b) * kBlockBytes});
+      ops.push_back(ReadOp{f, s.ext->ext.offset + uint64_t(b) * kBlockBytes, n * kBlockBytes, s.read + in_read,
+                           uint32_t(&s - pr->sources.data())});
+      for (uint32_t x = 0; x < n; ++x) s.block_at[b + x] = in_read + x * kBlockBytes;
+      in_read += n * kBlockBytes;
       pr->stats.ssd_bytes += uint64_t(n) * kBlockBytes;
     }
+    at += in_read;
   }
   pr->stats.n_ios = uint32_t(ops.size());
   st.ssd_bytes_read += pr->stats.ssd_bytes;
   st.chunk_reads += pr->stats.chunks_ssd;
   ++st.n_reads;
-  pr->ticket = io->Submit(std::move(ops));
+  ReadEngine::GroupDone on_group;
+  if (pr->into) {
+    pr->served.assign(pr->sources.size(), 0);
+    on_group = [this, p = pr.get()](uint32_t g) { ServeArrived(*p, g); };  // the read outlives its batch
+  }
+  pr->ticket = io->Submit(std::move(ops), std::move(on_group));
   ReadTicket t = next_ticket++;
   reads[t] = std::move(pr);
   return t;
@@ -366,6 +389,11 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
       return Status::InvalidArgument("store: read ticket " + std::to_string(t) + " is not a probe read");
     if (!out_rows.empty() && (it->second->probe || out_rows.size() != it->second->n_rows))  // the ticket stays
       return Status::InvalidArgument("store: read ticket " + std::to_string(t) + ": output rows do not match the read");
+    if (const auto& in = it->second->into;
+        in && (in->k != k_out || in->v != v_out ||
+               !std::equal(in->rows.begin(), in->rows.end(), out_rows.begin(), out_rows.end())))
+      return Status::InvalidArgument("store: read ticket " + std::to_string(t) +
+                                     ": waited into other buffers than it was submitted for");
     pr = std::move(it->second);
     reads.erase(it);
   }
@@ -390,14 +418,11 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
     const size_t pe = size_t(n_probe) * size_t(opt.head_dim);
     std::vector<uint8_t> tmp;
     for (auto& s : pr->sources) {
-      const uint8_t* recs;  // (n_slots, n_probe, head_dim)
-      if (s.block) {        // from a memory tier: no image was read (img is empty)
-        recs = BlockRecords(*s.block, tmp);
-      } else {
-        recs = s.img.data() + kChunkHeaderBytes;
-      }
+      // A memory tier's records (n_slots, n_probe, head_dim); null: those the disk read brought.
+      const uint8_t* recs = s.block ? BlockRecords(*s.block, tmp) : nullptr;
       for (auto [row, rec] : s.rows) {
-        const uint8_t* r = recs + size_t(rec) * probe_rec_bytes;
+        const uint8_t* r =
+            recs ? recs + size_t(rec) * probe_rec_bytes : s.At(kChunkHeaderBytes + uint64_t(rec) * probe_rec_bytes);
         if (probe_records) {
           std::memcpy(probe_records + size_t(row) * probe_rec_bytes, r, probe_rec_bytes);
         } else {
@@ -413,63 +438,15 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
 }
 
 void PrefixStore::Impl::RecycleBuffers(PendingRead& pr) {
-  for (auto& s : pr.sources) PutBuffer(std::move(s.img));
-}
-
-// Whether a read brought from the SSD something a memory tier is to keep (see WantInstallLocked).
-bool PrefixStore::Impl::HasAdmissions(const PendingRead& pr) {
-  for (const auto& s : pr.sources) {
-    if (s.runs.empty()) continue;
-    if (pr.probe ? s.whole && s.install != Tier::kSsd : s.block || s.install != Tier::kSsd) return true;
-  }
-  return false;
-}
-
-void PrefixStore::Impl::QueueAdmission(std::unique_ptr<PendingRead> pr) {
-  MutexLock lk(&admit_mu);
-  if (admit_stop) {
-    RecycleBuffers(*pr);
-    return;
-  }
-  admit_q.push_back(std::move(pr));
-  admit_cv.SignalAll();
-}
-
-// The admitter: installs each queued read's chunks, one chunk per hold of mu, so readers and
-// writers wait at most one chunk's copy for it.
-void PrefixStore::Impl::AdmitLoop() {
-  for (;;) {
-    std::unique_ptr<PendingRead> pr;
-    {
-      MutexLock lk(&admit_mu);
-      admit_busy = false;
-      admit_cv.SignalAll();  // WaitForAdmissions: maybe drained
-      while (!admit_stop && admit_q.empty()) admit_cv.Wait(&admit_mu);
-      if (admit_stop) {
-        for (auto& q : admit_q) RecycleBuffers(*q);
-        admit_q.clear();
-        admit_cv.SignalAll();
-        return;
-      }
-      pr = std::move(admit_q.front());
-      admit_q.pop_front();
-      admit_busy = true;
-    }
-    for (const auto& s : pr->sources) InstallSource(*pr, s);
-    RecycleBuffers(*pr);
-  }
-}
-
-void PrefixStore::Impl::WaitForAdmissions() {
-  MutexLock lk(&admit_mu);
-  while (!admit_stop && (admit_busy || !admit_q.empty())) admit_cv.Wait(&admit_mu);
+  for (auto& s : pr.sources) s.read = nullptr;
+  PutBuffer(std::move(pr.buf));
 }
 
 // Checks every source read from disk; a failure drops the chunk (probe keys: the segment's
 // prefix) and truncates the tree there.
 Status PrefixStore::Impl::VerifyRead(PendingRead& pr) {
   for (auto& s : pr.sources) {
-    if (s.runs.empty()) continue;
+    if (s.runs.empty() || (!pr.served.empty() && pr.served[size_t(&s - pr.sources.data())])) continue;
     Status v = VerifySource(s, pr.probe);
     if (v.ok()) continue;
     MutexLock lk(&mu);
@@ -498,142 +475,46 @@ const uint8_t* PrefixStore::Impl::BlockRecords(const TierBlock& b, std::vector<u
 }
 
 // Copies each requested row's K and/or V, in the caller's order, from tier blocks (the records
-// they hold) or chunk images (the rest).
+// they hold) or chunk images (the rest); sources served as they arrived are done already.
 void PrefixStore::Impl::GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out,
                                  std::span<const uint32_t> out_rows) const {
+  for (size_t g = 0; g < pr.sources.size(); ++g)
+    if (pr.served.empty() || !pr.served[g]) GatherSource(pr, pr.sources[g], k_out, v_out, out_rows);
+}
+
+void PrefixStore::Impl::GatherSource(const PendingRead& pr, const ReadSource& s, f16_t* k_out, f16_t* v_out,
+                                     std::span<const uint32_t> out_rows) const {
   const int nh = opt.n_head_kv, hd = opt.head_dim;
   const size_t row_elems = size_t(nh) * size_t(hd);
   std::vector<uint8_t> tmp;
-  for (auto& s : pr.sources) {
-    const uint8_t *kb = nullptr, *vb = nullptr;  // the K and V regions in memory
-    const uint8_t *kd = nullptr, *vd = nullptr;  // and in the disk image
-    if (s.block) {
-      kb = BlockRecords(*s.block, tmp);
-      vb = kb + size_t(s.ext->ext.n_slots) * k_bytes;
+  const uint8_t *kb = nullptr, *vb = nullptr;  // the K and V regions in memory
+  if (s.block) {
+    kb = BlockRecords(*s.block, tmp);
+    vb = kb + size_t(s.ext->ext.n_slots) * k_bytes;
+  }
+  const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);  // where the disk image has them
+  for (auto [row, w] : s.rows) {
+    const size_t to = out_rows.empty() ? size_t(row) : size_t(out_rows[row]);
+    if (to == kSkipRow) continue;
+    const size_t at = size_t(w) * k_bytes;
+    if (pr.want_k && k_out) {
+      const uint8_t* k = s.block && s.block->HasK(w) ? kb + at : s.At(lay.k_offset + at);
+      DecodeRecord(opt.kv_encoding, k, nh, hd, k_out + to * row_elems);
     }
-    if (!s.runs.empty()) {
-      const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);
-      kd = s.img.data() + lay.k_offset;
-      vd = s.img.data() + lay.v_offset;
-    }
-    for (auto [row, w] : s.rows) {
-      const size_t to = out_rows.empty() ? size_t(row) : size_t(out_rows[row]);
-      if (to == kSkipRow) continue;
-      if (pr.want_k && k_out) {
-        const uint8_t* k = s.block && s.block->HasK(w) ? kb : kd;
-        DecodeRecord(opt.kv_encoding, k + size_t(w) * k_bytes, nh, hd, k_out + to * row_elems);
-      }
-      if (pr.want_v && v_out) {
-        const uint8_t* v = s.block && s.block->HasV(w) ? vb : vd;
-        DecodeRecord(opt.kv_encoding, v + size_t(w) * k_bytes, nh, hd, v_out + to * row_elems);
-      }
+    if (pr.want_v && v_out) {
+      const uint8_t* v = s.block && s.block->HasV(w) ? vb + at : s.At(lay.v_offset + at);
+      DecodeRecord(opt.kv_encoding, v, nh, hd, v_out + to * row_elems);
     }
   }
 }
 
-// What a read brought from the SSD is kept in the memory tiers: the chunks the tier manager
-// admitted during planning (if still current), and the records a tier's block lacked.
-// Whether chunk s, as this read brought it, is to be installed now, and where: *t the tier, *base the
-// block a partial read adds its rows to (null: a new block).
-bool PrefixStore::Impl::WantInstallLocked(const PendingRead& pr, const ReadSource& s, Tier* t, BlockPtr* base) {
-  if (s.runs.empty()) return false;  // nothing read from the SSD
-  auto sit = segs.find(s.segment);
-  if (sit == segs.end() || (!pr.probe && sit->second.layout->generation != s.generation)) return false;
-  *base = nullptr;
-  if (!pr.probe && s.block) {  // fill in the block, if a tier still holds this very one
-    for (Tier x : {Tier::kDevice, Tier::kHost}) {
-      auto b = blocks[size_t(x)].find(s.cid);
-      if (b != blocks[size_t(x)].end() && b->second == s.block) {
-        *t = x;
-        *base = s.block;
-        return true;
-      }
-    }
-    return false;
-  }
-  if (pr.probe && !s.whole) return false;
-  *t = s.install;
-  return s.install != Tier::kSsd && tiers.Where(s.cid) == s.install && !blocks[size_t(s.install)].count(s.cid);
-}
-
-// Decided under mu, copied without it (a chunk's copy must not stall the readers), published under
-// it if still wanted.
-void PrefixStore::Impl::InstallSource(const PendingRead& pr, const ReadSource& s) {
-  Tier t = Tier::kSsd;
-  BlockPtr base;
-  {
-    MutexLock lk(&mu);
-    if (!WantInstallLocked(pr, s, &t, &base)) return;
-  }
-  BlockPtr b = pr.probe ? MakeProbeBlock(s, t) : MakeKVBlock(pr, s, t, base);
-  if (!b) return;  // out of memory: the chunk is simply not cached
-  MutexLock lk(&mu);
-  Tier now = Tier::kSsd;
-  BlockPtr now_base;
-  if (WantInstallLocked(pr, s, &now, &now_base) && now == t && now_base == base)
-    blocks[size_t(t)][s.cid] = std::move(b);
-}
-
-BlockPtr PrefixStore::Impl::MakeProbeBlock(const ReadSource& s, Tier t) {
-  auto& mem = t == Tier::kDevice ? device_mem : host_mem;
-  auto b = std::make_shared<TierBlock>();
-  b->mem = mem;
-  b->n = size_t(s.ext->ext.n_slots) * probe_rec_bytes;
-  b->generation = s.generation;
-  b->p = mem->Alloc(b->n);
-  if (!b->p) return nullptr;
-  mem->CopyIn(b->p, s.img.data() + kChunkHeaderBytes, b->n);  // the probe records, without the header
-  return b;
-}
-
-// A new block of tier t for chunk s: `base`'s records (none when null) plus those this read brought
-// (every one for a whole read).
-BlockPtr PrefixStore::Impl::MakeKVBlock(const PendingRead& pr, const ReadSource& s, Tier t, const BlockPtr& base) {
-  const uint32_t n_slots = s.ext->ext.n_slots;
-  const size_t region = size_t(n_slots) * k_bytes;
-  auto& mem = t == Tier::kDevice ? device_mem : host_mem;
-  auto b = std::make_shared<TierBlock>();
-  b->mem = mem;
-  b->n = 2 * region;
-  b->generation = s.generation;
-  b->p = mem->Alloc(b->n);
-  if (!b->p) return nullptr;
-  // Host memory is written in place (the block is not published yet); another space through a copy.
-  std::vector<uint8_t> staging;
-  uint8_t* dst = static_cast<uint8_t*>(b->p);
-  if (!mem->HostView(b->p)) {
-    staging.resize(b->n);
-    dst = staging.data();
-  }
-  const ChunkLayout lay = KVLayout(n_slots);
-  if (s.whole) {
-    std::memcpy(dst, s.img.data() + lay.k_offset, region);
-    std::memcpy(dst + region, s.img.data() + lay.v_offset, region);
-  } else {
-    // A block a partial read starts is written whole (zeros where no record is yet): a page never
-    // written would map the zero page when a later copy reads it, and the write that reuses its
-    // memory after the block is freed would then fault and flush every core's TLB.
-    if (base) base->mem->CopyOut(dst, base->p, base->n);
-    else if (staging.empty()) std::memset(dst, 0, b->n);
-    b->k_have = base && !base->k_have.empty() ? base->k_have : std::vector<bool>(n_slots, base != nullptr);
-    b->v_have = base && !base->v_have.empty() ? base->v_have : std::vector<bool>(n_slots, base != nullptr);
-    for (auto [row, w] : s.rows) {
-      const size_t at = size_t(w) * k_bytes;
-      if (pr.want_k && !b->k_have[w]) {
-        std::memcpy(dst + at, s.img.data() + lay.k_offset + at, k_bytes);
-        b->k_have[w] = true;
-      }
-      if (pr.want_v && !b->v_have[w]) {
-        std::memcpy(dst + region + at, s.img.data() + lay.v_offset + at, k_bytes);
-        b->v_have[w] = true;
-      }
-    }
-    auto all = [](const std::vector<bool>& v) { return std::find(v.begin(), v.end(), false) == v.end(); };
-    if (all(b->k_have)) b->k_have.clear();
-    if (all(b->v_have)) b->v_have.clear();
-  }
-  if (!staging.empty()) mem->CopyIn(b->p, staging.data(), b->n);
-  return b;
+// Checked as WaitInto would (a failure is left to it: it drops the chunk under the lock), then
+// copied to where the read was asked to put it.
+void PrefixStore::Impl::ServeArrived(PendingRead& pr, uint32_t g) const {
+  const ReadSource& s = pr.sources[g];
+  if (!VerifySource(s, /*probe=*/false).ok()) return;
+  GatherSource(pr, s, pr.into->k, pr.into->v, pr.into->rows);
+  pr.served[g] = 1;
 }
 
 Status PrefixStore::Impl::VerifySource(const ReadSource& s, bool probe) const {
@@ -643,10 +524,10 @@ Status PrefixStore::Impl::VerifySource(const ReadSource& s, bool probe) const {
     ChunkHeader h = probe ? HeaderFor(ChunkKind::kProbe, s.segment, 0, s.layer, 0, 0, s.ext->ext.n_slots, false)
                           : HeaderFor(ChunkKind::kKV, s.segment, s.generation, s.layer, s.index, s.ext->ext.slot_begin,
                                       s.ext->ext.n_slots, false);
-    return VerifyChunk(s.img.data(), s.ext->ext, h, what);
+    return VerifyChunk(s.At(0), s.ext->ext, h, what);
   }
   for (auto [b, n] : s.runs)
-    IMPRESS_RETURN_IF_ERROR(VerifyBlocks(s.img.data() + size_t(b) * kBlockBytes, s.ext->ext, b, n, what));
+    IMPRESS_RETURN_IF_ERROR(VerifyBlocks(s.At(uint64_t(b) * kBlockBytes), s.ext->ext, b, n, what));
   return Status::Ok();
 }
 
@@ -670,14 +551,18 @@ void PrefixStore::Impl::MarkCorruptLocked(const ReadSource& s, const Status& why
   TryPendingTruncationsLocked();
 }
 
+// Read buffers are reused: a fresh one costs page faults, and pinning its pages for the disk, on
+// the request's path. Sizes round up to 64 KiB; a pooled buffer serves a read up to half its size.
 AlignedBuffer PrefixStore::Impl::GetBuffer(size_t n) {
+  constexpr size_t kGrain = 64 * 1024;
+  n = (n + kGrain - 1) / kGrain * kGrain;
   {
     MutexLock lk(&pool_mu);
-    auto it = pool.find(n);
-    if (it != pool.end()) {
+    auto it = pool.lower_bound(n);
+    if (it != pool.end() && it->first / 2 <= n) {
       AlignedBuffer b = std::move(it->second);
+      pool_bytes -= it->first;
       pool.erase(it);
-      pool_bytes -= n;
       return b;
     }
   }
@@ -687,7 +572,7 @@ AlignedBuffer PrefixStore::Impl::GetBuffer(size_t n) {
 void PrefixStore::Impl::PutBuffer(AlignedBuffer b) {
   if (!b.data()) return;
   MutexLock lk(&pool_mu);
-  if (pool_bytes + b.size() > (64ull << 20)) return;
+  if (pool_bytes + b.size() > kReadPoolBytes) return;
   pool_bytes += b.size();
   const size_t n = b.size();
   pool.emplace(n, std::move(b));
@@ -730,43 +615,6 @@ Status PrefixStore::Impl::ReportImportance(const MatchHandle& h, int il, std::sp
   }
   for (auto& [cid, c] : per_chunk) (void)tiers.ReportImportance(cid, double(c.first) / double(c.second));
   return Status::Ok();
-}
-
-// ==================================================================== tier moves
-
-void PrefixStore::Impl::ApplyMoveLocked(const TierMove& m) {
-  auto& from = blocks[size_t(m.from)];
-  auto it = from.find(m.chunk);
-  if (m.to == Tier::kSsd) {
-    if (it != from.end()) from.erase(it);
-    return;
-  }
-  if (m.from == Tier::kSsd || it == from.end()) return;  // staged copies are installed after their read
-  BlockPtr src = it->second;
-  from.erase(it);
-  auto& mem = m.to == Tier::kDevice ? device_mem : host_mem;
-  auto b = std::make_shared<TierBlock>();
-  b->mem = mem;
-  b->n = src->n;
-  b->generation = src->generation;
-  b->k_have = src->k_have;
-  b->v_have = src->v_have;
-  b->p = mem->Alloc(src->n);
-  if (!b->p) return;  // out of memory: the chunk is simply not cached
-  std::vector<uint8_t> tmp(src->n);
-  src->mem->CopyOut(tmp.data(), src->p, src->n);
-  mem->CopyIn(b->p, tmp.data(), src->n);
-  blocks[size_t(m.to)][m.chunk] = std::move(b);
-}
-
-void PrefixStore::Impl::ApplyMovesLocked(const std::vector<TierMove>& moves) {
-  for (const auto& m : moves) ApplyMoveLocked(m);
-}
-
-void PrefixStore::Impl::DropChunkLocked(ChunkId cid) {
-  if (auto m = tiers.Remove(cid)) ApplyMoveLocked(*m);
-  blocks[size_t(Tier::kHost)].erase(cid);
-  blocks[size_t(Tier::kDevice)].erase(cid);
 }
 
 // The tier a read of this chunk would be served from now (what the memory tiers really hold).

@@ -198,7 +198,7 @@ Status PrefixStore::Impl::ReadBackKV(const MatchHandle& h, uint64_t from, uint64
   std::vector<ReadTicket> tickets;
   Status s = Status::Ok();
   for (int il = 0; il < opt.n_layer && s.ok(); ++il) {
-    auto t = SubmitReadKV(h, il, pos, true, true);
+    auto t = SubmitReadKV(h, il, pos, true, true, std::nullopt);
     if (t.ok()) tickets.push_back(*t);
     else s = t.status();
   }

@@ -23,7 +23,11 @@ Status PrefixStore::Release(MatchHandle& handle) { return impl_->Release(handle)
 Result<ReadTicket> PrefixStore::SubmitProbeKeys(const MatchHandle& h, int il) { return impl_->SubmitProbeKeys(h, il); }
 Result<ReadTicket> PrefixStore::SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
                                              bool want_k, bool want_v) {
-  return impl_->SubmitReadKV(h, il, positions, want_k, want_v);
+  return impl_->SubmitReadKV(h, il, positions, want_k, want_v, std::nullopt);
+}
+Result<ReadTicket> PrefixStore::SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
+                                             bool want_k, bool want_v, ReadInto into) {
+  return impl_->SubmitReadKV(h, il, positions, want_k, want_v, std::move(into));
 }
 Result<ReadTicket> PrefixStore::SubmitReadAllKeys(const MatchHandle& h, int il) {
   return impl_->SubmitReadAllKeys(h, il);

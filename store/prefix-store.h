@@ -216,6 +216,16 @@ struct ReadStats {
   double read_amplification() const { return useful_bytes ? double(ssd_bytes) / double(useful_bytes) : 0.0; }
 };
 
+// Where a KV read's rows go, when the caller knows it at submit (a layer's buffers): each chunk's
+// rows are checked and copied there as soon as its blocks arrive, while the rest of the read is in
+// flight, so WaitInto has little left to do. k / v as WaitInto's k_out / v_out (null: not
+// wanted), rows as its out_rows (empty: row r to row r); WaitInto must name the same k and v.
+struct ReadInto {
+  f16_t* k = nullptr;
+  f16_t* v = nullptr;
+  std::vector<uint32_t> rows;
+};
+
 struct ReadResult {
   std::vector<f16_t> k;  // KV read: (n_pos, n_head_kv, head_dim) if wanted; probe read: (n_matched, n_probe, head_dim)
   std::vector<f16_t> v;  // KV read: (n_pos, n_head_kv, head_dim) if wanted
@@ -352,6 +362,9 @@ class PrefixStore {
   // K and/or V of layer il at `positions` (ascending, each < n_matched), in that order.
   Result<ReadTicket> SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions, bool want_k,
                                   bool want_v);
+  // The same, copying the rows into `into` as they arrive (ReadInto).
+  Result<ReadTicket> SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions, bool want_k,
+                                  bool want_v, ReadInto into);
   // All keys of layer il (the fallback path): positions 0..n_matched-1, K only.
   Result<ReadTicket> SubmitReadAllKeys(const MatchHandle& h, int il);
   // The read unit of layer il, for I/O-aware selection: for each matched position, the id of its

@@ -20,30 +20,54 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Bookkeeping shared by both engines: a ticket completes when its last op completes. Requires
-// external synchronization: each engine keeps its table GUARDED_BY its mutex.
+// Bookkeeping shared by both engines: a ticket completes when its last op completes, after the
+// group calls its ops made due. Requires external synchronization: each engine keeps its table
+// GUARDED_BY its mutex.
 struct Batch {
   size_t n_left = 0;
   Status status;  // first error
   ReadTiming timing;
+  ReadEngine::GroupDone on_group;
+  std::vector<uint32_t> group_left;  // per group: ops not yet completed
+  std::vector<uint8_t> group_failed;
 };
 
 class TicketTable {
  public:
-  ReadEngine::Ticket NewLocked(size_t n_ops) {
+  ReadEngine::Ticket NewLocked(const std::vector<ReadOp>& ops, ReadEngine::GroupDone on_group) {
     ReadEngine::Ticket t = ++next_;
     Batch& b = batches_[t];
-    b.n_left = n_ops;
+    b.n_left = ops.size();
     b.timing.submitted = b.timing.completed = Clock::now();
+    if (on_group) {
+      for (const ReadOp& op : ops) {
+        if (op.group == ReadOp::kNoGroup) continue;
+        if (op.group >= b.group_left.size()) b.group_left.resize(size_t(op.group) + 1, 0);
+        ++b.group_left[op.group];
+      }
+      b.group_failed.assign(b.group_left.size(), 0);
+      b.on_group = std::move(on_group);
+    }
     return t;
   }
-  // Returns true when the batch completed (at `now`).
-  bool CompleteLocked(ReadEngine::Ticket t, const Status& st, Clock::time_point now) {
+  // One op of ticket t finished (st: its outcome) at `now`. Returns the call now due when it was
+  // the last op of a group that read whole: the caller runs it unlocked, then FinishLocked. Else
+  // the op is finished here, and *done says whether the batch completed.
+  const ReadEngine::GroupDone* CompleteLocked(ReadEngine::Ticket t, uint32_t group, const Status& st,
+                                              Clock::time_point now, bool* done) {
     Batch& b = batches_[t];
     if (!st.ok() && b.status.ok()) b.status = st;
     b.timing.completed = now;
-    return --b.n_left == 0;
+    *done = false;
+    if (b.on_group && group < b.group_left.size()) {
+      if (!st.ok()) b.group_failed[group] = 1;
+      if (--b.group_left[group] == 0 && !b.group_failed[group]) return &b.on_group;
+    }
+    *done = --b.n_left == 0;
+    return nullptr;
   }
+  // The op whose group call ran; true when the batch completed.
+  bool FinishLocked(ReadEngine::Ticket t) { return --batches_[t].n_left == 0; }
   bool KnownLocked(ReadEngine::Ticket t) const { return batches_.count(t) != 0; }
   bool DoneLocked(ReadEngine::Ticket t) const { return batches_.at(t).n_left == 0; }
   Status TakeLocked(ReadEngine::Ticket t, ReadTiming* timing) {
@@ -56,7 +80,14 @@ class TicketTable {
 
  private:
   ReadEngine::Ticket next_ = 0;
-  std::unordered_map<ReadEngine::Ticket, Batch> batches_;
+  std::unordered_map<ReadEngine::Ticket, Batch> batches_;  // nodes stay put: a due call's address too
+};
+
+// A group call made due, to run without the engine's lock.
+struct DueCall {
+  ReadEngine::Ticket ticket;
+  uint32_t group;
+  const ReadEngine::GroupDone* fn;
 };
 
 // What both engines share: the queue depth, the mutex, the ticket table under it and Wait on it.
@@ -98,9 +129,10 @@ class PreadEngine final : public TicketedEngine {
     work_cv_.SignalAll();
     for (auto& w : workers_) w.join();
   }
-  Ticket Submit(std::vector<ReadOp> ops) override {
+  using ReadEngine::Submit;
+  Ticket Submit(std::vector<ReadOp> ops, GroupDone on_group) override {
     MutexLock lk(&mu_);
-    Ticket t = table_.NewLocked(ops.size());
+    Ticket t = table_.NewLocked(ops, std::move(on_group));
     for (auto& op : ops) queue_.push_back({t, op});
     work_cv_.SignalAll();
     return t;
@@ -124,7 +156,14 @@ class PreadEngine final : public TicketedEngine {
                                std::to_string(n_read) + " of " + std::to_string(op.length) + " bytes): file truncated");
       const Clock::time_point now = Clock::now();
       mu_.Lock();
-      if (table_.CompleteLocked(t, st, now)) done_cv_.SignalAll();
+      bool done = false;
+      if (const GroupDone* fn = table_.CompleteLocked(t, op.group, st, now, &done)) {
+        mu_.Unlock();
+        (*fn)(op.group);
+        mu_.Lock();
+        done = table_.FinishLocked(t);
+      }
+      if (done) done_cv_.SignalAll();
     }
   }
 
@@ -158,7 +197,9 @@ class UringEngine final : public TicketedEngine {
       MutexLock lk(&mu_);
       stop_ = true;
       for (Op* o : pending_) {
-        table_.CompleteLocked(o->ticket, Status::Cancelled("store reader closed"), Clock::now());
+        bool done = false;
+        table_.CompleteLocked(o->ticket, ReadOp::kNoGroup, Status::Cancelled("store reader closed"), Clock::now(),
+                              &done);
         delete o;
       }
       pending_.clear();
@@ -172,9 +213,10 @@ class UringEngine final : public TicketedEngine {
     io_uring_queue_exit(&ring_);
   }
 
-  Ticket Submit(std::vector<ReadOp> ops) override {
+  using ReadEngine::Submit;
+  Ticket Submit(std::vector<ReadOp> ops, GroupDone on_group) override {
     MutexLock lk(&mu_);
-    Ticket t = table_.NewLocked(ops.size());
+    Ticket t = table_.NewLocked(ops, std::move(on_group));
     for (auto& op : ops) pending_.push_back(new Op{t, op, 0});
     FillLocked();
     return t;
@@ -231,15 +273,23 @@ class UringEngine final : public TicketedEngine {
       const Clock::time_point now = Clock::now();
       MutexLock lk(&mu_);
       bool any_done = false;
+      due_.clear();
       for (unsigned i = 0; i < n; ++i) any_done |= CompleteLocked(cqes_[i], now);
       io_uring_cq_advance(&ring_, n);
-      FillLocked();
+      FillLocked();  // the disk keeps busy while the group calls run
+      if (!due_.empty()) {
+        mu_.Unlock();
+        for (const DueCall& d : due_) (*d.fn)(d.group);
+        mu_.Lock();
+        for (const DueCall& d : due_) any_done |= table_.FinishLocked(d.ticket);
+      }
       if (any_done) done_cv_.SignalAll();
       if (stop_ && in_flight_ == 0) return;
     }
   }
 
-  // One completion; true when it finished a read (successfully or not).
+  // One completion; true when it finished a batch (successfully or not). A group call it makes
+  // due goes to due_.
   bool CompleteLocked(io_uring_cqe* cqe, Clock::time_point now) REQUIRES(mu_) {
     Op* o = static_cast<Op*>(io_uring_cqe_get_data(cqe));
     const int res = cqe->res;
@@ -264,9 +314,11 @@ class UringEngine final : public TicketedEngine {
         return false;
       }
     }
-    table_.CompleteLocked(o->ticket, st, now);
+    bool done = false;
+    if (const GroupDone* fn = table_.CompleteLocked(o->ticket, o->op.group, st, now, &done))
+      due_.push_back({o->ticket, o->op.group, fn});
     delete o;
-    return true;
+    return done;
   }
 
   io_uring ring_{};  // SQ filled under mu_; CQ reaped by the completion thread alone
@@ -274,6 +326,7 @@ class UringEngine final : public TicketedEngine {
   int in_flight_ GUARDED_BY(mu_) = 0;
   std::deque<Op*> pending_ GUARDED_BY(mu_);
   std::vector<io_uring_cqe*> cqes_;  // the completion thread's alone
+  std::vector<DueCall> due_;         // likewise
   std::thread reaper_;
 };
 

@@ -1,4 +1,5 @@
 // ReadEngine: batched asynchronous reads for the store (one layer's chunk reads go in one batch).
+// A batch's ops may form groups (a chunk's runs) that the caller hears of as each completes.
 //
 // Submit() queues a batch and returns a ticket at once; the reads run while the caller computes;
 // Wait(ticket) blocks until every read of the batch finished and returns the first error (and,
@@ -14,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,10 +26,12 @@
 namespace impress::store {
 
 struct ReadOp {
-  File* file = nullptr;  // read through file->fd() (io_uring) or file->ReadAt (pread)
-  uint64_t offset = 0;   // 4 KiB-aligned when file->direct()
-  uint32_t length = 0;   // 4 KiB multiple when file->direct()
-  void* buf = nullptr;   // 4 KiB-aligned when file->direct()
+  static constexpr uint32_t kNoGroup = UINT32_MAX;
+  File* file = nullptr;       // read through file->fd() (io_uring) or file->ReadAt (pread)
+  uint64_t offset = 0;        // 4 KiB-aligned when file->direct()
+  uint32_t length = 0;        // 4 KiB multiple when file->direct()
+  void* buf = nullptr;        // 4 KiB-aligned when file->direct()
+  uint32_t group = kNoGroup;  // with Submit's on_group: the ops that make one unit (ids < the op count)
 };
 
 // When a batch was handed to the engine and when its last read completed (an empty batch
@@ -47,7 +51,13 @@ class ReadEngine {
   // kind) which engine reads, so every test and benchmark output names it.
   static std::unique_ptr<ReadEngine> Create(int queue_depth, bool force_pread, std::string* note);
 
-  virtual Ticket Submit(std::vector<ReadOp> ops) = 0;
+  // on_group(g), when given, runs on a completion thread as soon as every op of group g has read all
+  // its bytes (never for a group with a failed op), so a caller can use a unit's bytes while the
+  // rest of the batch is in flight; the batch completes only after its calls returned. Calls for
+  // different groups may run at once.
+  using GroupDone = std::function<void(uint32_t group)>;
+  virtual Ticket Submit(std::vector<ReadOp> ops, GroupDone on_group) = 0;
+  Ticket Submit(std::vector<ReadOp> ops) { return Submit(std::move(ops), nullptr); }
   Status Wait(Ticket t) { return Wait(t, nullptr); }
   // The same; *timing (when given) receives the batch's submit and completion times.
   virtual Status Wait(Ticket t, ReadTiming* timing) = 0;

@@ -23,6 +23,9 @@
 namespace impress::store {
 namespace {
 
+using testing::FlipByteInData;
+using testing::RandomPositions;
+using testing::RandomTokens;
 using testing::SyntheticKV;
 using testing::TempDir;
 using testing::TestOptions;
@@ -31,21 +34,6 @@ constexpr int kLayers = 3, kHeads = 3, kDim = 64;
 
 PrefixStoreOptions SmallOptions(const std::string& dir) {
   return TestOptions(dir, "model-A", kLayers, kHeads, kDim, {0, 2}, 16);
-}
-
-std::vector<int32_t> RandomTokens(std::mt19937& rng, size_t n) {
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = int32_t(rng() % 50000);
-  return t;
-}
-
-std::vector<uint32_t> RandomPositions(std::mt19937& rng, uint64_t n, double p) {
-  std::vector<uint32_t> v;
-  std::bernoulli_distribution keep(p);
-  for (uint32_t i = 0; i < n; ++i)
-    if (keep(rng)) v.push_back(i);
-  if (v.empty()) v.push_back(uint32_t(rng() % n));
-  return v;
 }
 
 // Reads random position sets of every layer of `tokens` and checks them bit for bit.
@@ -431,25 +419,6 @@ TEST(PrefixStore, NearbyRunsJoinIntoOneRead) {
   EXPECT_EQ(too_far.n_ios, 2u);
   EXPECT_EQ(too_far.ssd_bytes, 2u * 4096u);
   std::filesystem::remove_all(dir);
-}
-
-// Flips one byte inside the data files; returns false if there is none.
-bool FlipByteInData(const std::string& dir, uint64_t nth_block) {
-  for (auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().filename().string().rfind("data-", 0) != 0) continue;
-    const uint64_t size = std::filesystem::file_size(e.path());
-    if (size == 0) continue;
-    const uint64_t off = std::min(size - 1, nth_block * 4096 + 1000);
-    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(std::streamoff(off));
-    char c = 0;
-    f.read(&c, 1);
-    c = char(c ^ 0x5a);
-    f.seekp(std::streamoff(off));
-    f.write(&c, 1);
-    return true;
-  }
-  return false;
 }
 
 TEST(PrefixStore, FlippedBytesAreDetectedAndDroppedOnOpen) {

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <utility>
@@ -23,6 +25,25 @@ inline std::string TempDir(const std::string& tag) {
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
+}
+
+// Flips one byte inside the data files; returns false if there is none.
+inline bool FlipByteInData(const std::string& dir, uint64_t nth_block) {
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("data-", 0) != 0) continue;
+    const uint64_t size = std::filesystem::file_size(e.path());
+    if (size == 0) continue;
+    const uint64_t off = std::min(size - 1, nth_block * 4096 + 1000);
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::streamoff(off));
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 0x5a);
+    f.seekp(std::streamoff(off));
+    f.write(&c, 1);
+    return true;
+  }
+  return false;
 }
 
 inline std::unique_ptr<PrefixStore> OpenOrDie(const PrefixStoreOptions& o) {
@@ -57,6 +78,16 @@ inline std::vector<int32_t> RandomTokens(std::mt19937& rng, size_t n) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = int32_t(rng() % 50000);
   return t;
+}
+
+// Each of positions [0, n) with probability p, ascending; never none.
+inline std::vector<uint32_t> RandomPositions(std::mt19937& rng, uint64_t n, double p) {
+  std::vector<uint32_t> v;
+  std::bernoulli_distribution keep(p);
+  for (uint32_t i = 0; i < n; ++i)
+    if (keep(rng)) v.push_back(i);
+  if (v.empty()) v.push_back(uint32_t(rng() % n));
+  return v;
 }
 
 // The KV the tests write: a pure function of (model, token prefix hash, position, layer, head,

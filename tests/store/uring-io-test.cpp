@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
 
 #include "store/prefix-store.h"
@@ -99,19 +100,43 @@ TEST(UringIo, StoreReadsThroughIoUringWhereKernelAndFilesystemAllow) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(UringIo, UringAndPreadReturnIdenticalBytesForBigBatches) {
-  std::string dir = testing::TempDir("io");
-  auto f = Env::Default()->OpenFile(dir + "/data", OpenOptions{});
-  ASSERT_TRUE(f.ok());
-  const size_t n = 4 << 20;
-  AlignedBuffer src(n);
-  std::mt19937 rng(1);
-  for (size_t i = 0; i < n; ++i) src.data()[i] = uint8_t(rng());
-  ASSERT_TRUE((*f)->WriteAt(0, src.data(), n).ok());
-  ASSERT_TRUE((*f)->Sync().ok());
+// n random bytes written to a file of a temporary directory, kept to compare reads with.
+struct RandomFile {
+  std::string dir;
+  std::unique_ptr<File> f;
+  AlignedBuffer src;
+  RandomFile(const std::string& tag, size_t n, std::mt19937& rng) : dir(testing::TempDir(tag)), src(n) {
+    auto opened = Env::Default()->OpenFile(dir + "/data", OpenOptions{});
+    EXPECT_TRUE(opened.ok());
+    if (!opened.ok()) return;
+    f = std::move(*opened);
+    for (size_t i = 0; i < n; ++i) src.data()[i] = uint8_t(rng());
+    EXPECT_TRUE(f->WriteAt(0, src.data(), n).ok());
+    EXPECT_TRUE(f->Sync().ok());
+  }
+  ~RandomFile() {
+    f.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+
+// io_uring (where offered) and pread, both with queue depth 4.
+struct BothEngines {
   std::string note;
-  auto uring = ReadEngine::Create(4, false, &note);
-  auto pread = ReadEngine::Create(4, true, &note);
+  std::unique_ptr<ReadEngine> uring = ReadEngine::Create(4, false, &note);
+  std::unique_ptr<ReadEngine> pread = ReadEngine::Create(4, true, &note);
+};
+
+TEST(UringIo, UringAndPreadReturnIdenticalBytesForBigBatches) {
+  const size_t n = 4 << 20;
+  std::mt19937 rng(1);
+  RandomFile rf("io", n, rng);
+  ASSERT_TRUE(rf.f);
+  File* f = rf.f.get();
+  const AlignedBuffer& src = rf.src;
+  BothEngines engines_;
+  ReadEngine* uring = engines_.uring.get();
+  ReadEngine* pread = engines_.pread.get();
   EXPECT_STREQ(pread->name(), "pread");
   std::string why;
   std::string engines = uring->name();
@@ -123,7 +148,7 @@ TEST(UringIo, UringAndPreadReturnIdenticalBytesForBigBatches) {
   if (KernelOffersIoUring(&why) && !ForcedPread()) {
     EXPECT_STREQ(uring->name(), "io_uring");
   }
-  for (ReadEngine* e : {uring.get(), pread.get()}) {
+  for (ReadEngine* e : {uring, pread}) {
     std::vector<AlignedBuffer> bufs;
     std::vector<ReadOp> ops;
     std::vector<uint64_t> offs;
@@ -132,7 +157,7 @@ TEST(UringIo, UringAndPreadReturnIdenticalBytesForBigBatches) {
       uint32_t len = uint32_t(4096 * (1 + rng() % 4));
       bufs.emplace_back(len);
       offs.push_back(off);
-      ops.push_back({f->get(), off, len, bufs.back().data()});
+      ops.push_back({f, off, len, bufs.back().data()});
     }
     auto t = e->Submit(ops);
     ASSERT_TRUE(e->Wait(t).ok()) << e->name();
@@ -141,15 +166,60 @@ TEST(UringIo, UringAndPreadReturnIdenticalBytesForBigBatches) {
     EXPECT_FALSE(e->Wait(t).ok()) << "a ticket waited twice must be refused";
     // Past the end of the file: an error naming the file, never a silent short read.
     AlignedBuffer tail(8192);
-    auto t2 = e->Submit({ReadOp{f->get(), n - 4096, 8192, tail.data()}});
+    auto t2 = e->Submit({ReadOp{f, n - 4096, 8192, tail.data()}});
     Status st = e->Wait(t2);
     EXPECT_FALSE(st.ok()) << e->name();
     EXPECT_NE(st.message().find("short read"), std::string::npos) << st.ToString();
     // An empty batch completes at once.
     EXPECT_TRUE(e->Wait(e->Submit({})).ok());
   }
-  f->reset();
-  std::filesystem::remove_all(dir);
+}
+
+// Groups: each group's call comes once, after all of its ops read their bytes (checked inside the
+// call), never for a group with a failed op, and every call has returned when Wait does.
+TEST(UringIo, GroupCallsComeOnceEachWhenTheirReadsAreDone) {
+  const size_t n = 2 << 20;
+  std::mt19937 rng(3);
+  RandomFile rf("io-groups", n, rng);
+  ASSERT_TRUE(rf.f);
+  BothEngines both;
+  for (ReadEngine* e : {both.uring.get(), both.pread.get()}) {
+    File* f = rf.f.get();
+    const AlignedBuffer& src = rf.src;
+    constexpr uint32_t kGroups = 9, kBad = 4;
+    std::vector<AlignedBuffer> bufs;
+    std::vector<ReadOp> ops;
+    std::vector<uint64_t> offs;
+    for (int i = 0; i < 60; ++i) {  // groups interleaved, 15x the queue depth
+      const uint32_t g = uint32_t(i) % kGroups;
+      uint64_t off = (rng() % (n / 4096 - 4)) * 4096;
+      if (g == kBad && i > 50) off = n - 4096;  // reads past the end: group kBad fails
+      const uint32_t len = g == kBad && i > 50 ? 8192 : uint32_t(4096 * (1 + rng() % 3));
+      bufs.emplace_back(len);
+      offs.push_back(off);
+      ops.push_back({f, off, len, bufs.back().data(), g});
+    }
+    ops.push_back({f, 0, 4096, bufs.emplace_back(4096).data()});  // in no group
+    offs.push_back(0);
+    std::mutex mu;
+    std::vector<int> calls(kGroups, 0);
+    std::vector<int> complete(kGroups, 0);
+    auto t = e->Submit(ops, [&](uint32_t g) {
+      bool all = true;
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (ops[i].group == g) all = all && std::memcmp(bufs[i].data(), src.data() + offs[i], ops[i].length) == 0;
+      std::lock_guard<std::mutex> lk(mu);
+      ++calls[g];
+      complete[g] = all;
+    });
+    EXPECT_FALSE(e->Wait(t).ok()) << e->name() << ": the short read fails the batch";
+    for (uint32_t g = 0; g < kGroups; ++g) {
+      EXPECT_EQ(calls[g], g == kBad ? 0 : 1) << e->name() << " group " << g;
+      if (g != kBad) {
+        EXPECT_TRUE(complete[g]) << e->name() << " group " << g << " was called before its bytes";
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,109 @@
+// A KV read told at submit where its rows go (ReadInto) has each chunk checked and copied there
+// as its blocks arrive, while the rest of the read is in flight: the rows placed are exactly a
+// plain read's, in the order asked, on both read engines; a chunk that fails its checksum is
+// never served.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "store/prefix-store.h"
+#include "tests/store/store-test-util.h"
+
+namespace impress::store {
+namespace {
+
+namespace tu = testing;
+
+// 3 KV heads of 64 dims: a K (or V) record is 384 bytes, so records straddle 4 KiB blocks; chunks
+// of 16 tokens.
+constexpr int kLayers = 3, kHeads = 3, kDim = 64;
+
+PrefixStoreOptions SmallOptions(const std::string& dir) {
+  return tu::TestOptions(dir, "model-read-into", kLayers, kHeads, kDim, {0, 2}, 16);
+}
+
+// The same rows as a plain read, in the order asked (rows skipped stay untouched), from the SSD and,
+// the second time, partly from the memory tiers. A wait into other buffers is refused and leaves
+// the read to be waited properly.
+TEST(ReadInto, PlacesExactlyTheRowsAPlainReadGives) {
+  for (bool pread : {false, true}) {
+    std::string dir = tu::TempDir("read-into");
+    tu::SyntheticKV kv{kLayers, kHeads, kDim};
+    std::mt19937 rng(21);
+    auto t = tu::RandomTokens(rng, 333);
+    auto o = SmallOptions(dir);
+    o.force_pread = pread;
+    auto st = PrefixStore::Open(o);
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+    const size_t row = size_t(kHeads) * kDim;
+    for (int round = 0; round < 2; ++round) {
+      MatchHandle h = (*st)->Match(t);
+      std::vector<uint32_t> pos = tu::RandomPositions(rng, h.n_matched, 0.4);
+      auto plain = (*st)->Wait(*(*st)->SubmitReadKV(h, 1, pos, true, true));
+      ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+      // Row r goes to out row (n - 1 - r), every third one nowhere.
+      const size_t n = pos.size();
+      std::vector<uint32_t> rows(n);
+      for (size_t r = 0; r < n; ++r) rows[r] = r % 3 == 2 ? PrefixStore::kSkipRow : uint32_t(n - 1 - r);
+      const f16_t kUntouched = f16_t(0x7bff);
+      std::vector<f16_t> k(n * row, kUntouched), v(n * row, kUntouched);
+      auto tk = (*st)->SubmitReadKV(h, 1, pos, true, true, ReadInto{k.data(), v.data(), rows});
+      ASSERT_TRUE(tk.ok()) << tk.status().ToString();
+      std::vector<f16_t> other(n * row);
+      auto refused = (*st)->WaitInto(*tk, other.data(), v.data(), rows);
+      EXPECT_EQ(refused.status().code(), Status::Code::kInvalidArgument);
+      auto r = (*st)->WaitInto(*tk, k.data(), v.data(), rows);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      for (size_t x = 0; x < n; ++x) {
+        const size_t to = rows[x] == PrefixStore::kSkipRow ? SIZE_MAX : rows[x];
+        if (to == SIZE_MAX) continue;
+        ASSERT_TRUE(std::equal(plain->k.begin() + x * row, plain->k.begin() + (x + 1) * row, k.begin() + to * row))
+            << "K row " << x << (pread ? " (pread)" : "");
+        ASSERT_TRUE(std::equal(plain->v.begin() + x * row, plain->v.begin() + (x + 1) * row, v.begin() + to * row))
+            << "V row " << x << (pread ? " (pread)" : "");
+      }
+      for (size_t x = 0; x < n; ++x) {  // the out rows no read row went to
+        if (std::find(rows.begin(), rows.end(), uint32_t(x)) != rows.end()) continue;
+        EXPECT_TRUE(
+            std::all_of(k.begin() + x * row, k.begin() + (x + 1) * row, [&](f16_t x16) { return x16 == kUntouched; }));
+      }
+      EXPECT_TRUE(kv.Check(t, 1, pos, *plain, true, true));
+      ASSERT_TRUE((*st)->Release(h).ok());
+    }
+    st->reset();
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(ReadInto, NeverServesAFlippedChunk) {
+  std::string dir = tu::TempDir("read-into-flip");
+  tu::SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(23);
+  auto t = tu::RandomTokens(rng, 200);
+  auto st = PrefixStore::Open(SmallOptions(dir));
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+  ASSERT_TRUE(tu::FlipByteInData(dir, 3));  // layer 0, chunk 0: a V block
+  MatchHandle h = (*st)->Match(t);
+  std::vector<uint32_t> all(t.size());
+  std::iota(all.begin(), all.end(), 0u);
+  const size_t row = size_t(kHeads) * kDim;
+  std::vector<f16_t> k(all.size() * row), v(all.size() * row);
+  auto tk = (*st)->SubmitReadKV(h, 0, all, true, true, ReadInto{k.data(), v.data(), {}});
+  ASSERT_TRUE(tk.ok());
+  auto r = (*st)->WaitInto(*tk, k.data(), v.data());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
+  ASSERT_TRUE((*st)->Release(h).ok());
+  MatchHandle h2 = (*st)->Match(t);  // truncated before the bad chunk
+  EXPECT_LT(h2.n_matched, t.size());
+  ASSERT_TRUE((*st)->Release(h2).ok());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace impress::store
