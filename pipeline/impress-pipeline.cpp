@@ -297,7 +297,8 @@ Status ImpressPipeline::AttendRecordingImportance(int il, const PrefixKV& prefix
   std::vector<int> heads(static_cast<size_t>(c.n_head));
   std::iota(heads.begin(), heads.end(), 0);
   write_scratch_.resize(size_t(c.n_head) * size_t(ld));
-  const ImportanceRequest req{.heads = heads, .include_new = true, .out = write_scratch_.data()};
+  const ImportanceRequest req{
+      .heads = heads, .include_new = true, .out = write_scratch_.data(), .first_col = n_cols_before};
   IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, prefix, &req));
   std::vector<float>& acc = write_imp_[size_t(il)];
   acc.resize(size_t(c.n_head) * n_all, 0.0f);

@@ -102,6 +102,9 @@ struct AttentionArgs : AttentionQuery {
   DevPtr<float> out;                       // (n_new, n_head, head_dim)
   std::span<const int> importance_heads;   // query heads to score; empty = none
   bool importance_include_new = false;
+  // Columns below this one are not needed: a backend may leave them zero (the question's ordering
+  // of its own new tokens needs only theirs, not the prefix's thousands).
+  int importance_from = 0;
   DevPtr<float> importance;  // (importance_heads.size(), ld) as described above
 };
 

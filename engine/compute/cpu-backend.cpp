@@ -695,6 +695,7 @@ Status CpuBackend::Attention(const AttentionArgs& a) {
     t.groups.push_back(std::move(grp));
   }
   t.importance_include_new = a.importance_include_new;
+  t.importance_from = a.importance_from;
   if (tiles_ && TileAttentionFits(a.n_new * group, hd)) {
     // A question over a prefix: blocked tiles, fp16 K/V converted once per block.
     TileAttention(t, tile_scratch_, TileParallel());

@@ -480,6 +480,7 @@ Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* 
     IMPRESS_RETURN_IF_ERROR(EnsureImportanceCapacity(imp_count));
     a.importance_heads = importance->heads;
     a.importance_include_new = importance->include_new;
+    a.importance_from = std::clamp(importance->first_col, 0, int(ld));
     a.importance = imp_;
   }
   IMPRESS_RETURN_IF_ERROR(be_.Attention(a));

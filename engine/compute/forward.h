@@ -79,6 +79,7 @@ struct ImportanceRequest {
   std::span<const int> heads;
   bool include_new = false;
   float* out = nullptr;
+  int first_col = 0;  // the columns wanted start here; those before may come back zero
 };
 
 struct ForwardOptions {

@@ -73,11 +73,14 @@ void TileWeightedValues(const float* p, int rows, int ld, const float* v32, int 
 namespace {
 
 // Where one call's pieces live: rows r = i * n_heads + x (token i, the group's x-th head),
-// blocks of keys b; parts (g, b, r) and raw scores (g, r, key).
+// blocks of keys b; parts (g, b, r) and raw scores (g, r, key - raw_from) of the keys whose
+// importance is wanted.
 struct TileLayout {
   int n_keys = 0, n_blocks = 0, rows = 0;  // rows: the most any group has
+  int raw_from = 0;
   size_t Part(int g, int b, int r) const { return (size_t(g) * n_blocks + size_t(b)) * rows + size_t(r); }
-  size_t Raw(int g, int r) const { return (size_t(g) * rows + size_t(r)) * n_keys; }
+  // Raw(g, r) + j - raw_from: key j of row r.
+  size_t Raw(int g, int r) const { return (size_t(g) * rows + size_t(r)) * size_t(n_keys - raw_from); }
   // Block b holds keys [BlockStart(b), BlockStart(b + 1)).
   int BlockStart(int b) const { return TileBlockStart(n_keys, n_blocks, b); }
   int BlockOf(int j) const {
@@ -174,8 +177,10 @@ void TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
       sc.part_max[idx] = valid > 0 ? ExpShift(row, valid, &sum) : -INFINITY;
       sc.part_sum[idx] = sum;
       // exp(score - the block's max): MergeRows finds the factor that makes them probabilities.
-      if (grp.heads[size_t(x)].importance && valid > 0)
-        std::memcpy(sc.raw.data() + L.Raw(g, r) + j0, row, sizeof(float) * size_t(valid));
+      const int skip = std::max(0, L.raw_from - j0);  // keys of the block before raw_from
+      if (grp.heads[size_t(x)].importance && valid > skip)
+        std::memcpy(sc.raw.data() + L.Raw(g, r) + (j0 + skip - L.raw_from), row + skip,
+                    sizeof(float) * size_t(valid - skip));
       std::fill(row + valid, row + n, 0.0f);
     }
   }
@@ -237,17 +242,17 @@ void ImportanceColumns(const TileAttentionArgs& a, const TileLayout& L, const Ti
         const int r = i * nh + x;
         const int n_valid = a.n_prefix + a.q_first + i + 1;
         const int end = std::min(c1, a.importance_include_new ? n_valid : std::min(n_valid, a.n_prefix));
-        const float* raw = sc.raw.data() + L.Raw(int(g), r);
+        const float* raw = sc.raw.data() + L.Raw(int(g), r);  // key j at raw[j - raw_from]
         for (int b = L.BlockOf(c0); b < L.n_blocks; ++b) {
           const int lo = std::max(c0, L.BlockStart(b)), hi = std::min(end, L.BlockStart(b + 1));
           if (lo >= end) break;
           const float w = sc.part_w[L.Part(int(g), b, r)];
           const __m256 vw = _mm256_set1_ps(w);
+          const float* src = raw + (lo - L.raw_from);
           int j = lo;
-          for (; j + 8 <= hi; j += 8)
-            _mm256_storeu_ps(imp + j,
-                             _mm256_add_ps(_mm256_loadu_ps(imp + j), _mm256_mul_ps(_mm256_loadu_ps(raw + j), vw)));
-          for (; j < hi; ++j) imp[j] += raw[j] * w;
+          for (; j + 8 <= hi; j += 8, src += 8)
+            _mm256_storeu_ps(imp + j, _mm256_add_ps(_mm256_loadu_ps(imp + j), _mm256_mul_ps(_mm256_loadu_ps(src), vw)));
+          for (; j < hi; ++j) imp[j] += *src++ * w;
         }
       }
     }
@@ -283,16 +288,19 @@ void TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
   sc.part_max.resize(n_part);
   sc.part_sum.resize(n_part);
   if (a.out) sc.part_acc.resize(n_part * hd);
-  if (any_importance) sc.raw.resize(size_t(n_groups) * L.rows * L.n_keys);
+  L.raw_from = std::clamp(a.importance_from, 0, L.n_keys);
+  if (any_importance) sc.raw.resize(size_t(n_groups) * L.rows * size_t(L.n_keys - L.raw_from));
   sc.part_w.resize(n_part);
   parallel_for(int64_t(n_groups) * L.n_blocks,
                [&](int64_t t) { TileBlock(a, L, sc, int(t / L.n_blocks), int(t % L.n_blocks)); });
   MergeRows(a, L, sc);
   if (!any_importance) return;
   const int n_cols = a.importance_include_new ? L.n_keys : a.n_prefix;
+  const int from = std::min(L.raw_from, n_cols);
   constexpr int kChunk = 512;
-  parallel_for((n_cols + kChunk - 1) / kChunk,
-               [&](int64_t c) { ImportanceColumns(a, L, sc, int(c) * kChunk, std::min(n_cols, int(c + 1) * kChunk)); });
+  parallel_for((n_cols - from + kChunk - 1) / kChunk, [&](int64_t c) {
+    ImportanceColumns(a, L, sc, from + int(c) * kChunk, std::min(n_cols, from + int(c + 1) * kChunk));
+  });
 }
 
 }  // namespace impress

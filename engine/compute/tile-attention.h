@@ -91,6 +91,7 @@ struct TileAttentionArgs {
   float* out = nullptr;
   int ldo = 0;
   bool importance_include_new = false;
+  int importance_from = 0;  // importance columns below it are left as they were
   // Scores only (out == nullptr): queries and keys as int8 on this kernel path
   // (engine/quant/key-scores.h), the importance of a ranking; nullopt: fp32 tiles.
   std::optional<quant::KernelPath> int8_scores;

@@ -104,7 +104,7 @@ AttentionQuery HostQuery(const Data& d) {
 }
 
 AttnRun RunAttention(Backend& be, const Data& d, const std::vector<int>& visible, const std::vector<int>& heads,
-                     bool include_new) {
+                     bool include_new, int importance_from = 0) {
   const Case& c = d.c;
   const size_t kv = size_t(c.n_head_kv) * c.head_dim;
   const std::vector<f16_t> kp = Gather(d.k_ctx, visible, kv), vp = Gather(d.v_ctx, visible, kv);
@@ -121,6 +121,7 @@ AttnRun RunAttention(Backend& be, const Data& d, const std::vector<int>& visible
   a.out = DevPtr<float>(r.out.data());
   a.importance_heads = heads;
   a.importance_include_new = include_new;
+  a.importance_from = importance_from;
   a.importance = DevPtr<float>(r.imp.data());
   const Status st = be.Attention(a);
   EXPECT_TRUE(st.ok()) << st.ToString();
@@ -187,6 +188,26 @@ TEST_P(AttentionTest, EachHeadsImportanceOverAllColumnsSumsToNewRows) {
     double sum = 0;
     for (size_t j = 0; j < ld; ++j) sum += r.imp[x * ld + j];
     EXPECT_NEAR(sum, c.n_new, 1e-4 * c.n_new) << "head " << heads[x];
+  }
+}
+
+// Importance asked from a column on (the question ordering its own new tokens): those columns are
+// exactly what the whole request gives, the output unchanged.
+TEST_P(AttentionTest, ImportanceFromAColumnOnEqualsTheWholeRequestThere) {
+  const Case c = GetParam();
+  const Data d = MakeData(c, 13);
+  std::vector<int> all(c.n_ctx);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<int> heads(c.n_head);
+  std::iota(heads.begin(), heads.end(), 0);
+  const AttnRun whole = RunAttention(*be_, d, all, heads, true);
+  const size_t ld = c.n_ctx + c.n_new;
+  for (const int from : {c.n_ctx, c.n_ctx / 2, c.n_ctx + c.n_new / 2}) {
+    const AttnRun part = RunAttention(*be_, d, all, heads, true, from);
+    EXPECT_EQ(part.out, whole.out);
+    for (size_t x = 0; x < heads.size(); ++x)
+      for (size_t j = size_t(from); j < ld; ++j)
+        ASSERT_EQ(part.imp[x * ld + j], whole.imp[x * ld + j]) << "head " << x << " column " << j << " from " << from;
   }
 }
 
