@@ -2,13 +2,28 @@
 // read brought from the SSD (decided under the lock, copied outside it), and the tier manager's
 // moves are applied as reads cause them.
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "store/prefix-store-impl.h"
 
 namespace impress::store {
+
+namespace {
+
+// The admitter's copies can wait: at a lower priority they run while requests wait for the disk or
+// between requests, and do not take a core from a request's compute (a 32K-token question admits
+// about 0.4 GB). Best effort: where refused, the thread keeps the default priority.
+void LowerThreadPriority() {
+  if (::setpriority(PRIO_PROCESS, ::gettid(), 10) != 0)
+    spdlog::debug("store: the admitter keeps the default priority ({})", std::strerror(errno));
+}
+
+}  // namespace
 
 // Whether a read brought from the SSD something a memory tier is to keep (see WantInstallLocked).
 bool PrefixStore::Impl::HasAdmissions(const PendingRead& pr) {
@@ -32,6 +47,7 @@ void PrefixStore::Impl::QueueAdmission(std::unique_ptr<PendingRead> pr) {
 // The admitter: installs each queued read's chunks, one chunk per hold of mu, so readers and
 // writers wait at most one chunk's copy for it.
 void PrefixStore::Impl::AdmitLoop() {
+  LowerThreadPriority();
   for (;;) {
     std::unique_ptr<PendingRead> pr;
     {
