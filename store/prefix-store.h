@@ -97,8 +97,10 @@ struct PrefixStoreOptions {
   uint64_t ssd_bytes = 16ull << 30;  // data files + catalog never grow past this
   int queue_depth = 128;             // disk reads in flight at once
   // Reads of one chunk at most this many 4 KiB blocks apart become one read (the blocks between
-  // are read and dropped): fewer, larger requests for a scattered selection.
-  uint32_t read_gap_blocks = 2;
+  // are read and dropped): fewer, larger requests for a scattered selection. One block: on the
+  // disk measured (docs/benchmarks.md), a 32K-token question read 8% fewer bytes than with two and
+  // was no slower; with none it made 29% more requests and was slower.
+  uint32_t read_gap_blocks = 1;
   PolicyKind policy = PolicyKind::kImpress;
   // Freshly written chunks enter the device, else the host tier while it has room (nothing is
   // evicted for them), so a follow-up question does not go back to the SSD for KV just computed.
