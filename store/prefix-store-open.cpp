@@ -231,12 +231,17 @@ void PrefixStore::Impl::Close() {
   }
   worker_cv.SignalAll();
   if (worker.joinable()) worker.join();
-  std::vector<ReadTicket> left;
+  // Reads never waited: their buffers must outlive the kernel's writes (and a read told where its
+  // rows go still copies them there, into buffers its caller keeps until it is waited).
+  std::vector<std::pair<ReadTicket, std::optional<ReadInto>>> left;
   {
     MutexLock lk(&mu);
-    for (auto& [t, r] : reads) left.push_back(t);
+    for (auto& [t, r] : reads) left.push_back({t, r->into});
   }
-  for (ReadTicket t : left) (void)Wait(t);  // buffers must outlive the kernel's writes
+  for (auto& [t, into] : left) {
+    if (into) (void)WaitInto(t, into->k, into->v, nullptr, into->rows);
+    else (void)Wait(t);
+  }
   {
     MutexLock lk(&admit_mu);  // what is still queued is not admitted: the tiers go with the store
     admit_stop = true;

@@ -552,7 +552,8 @@ void PrefixStore::Impl::MarkCorruptLocked(const ReadSource& s, const Status& why
 }
 
 // Read buffers are reused: a fresh one costs page faults, and pinning its pages for the disk, on
-// the request's path. Sizes round up to 64 KiB; a pooled buffer serves a read up to half its size.
+// the request's path. Sizes round up to 64 KiB; a pooled buffer serves any read of at least half
+// its size.
 AlignedBuffer PrefixStore::Impl::GetBuffer(size_t n) {
   constexpr size_t kGrain = 64 * 1024;
   n = (n + kGrain - 1) / kGrain * kGrain;

@@ -221,7 +221,9 @@ struct ReadStats {
 // Where a KV read's rows go, when the caller knows it at submit (a layer's buffers): each chunk's
 // rows are checked and copied there as soon as its blocks arrive, while the rest of the read is in
 // flight, so WaitInto has little left to do. k / v as WaitInto's k_out / v_out (null: not
-// wanted), rows as its out_rows (empty: row r to row r); WaitInto must name the same k and v.
+// wanted), rows as its out_rows (empty: row r to row r); WaitInto must name the same k and v
+// (Wait, which allocates its own, is refused), and they must live until it returns (or, for a
+// read never waited, until the store is closed).
 struct ReadInto {
   f16_t* k = nullptr;
   f16_t* v = nullptr;

@@ -105,5 +105,32 @@ TEST(ReadInto, NeverServesAFlippedChunk) {
   std::filesystem::remove_all(dir);
 }
 
+// A read told where its rows go and never waited: closing the store waits for it (its reads and
+// its copies finish before the store's memory goes), and the rows are where it was told.
+TEST(ReadInto, AStoreClosedWithTheReadInFlightWaitsForIt) {
+  std::string dir = tu::TempDir("read-into-close");
+  tu::SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(29);
+  auto t = tu::RandomTokens(rng, 300);
+  const size_t row = size_t(kHeads) * kDim;
+  std::vector<uint32_t> pos;
+  std::vector<f16_t> k, v;
+  {
+    auto st = PrefixStore::Open(SmallOptions(dir));
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+    MatchHandle h = (*st)->Match(t);
+    pos = tu::RandomPositions(rng, h.n_matched, 0.5);
+    k.assign(pos.size() * row, f16_t(0));
+    v.assign(pos.size() * row, f16_t(0));
+    ASSERT_TRUE((*st)->SubmitReadKV(h, 2, pos, true, true, ReadInto{k.data(), v.data(), {}}).ok());
+  }  // closed with the read never waited
+  ReadResult want;
+  want.k = k;
+  want.v = v;
+  EXPECT_TRUE(kv.Check(t, 2, pos, want, true, true));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace impress::store
