@@ -21,29 +21,41 @@ namespace tu = testing;
 // of 16 tokens.
 constexpr int kLayers = 3, kHeads = 3, kDim = 64;
 
-PrefixStoreOptions SmallOptions(const std::string& dir) {
-  return tu::TestOptions(dir, "model-read-into", kLayers, kHeads, kDim, {0, 2}, 16);
-}
+// A store in a fresh directory holding the synthetic KV of n random tokens (st null if it failed);
+// the directory goes with it.
+struct Filled {
+  std::string dir;
+  tu::SyntheticKV kv{kLayers, kHeads, kDim};
+  std::vector<int32_t> t;
+  std::unique_ptr<PrefixStore> st;
+  Filled(const std::string& tag, std::mt19937& rng, size_t n, bool pread = false) : dir(tu::TempDir(tag)) {
+    t = tu::RandomTokens(rng, n);
+    PrefixStoreOptions o = tu::TestOptions(dir, "model-read-into", kLayers, kHeads, kDim, {0, 2}, 16);
+    o.force_pread = pread;
+    auto opened = PrefixStore::Open(o);
+    if (opened.ok() && kv.Insert(**opened, t, 0).ok()) st = std::move(*opened);
+  }
+  ~Filled() {
+    st.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
 
 // The same rows as a plain read, in the order asked (rows skipped stay untouched), from the SSD and,
 // the second time, partly from the memory tiers. A wait into other buffers is refused and leaves
 // the read to be waited properly.
 TEST(ReadInto, PlacesExactlyTheRowsAPlainReadGives) {
   for (bool pread : {false, true}) {
-    std::string dir = tu::TempDir("read-into");
-    tu::SyntheticKV kv{kLayers, kHeads, kDim};
     std::mt19937 rng(21);
-    auto t = tu::RandomTokens(rng, 333);
-    auto o = SmallOptions(dir);
-    o.force_pread = pread;
-    auto st = PrefixStore::Open(o);
-    ASSERT_TRUE(st.ok());
-    ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
+    Filled f("read-into", rng, 333, pread);
+    ASSERT_TRUE(f.st);
+    PrefixStore* st = f.st.get();
+    const auto& t = f.t;
     const size_t row = size_t(kHeads) * kDim;
     for (int round = 0; round < 2; ++round) {
-      MatchHandle h = (*st)->Match(t);
+      MatchHandle h = st->Match(t);
       std::vector<uint32_t> pos = tu::RandomPositions(rng, h.n_matched, 0.4);
-      auto plain = (*st)->Wait(*(*st)->SubmitReadKV(h, 1, pos, true, true));
+      auto plain = st->Wait(*st->SubmitReadKV(h, 1, pos, true, true));
       ASSERT_TRUE(plain.ok()) << plain.status().ToString();
       // Row r goes to out row (n - 1 - r), every third one nowhere.
       const size_t n = pos.size();
@@ -51,12 +63,12 @@ TEST(ReadInto, PlacesExactlyTheRowsAPlainReadGives) {
       for (size_t r = 0; r < n; ++r) rows[r] = r % 3 == 2 ? PrefixStore::kSkipRow : uint32_t(n - 1 - r);
       const f16_t kUntouched = f16_t(0x7bff);
       std::vector<f16_t> k(n * row, kUntouched), v(n * row, kUntouched);
-      auto tk = (*st)->SubmitReadKV(h, 1, pos, true, true, ReadInto{k.data(), v.data(), rows});
+      auto tk = st->SubmitReadKV(h, 1, pos, true, true, ReadInto{k.data(), v.data(), rows});
       ASSERT_TRUE(tk.ok()) << tk.status().ToString();
       std::vector<f16_t> other(n * row);
-      auto refused = (*st)->WaitInto(*tk, other.data(), v.data(), rows);
+      auto refused = st->WaitInto(*tk, other.data(), v.data(), rows);
       EXPECT_EQ(refused.status().code(), Status::Code::kInvalidArgument);
-      auto r = (*st)->WaitInto(*tk, k.data(), v.data(), rows);
+      auto r = st->WaitInto(*tk, k.data(), v.data(), rows);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       for (size_t x = 0; x < n; ++x) {
         const size_t to = rows[x] == PrefixStore::kSkipRow ? SIZE_MAX : rows[x];
@@ -71,65 +83,50 @@ TEST(ReadInto, PlacesExactlyTheRowsAPlainReadGives) {
         EXPECT_TRUE(
             std::all_of(k.begin() + x * row, k.begin() + (x + 1) * row, [&](f16_t x16) { return x16 == kUntouched; }));
       }
-      EXPECT_TRUE(kv.Check(t, 1, pos, *plain, true, true));
-      ASSERT_TRUE((*st)->Release(h).ok());
+      EXPECT_TRUE(f.kv.Check(t, 1, pos, *plain, true, true));
+      ASSERT_TRUE(st->Release(h).ok());
     }
-    st->reset();
-    std::filesystem::remove_all(dir);
   }
 }
 
 TEST(ReadInto, NeverServesAFlippedChunk) {
-  std::string dir = tu::TempDir("read-into-flip");
-  tu::SyntheticKV kv{kLayers, kHeads, kDim};
   std::mt19937 rng(23);
-  auto t = tu::RandomTokens(rng, 200);
-  auto st = PrefixStore::Open(SmallOptions(dir));
-  ASSERT_TRUE(st.ok());
-  ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
-  ASSERT_TRUE(tu::FlipByteInData(dir, 3));  // layer 0, chunk 0: a V block
-  MatchHandle h = (*st)->Match(t);
+  Filled f("read-into-flip", rng, 200);
+  ASSERT_TRUE(f.st);
+  PrefixStore* st = f.st.get();
+  const auto& t = f.t;
+  ASSERT_TRUE(tu::FlipByteInData(f.dir, 3));  // layer 0, chunk 0: a V block
+  MatchHandle h = st->Match(t);
   std::vector<uint32_t> all(t.size());
   std::iota(all.begin(), all.end(), 0u);
   const size_t row = size_t(kHeads) * kDim;
   std::vector<f16_t> k(all.size() * row), v(all.size() * row);
-  auto tk = (*st)->SubmitReadKV(h, 0, all, true, true, ReadInto{k.data(), v.data(), {}});
+  auto tk = st->SubmitReadKV(h, 0, all, true, true, ReadInto{k.data(), v.data(), {}});
   ASSERT_TRUE(tk.ok());
-  auto r = (*st)->WaitInto(*tk, k.data(), v.data());
+  auto r = st->WaitInto(*tk, k.data(), v.data());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
-  ASSERT_TRUE((*st)->Release(h).ok());
-  MatchHandle h2 = (*st)->Match(t);  // truncated before the bad chunk
+  ASSERT_TRUE(st->Release(h).ok());
+  MatchHandle h2 = st->Match(t);  // truncated before the bad chunk
   EXPECT_LT(h2.n_matched, t.size());
-  ASSERT_TRUE((*st)->Release(h2).ok());
-  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(st->Release(h2).ok());
 }
 
 // A read told where its rows go and never waited: closing the store waits for it (its reads and
 // its copies finish before the store's memory goes), and the rows are where it was told.
 TEST(ReadInto, AStoreClosedWithTheReadInFlightWaitsForIt) {
-  std::string dir = tu::TempDir("read-into-close");
-  tu::SyntheticKV kv{kLayers, kHeads, kDim};
   std::mt19937 rng(29);
-  auto t = tu::RandomTokens(rng, 300);
+  Filled f("read-into-close", rng, 300);
+  ASSERT_TRUE(f.st);
   const size_t row = size_t(kHeads) * kDim;
-  std::vector<uint32_t> pos;
-  std::vector<f16_t> k, v;
-  {
-    auto st = PrefixStore::Open(SmallOptions(dir));
-    ASSERT_TRUE(st.ok());
-    ASSERT_TRUE(kv.Insert(**st, t, 0).ok());
-    MatchHandle h = (*st)->Match(t);
-    pos = tu::RandomPositions(rng, h.n_matched, 0.5);
-    k.assign(pos.size() * row, f16_t(0));
-    v.assign(pos.size() * row, f16_t(0));
-    ASSERT_TRUE((*st)->SubmitReadKV(h, 2, pos, true, true, ReadInto{k.data(), v.data(), {}}).ok());
-  }  // closed with the read never waited
-  ReadResult want;
-  want.k = k;
-  want.v = v;
-  EXPECT_TRUE(kv.Check(t, 2, pos, want, true, true));
-  std::filesystem::remove_all(dir);
+  MatchHandle h = f.st->Match(f.t);
+  const std::vector<uint32_t> pos = tu::RandomPositions(rng, h.n_matched, 0.5);
+  ReadResult got;
+  got.k.assign(pos.size() * row, f16_t(0));
+  got.v.assign(pos.size() * row, f16_t(0));
+  ASSERT_TRUE(f.st->SubmitReadKV(h, 2, pos, true, true, ReadInto{got.k.data(), got.v.data(), {}}).ok());
+  f.st.reset();  // closed with the read never waited
+  EXPECT_TRUE(f.kv.Check(f.t, 2, pos, got, true, true));
 }
 
 }  // namespace
