@@ -67,6 +67,9 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
   cmd->add_flag("--predict-next,!--no-predict-next", o->predict_next,
                 "IMPRESS: read a layer's likely rows (its probe run early on the previous layer's input) while the "
                 "previous layer computes; the layer's own probe still decides");
+  cmd->add_flag("--attend-while-reading,!--no-attend-while-reading", o->attend_while_reading,
+                "start a layer's attention on the selected rows already read while the rest is still read "
+                "(the default)");
   cmd->add_option("--probe-heads", o->probe_heads, "probe query heads per layer")->check(CLI::Range(1, 1024));
   cmd->add_option("--probe-keys", o->probe_keys,
                   "probe keys at rest: fp16, int8 or int4 (default int4); they rank tokens only. A store's KV is "
@@ -230,6 +233,7 @@ AskOptions AskOptionsFor(const CommonOptions& c, const GenerationDefaults& model
   o.pipeline.dense_layers = c.dense_layers;
   o.pipeline.cross_layer_prefetch = c.cross_layer_prefetch;
   o.pipeline.predict_next = c.predict_next;
+  o.pipeline.attend_while_reading = c.attend_while_reading;
   o.pipeline.alpha = c.alpha;
   o.pipeline.probe_heads = c.probe_heads;
   o.pipeline.sinks = c.sinks;

@@ -406,6 +406,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"select_group", opts.settings.select_group},
                      {"cross_layer_prefetch", opts.settings.cross_layer_prefetch},
                      {"predict_next", opts.settings.predict_next},
+                     {"attend_while_reading", opts.settings.attend_while_reading},
                      {"kv_encoding", store::KVEncodingName(opts.kv_encoding)},
                      {"probe_encoding", store::KVEncodingName(store::ProbeEncoding(opts))},
                      {"recomp_ttft_ms", r->recomp_ttft_ms},

@@ -145,6 +145,8 @@ void ImpressPipeline::DrainPrefetches() {
     if (t && store_) (void)store_->Wait(*t);
     t.reset();
   }
+  if (streamed_ && store_) (void)store_->WaitInto(streamed_->ticket, streamed_->k, streamed_->v);
+  streamed_.reset();
   for (auto& t : kv_prefetch_) {
     if (t && store_) (void)store_->Wait(t->ticket);
     t.reset();
@@ -269,15 +271,16 @@ Status ImpressPipeline::PrefillBatch(Run& run, std::span<const int32_t> tokens, 
       run.sw.Lap(&bd.other_ms);
     }
     const int n_sel = n_sel_[size_t(il)];
+    const bool streamed = streamed_.has_value();
     const PrefixKV prefix{.n = n_sel + b,
                           .k = DevPtr<const f16_t>(k_buf_[size_t(il)].raw()),
                           .v = DevPtr<const f16_t>(v_buf_[size_t(il)].raw()),
-                          .positions = {}};
-    if (record_order) {
-      IMPRESS_RETURN_IF_ERROR(AttendRecordingImportance(il, prefix, n_sel));
-    } else {
-      IMPRESS_RETURN_IF_ERROR(fwd_->Attend(il, prefix));
-    }
+                          .positions = {},
+                          .arrivals = streamed ? &arrivals_ : nullptr};
+    const Status attended = record_order ? AttendRecordingImportance(il, prefix, n_sel) : fwd_->Attend(il, prefix);
+    // A read that failed says why first (a bad chunk: the retry recomputes it), then the attention.
+    if (streamed) IMPRESS_RETURN_IF_ERROR(FinishStreamedRead(run, il));
+    IMPRESS_RETURN_IF_ERROR(attended);
     IMPRESS_RETURN_IF_ERROR(
         fwd_->ExportKV(il, k_buf_[size_t(il)] + size_t(n_sel + b) * row, v_buf_[size_t(il)] + size_t(n_sel + b) * row));
     ctx_.backend().Synchronize();

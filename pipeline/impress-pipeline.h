@@ -82,6 +82,11 @@ struct PipelineSettings {
   // missing rows are read then, extra ones dropped, so the answer is the same as without it.
   // IMPRESS's probe path with integer-coded probe keys on a host-addressable backend only.
   bool predict_next = false;
+  // Attend while reading: a layer's selected K/V rows are handed to its attention as their chunks
+  // arrive (RowArrivals), so the attention computes on the first blocks of keys while the disk
+  // still reads the last, instead of after the whole read. The same rows in the same order: the
+  // same answer. Host-addressable backends, local matches, reads not split by a read ahead.
+  bool attend_while_reading = true;
   // Keep by attention mass (0: off, the fixed ratio `keep`). > 0: per layer, the fewest tokens
   // whose summed normalised importance (the probe heads', or all heads' where they score) reaches
   // this share of the layer's total (MassKeepCount), at least a `keep_min` and at most a
@@ -250,6 +255,9 @@ class ImpressPipeline {
   // buffers): no staging vector, no copy; out_rows as PrefixStore::WaitInto's.
   Status WaitReadInto(LayerJob& job, store::ReadTicket ticket, f16_t* k, f16_t* v, double* bucket,
                       std::span<const uint32_t> out_rows = {});
+  // Attend while reading: waits layer il's streamed read after its attention; the time the
+  // attention waited for rows is the read's unhidden time (moved from compute to I/O wait).
+  Status FinishStreamedRead(Run& run, int il);
   void NoteRead(LayerJob& job, const store::ReadStats& st);
   static void NoteRead(Run& run, LayerReport& lr, const store::ReadStats& st);
   std::optional<store::ReadTicket> TakePrefetch(int il);
@@ -304,6 +312,15 @@ class ImpressPipeline {
   std::vector<uint8_t> prefetch_issued_;
   // Cross-layer prefetch: per layer, K/V of the previous layer's selection, read ahead.
   std::vector<std::optional<KvPrefetch>> kv_prefetch_;
+  // Attend while reading (PipelineSettings::attend_while_reading): the layer's read whose rows its
+  // attention takes as they arrive (arrivals_), waited once the attention is done.
+  struct StreamedRead {
+    store::ReadTicket ticket = 0;
+    f16_t* k = nullptr;  // null: keys not read
+    f16_t* v = nullptr;
+  };
+  std::optional<StreamedRead> streamed_;
+  RowArrivals arrivals_;
 
   std::thread store_thread_;
   Result<uint64_t> store_result_ = uint64_t{0};

@@ -424,6 +424,16 @@ Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* ke
     KvPrefetch pf = std::move(*slot);
     slot.reset();
     IMPRESS_RETURN_IF_ERROR(ReadSelectedWithPrefetch(job, std::move(pf), read_keys ? k_dst : nullptr, v_dst));
+  } else if (host && job.run.s.attend_while_reading && !handle_.remote) {
+    // The attention takes the rows as they arrive; PrefillBatch waits the read after it.
+    arrivals_.Reset(uint32_t(n_sel));
+    IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t,
+                             store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true,
+                                                  store::ReadInto{read_keys ? k_dst : nullptr, v_dst, {}, &arrivals_}));
+    streamed_ = StreamedRead{t, read_keys ? k_dst : nullptr, v_dst};
+    const double ms = job.run.sw.Lap(&job.run.report.breakdown.kv_io_ms);  // the rows memory held, placed
+    job.run.report.breakdown.io_wait_ms += ms;
+    job.lr.io_wait_ms += ms;
   } else {
     IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t,
                              store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true,
@@ -483,6 +493,24 @@ Status ImpressPipeline::WaitReadInto(LayerJob& job, store::ReadTicket ticket, f1
   job.run.report.breakdown.io_wait_ms += ms;
   if (!r.ok()) return r.status();
   NoteRead(job, *r);
+  return Status::Ok();
+}
+
+Status ImpressPipeline::FinishStreamedRead(Run& run, int il) {
+  const StreamedRead sr = *streamed_;
+  streamed_.reset();
+  TtftBreakdown& bd = run.report.breakdown;
+  LayerReport& lr = run.report.layers[size_t(il)];
+  run.sw.Lap(&bd.compute_ms);  // the attention, waits for rows included (moved below)
+  auto r = store_->WaitInto(sr.ticket, sr.k, sr.v);
+  const double stalled = arrivals_.stalled_ms();
+  const double ms = run.sw.Lap(&bd.kv_io_ms) + stalled;
+  bd.compute_ms -= stalled;
+  bd.kv_io_ms += stalled;
+  bd.io_wait_ms += ms;
+  lr.io_wait_ms += ms;
+  if (!r.ok()) return r.status();
+  NoteRead(run, lr, *r);
   return Status::Ok();
 }
 

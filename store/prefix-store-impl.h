@@ -353,6 +353,10 @@ struct PrefixStore::Impl {
   void GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out, std::span<const uint32_t> out_rows) const;
   void GatherSource(const PendingRead& pr, const ReadSource& s, f16_t* k_out, f16_t* v_out,
                     std::span<const uint32_t> out_rows) const;
+  // A read with a ReadInto and RowArrivals, at submit: the sources the memory tiers hold, in place.
+  void ServeFromMemory(PendingRead& pr) const;
+  // Tells the read's RowArrivals (if any) that source s's rows are in place.
+  static void ReportArrived(const PendingRead& pr, const ReadSource& s);
   // A read with a ReadInto: source g's blocks all arrived (on the engine's completion thread).
   void ServeArrived(PendingRead& pr, uint32_t g) const;
   static const uint8_t* BlockRecords(const TierBlock& b, std::vector<uint8_t>& tmp);

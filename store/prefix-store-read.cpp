@@ -183,22 +183,36 @@ uint32_t PrefixStore::Impl::BlockGroupTokens() const {
 
 Result<ReadTicket> PrefixStore::Impl::SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
                                                    bool want_k, bool want_v, std::optional<ReadInto> into) {
-  MutexLock lk(&mu);
-  IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
-  if (!want_k && !want_v) return Status::InvalidArgument("store: a KV read must want K, V or both");
-  if (hs->remote) return SubmitRemoteLocked(*hs, il, /*probe=*/false, positions, want_k, want_v);
-  auto pr = std::make_unique<PendingRead>();
-  pr->want_k = want_k;
-  pr->want_v = want_v;
-  pr->n_rows = positions.size();
-  if (into && !into->rows.empty() && into->rows.size() != positions.size())
-    return Status::InvalidArgument("store: a read's output rows do not match its positions");
-  pr->into = std::move(into);
-  IMPRESS_RETURN_IF_ERROR(PlanKVSourcesLocked(*hs, uint32_t(il), positions, pr.get()));
-  const uint64_t want_bytes = (want_k ? k_bytes : 0) + (want_v ? k_bytes : 0);
-  pr->stats.useful_bytes = positions.size() * want_bytes;
-  PlanTierReadsLocked(pr.get());
-  return SubmitLocked(std::move(pr));
+  PendingRead* early = nullptr;  // a read whose memory-tier rows are placed now, unlocked
+  Result<ReadTicket> t = [&]() -> Result<ReadTicket> {
+    MutexLock lk(&mu);
+    IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
+    if (!want_k && !want_v) return Status::InvalidArgument("store: a KV read must want K, V or both");
+    if (hs->remote) {
+      if (into && into->arrivals)
+        return Status::InvalidArgument("store: a read of a remote match cannot report rows as they arrive");
+      return SubmitRemoteLocked(*hs, il, /*probe=*/false, positions, want_k, want_v);
+    }
+    auto pr = std::make_unique<PendingRead>();
+    pr->want_k = want_k;
+    pr->want_v = want_v;
+    pr->n_rows = positions.size();
+    if (into && !into->rows.empty() && into->rows.size() != positions.size())
+      return Status::InvalidArgument("store: a read's output rows do not match its positions");
+    pr->into = std::move(into);
+    IMPRESS_RETURN_IF_ERROR(PlanKVSourcesLocked(*hs, uint32_t(il), positions, pr.get()));
+    const uint64_t want_bytes = (want_k ? k_bytes : 0) + (want_v ? k_bytes : 0);
+    pr->stats.useful_bytes = positions.size() * want_bytes;
+    PlanTierReadsLocked(pr.get());
+    PendingRead* p = pr.get();
+    IMPRESS_ASSIGN_OR_RETURN(const ReadTicket ticket, SubmitLocked(std::move(pr)));
+    if (p->into && p->into->arrivals) early = p;
+    return ticket;
+  }();
+  // The rows the memory tiers hold go in place before the caller computes on them; the disk's
+  // follow as their chunks arrive (ServeArrived).
+  if (t.ok() && early) ServeFromMemory(*early);
+  return t;
 }
 
 // One source per chunk the positions fall in (in the layout the handle pinned), with the rows
@@ -331,6 +345,8 @@ Result<ReadTicket> PrefixStore::Impl::SubmitLocked(std::unique_ptr<PendingRead> 
     on_group = [this, p = pr.get()](uint32_t g) { ServeArrived(*p, g); };  // the read outlives its batch
   }
   pr->ticket = io->Submit(std::move(ops), std::move(on_group));
+  if (pr->into && pr->into->arrivals)
+    pr->into->arrivals->SetFinishedProbe([e = io.get(), tk = pr->ticket] { return e->Finished(tk); });
   ReadTicket t = next_ticket++;
   reads[t] = std::move(pr);
   return t;
@@ -515,6 +531,28 @@ void PrefixStore::Impl::ServeArrived(PendingRead& pr, uint32_t g) const {
   if (!VerifySource(s, /*probe=*/false).ok()) return;
   GatherSource(pr, s, pr.into->k, pr.into->v, pr.into->rows);
   pr.served[g] = 1;
+  ReportArrived(pr, s);
+}
+
+void PrefixStore::Impl::ServeFromMemory(PendingRead& pr) const {
+  for (size_t g = 0; g < pr.sources.size(); ++g) {
+    const ReadSource& s = pr.sources[g];
+    if (!s.runs.empty()) continue;  // the disk brings (some of) it
+    GatherSource(pr, s, pr.into->k, pr.into->v, pr.into->rows);
+    pr.served[g] = 1;
+    ReportArrived(pr, s);
+  }
+}
+
+void PrefixStore::Impl::ReportArrived(const PendingRead& pr, const ReadSource& s) {
+  if (!pr.into->arrivals) return;
+  thread_local std::vector<uint32_t> out;
+  out.clear();
+  for (auto [row, w] : s.rows) {
+    const uint32_t to = pr.into->rows.empty() ? row : pr.into->rows[row];
+    if (to != kSkipRow) out.push_back(to);
+  }
+  pr.into->arrivals->Arrived(out);
 }
 
 Status PrefixStore::Impl::VerifySource(const ReadSource& s, bool probe) const {

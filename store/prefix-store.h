@@ -31,6 +31,7 @@
 
 #include "base/fp16.h"
 #include "base/memory-space.h"
+#include "base/row-arrivals.h"
 #include "base/status.h"
 #include "store/cache-policy.h"
 #include "store/env.h"
@@ -224,10 +225,18 @@ struct ReadStats {
 // wanted), rows as its out_rows (empty: row r to row r); WaitInto must name the same k and v
 // (Wait, which allocates its own, is refused), and they must live until it returns (or, for a
 // read never waited, until the store is closed).
+//
+// With `arrivals` (reset by the caller to the read's output rows, n_rows = its row count or the
+// largest out row + 1), the store reports each row once it is in place: rows a memory tier holds
+// before SubmitReadKV returns, the disk's as their chunks arrive; a reader may use those rows
+// before WaitInto (RowArrivals::Wait), and a wait for rows of a chunk that failed ends when the
+// read has finished, with false (WaitInto then returns the error). Not for a read of a remote
+// match. `arrivals` must outlive the read's WaitInto.
 struct ReadInto {
   f16_t* k = nullptr;
   f16_t* v = nullptr;
   std::vector<uint32_t> rows;
+  RowArrivals* arrivals = nullptr;
 };
 
 struct ReadResult {

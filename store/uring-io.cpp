@@ -102,6 +102,10 @@ class TicketedEngine : public ReadEngine {
     while (!table_.DoneLocked(t)) done_cv_.Wait(&mu_);
     return table_.TakeLocked(t, timing);
   }
+  bool Finished(Ticket t) final {
+    MutexLock lk(&mu_);
+    return !table_.KnownLocked(t) || table_.DoneLocked(t);
+  }
   int queue_depth() const final { return qd_; }
 
  protected:

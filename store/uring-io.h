@@ -61,6 +61,9 @@ class ReadEngine {
   Status Wait(Ticket t) { return Wait(t, nullptr); }
   // The same; *timing (when given) receives the batch's submit and completion times.
   virtual Status Wait(Ticket t, ReadTiming* timing) = 0;
+  // True once every op of the batch completed and its group calls returned (or the ticket is not
+  // known: already waited); does not wait.
+  virtual bool Finished(Ticket t) = 0;
   virtual const char* name() const = 0;  // "io_uring" or "pread"
   virtual int queue_depth() const = 0;
 };

@@ -66,6 +66,8 @@ Status CheckQueryShape(const AttentionQuery& a, int n_prefix, const char* what) 
 
 }  // namespace
 
+Status PrefixRowsMissing() { return Status::IOError("attention: prefix rows never arrived (their read failed)"); }
+
 Status CheckAttentionArgs(const AttentionArgs& a) {
   IMPRESS_RETURN_IF_ERROR(CheckQueryShape(a, a.n_prefix, "attention"));
   if (!a.q || !a.k_new || !a.v_new || !a.out || (a.n_prefix > 0 && (!a.k_prefix || !a.v_prefix)))

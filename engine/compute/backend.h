@@ -26,6 +26,7 @@
 #include <string>
 
 #include "base/fp16.h"
+#include "base/row-arrivals.h"
 #include "base/status.h"
 #include "engine/model/model.h"
 
@@ -106,7 +107,14 @@ struct AttentionArgs : AttentionQuery {
   // of its own new tokens needs only theirs, not the prefix's thousands).
   int importance_from = 0;
   DevPtr<float> importance;  // (importance_heads.size(), ld) as described above
+  // Optional: the prefix rows are still arriving (a layer's KV read, base/row-arrivals.h, over
+  // rows [0, n_prefix)); a backend waits for the rows it reads (a block at a time where it can)
+  // and fails (kIOError, output undefined) when some never arrive.
+  RowArrivals* prefix_arrivals = nullptr;
 };
+
+// The error of an attention whose prefix rows never arrived (their read failed).
+Status PrefixRowsMissing();
 
 // Importance only, from keys alone (the probe step, docs/design.md section 3). The prefix keys hold
 // a subset of KV heads: prefix_kv_heads[s] is the kv head stored in slot s. Every query head

@@ -675,6 +675,9 @@ Status CpuBackend::Attention(const AttentionArgs& a) {
     std::memset(a.importance.raw(), 0, sizeof(float) * size_t(n_imp) * ld_imp);
     for (int x = 0; x < n_imp; ++x) imp_row[a.importance_heads[x]] = a.importance.raw() + int64_t(x) * ld_imp;
   }
+  const bool tiled_question = tiles_ && a.n_new * group > kDirectRows && TileAttentionFits(a.n_new * group, hd);
+  if (!AwaitPrefixRows(a.prefix_arrivals, tiled_question, a.n_head_kv * TileBlocks(n_keys), pool_.n_threads()))
+    return PrefixRowsMissing();
   if (a.n_new * group <= kDirectRows) {
     DirectAttention(a, imp_row);
     flops_ += 4.0 * a.n_head * a.n_new * n_keys * hd;
@@ -696,9 +699,10 @@ Status CpuBackend::Attention(const AttentionArgs& a) {
   }
   t.importance_include_new = a.importance_include_new;
   t.importance_from = a.importance_from;
-  if (tiles_ && TileAttentionFits(a.n_new * group, hd)) {
+  if (tiled_question) {
     // A question over a prefix: blocked tiles, fp16 K/V converted once per block.
-    TileAttention(t, tile_scratch_, TileParallel());
+    t.prefix_arrivals = a.prefix_arrivals;
+    if (!TileAttention(t, tile_scratch_, TileParallel())) return PrefixRowsMissing();
     flops_ += 4.0 * a.n_head * a.n_new * n_keys * hd;
     return Status::Ok();
   }

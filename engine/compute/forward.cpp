@@ -471,6 +471,7 @@ Status Forward::Attend(int il, const PrefixKV& prefix, const ImportanceRequest* 
   a.n_prefix = prefix.n;
   a.k_prefix = prefix.k;
   a.v_prefix = prefix.v;
+  a.prefix_arrivals = prefix.arrivals;
   a.out = attn_;
   size_t imp_count = 0;
   if (importance && !importance->heads.empty()) {

@@ -58,6 +58,9 @@ struct PrefixKV {
   // Optional (host): the tokens' original positions. When given, each must be smaller than
   // every new token's position (the prefix precedes the new tokens); they are not otherwise used.
   std::span<const int32_t> positions;
+  // Optional: rows still arriving (AttentionArgs::prefix_arrivals); Attend waits for them and
+  // fails (kIOError) when some never come.
+  RowArrivals* arrivals = nullptr;
 };
 
 // Keys of a prefix set for some kv heads only (the probe): (n, kv_heads.size(), head_dim),

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -130,11 +131,15 @@ void Int8BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, i
 
 // One task: the scores of block b of group g, their per-row softmax parts and, with values,
 // the block's weighted value sums.
-void TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc, int g, int b) {
+// False (and nothing computed) when the block's prefix rows never arrived.
+bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc, int g, int b) {
   const TileGroup& grp = a.groups[size_t(g)];
   const int hd = a.head_dim, nh = int(grp.heads.size()), rows = nh * a.n_new;
   const int j0 = L.BlockStart(b), j1 = L.BlockStart(b + 1);
   const int n = j1 - j0, n16 = RoundUpTile(n);
+  const int n_pre_rows = std::clamp(a.n_prefix - j0, 0, n);
+  if (a.prefix_arrivals && n_pre_rows > 0 && !a.prefix_arrivals->Wait(uint32_t(j0), uint32_t(j0 + n_pre_rows)))
+    return false;
   // The row stride is not a multiple of 4 KiB, so rows do not alias in the caches.
   const int ldk = n16 + kTileCols;
   thread_local std::vector<float> kt, vb, s;
@@ -184,7 +189,7 @@ void TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
       std::fill(row + valid, row + n, 0.0f);
     }
   }
-  if (!a.out) return;
+  if (!a.out) return true;
   vb.resize(size_t(n) * hd);
   if (n_pre > 0) ValuesF32(run_ptr(grp.v_prefix, grp.v_new, true), grp.prefix_stride, n_pre, hd, vb.data());
   if (n > n_pre)
@@ -192,6 +197,7 @@ void TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
   float* acc = sc.part_acc.data() + L.Part(g, b, 0) * hd;
   std::fill(acc, acc + size_t(rows) * hd, 0.0f);
   TileWeightedValues(s.data(), rows, ldk, vb.data(), n, hd, acc);
+  return true;
 }
 
 // Merges the blocks of every row: its max and 1 / total (kept for the importance), and, with
@@ -261,7 +267,13 @@ void ImportanceColumns(const TileAttentionArgs& a, const TileLayout& L, const Ti
 
 }  // namespace
 
-void TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParallelFor& parallel_for) {
+bool AwaitPrefixRows(RowArrivals* arrivals, bool by_block, int tasks, int threads) {
+  if (!arrivals) return true;
+  arrivals->SetReaders(by_block ? std::min(threads, tasks) : threads);
+  return by_block || arrivals->WaitAll();
+}
+
+bool TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParallelFor& parallel_for) {
   const int hd = a.head_dim, n_groups = int(a.groups.size());
   TileLayout L;
   L.n_keys = a.n_prefix + a.q_first + a.n_new;
@@ -271,7 +283,7 @@ void TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
     L.rows = std::max(L.rows, int(grp.heads.size()) * a.n_new);
     for (const TileHead& h : grp.heads) any_importance |= h.importance != nullptr;
   }
-  if (n_groups == 0 || L.rows == 0) return;
+  if (n_groups == 0 || L.rows == 0) return a.prefix_arrivals ? a.prefix_arrivals->WaitAll() : true;
   // The queries, pre-scaled, rows (i, x) of each group adjacent.
   sc.q.resize(size_t(n_groups) * L.rows * hd);
   for (int g = 0; g < n_groups; ++g) {
@@ -291,16 +303,23 @@ void TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
   L.raw_from = std::clamp(a.importance_from, 0, L.n_keys);
   if (any_importance) sc.raw.resize(size_t(n_groups) * L.rows * size_t(L.n_keys - L.raw_from));
   sc.part_w.resize(n_part);
-  parallel_for(int64_t(n_groups) * L.n_blocks,
-               [&](int64_t t) { TileBlock(a, L, sc, int(t / L.n_blocks), int(t % L.n_blocks)); });
+  // Block by block, every group's part of a block before the next block (the order arriving
+  // prefix rows come in); each task writes only its own parts, so the order changes no result.
+  std::atomic<bool> missing{false};
+  parallel_for(int64_t(n_groups) * L.n_blocks, [&](int64_t t) {
+    if (!missing.load(std::memory_order_relaxed) && !TileBlock(a, L, sc, int(t % n_groups), int(t / n_groups)))
+      missing.store(true, std::memory_order_relaxed);
+  });
+  if (missing.load()) return false;
   MergeRows(a, L, sc);
-  if (!any_importance) return;
+  if (!any_importance) return true;
   const int n_cols = a.importance_include_new ? L.n_keys : a.n_prefix;
   const int from = std::min(L.raw_from, n_cols);
   constexpr int kChunk = 512;
   parallel_for((n_cols - from + kChunk - 1) / kChunk, [&](int64_t c) {
     ImportanceColumns(a, L, sc, from + int(c) * kChunk, std::min(n_cols, from + int(c + 1) * kChunk));
   });
+  return true;
 }
 
 }  // namespace impress

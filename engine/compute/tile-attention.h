@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/fp16.h"
+#include "base/row-arrivals.h"
 #include "engine/quant/quant-kernels.h"
 
 namespace impress {
@@ -95,6 +96,10 @@ struct TileAttentionArgs {
   // Scores only (out == nullptr): queries and keys as int8 on this kernel path
   // (engine/quant/key-scores.h), the importance of a ranking; nullopt: fp32 tiles.
   std::optional<quant::KernelPath> int8_scores;
+  // Optional: prefix rows still arriving (AttentionArgs::prefix_arrivals); each block of keys
+  // waits for its prefix rows, the blocks taken in order, so the first compute while the last
+  // arrive.
+  RowArrivals* prefix_arrivals = nullptr;
 };
 
 // Buffers a caller keeps between calls so a call allocates nothing once they have grown.
@@ -110,7 +115,13 @@ inline bool TileAttentionFits(int rows_per_group, int head_dim) {
   return rows_per_group <= kTileMaxRows && head_dim % 8 == 0 && head_dim <= 512;
 }
 
-void TileAttention(const TileAttentionArgs& a, TileScratch& scratch, const TileParallelFor& parallel_for);
+// A prefix still arriving (may be null) for attention on `threads` threads: with by_block (the
+// tiles, `tasks` of them, will wait block by block) only notes how many threads may wait at once;
+// else waits for every row here. False when some never came.
+bool AwaitPrefixRows(RowArrivals* arrivals, bool by_block, int tasks, int threads);
+
+// False when some prefix rows never arrived (prefix_arrivals): the output is then undefined.
+bool TileAttention(const TileAttentionArgs& a, TileScratch& scratch, const TileParallelFor& parallel_for);
 
 // How TileAttention splits n keys (prefix, then new) into blocks, one task each: about
 // kTileBlockKeys keys per block, so a block's fp32 keys and values (64 KiB each at head_dim 64)

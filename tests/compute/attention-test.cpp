@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "engine/compute/backend.h"
@@ -103,11 +105,40 @@ AttentionQuery HostQuery(const Data& d) {
                             DevPtr<const f16_t>(d.k_new.data()));
 }
 
+// A prefix that arrives while the attention runs (AttentionArgs::prefix_arrivals): its rows start
+// as NaN and another thread copies them in, kRows at a time in order, reporting each batch; with
+// stop_short it stops halfway. status: what the attention returned.
+struct Arriving {
+  static constexpr int kRows = 50;
+  bool stop_short = false;
+  Status status;
+};
+
 AttnRun RunAttention(Backend& be, const Data& d, const std::vector<int>& visible, const std::vector<int>& heads,
-                     bool include_new, int importance_from = 0) {
+                     bool include_new, int importance_from = 0, Arriving* arriving = nullptr) {
   const Case& c = d.c;
   const size_t kv = size_t(c.n_head_kv) * c.head_dim;
-  const std::vector<f16_t> kp = Gather(d.k_ctx, visible, kv), vp = Gather(d.v_ctx, visible, kv);
+  const std::vector<f16_t> k_src = Gather(d.k_ctx, visible, kv), v_src = Gather(d.v_ctx, visible, kv);
+  std::vector<f16_t> kp = k_src, vp = v_src;
+  RowArrivals arrivals;
+  std::atomic<bool> filled{false};
+  std::thread filler;
+  if (arriving) {
+    std::fill(kp.begin(), kp.end(), f16_t(0x7e00));
+    std::fill(vp.begin(), vp.end(), f16_t(0x7e00));
+    arrivals.Reset(uint32_t(visible.size()));
+    arrivals.SetFinishedProbe([&] { return filled.load(); });
+    filler = std::thread([&] {
+      const size_t n = arriving->stop_short ? visible.size() / 2 : visible.size();
+      for (size_t j = 0; j < n; j += Arriving::kRows) {
+        const size_t e = std::min(n, j + Arriving::kRows);
+        std::copy(k_src.begin() + j * kv, k_src.begin() + e * kv, kp.begin() + j * kv);
+        std::copy(v_src.begin() + j * kv, v_src.begin() + e * kv, vp.begin() + j * kv);
+        arrivals.ArrivedRange(uint32_t(j), uint32_t(e));
+      }
+      filled.store(true);
+    });
+  }
   AttnRun r;
   r.out.assign(size_t(c.n_new) * c.n_head * c.head_dim, -1.0f);
   const size_t ld = visible.size() + (include_new ? c.n_new : 0);
@@ -123,8 +154,14 @@ AttnRun RunAttention(Backend& be, const Data& d, const std::vector<int>& visible
   a.importance_include_new = include_new;
   a.importance_from = importance_from;
   a.importance = DevPtr<float>(r.imp.data());
+  a.prefix_arrivals = arriving ? &arrivals : nullptr;
   const Status st = be.Attention(a);
-  EXPECT_TRUE(st.ok()) << st.ToString();
+  if (arriving) {
+    filler.join();
+    arriving->status = st;
+  } else {
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
   return r;
 }
 
@@ -209,6 +246,27 @@ TEST_P(AttentionTest, ImportanceFromAColumnOnEqualsTheWholeRequestThere) {
       for (size_t j = size_t(from); j < ld; ++j)
         ASSERT_EQ(part.imp[x * ld + j], whole.imp[x * ld + j]) << "head " << x << " column " << j << " from " << from;
   }
+}
+
+// Attend while reading: the prefix arriving block by block while the attention runs gives the
+// same bits as the prefix there from the start; a prefix that stops arriving halfway fails the
+// attention (kIOError) instead of blocking or computing on rows that never came.
+TEST_P(AttentionTest, APrefixStillArrivingGivesTheSameBitsOrFails) {
+  const Case c = GetParam();
+  const Data d = MakeData(c, 17);
+  std::vector<int> all(c.n_ctx);
+  std::iota(all.begin(), all.end(), 0);
+  const std::vector<int> heads = {0, c.n_head - 1};
+  const AttnRun there = RunAttention(*be_, d, all, heads, true);
+  Arriving arriving;
+  const AttnRun streamed = RunAttention(*be_, d, all, heads, true, 0, &arriving);
+  ASSERT_TRUE(arriving.status.ok()) << arriving.status.ToString();
+  EXPECT_EQ(streamed.out, there.out);
+  EXPECT_EQ(streamed.imp, there.imp);
+  if (c.n_ctx < 2) return;
+  Arriving short_of{.stop_short = true, .status = {}};
+  RunAttention(*be_, d, all, heads, true, 0, &short_of);
+  EXPECT_EQ(short_of.status.code(), Status::Code::kIOError) << short_of.status.ToString();
 }
 
 // The probe's shape: the query heads of the last kv head (and of kv head 0 when there are

@@ -24,12 +24,14 @@
 #include "chat/document.h"
 #include "pipeline/fidelity.h"
 #include "store/env.h"
+#include "tests/pipeline/pipeline-on-model.h"
 #include "tests/support/default-model.h"
 
 namespace impress {
 namespace {
 
 using ::impress::test_support::DefaultModel;
+using ::impress::test_support::PipelineOnModel;
 
 // ---- probe heads under grouped-query attention -------------------------------------------
 
@@ -44,146 +46,6 @@ TEST(Selection, ProbeKvHeadsFollowGqaGroups) {
 }
 
 // ---- on the real model --------------------------------------------------------------------
-
-// Sleeps delay_ms before every read of a store file while delay_ms > 0: a known amount of I/O
-// time, so a test can check where the pipeline books it. The store must read through File::ReadAt
-// (force_pread): io_uring reads the descriptor directly.
-class SlowReadEnv : public store::EnvWrapper {
- public:
-  SlowReadEnv() : EnvWrapper(store::Env::Default()) {}
-  Result<std::unique_ptr<store::File>> OpenFile(const std::string& path, const store::OpenOptions& o) override {
-    IMPRESS_ASSIGN_OR_RETURN(std::unique_ptr<store::File> f, target()->OpenFile(path, o));
-    return std::unique_ptr<store::File>(std::make_unique<SlowFile>(std::move(f), this));
-  }
-  std::atomic<int> delay_ms{0};
-  std::atomic<uint64_t> n_delayed{0};
-
- private:
-  class SlowFile : public store::FileWrapper {
-   public:
-    SlowFile(std::unique_ptr<store::File> f, SlowReadEnv* env) : FileWrapper(std::move(f)), env_(env) {}
-    Status ReadAt(uint64_t off, void* buf, size_t n, size_t* n_read) override {
-      if (const int ms = env_->delay_ms.load(); ms > 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-        ++env_->n_delayed;
-      }
-      return f_->ReadAt(off, buf, n, n_read);
-    }
-
-   private:
-    SlowReadEnv* env_;
-  };
-};
-
-class PipelineOnModel : public ::testing::Test {
- protected:
-  // A failed load is kept, not asserted here: GoogleTest reports a fatal failure in
-  // SetUpTestSuite by skipping every test of the suite, and ctest counts skips as passes.
-  static void SetUpTestSuite() {
-    if (!std::filesystem::exists(DefaultModel())) return;
-    auto ctx = ModelContext::Load(DefaultModel(), ModelContextOptions{});
-    if (!ctx.ok()) {
-      load_status_ = ctx.status();
-      return;
-    }
-    ctx_ = std::move(*ctx).release();
-  }
-  static void TearDownTestSuite() {
-    delete ctx_;
-    ctx_ = nullptr;
-    load_status_ = Status::Ok();
-  }
-  void SetUp() override {
-    ASSERT_TRUE(load_status_.ok()) << "the default model " << DefaultModel()
-                                   << " failed to load: " << load_status_.ToString();
-    if (!ctx_) GTEST_SKIP() << "default model not found: " << DefaultModel();
-    dir_ = std::filesystem::temp_directory_path() / ("impress-pipeline-test-" + std::to_string(::getpid()) + "-" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    OpenStore(StoreOptions());
-
-    auto doc = LoadDocument(std::string(IMPRESS_SOURCE_DIR) + "/assets/docs/gpl-3.0.txt");
-    ASSERT_TRUE(doc.ok()) << doc.status().ToString();
-    doc->text.resize(2600);  // ~600 tokens: enough layers of selection, quick on 2 cores
-    conv_.AddDocument(std::move(*doc));
-  }
-  void TearDown() override {
-    pipe_.reset();
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  store::PrefixStoreOptions StoreOptions() const {
-    store::PrefixStoreOptions o = StoreOptionsFor(ctx_->config(), 3);
-    o.dir = dir_.string();
-    o.reorder_interval = std::chrono::milliseconds(0);
-    return o;
-  }
-  // (Re)opens the store of this test with `o` and a pipeline over it.
-  void OpenStore(const store::PrefixStoreOptions& o) {
-    pipe_.reset();
-    store_.reset();
-    auto st = store::PrefixStore::Open(o);
-    ASSERT_TRUE(st.ok()) << st.status().ToString();
-    store_ = std::move(*st);
-    pipe_ = std::make_unique<ImpressPipeline>(*ctx_, store_.get());
-  }
-  // Every read goes to the data files: no device or host tier to serve repeated reads.
-  // With an Env, reads go through File::ReadAt on enough workers that every block of one read
-  // request is read at once (one read waits about one ReadAt, however many blocks it has).
-  void OpenSsdOnlyStore(store::Env* env = nullptr) {
-    store::PrefixStoreOptions o = StoreOptions();
-    o.device_bytes = 0;
-    o.host_bytes = 0;
-    o.env = env;
-    if (env) {
-      o.force_pread = true;
-      o.queue_depth = 1;
-      o.chunk_tokens = 1024;
-    }
-    OpenStore(o);
-  }
-
-  PromptTokens Prompt(const std::string& q) { return conv_.Build(q, ctx_->tokenizer(), ctx_->chat_template()); }
-  // Computes the prompt without reuse and stores its prefix.
-  // write_order: the chunks in the order of the prompt's attention (the default), else in token order.
-  void Ingest(const PromptTokens& p, bool write_order = true) {
-    std::vector<float> logits;
-    PipelineSettings s;
-    s.system = SystemKind::kRecomp;
-    s.write_order = write_order;
-    auto r = pipe_->Prefill({p.tokens, p.n_prefix}, s, 0, &logits);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    pipe_->StoreAsync(size_t(p.n_prefix));
-    auto w = pipe_->WaitForStore();
-    ASSERT_TRUE(w.ok()) << w.status().ToString();
-    ASSERT_EQ(*w, uint64_t(p.n_prefix));
-  }
-  RequestReport Run(const PromptTokens& p, PipelineSettings s, std::vector<float>* logits) {
-    auto r = pipe_->Prefill({p.tokens, p.n_prefix}, s, 8, logits);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? *r : RequestReport{};
-  }
-
-  // IMPRESS settings that record each layer's importance and selection for comparing two runs,
-  // leaving the store's statistics alone.
-  static PipelineSettings Recording(float alpha) {
-    PipelineSettings s;
-    s.alpha = alpha;
-    s.record_importance = true;
-    s.report_importance = false;
-    return s;
-  }
-
-  static ModelContext* ctx_;
-  static Status load_status_;
-  std::filesystem::path dir_;
-  std::unique_ptr<store::PrefixStore> store_;
-  std::unique_ptr<ImpressPipeline> pipe_;
-  Conversation conv_;
-};
-ModelContext* PipelineOnModel::ctx_ = nullptr;
-Status PipelineOnModel::load_status_;
 
 double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, mx = 0;
@@ -278,73 +140,6 @@ TEST_F(PipelineOnModel, AlphaZeroFallsBackWhereProbeSetsDifferAndLargeAlphaAlway
     EXPECT_EQ(lr.key_bytes, uint64_t(lr.n) * row / 3 + uint64_t(lr.k) * row);
     EXPECT_EQ(lr.value_bytes, uint64_t(lr.k) * row);
   }
-}
-
-// A known delay on every store read lands in the I/O buckets, not in compute. The store reads
-// on one worker here, so the delayed reads run one after another inside the pipeline's waits:
-// the I/O buckets hold at least n_delayed * delay. Had the waits been booked to compute (or left
-// to `other`), the rest would have grown by as much; it may grow by less than half of it (how
-// busy the machine is). The bounds use only the injected delay, never how fast this machine is.
-TEST_F(PipelineOnModel, InjectedReadDelayIsBookedAsIoNotCompute) {
-  SlowReadEnv env;
-  ASSERT_NO_FATAL_FAILURE(OpenSsdOnlyStore(&env));
-  const PromptTokens p = Prompt("Summarise the preamble in one sentence.");
-  ASSERT_NO_FATAL_FAILURE(Ingest(p));
-  PipelineSettings s;
-  s.system = SystemKind::kImpress;
-  s.keep = 1.0f;
-  s.alpha = 50.0f;    // every layer passes: one probe-key read and one K/V read per layer
-  s.overlap = false;  // no prefetch: each read is waited for, whole, in its own bucket
-  std::vector<float> logits;
-  const RequestReport plain = Run(p, s, &logits);
-  ASSERT_EQ(plain.n_matched, p.n_prefix);
-  constexpr int kDelayMs = 60;  // 60 reads: ~3.6 s of I/O, so load swings of the rest stay far below half
-  env.delay_ms = kDelayMs;
-  const RequestReport slow = Run(p, s, &logits);
-  env.delay_ms = 0;
-  ASSERT_EQ(slow.n_matched, p.n_prefix);
-  const double injected_ms = double(env.n_delayed.load()) * kDelayMs;
-  ASSERT_GT(injected_ms, 0.0);
-
-  for (const LayerReport& lr : slow.layers) {
-    ASSERT_TRUE(lr.passed) << "layer " << lr.il;
-    ASSERT_GT(lr.chunks_ssd, 0u) << "layer " << lr.il << ": tiers are off, every read comes from the files";
-    EXPECT_GE(lr.io_wait_ms, 2.0 * kDelayMs) << "layer " << lr.il << ": two delayed reads at least";
-  }
-  const TtftBreakdown& a = plain.breakdown;
-  const TtftBreakdown& b = slow.breakdown;
-  EXPECT_GE(b.probe_io_ms, double(ctx_->config().n_layer) * kDelayMs);
-  EXPECT_GE(b.kv_io_ms, double(ctx_->config().n_layer) * kDelayMs);
-  EXPECT_GE(b.probe_io_ms + b.kv_io_ms, injected_ms);
-  EXPECT_NEAR(b.io_wait_ms, b.probe_io_ms + b.kv_io_ms, 1e-6);
-  const auto not_io = [](const TtftBreakdown& x) {
-    return x.match_ms + x.probe_compute_ms + x.copy_ms + x.compute_ms + x.other_ms;
-  };
-  spdlog::info(
-      "breakdown without / with {} ms on each of {} reads: I/O {:.0f} / {:.0f} ms, the rest {:.0f} / {:.0f} ms",
-      kDelayMs, env.n_delayed.load(), a.probe_io_ms + a.kv_io_ms, b.probe_io_ms + b.kv_io_ms, not_io(a), not_io(b));
-  // No wall-clock bound on the rest (a loaded machine stretches compute arbitrarily): the buckets
-  // add up to TTFT with nothing negative, so the injected time the I/O buckets hold above is time
-  // that no other bucket can also have claimed.
-  for (double ms : {b.match_ms, b.probe_compute_ms, b.copy_ms, b.compute_ms, b.other_ms}) EXPECT_GE(ms, 0.0);
-  EXPECT_NEAR(not_io(b) + b.probe_io_ms + b.kv_io_ms, slow.ttft_ms, 1e-3 * slow.ttft_ms);
-  // That sum holds by construction (other_ms takes whatever the stopwatch laps left), so the
-  // buckets are checked against the injected delay itself: each I/O bucket grew by (nearly) the
-  // delays of its own reads, one of each per layer, and the remainder did not absorb the
-  // injected time: other_ms grew by less than half of it (a wait booked to no bucket, or to
-  // other, would have grown it by all of it).
-  const double per_kind_ms = double(ctx_->config().n_layer) * kDelayMs;
-  EXPECT_GE(b.probe_io_ms - a.probe_io_ms, 0.9 * per_kind_ms);
-  EXPECT_GE(b.kv_io_ms - a.kv_io_ms, 0.9 * per_kind_ms);
-  EXPECT_LT(b.other_ms - a.other_ms, 0.5 * injected_ms);
-  EXPECT_LT(b.other_ms, 0.5 * injected_ms);
-  // The shares the benchmarks print: the waited-for I/O holds the injected time, and the probe's
-  // share is its reads plus its scoring.
-  EXPECT_NEAR(slow.unhidden_io_share(), b.io_wait_ms / slow.ttft_ms, 1e-12);
-  EXPECT_GE(slow.unhidden_io_share() * slow.ttft_ms, injected_ms);
-  EXPECT_NEAR(slow.probe_share(), (b.probe_io_ms + b.probe_compute_ms) / slow.ttft_ms, 1e-12);
-  EXPECT_GT(slow.probe_share(), 0.0);
-  EXPECT_LT(slow.probe_share() + slow.breakdown.kv_io_ms / slow.ttft_ms, 1.0 + 1e-9);
 }
 
 // The bytes the store reports reading from its files (no memory tiers), per system. AS+H2O reads

@@ -89,6 +89,9 @@ TEST(ReadInto, PlacesExactlyTheRowsAPlainReadGives) {
   }
 }
 
+// A chunk that fails its checksum is never served: its rows are never reported (a reader waiting
+// for them is let go once the read finished, the other chunks' rows do come) and the wait reports
+// the corruption and truncates the prefix before it.
 TEST(ReadInto, NeverServesAFlippedChunk) {
   std::mt19937 rng(23);
   Filled f("read-into-flip", rng, 200);
@@ -101,8 +104,12 @@ TEST(ReadInto, NeverServesAFlippedChunk) {
   std::iota(all.begin(), all.end(), 0u);
   const size_t row = size_t(kHeads) * kDim;
   std::vector<f16_t> k(all.size() * row), v(all.size() * row);
-  auto tk = st->SubmitReadKV(h, 0, all, true, true, ReadInto{k.data(), v.data(), {}});
+  RowArrivals arrivals;  // its rows never arrive: a reader waiting for them is let go with false
+  arrivals.Reset(uint32_t(all.size()));
+  auto tk = st->SubmitReadKV(h, 0, all, true, true, ReadInto{k.data(), v.data(), {}, &arrivals});
   ASSERT_TRUE(tk.ok());
+  EXPECT_FALSE(arrivals.WaitAll());
+  EXPECT_TRUE(arrivals.Wait(uint32_t(all.size()) - 16, uint32_t(all.size())));  // the last chunk's rows came
   auto r = st->WaitInto(*tk, k.data(), v.data());
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
@@ -110,6 +117,49 @@ TEST(ReadInto, NeverServesAFlippedChunk) {
   MatchHandle h2 = st->Match(t);  // truncated before the bad chunk
   EXPECT_LT(h2.n_matched, t.size());
   ASSERT_TRUE(st->Release(h2).ok());
+}
+
+// With a RowArrivals, every row is reported once it is in place: a reader that waited for all rows
+// finds exactly a plain read's rows before WaitInto, and WaitInto changes nothing of them; from
+// the SSD and, the second time, partly from the memory tiers, on both read engines.
+TEST(ReadInto, ReportsEveryRowOnceItIsInPlace) {
+  for (bool pread : {false, true}) {
+    std::mt19937 rng(31);
+    Filled f("read-into-arrivals", rng, 333, pread);
+    ASSERT_TRUE(f.st);
+    PrefixStore* st = f.st.get();
+    const size_t row = size_t(kHeads) * kDim;
+    for (int round = 0; round < 2; ++round) {
+      MatchHandle h = st->Match(f.t);
+      const std::vector<uint32_t> pos = tu::RandomPositions(rng, h.n_matched, 0.4);
+      auto plain = st->Wait(*st->SubmitReadKV(h, 1, pos, true, true));
+      ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+      const size_t n = pos.size();
+      std::vector<uint32_t> rows(n);  // row r to out row (n - 1 - r)
+      for (size_t r = 0; r < n; ++r) rows[r] = uint32_t(n - 1 - r);
+      std::vector<f16_t> k(n * row, f16_t(0)), v(n * row, f16_t(0));
+      RowArrivals arrivals;
+      arrivals.Reset(uint32_t(n));
+      auto tk = st->SubmitReadKV(h, 1, pos, true, true, ReadInto{k.data(), v.data(), rows, &arrivals});
+      ASSERT_TRUE(tk.ok()) << tk.status().ToString();
+      ASSERT_TRUE(arrivals.WaitAll()) << (pread ? "pread" : "io_uring") << " round " << round;
+      ReadResult seen;  // what a reader finds once the rows arrived, before the wait
+      seen.k.resize(n * row);
+      seen.v.resize(n * row);
+      for (size_t x = 0; x < n; ++x) {
+        std::copy_n(k.begin() + rows[x] * row, row, seen.k.begin() + x * row);
+        std::copy_n(v.begin() + rows[x] * row, row, seen.v.begin() + x * row);
+      }
+      EXPECT_EQ(seen.k, plain->k) << (pread ? "pread" : "io_uring") << " round " << round;
+      EXPECT_EQ(seen.v, plain->v) << (pread ? "pread" : "io_uring") << " round " << round;
+      const std::vector<f16_t> k_before = k, v_before = v;
+      auto r = st->WaitInto(*tk, k.data(), v.data(), rows);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(k, k_before);
+      EXPECT_EQ(v, v_before);
+      ASSERT_TRUE(st->Release(h).ok());
+    }
+  }
 }
 
 // A read told where its rows go and never waited: closing the store waits for it (its reads and

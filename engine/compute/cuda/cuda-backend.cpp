@@ -445,6 +445,7 @@ Result<const int*> CudaBackend::UploadInts(const std::vector<int>& v) {
 
 Status CudaBackend::Attention(const AttentionArgs& a) {
   IMPRESS_RETURN_IF_ERROR(CheckAttentionArgs(a));
+  if (a.prefix_arrivals && !a.prefix_arrivals->WaitAll()) return PrefixRowsMissing();
   if (!Enter()) return status_;
   if (a.head_dim > cuda::kMaxHeadDim)
     return Status::Unsupported(

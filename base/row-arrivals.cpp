@@ -1,0 +1,96 @@
+#include "base/row-arrivals.h"
+
+#include <algorithm>
+
+namespace impress {
+
+void RowArrivals::Reset(uint32_t n_rows) {
+  MutexLock lk(&mu_);
+  n_rows_ = n_rows;
+  arrived_.assign((size_t(n_rows) + kBucketRows - 1) / kBucketRows, 0);
+  finished_ = nullptr;
+  readers_ = 1;
+  waiting_ = 0;
+  stalled_ = {};
+}
+
+void RowArrivals::SetFinishedProbe(std::function<bool()> finished) {
+  MutexLock lk(&mu_);
+  finished_ = std::move(finished);
+}
+
+void RowArrivals::Arrived(std::span<const uint32_t> rows) {
+  if (rows.empty()) return;
+  {
+    MutexLock lk(&mu_);
+    for (uint32_t r : rows)
+      if (r < n_rows_) ++arrived_[r / kBucketRows];
+  }
+  cv_.SignalAll();
+}
+
+void RowArrivals::ArrivedRange(uint32_t begin, uint32_t end) {
+  {
+    MutexLock lk(&mu_);
+    end = std::min(end, n_rows_);
+    for (uint32_t r = begin; r < end;) {
+      const uint32_t bucket_end = std::min(end, (r / kBucketRows + 1) * kBucketRows);
+      arrived_[r / kBucketRows] += bucket_end - r;
+      r = bucket_end;
+    }
+  }
+  cv_.SignalAll();
+}
+
+uint32_t RowArrivals::ExpectedLocked(size_t bucket) const {
+  return std::min<uint32_t>(kBucketRows, n_rows_ - uint32_t(bucket) * kBucketRows);
+}
+
+bool RowArrivals::CompleteLocked(uint32_t begin, uint32_t end) const {
+  if (begin >= end) return true;
+  for (size_t b = begin / kBucketRows; b <= (end - 1) / kBucketRows; ++b)
+    if (arrived_[b] < ExpectedLocked(b)) return false;
+  return true;
+}
+
+bool RowArrivals::Wait(uint32_t begin, uint32_t end) {
+  using Clock = std::chrono::steady_clock;
+  MutexLock lk(&mu_);
+  end = std::min(end, n_rows_);
+  if (CompleteLocked(begin, end)) return true;
+  if (++waiting_ == readers_) stall_begin_ = Clock::now();
+  bool ok = true;
+  for (;;) {
+    if (CompleteLocked(begin, end)) break;
+    if (cv_.WaitUntil(&mu_, Clock::now() + kPollInterval)) continue;
+    // Nothing arrived for a while: whether the filler is done, asked without the lock (the filler
+    // takes its own locks). Rows reported before it finished are counted by then.
+    std::function<bool()> finished = finished_;
+    mu_.Unlock();
+    const bool done = finished && finished();
+    mu_.Lock();
+    if (done) {
+      ok = CompleteLocked(begin, end);
+      break;
+    }
+  }
+  if (waiting_-- == readers_) stalled_ += Clock::now() - stall_begin_;
+  return ok;
+}
+
+void RowArrivals::SetReaders(int n) {
+  MutexLock lk(&mu_);
+  readers_ = std::max(1, n);
+}
+
+double RowArrivals::stalled_ms() const {
+  MutexLock lk(&mu_);
+  return std::chrono::duration<double, std::milli>(stalled_).count();
+}
+
+uint32_t RowArrivals::n_rows() const {
+  MutexLock lk(&mu_);
+  return n_rows_;
+}
+
+}  // namespace impress
