@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/mutex.h"
@@ -38,6 +39,14 @@ class RowArrivals {
   // finished without them: false.
   bool Wait(uint32_t begin, uint32_t end);
   bool WaitAll() { return Wait(0, UINT32_MAX); }
+  // Without waiting: whether every row of [begin, end) arrived.
+  bool Ready(uint32_t begin, uint32_t end) const;
+  // Without waiting: the first i with !skip(i) whose rows ranges[i] all arrived, or -1; one look.
+  int FirstReady(std::span<const std::pair<uint32_t, uint32_t>> ranges, const std::function<bool(int)>& skip) const;
+  // How many reports came so far; WaitForMore(seen) blocks until more than `seen` came (true) or
+  // the filler finished (false). For a reader that takes whatever range is complete first.
+  uint64_t reports() const;
+  bool WaitForMore(uint64_t seen);
 
   // The readers that may wait at once (the attention's threads): the time during which all of
   // them waited is the read's unhidden time (stalled_ms).
@@ -49,12 +58,16 @@ class RowArrivals {
 
  private:
   bool CompleteLocked(uint32_t begin, uint32_t end) const REQUIRES(mu_);
+  // Waits (counted as a reader waiting) until done() or the filler finished; done()'s last answer.
+  template <class Done>
+  bool WaitLocked(Done done) REQUIRES(mu_);
   uint32_t ExpectedLocked(size_t bucket) const REQUIRES(mu_);
 
   mutable Mutex mu_;
   CondVar cv_;
   uint32_t n_rows_ GUARDED_BY(mu_) = 0;
   std::vector<uint32_t> arrived_ GUARDED_BY(mu_);  // per bucket
+  uint64_t reports_ GUARDED_BY(mu_) = 0;
   std::function<bool()> finished_ GUARDED_BY(mu_);
   int readers_ GUARDED_BY(mu_) = 1;
   int waiting_ GUARDED_BY(mu_) = 0;

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "base/kv-codes.h"
+#include "base/mutex.h"
 #include "engine/compute/simd-math.h"
 #include "engine/compute/tile-kernels-inl.h"
 #include "engine/quant/key-scores.h"
@@ -138,7 +140,7 @@ bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
   const int j0 = L.BlockStart(b), j1 = L.BlockStart(b + 1);
   const int n = j1 - j0, n16 = RoundUpTile(n);
   const int n_pre_rows = std::clamp(a.n_prefix - j0, 0, n);
-  if (a.prefix_arrivals && n_pre_rows > 0 && !a.prefix_arrivals->Wait(uint32_t(j0), uint32_t(j0 + n_pre_rows)))
+  if (a.prefix_arrivals && n_pre_rows > 0 && !a.prefix_arrivals->Ready(uint32_t(j0), uint32_t(j0 + n_pre_rows)))
     return false;
   // The row stride is not a multiple of 4 KiB, so rows do not alias in the caches.
   const int ldk = n16 + kTileCols;
@@ -199,6 +201,54 @@ bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
   TileWeightedValues(s.data(), rows, ldk, vb.data(), n, hd, acc);
   return true;
 }
+
+// Attend while reading: hands out the (group, block) tasks in the order their blocks' prefix rows
+// complete, so no thread waits for a block while another one's rows are there (a layer's chunks
+// arrive in whatever order the disk finishes them). Task t = b * n_groups + g.
+class ArrivalOrder {
+ public:
+  ArrivalOrder(const TileAttentionArgs& a, const TileLayout& L, int n_groups) : rows_(*a.prefix_arrivals) {
+    for (int64_t t = 0; t < int64_t(n_groups) * L.n_blocks; ++t) {
+      const int b = int(t / n_groups), j0 = L.BlockStart(b);
+      const int n_pre = std::clamp(a.n_prefix - j0, 0, L.BlockStart(b + 1) - j0);
+      ranges_.push_back({uint32_t(j0), uint32_t(j0 + n_pre)});
+    }
+    taken_.assign(ranges_.size(), 0);
+  }
+  // The next task whose rows are all there, waiting for arrivals while none is; when the rows
+  // never come, any task left (its block then fails, TileBlock's check).
+  int64_t Next() {
+    for (;;) {
+      const uint64_t seen = rows_.reports();
+      if (const int64_t t = Take(/*ready_only=*/true); t >= 0) return t;
+      if (!rows_.WaitForMore(seen)) return Take(/*ready_only=*/false);
+    }
+  }
+
+ private:
+  int64_t Take(bool ready_only) {
+    MutexLock lk(&mu_);
+    while (first_ < taken_.size() && taken_[first_]) ++first_;
+    const size_t first = first_;
+    const uint8_t* taken = taken_.data();
+    const std::span<const std::pair<uint32_t, uint32_t>> left(ranges_.data() + first, ranges_.size() - first);
+    size_t task = first;
+    if (ready_only) {
+      const int i = rows_.FirstReady(left, [&](int x) { return taken[first + size_t(x)] != 0; });
+      if (i < 0) return -1;
+      task += size_t(i);
+    }
+    if (task >= taken_.size()) return -1;
+    taken_[task] = 1;
+    return int64_t(task);
+  }
+
+  RowArrivals& rows_;
+  std::vector<std::pair<uint32_t, uint32_t>> ranges_;  // per task: its prefix rows
+  Mutex mu_;
+  std::vector<uint8_t> taken_ GUARDED_BY(mu_);
+  size_t first_ GUARDED_BY(mu_) = 0;  // tasks before it are all taken
+};
 
 // Merges the blocks of every row: its max and 1 / total (kept for the importance), and, with
 // values, the output row.
@@ -303,10 +353,14 @@ bool TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
   L.raw_from = std::clamp(a.importance_from, 0, L.n_keys);
   if (any_importance) sc.raw.resize(size_t(n_groups) * L.rows * size_t(L.n_keys - L.raw_from));
   sc.part_w.resize(n_part);
-  // Block by block, every group's part of a block before the next block (the order arriving
-  // prefix rows come in); each task writes only its own parts, so the order changes no result.
+  // Block by block, every group's part of a block before the next block, or, with the prefix still
+  // arriving, in the order blocks complete; each task writes only its own parts, so the order
+  // changes no result.
   std::atomic<bool> missing{false};
+  std::optional<ArrivalOrder> order;
+  if (a.prefix_arrivals) order.emplace(a, L, n_groups);
   parallel_for(int64_t(n_groups) * L.n_blocks, [&](int64_t t) {
+    if (order && (t = order->Next()) < 0) return;  // (never: one task per call)
     if (!missing.load(std::memory_order_relaxed) && !TileBlock(a, L, sc, int(t % n_groups), int(t / n_groups)))
       missing.store(true, std::memory_order_relaxed);
   });

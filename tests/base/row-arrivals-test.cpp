@@ -69,6 +69,31 @@ TEST(RowArrivals, AWaitEndsOnlyOnceItsRowsArrived) {
   }
 }
 
+// A reader that takes whichever range is complete first: FirstReady finds it without waiting (and
+// skips what the reader took), WaitForMore wakes on the next report, or, once the filler is done,
+// says no more will come.
+TEST(RowArrivals, AReaderTakesWhicheverRangeIsCompleteFirst) {
+  RowArrivals a;
+  a.Reset(192);
+  const std::vector<std::pair<uint32_t, uint32_t>> ranges = {{0, 64}, {64, 128}, {128, 192}};
+  const auto none = [](int) { return false; };
+  EXPECT_EQ(a.FirstReady(ranges, none), -1);
+  a.ArrivedRange(128, 192);
+  EXPECT_EQ(a.FirstReady(ranges, none), 2);
+  EXPECT_EQ(a.FirstReady(ranges, [](int i) { return i == 2; }), -1);
+  const uint64_t seen = a.reports();
+  std::atomic<bool> done{false};
+  a.SetFinishedProbe([&] { return done.load(); });
+  std::thread filler([&] {
+    a.ArrivedRange(0, 64);
+    done.store(true);
+  });
+  EXPECT_TRUE(a.WaitForMore(seen));
+  filler.join();
+  EXPECT_EQ(a.FirstReady(ranges, [](int i) { return i == 2; }), 0);
+  EXPECT_FALSE(a.WaitForMore(a.reports())) << "the filler is done: nothing more will come";
+}
+
 // A filler that stops short: the waiter for the rows it never sent is let go with false, a waiter
 // for rows it sent is not.
 TEST(RowArrivals, AFillerThatStopsShortLetsItsWaitersGo) {

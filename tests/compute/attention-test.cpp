@@ -106,11 +106,13 @@ AttentionQuery HostQuery(const Data& d) {
 }
 
 // A prefix that arrives while the attention runs (AttentionArgs::prefix_arrivals): its rows start
-// as NaN and another thread copies them in, kRows at a time in order, reporting each batch; with
-// stop_short it stops halfway. status: what the attention returned.
+// as NaN and another thread copies them in, kRows at a time in order (from the last rows back with
+// from_end), reporting each batch; with stop_short it stops halfway. status: what the attention
+// returned.
 struct Arriving {
   static constexpr int kRows = 50;
   bool stop_short = false;
+  bool from_end = false;
   Status status;
 };
 
@@ -130,8 +132,9 @@ AttnRun RunAttention(Backend& be, const Data& d, const std::vector<int>& visible
     arrivals.SetFinishedProbe([&] { return filled.load(); });
     filler = std::thread([&] {
       const size_t n = arriving->stop_short ? visible.size() / 2 : visible.size();
-      for (size_t j = 0; j < n; j += Arriving::kRows) {
-        const size_t e = std::min(n, j + Arriving::kRows);
+      for (size_t x = 0; x < n; x += Arriving::kRows) {
+        const size_t len = std::min(n - x, size_t(Arriving::kRows));
+        const size_t j = arriving->from_end ? visible.size() - x - len : x, e = j + len;
         std::copy(k_src.begin() + j * kv, k_src.begin() + e * kv, kp.begin() + j * kv);
         std::copy(v_src.begin() + j * kv, v_src.begin() + e * kv, vp.begin() + j * kv);
         arrivals.ArrivedRange(uint32_t(j), uint32_t(e));
@@ -248,9 +251,10 @@ TEST_P(AttentionTest, ImportanceFromAColumnOnEqualsTheWholeRequestThere) {
   }
 }
 
-// Attend while reading: the prefix arriving block by block while the attention runs gives the
-// same bits as the prefix there from the start; a prefix that stops arriving halfway fails the
-// attention (kIOError) instead of blocking or computing on rows that never came.
+// Attend while reading: the prefix arriving block by block while the attention runs, first rows
+// first or last rows first (the blocks are then taken as they complete), gives the same bits as
+// the prefix there from the start; a prefix that stops arriving halfway fails the attention
+// (kIOError) instead of blocking or computing on rows that never came.
 TEST_P(AttentionTest, APrefixStillArrivingGivesTheSameBitsOrFails) {
   const Case c = GetParam();
   const Data d = MakeData(c, 17);
@@ -258,13 +262,15 @@ TEST_P(AttentionTest, APrefixStillArrivingGivesTheSameBitsOrFails) {
   std::iota(all.begin(), all.end(), 0);
   const std::vector<int> heads = {0, c.n_head - 1};
   const AttnRun there = RunAttention(*be_, d, all, heads, true);
-  Arriving arriving;
-  const AttnRun streamed = RunAttention(*be_, d, all, heads, true, 0, &arriving);
-  ASSERT_TRUE(arriving.status.ok()) << arriving.status.ToString();
-  EXPECT_EQ(streamed.out, there.out);
-  EXPECT_EQ(streamed.imp, there.imp);
+  for (const bool from_end : {false, true}) {
+    Arriving arriving{.stop_short = false, .from_end = from_end, .status = {}};
+    const AttnRun streamed = RunAttention(*be_, d, all, heads, true, 0, &arriving);
+    ASSERT_TRUE(arriving.status.ok()) << arriving.status.ToString();
+    EXPECT_EQ(streamed.out, there.out) << (from_end ? "last rows first" : "first rows first");
+    EXPECT_EQ(streamed.imp, there.imp) << (from_end ? "last rows first" : "first rows first");
+  }
   if (c.n_ctx < 2) return;
-  Arriving short_of{.stop_short = true, .status = {}};
+  Arriving short_of{.stop_short = true, .from_end = false, .status = {}};
   RunAttention(*be_, d, all, heads, true, 0, &short_of);
   EXPECT_EQ(short_of.status.code(), Status::Code::kIOError) << short_of.status.ToString();
 }
