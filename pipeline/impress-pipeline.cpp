@@ -166,6 +166,19 @@ Result<RequestReport> ImpressPipeline::PrefillOnce(const PipelineRequest& req, c
   TtftBreakdown& bd = report.breakdown;
   BeginRequest(req, run);
   run.sw.Lap(&bd.match_ms);
+  // What this prefill's reads bring enters the memory tiers after its first token (bounded: see
+  // PrefixStore::HoldAdmissions), so admission's copies and page faults do not take its cores.
+  struct AdmissionHold {
+    store::PrefixStore* st;
+    explicit AdmissionHold(store::PrefixStore* s) : st(s) {
+      if (st) st->HoldAdmissions();
+    }
+    ~AdmissionHold() {
+      if (st) st->ReleaseAdmissions();
+    }
+    AdmissionHold(const AdmissionHold&) = delete;
+    AdmissionHold& operator=(const AdmissionHold&) = delete;
+  } hold(run.reuse && n_matched_ > 0 ? store_ : nullptr);
 
   IMPRESS_RETURN_IF_ERROR(EnsureBuffers(size_t(n_prompt + max_new_tokens)));
   run.sw.Lap(&bd.other_ms);

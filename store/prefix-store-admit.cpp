@@ -40,7 +40,18 @@ void PrefixStore::Impl::QueueAdmission(std::unique_ptr<PendingRead> pr) {
     RecycleBuffers(*pr);
     return;
   }
+  admit_q_bytes += pr->buf.size();
   admit_q.push_back(std::move(pr));
+  admit_cv.SignalAll();
+}
+
+bool PrefixStore::Impl::AdmissionsHeldLocked() const {
+  return admit_holds > 0 && admit_waiters == 0 && admit_q_bytes < PrefixStore::kHeldAdmissionBytes;
+}
+
+void PrefixStore::Impl::HoldAdmissions(bool hold) {
+  MutexLock lk(&admit_mu);
+  admit_holds += hold ? 1 : -1;
   admit_cv.SignalAll();
 }
 
@@ -54,15 +65,17 @@ void PrefixStore::Impl::AdmitLoop() {
       MutexLock lk(&admit_mu);
       admit_busy = false;
       admit_cv.SignalAll();  // WaitForAdmissions: maybe drained
-      while (!admit_stop && admit_q.empty()) admit_cv.Wait(&admit_mu);
+      while (!admit_stop && (admit_q.empty() || AdmissionsHeldLocked())) admit_cv.Wait(&admit_mu);
       if (admit_stop) {
         for (auto& q : admit_q) RecycleBuffers(*q);
         admit_q.clear();
+        admit_q_bytes = 0;
         admit_cv.SignalAll();
         return;
       }
       pr = std::move(admit_q.front());
       admit_q.pop_front();
+      admit_q_bytes -= pr->buf.size();
       admit_busy = true;
     }
     for (const auto& s : pr->sources) InstallSource(*pr, s);
@@ -72,7 +85,10 @@ void PrefixStore::Impl::AdmitLoop() {
 
 void PrefixStore::Impl::WaitForAdmissions() {
   MutexLock lk(&admit_mu);
+  ++admit_waiters;
+  admit_cv.SignalAll();  // a held queue gives way
   while (!admit_stop && (admit_busy || !admit_q.empty())) admit_cv.Wait(&admit_mu);
+  --admit_waiters;
 }
 
 // What a read brought from the SSD is kept in the memory tiers: the chunks the tier manager

@@ -283,7 +283,10 @@ struct PrefixStore::Impl {
   Mutex admit_mu;
   CondVar admit_cv;  // waits under admit_mu: work queued, the queue drained, or stopping
   std::deque<std::unique_ptr<PendingRead>> admit_q GUARDED_BY(admit_mu);
-  bool admit_busy GUARDED_BY(admit_mu) = false;  // the admitter is installing one it popped
+  bool admit_busy GUARDED_BY(admit_mu) = false;     // the admitter is installing one it popped
+  int admit_holds GUARDED_BY(admit_mu) = 0;         // HoldAdmissions not yet released
+  int admit_waiters GUARDED_BY(admit_mu) = 0;       // in WaitForAdmissions: a hold gives way
+  uint64_t admit_q_bytes GUARDED_BY(admit_mu) = 0;  // read buffers the queue holds
   bool admit_stop GUARDED_BY(admit_mu) = false;
   std::thread admitter;
 
@@ -374,6 +377,9 @@ struct PrefixStore::Impl {
   void QueueAdmission(std::unique_ptr<PendingRead> pr) EXCLUDES(admit_mu);
   void AdmitLoop() EXCLUDES(mu, admit_mu);
   void WaitForAdmissions() EXCLUDES(admit_mu);
+  void HoldAdmissions(bool hold) EXCLUDES(admit_mu);
+  // The admitter waits: held (PrefixStore::HoldAdmissions), nobody waiting for it, queue under the cap.
+  bool AdmissionsHeldLocked() const REQUIRES(admit_mu);
   bool WantInstallLocked(const PendingRead& pr, const ReadSource& s, Tier* t, BlockPtr* base) REQUIRES(mu);
   void InstallSource(const PendingRead& pr, const ReadSource& s) EXCLUDES(mu);
   BlockPtr MakeProbeBlock(const ReadSource& s, Tier t);

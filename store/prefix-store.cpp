@@ -36,6 +36,8 @@ Result<std::vector<uint32_t>> PrefixStore::ReadGroups(const MatchHandle& h, int 
   return impl_->ReadGroups(h, il, group_tokens);
 }
 uint32_t PrefixStore::BlockGroupTokens() const { return impl_->BlockGroupTokens(); }
+void PrefixStore::HoldAdmissions() { impl_->HoldAdmissions(true); }
+void PrefixStore::ReleaseAdmissions() { impl_->HoldAdmissions(false); }
 Result<ReadResult> PrefixStore::Wait(ReadTicket t) { return impl_->Wait(t); }
 Result<ReadStats> PrefixStore::WaitInto(ReadTicket t, f16_t* k_out, f16_t* v_out) {
   return impl_->WaitInto(t, k_out, v_out);

@@ -386,6 +386,15 @@ class PrefixStore {
   Result<std::vector<uint32_t>> ReadGroups(const MatchHandle& h, int il, uint32_t group_tokens);
   // The smallest group of slots whose K (or V) records fill whole 4 KiB blocks, at most a chunk.
   uint32_t BlockGroupTokens() const;
+  // Holds back the admission of what reads bring from the SSD into the memory tiers until the
+  // matching ReleaseAdmissions (holds nest): a question's prefill keeps the cores and the memory
+  // bandwidth that admission's copies and first-touch page faults take (in a fresh process a
+  // 32K-token question on the 1.5B model fills about a gigabyte of new tier blocks). Bounded: past
+  // kHeldAdmissionBytes of queued read buffers the admitter goes on, and anything that waits for
+  // the admissions (a new match, the statistics) lets them through.
+  void HoldAdmissions();
+  void ReleaseAdmissions();
+  static constexpr uint64_t kHeldAdmissionBytes = 256ull << 20;
   Result<ReadResult> Wait(ReadTicket t);
   // The same, gathering into caller memory (e.g. the compute arena): k_out / v_out must hold
   // n_pos * n_head_kv * head_dim halves if wanted (probe reads: n_matched * n_probe * head_dim in

@@ -42,6 +42,26 @@ std::vector<uint32_t> Range(uint32_t a, uint32_t b) {
   return v;
 }
 
+// A store in a fresh directory (device tier of 16 MiB, f16) holding two chunks of random tokens,
+// and a match of them; the directory goes with it.
+struct TwoChunks {
+  std::string dir;
+  SyntheticKV kv{1, kHeads, kDim};
+  std::vector<int32_t> t;
+  std::unique_ptr<PrefixStore> s;
+  MatchHandle h;
+  TwoChunks(const std::string& tag, std::mt19937& rng) : dir(TempDir(tag)) {
+    s = OpenOrDie(Options(dir, KVEncoding::kF16, 16ull << 20));
+    t = RandomTokens(rng, 2 * kChunk);
+    if (!s || !kv.Insert(*s, t, 0).ok()) s.reset();
+    if (s) h = s->Match(t);
+  }
+  ~TwoChunks() {
+    s.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+
 TEST(PartialAdmission, AdmitsWhatWasReadAndFillsInLater) {
   const std::string dir = TempDir("partial-admission");
   SyntheticKV kv{1, kHeads, kDim};
@@ -172,15 +192,14 @@ TEST(PartialAdmission, BudgetsCountTheEncodedBytes) {
 // caller wants, with the bytes a plain Wait gives. Output rows that do not match the read are a
 // clear error, and the ticket can still be waited.
 TEST(PartialAdmission, WaitIntoPlacesRowsWhereTold) {
-  const std::string dir = TempDir("partial-admission-rows");
-  SyntheticKV kv{1, kHeads, kDim};
   std::mt19937 rng(13);
-  auto s = OpenOrDie(Options(dir, KVEncoding::kF16, 16ull << 20));
-  ASSERT_TRUE(s);
-  const auto t = RandomTokens(rng, 2 * kChunk);
-  ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+  TwoChunks f("partial-admission-rows", rng);
+  ASSERT_TRUE(f.s);
+  PrefixStore* s = f.s.get();
+  const auto& t = f.t;
+  auto& kv = f.kv;
+  MatchHandle& h = f.h;
   const size_t row = size_t(kHeads) * kDim;
-  MatchHandle h = s->Match(t);
   ASSERT_EQ(h.n_matched, t.size());
   for (int round = 0; round < 2; ++round) {  // the first reads the SSD only; the tier keeps some of it
     SCOPED_TRACE(round);
@@ -206,7 +225,34 @@ TEST(PartialAdmission, WaitIntoPlacesRowsWhereTold) {
     EXPECT_TRUE(std::all_of(v.begin() + 5 * row, v.end(), [&](f16_t x) { return x == sentinel; })) << "row 5 untouched";
   }
   ASSERT_TRUE(s->Release(h).ok());
-  std::filesystem::remove_all(dir);
+}
+
+// While admissions are held (a prefill in progress) what a read brought waits to enter the tier:
+// the same records read again under the same match come from the SSD again. A wait for the
+// admissions (the statistics) lets them through at once, hold or not; after the release the tier
+// serves them.
+TEST(PartialAdmission, HeldAdmissionsWaitForTheReleaseOrAWaiter) {
+  std::mt19937 rng(17);
+  TwoChunks f("held-admission", rng);
+  ASSERT_TRUE(f.s);
+  PrefixStore* s = f.s.get();
+  auto read = [&](const std::vector<uint32_t>& pos) {
+    auto r = s->Wait(*s->SubmitReadKV(f.h, 0, pos, true, true));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r.ok() && f.kv.Check(f.t, 0, pos, *r, true, true));
+    return r.ok() ? r->stats : ReadStats{};
+  };
+  s->HoldAdmissions();
+  EXPECT_EQ(read(Range(0, 8)).chunks_ssd, 1u);
+  EXPECT_EQ(read(Range(0, 8)).chunks_ssd, 1u) << "held: not in the tier yet";
+  EXPECT_EQ(s->Stats().tiers.device.n_chunks, 1u) << "a wait for the admissions lets them through";
+  EXPECT_EQ(read(Range(0, 8)).chunks_device, 1u);
+  EXPECT_EQ(read(Range(kChunk, kChunk + 8)).chunks_ssd, 1u);  // the second chunk, still held
+  s->ReleaseAdmissions();
+  ASSERT_TRUE(s->Release(f.h).ok());
+  f.h = s->Match(f.t);  // a match waits for the admissions
+  EXPECT_EQ(read(Range(kChunk, kChunk + 8)).chunks_device, 1u);
+  ASSERT_TRUE(s->Release(f.h).ok());
 }
 
 }  // namespace
