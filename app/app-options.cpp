@@ -69,7 +69,7 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
                 "previous layer computes; the layer's own probe still decides");
   cmd->add_flag("--attend-while-reading,!--no-attend-while-reading", o->attend_while_reading,
                 "start a layer's attention on the selected rows already read while the rest is still read "
-                "(the default)");
+                "(off by default: on two cores it was slower)");
   cmd->add_option("--probe-heads", o->probe_heads, "probe query heads per layer")->check(CLI::Range(1, 1024));
   cmd->add_option("--probe-keys", o->probe_keys,
                   "probe keys at rest: fp16, int8 or int4 (default int4); they rank tokens only. A store's KV is "

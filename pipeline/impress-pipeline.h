@@ -83,10 +83,12 @@ struct PipelineSettings {
   // IMPRESS's probe path with integer-coded probe keys on a host-addressable backend only.
   bool predict_next = false;
   // Attend while reading: a layer's selected K/V rows are handed to its attention as their chunks
-  // arrive (RowArrivals), so the attention computes on the first blocks of keys while the disk
-  // still reads the last, instead of after the whole read. The same rows in the same order: the
-  // same answer. Host-addressable backends, local matches, reads not split by a read ahead.
-  bool attend_while_reading = true;
+  // arrive (RowArrivals), so the attention computes on the blocks of keys already complete while
+  // the disk still reads the rest, instead of after the whole read. The same rows in the same
+  // order: the same answer. Host-addressable backends, local matches, reads not split by a read
+  // ahead. Off by default: on two cores the attention's threads then take the core the read's
+  // checksums and copies need, and the first token came later (docs/benchmarks.md).
+  bool attend_while_reading = false;
   // Keep by attention mass (0: off, the fixed ratio `keep`). > 0: per layer, the fewest tokens
   // whose summed normalised importance (the probe heads', or all heads' where they score) reaches
   // this share of the layer's total (MassKeepCount), at least a `keep_min` and at most a
