@@ -119,9 +119,4 @@ double RowArrivals::stalled_ms() const {
   return std::chrono::duration<double, std::milli>(stalled_).count();
 }
 
-uint32_t RowArrivals::n_rows() const {
-  MutexLock lk(&mu_);
-  return n_rows_;
-}
-
 }  // namespace impress

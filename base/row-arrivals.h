@@ -52,7 +52,6 @@ class RowArrivals {
   // them waited is the read's unhidden time (stalled_ms).
   void SetReaders(int n);
   double stalled_ms() const;
-  uint32_t n_rows() const;
 
   static constexpr std::chrono::milliseconds kPollInterval{2};
 

@@ -360,9 +360,9 @@ bool TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
   std::optional<ArrivalOrder> order;
   if (a.prefix_arrivals) order.emplace(a, L, n_groups);
   parallel_for(int64_t(n_groups) * L.n_blocks, [&](int64_t t) {
-    if (order && (t = order->Next()) < 0) return;  // (never: one task per call)
-    if (!missing.load(std::memory_order_relaxed) && !TileBlock(a, L, sc, int(t % n_groups), int(t / n_groups)))
-      missing.store(true, std::memory_order_relaxed);
+    if (missing.load(std::memory_order_relaxed)) return;  // the call fails: no task left is worth its wait
+    if (order && (t = order->Next()) < 0) return;         // (never: one task per call)
+    if (!TileBlock(a, L, sc, int(t % n_groups), int(t / n_groups))) missing.store(true, std::memory_order_relaxed);
   });
   if (missing.load()) return false;
   MergeRows(a, L, sc);
