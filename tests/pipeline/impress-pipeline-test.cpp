@@ -332,9 +332,12 @@ TEST_F(PipelineOnModel, PredictedReadsChangeOnlyWhenKvArrives) {
 // rounding (grown by the int8 activations to ~1e-2 of the largest importance): the tokens chosen
 // may differ only where that rounding decides, at the k-th place: each token one run took and the
 // other did not scores within 2e-2 of the largest importance of the boundary between taken and
-// left (the run without tiles' scores), and such swaps are rare (at most 1% of the prefix).
+// left (the run without tiles' scores), and such swaps are rare: at most 1% of all the layers'
+// tokens together. Per layer the count is small and uneven (0-8 of 626 tokens on one CPU, where
+// hundreds of tokens score within the rounding of the k-th place), so a layer alone may reach 2%.
 void ExpectSameTokensUpToTheBoundary(const RequestReport& a, const RequestReport& b, size_t n,
                                      const PipelineSettings& s, float alpha) {
+  size_t differ_all = 0;
   for (size_t il = 0; il < a.layers.size(); ++il) {
     const size_t at = il * n;
     const auto imp = std::span(b.importance).subspan(at, n);
@@ -355,8 +358,10 @@ void ExpectSameTokensUpToTheBoundary(const RequestReport& a, const RequestReport
       EXPECT_GE(imp[j], taken_min - 2e-2f * mx) << "layer " << il << " token " << j << ", alpha " << alpha;
       EXPECT_LE(imp[j], left_max + 2e-2f * mx) << "layer " << il << " token " << j << ", alpha " << alpha;
     }
-    EXPECT_LE(differ, n / 100) << "layer " << il << ", alpha " << alpha;
+    EXPECT_LE(differ, n / 50) << "layer " << il << ", alpha " << alpha;
+    differ_all += differ;
   }
+  EXPECT_LE(differ_all, a.layers.size() * n / 100) << "alpha " << alpha;
 }
 
 TEST_F(PipelineOnModel, TiledAttentionChoosesTheSameTokensAndLogits) {
