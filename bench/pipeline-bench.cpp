@@ -17,6 +17,7 @@
 #include "engine/model/model-loader.h"
 #include "pipeline/impress-pipeline.h"
 #include "pipeline/system-policy.h"
+#include "store/kv-codec.h"
 
 namespace impress {
 
@@ -392,6 +393,20 @@ Result<QuestionKernelTimes> TimeQuestionKernels(Backend& be, const ModelConfig& 
   s.importance = imp;
   IMPRESS_ASSIGN_OR_RETURN(t.score_ms, BestMs(repeats, [&] { return be.ScoreKeys(s); }));
   t.score_gflops = 2.0 * double(heads.size()) * n_new * double(n_document + n_new) * hd / (t.score_ms * 1e6);
+  if (be.HostAddressable()) {
+    // The probe as the pipeline runs it by default: the same keys as int4 records.
+    std::vector<f16_t> k_host(size_t(n_document) * kv_heads.size() * hd);
+    be.CopyToHost(k_host.data(), DevPtr<const void>(k_doc.raw()), k_host.size() * sizeof(f16_t));
+    const int n_slots = int(kv_heads.size());
+    std::vector<uint8_t> records(size_t(n_document) * store::RecordBytes(store::KVEncoding::kInt4, n_slots, hd));
+    store::EncodeRecords(store::KVEncoding::kInt4, k_host.data(), size_t(n_slots) * hd, size_t(n_document), n_slots, hd,
+                         nullptr, records.data());
+    ScoreKeysArgs coded = s;
+    coded.k_prefix = {};
+    coded.code_bits = 4;
+    coded.key_codes = records.data();
+    IMPRESS_ASSIGN_OR_RETURN(t.score_int4_ms, BestMs(repeats, [&] { return be.ScoreKeys(coded); }));
+  }
 
   // The reference: one fp32 sgemm per KV head of its group's queries times the selected keys,
   // the product the attention's first half computes.

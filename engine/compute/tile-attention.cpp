@@ -18,6 +18,48 @@
 
 namespace impress {
 
+namespace {
+
+// Rows r[0..8) (eight dims of eight keys) to columns: d[c * ldk + x] = r[x][c].
+inline void StoreTransposed8x8(const __m256 r[8], float* d, int ldk) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(d + 0 * ldk, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(d + 1 * ldk, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(d + 2 * ldk, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(d + 3 * ldk, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(d + 4 * ldk, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(d + 5 * ldk, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(d + 6 * ldk, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(d + 7 * ldk, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+// Eight codes (int8 in the low 8 bytes) times s, as base/kv-codes.cpp decodes them (clamped to the
+// halves, rounded to the nearest half), then back to floats: the values the fp16 path would see.
+inline __m256 CodesToHalfFloats(__m128i q8, __m256 vs) {
+  __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), vs);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-65504.0f)), _mm256_set1_ps(65504.0f));
+  return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+// Dims [c, c + 8) of one head's codes (bits 8 or 4; int4 stored as q + 8, the even dim low).
+inline __m128i EightCodes(const uint8_t* hc, int bits, int c) {
+  if (bits == 8) return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(hc + c));
+  int32_t word;
+  std::memcpy(&word, hc + c / 2, 4);
+  const __m128i b = _mm_cvtsi32_si128(word), low4 = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(b, low4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
+  return _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8));
+}
+
+}  // namespace
+
 void TransposeKeysF32(const f16_t* k, int64_t stride, int n, int hd, float* kt, int ldk) {
   const int n16 = RoundUpTile(n);
   // Eight keys at a time: eight rows of eight dims converted, then an 8x8 transpose in registers.
@@ -27,29 +69,44 @@ void TransposeKeysF32(const f16_t* k, int64_t stride, int n, int hd, float* kt, 
       __m256 r[8];
       for (int x = 0; x < 8; ++x)
         r[x] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + (j + x) * stride + c)));
-      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-      float* d = kt + int64_t(c) * ldk + j;
-      _mm256_storeu_ps(d + 0 * ldk, _mm256_permute2f128_ps(u0, u4, 0x20));
-      _mm256_storeu_ps(d + 1 * ldk, _mm256_permute2f128_ps(u1, u5, 0x20));
-      _mm256_storeu_ps(d + 2 * ldk, _mm256_permute2f128_ps(u2, u6, 0x20));
-      _mm256_storeu_ps(d + 3 * ldk, _mm256_permute2f128_ps(u3, u7, 0x20));
-      _mm256_storeu_ps(d + 4 * ldk, _mm256_permute2f128_ps(u0, u4, 0x31));
-      _mm256_storeu_ps(d + 5 * ldk, _mm256_permute2f128_ps(u1, u5, 0x31));
-      _mm256_storeu_ps(d + 6 * ldk, _mm256_permute2f128_ps(u2, u6, 0x31));
-      _mm256_storeu_ps(d + 7 * ldk, _mm256_permute2f128_ps(u3, u7, 0x31));
+      StoreTransposed8x8(r, kt + int64_t(c) * ldk + j, ldk);
     }
     for (int c = hd / 8 * 8; c < hd; ++c)
       for (int x = 0; x < 8; ++x) kt[int64_t(c) * ldk + j + x] = Fp16ToFp32(k[(j + x) * stride + c]);
   }
   for (; j < n; ++j)
     for (int c = 0; c < hd; ++c) kt[int64_t(c) * ldk + j] = Fp16ToFp32(k[j * stride + c]);
+  if (n16 > n)
+    for (int c = 0; c < hd; ++c) std::memset(kt + int64_t(c) * ldk + n, 0, sizeof(float) * size_t(n16 - n));
+}
+
+void TransposeCodedKeysF32(const uint8_t* rec, int64_t rec_bytes, int bits, int n_heads, int head, int n, int hd,
+                           float* kt, int ldk) {
+  const int64_t codes_at = 2 * int64_t(n_heads) + int64_t(head) * int64_t(HeadCodeBytes(bits, hd));
+  auto scale_of = [&](int j) {
+    f16_t s16;
+    std::memcpy(&s16, rec + j * rec_bytes + 2 * head, 2);  // records are only byte-aligned
+    return Fp16ToFp32(s16);
+  };
+  int j = 0;
+  if (hd % 8 == 0) {
+    for (; j + 8 <= n; j += 8) {
+      __m256 vs[8];
+      for (int x = 0; x < 8; ++x) vs[x] = _mm256_set1_ps(scale_of(j + x));
+      for (int c = 0; c < hd; c += 8) {
+        __m256 r[8];
+        for (int x = 0; x < 8; ++x)
+          r[x] = CodesToHalfFloats(EightCodes(rec + (j + x) * rec_bytes + codes_at, bits, c), vs[x]);
+        StoreTransposed8x8(r, kt + int64_t(c) * ldk + j, ldk);
+      }
+    }
+  }
+  f16_t one[512];
+  for (; j < n; ++j) {
+    DecodeRecordHead(bits, rec + j * rec_bytes, n_heads, hd, head, one);
+    for (int c = 0; c < hd; ++c) kt[int64_t(c) * ldk + j] = Fp16ToFp32(one[c]);
+  }
+  const int n16 = RoundUpTile(n);
   if (n16 > n)
     for (int c = 0; c < hd; ++c) std::memset(kt + int64_t(c) * ldk + n, 0, sizeof(float) * size_t(n16 - n));
 }
@@ -152,22 +209,30 @@ bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
   auto run_ptr = [&](const f16_t* prefix, const f16_t* fresh, bool first) {
     return first ? prefix + int64_t(j0) * grp.prefix_stride : fresh + int64_t(j0 + n_pre - a.n_prefix) * grp.new_stride;
   };
-  // The block's prefix keys: in place, or decoded from their codes into a buffer that stays in L2.
+  // The block's prefix keys: in place, or, for int8 scores, decoded from their codes into a buffer
+  // that stays in L2 (fp32 scores take the codes straight into the transposed block).
+  const bool int8_scores = a.int8_scores && !a.out;
   const f16_t* k_pre = n_pre > 0 && !grp.k_codes ? run_ptr(grp.k_prefix, grp.k_new, true) : nullptr;
   int64_t k_pre_stride = grp.prefix_stride;
-  if (n_pre > 0 && grp.k_codes) {
+  const uint8_t* k_rec = grp.k_codes ? grp.k_codes + int64_t(j0) * grp.code_record_bytes : nullptr;
+  if (n_pre > 0 && grp.k_codes && int8_scores) {
     thread_local std::vector<f16_t> decoded;
     decoded.resize(size_t(n_pre) * hd);
-    const uint8_t* rec = grp.k_codes + int64_t(j0) * grp.code_record_bytes;
+    const uint8_t* rec = k_rec;
     for (int j = 0; j < n_pre; ++j, rec += grp.code_record_bytes)
       DecodeRecordHead(grp.code_bits, rec, grp.code_heads, hd, grp.code_head, decoded.data() + size_t(j) * hd);
     k_pre = decoded.data();
     k_pre_stride = hd;
   }
-  if (a.int8_scores && !a.out) {
+  if (int8_scores) {
     Int8BlockScores(a, sc, g, L.rows, j0, n, n_pre, k_pre, k_pre_stride, s.data(), ldk);
   } else {
-    if (n_pre > 0) TransposeKeysF32(k_pre, k_pre_stride, n_pre, hd, kt.data(), ldk);
+    if (n_pre > 0 && k_rec) {
+      TransposeCodedKeysF32(k_rec, grp.code_record_bytes, grp.code_bits, grp.code_heads, grp.code_head, n_pre, hd,
+                            kt.data(), ldk);
+    } else if (n_pre > 0) {
+      TransposeKeysF32(k_pre, k_pre_stride, n_pre, hd, kt.data(), ldk);
+    }
     if (n > n_pre)
       TransposeKeysF32(run_ptr(grp.k_prefix, grp.k_new, false), grp.new_stride, n - n_pre, hd, kt.data() + n_pre, ldk);
     for (int c = 0; c < hd; ++c) std::fill(kt.data() + int64_t(c) * ldk + n, kt.data() + int64_t(c) * ldk + n16, 0.0f);
@@ -188,7 +253,7 @@ bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
       if (grp.heads[size_t(x)].importance && valid > skip)
         std::memcpy(sc.raw.data() + L.Raw(g, r) + (j0 + skip - L.raw_from), row + skip,
                     sizeof(float) * size_t(valid - skip));
-      std::fill(row + valid, row + n, 0.0f);
+      if (a.out) std::fill(row + valid, row + n, 0.0f);  // masked out of the values' sums
     }
   }
   if (!a.out) return true;

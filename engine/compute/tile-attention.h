@@ -26,6 +26,12 @@ constexpr int kTileCols = 16;
 // n <= j < RoundUpTile(n); k_j = k + j * stride. ldk >= RoundUpTile(n).
 void TransposeKeysF32(const f16_t* k, int64_t stride, int n, int head_dim, float* kt, int ldk);
 
+// The same from integer-coded records (base/kv-codes.h): key j is head `head` of the record at
+// rec + j * rec_bytes (n_heads heads, bits 8 or 4), with the values DecodeRecordHead gives, bit for
+// bit, without the halves in between. head_dim <= 512.
+void TransposeCodedKeysF32(const uint8_t* rec, int64_t rec_bytes, int bits, int n_heads, int head, int n, int head_dim,
+                           float* kt, int ldk);
+
 // v32[j * head_dim + c] = v_j[c] (fp16 -> fp32) for j < n; v_j = v + j * stride.
 void ValuesF32(const f16_t* v, int64_t stride, int n, int head_dim, float* v32);
 
