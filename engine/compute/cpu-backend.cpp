@@ -63,6 +63,9 @@ class CpuBackend final : public Backend {
     const quant::KernelPath path = quant::ActiveKernelPath();
     if (o.key_score_path) int8_scores_ = o.key_score_path;
     else if (int8 && quant::HasFastKeyScores(path)) int8_scores_ = path;
+    const char* code_env = std::getenv("IMPRESS_INT4_CODE_SCORES");
+    if (o.code_score_path) code_scores_ = o.code_score_path;
+    else if (o.int4_code_scores && !(code_env && std::string(code_env) == "0")) code_scores_ = path;
   }
 
   // Benchmarks print this next to their numbers: it says when scores were int8.
@@ -382,6 +385,7 @@ class CpuBackend final : public Backend {
   std::vector<float> part_max_, part_sum_, part_acc_, raw_scores_;
   TileScratch tile_scratch_;                      // the tiled attention's buffers, kept between calls
   bool tiles_ = true;                             // CpuBackendOptions::tile_attention
+  std::optional<quant::KernelPath> code_scores_;  // int4 records' scores' path (CpuBackendOptions); nullopt: decoded
   std::optional<quant::KernelPath> int8_scores_;  // int8 key scores' path (CpuBackendOptions); nullopt: fp32
   RopeAngles rope_angles_;                        // the last decode position's rotation
   TypedGemvs gemv_;                               // typed GEMV jobs (decode): their activation rows and staging
@@ -763,6 +767,7 @@ Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
   }
   if (tiles_ && fits) {
     t.int8_scores = int8_scores_;
+    if (a.code_bits == 4) t.int4_code_scores = code_scores_;
     TileAttention(t, tile_scratch_, TileParallel());
     flops_ += 2.0 * n_q * a.n_new * n_keys * hd;
     return Status::Ok();
@@ -789,12 +794,6 @@ Status CpuBackend::ScoreKeys(const ScoreKeysArgs& a) {
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(options);
-}
-
-void SetBlasThreads(int n_threads) { openblas_set_num_threads(std::max(1, n_threads)); }
-
-void HostSgemmNT(int m, int n, int k, const float* a, const float* b, float* c) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
 }
 
 }  // namespace impress

@@ -38,6 +38,15 @@ struct CpuBackendOptions {
   // The kernel path for int8 key scores even where it is not the fast one, regardless of the
   // above (tests run the scalar reference through the whole op); nullopt: as above.
   std::optional<quant::KernelPath> key_score_path = std::nullopt;
+  // Scores-only attention over int4 probe-key records (the probe's default) from their codes as
+  // stored, with int16 queries (engine/quant/code-scores.h: the error is bounded by half a query
+  // step, below the halves' own rounding that decoding adds), on the active kernel path; false:
+  // the records are decoded to fp32 first. The environment's IMPRESS_INT4_CODE_SCORES=0 turns it
+  // off for a whole process.
+  bool int4_code_scores = true;
+  // The kernel path for those scores regardless of the CPU's best (tests run the scalar reference
+  // and the AVX2 path through the whole op); nullopt: the active path.
+  std::optional<quant::KernelPath> code_score_path = std::nullopt;
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options = {});

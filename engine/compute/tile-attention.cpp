@@ -14,6 +14,7 @@
 #include "base/mutex.h"
 #include "engine/compute/simd-math.h"
 #include "engine/compute/tile-kernels-inl.h"
+#include "engine/quant/code-scores.h"
 #include "engine/quant/key-scores.h"
 
 namespace impress {
@@ -188,6 +189,25 @@ void Int8BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, i
   quant::KeyScoresInt8(path, q_u8.data(), q_scale.data(), rows, hd, codes.data(), n_pad, k_sum.data(), s, ld);
 }
 
+// Scores of group g's rows against the block's n_pre prefix keys, from their int4 records
+// (engine/quant/code-scores.h), into s[r * ld + j] for j < n_pre (and zeros up to the padding).
+void Int4BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, int max_rows, int n_pre,
+                     const uint8_t* k_rec, float* s, int ld) {
+  const TileGroup& grp = a.groups[size_t(g)];
+  const int hd = a.head_dim, rows = int(grp.heads.size()) * a.n_new;
+  const int n_pad = quant::CodeScorePad(n_pre);
+  thread_local std::vector<int16_t> codes;
+  thread_local std::vector<float> ks;
+  codes.resize(size_t(hd) * n_pad);
+  ks.resize(size_t(n_pad));
+  const int scale_at = 2 * grp.code_head;
+  const int codes_at = 2 * grp.code_heads + grp.code_head * int(HeadCodeBytes(4, hd));
+  quant::PackInt4Keys(k_rec, grp.code_record_bytes, scale_at, codes_at, n_pre, hd, codes.data(), n_pad, ks.data());
+  const size_t first = size_t(g) * size_t(max_rows);  // the group's first row
+  quant::Int4KeyScores(*a.int4_code_scores, sc.q16.data() + first * hd, sc.q16_scale.data() + first,
+                       sc.q16_sum.data() + first, rows, hd, codes.data(), n_pad, ks.data(), s, ld);
+}
+
 // One task: the scores of block b of group g, their per-row softmax parts and, with values,
 // the block's weighted value sums.
 // False (and nothing computed) when the block's prefix rows never arrived.
@@ -211,10 +231,11 @@ bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
   };
   // The block's prefix keys: in place, or, for int8 scores, decoded from their codes into a buffer
   // that stays in L2 (fp32 scores take the codes straight into the transposed block).
-  const bool int8_scores = a.int8_scores && !a.out;
+  const uint8_t* k_rec = grp.k_codes ? grp.k_codes + int64_t(j0) * grp.code_record_bytes : nullptr;
+  const bool code_scores = !a.out && a.int4_code_scores && k_rec && grp.code_bits == 4 && n_pre > 0;
+  const bool int8_scores = a.int8_scores && !a.out && !code_scores;
   const f16_t* k_pre = n_pre > 0 && !grp.k_codes ? run_ptr(grp.k_prefix, grp.k_new, true) : nullptr;
   int64_t k_pre_stride = grp.prefix_stride;
-  const uint8_t* k_rec = grp.k_codes ? grp.k_codes + int64_t(j0) * grp.code_record_bytes : nullptr;
   if (n_pre > 0 && grp.k_codes && int8_scores) {
     thread_local std::vector<f16_t> decoded;
     decoded.resize(size_t(n_pre) * hd);
@@ -224,7 +245,13 @@ bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
     k_pre = decoded.data();
     k_pre_stride = hd;
   }
-  if (int8_scores) {
+  if (code_scores) {
+    Int4BlockScores(a, sc, g, L.rows, n_pre, k_rec, s.data(), ldk);
+    if (n > n_pre) {  // the new tokens' keys (halves) in fp32, into the columns after the prefix's
+      TransposeKeysF32(run_ptr(grp.k_prefix, grp.k_new, false), grp.new_stride, n - n_pre, hd, kt.data(), ldk);
+      TileScores(sc.q.data() + size_t(g) * L.rows * hd, rows, hd, kt.data(), ldk, n - n_pre, s.data() + n_pre, ldk);
+    }
+  } else if (int8_scores) {
     Int8BlockScores(a, sc, g, L.rows, j0, n, n_pre, k_pre, k_pre_stride, s.data(), ldk);
   } else {
     if (n_pre > 0 && k_rec) {
@@ -410,6 +437,16 @@ bool TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
         float* dst = sc.q.data() + (size_t(g) * L.rows + size_t(i * nh + x)) * hd;
         for (int c = 0; c < hd; ++c) dst[c] = src[c] * a.scale;
       }
+  }
+  if (a.int4_code_scores && !a.out) {  // once per call, for every block of int4 records
+    sc.q16.resize(sc.q.size());
+    sc.q16_scale.resize(size_t(n_groups) * L.rows);
+    sc.q16_sum.resize(size_t(n_groups) * L.rows);
+    for (int g = 0; g < n_groups; ++g) {
+      const size_t first = size_t(g) * L.rows;
+      quant::QuantizeQueriesInt16(sc.q.data() + first * hd, int(a.groups[size_t(g)].heads.size()) * a.n_new, hd,
+                                  sc.q16.data() + first * hd, sc.q16_scale.data() + first, sc.q16_sum.data() + first);
+    }
   }
   const size_t n_part = size_t(n_groups) * L.n_blocks * L.rows;
   sc.part_max.resize(n_part);

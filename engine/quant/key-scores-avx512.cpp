@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "engine/quant/key-scores.h"
+#include "engine/quant/row-blocks.h"
 
 namespace impress::quant {
 
@@ -106,23 +107,10 @@ void ScoreRows(const uint8_t* q, const float* q_scale, int hd, const int8_t* cod
 
 void KeyScoresInt8Avx512(const uint8_t* q_u8, const float* q_scale, int rows, int hd, const int8_t* codes, int n_pad,
                          const int32_t* k_sum, float* s, int ld) {
-  constexpr int kRows = 8;  // 16 accumulators, two key vectors and a broadcast of the 32 registers
-  int r = 0;
-  auto run = [&]<int RB>() {
+  // 16 accumulators, two key vectors and a broadcast of the 32 registers.
+  ForRowBlocks<8>(rows, [&]<int RB>(int r) {
     ScoreRows<RB>(q_u8 + int64_t(r) * hd, q_scale + r, hd, codes, n_pad, k_sum, s + int64_t(r) * ld, ld);
-    r += RB;
-  };
-  while (r + kRows <= rows) run.template operator()<kRows>();
-  switch (rows - r) {
-    case 1: run.template operator()<1>(); break;
-    case 2: run.template operator()<2>(); break;
-    case 3: run.template operator()<3>(); break;
-    case 4: run.template operator()<4>(); break;
-    case 5: run.template operator()<5>(); break;
-    case 6: run.template operator()<6>(); break;
-    case 7: run.template operator()<7>(); break;
-    default: break;
-  }
+  });
 }
 
 }  // namespace impress::quant

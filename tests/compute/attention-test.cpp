@@ -291,6 +291,28 @@ ProbeHeads ProbeHeadsFor(const Case& c) {
   return p;
 }
 
+// The probe's importance from the records (bits 8 or 4) or, with bits 0, from the halves `keys`.
+std::vector<float> ScoreRecordsOrKeys(Backend& be, const Data& d, const ProbeHeads& p, int bits,
+                                      const std::vector<uint8_t>& recs, const std::vector<f16_t>& keys) {
+  const int n_ctx = d.c.n_ctx;
+  std::vector<float> imp(p.q_heads.size() * n_ctx, -1.0f);
+  ScoreKeysArgs a;
+  static_cast<AttentionQuery&>(a) = HostQuery(d);
+  a.n_prefix = n_ctx;
+  if (bits) {
+    a.code_bits = bits;
+    a.key_codes = recs.data();
+  } else {
+    a.k_prefix = DevPtr<const f16_t>(keys.data());
+  }
+  a.prefix_kv_heads = p.kv_heads;
+  a.query_heads = p.q_heads;
+  a.importance = DevPtr<float>(imp.data());
+  const Status st = be.ScoreKeys(a);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return imp;
+}
+
 // ScoreKeys over all earlier tokens with the probe's keys only, (q_heads, n_ctx) importance.
 std::vector<float> ScoreProbe(Backend& be, const Data& d, const ProbeHeads& p) {
   const Case& c = d.c;
@@ -301,17 +323,7 @@ std::vector<float> ScoreProbe(Backend& be, const Data& d, const ProbeHeads& p) {
       const auto* src = d.k_ctx.data() + (size_t(t) * c.n_head_kv + g) * c.head_dim;
       keys.insert(keys.end(), src, src + c.head_dim);
     }
-  std::vector<float> imp(p.q_heads.size() * c.n_ctx, -1.0f);
-  ScoreKeysArgs a;
-  static_cast<AttentionQuery&>(a) = HostQuery(d);
-  a.n_prefix = c.n_ctx;
-  a.k_prefix = DevPtr<const f16_t>(keys.data());
-  a.prefix_kv_heads = p.kv_heads;
-  a.query_heads = p.q_heads;
-  a.importance = DevPtr<float>(imp.data());
-  const Status st = be.ScoreKeys(a);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return imp;
+  return ScoreRecordsOrKeys(be, d, p, 0, {}, keys);
 }
 
 TEST_P(AttentionTest, ScoreKeysEqualsAttentionImportance) {
@@ -330,7 +342,8 @@ TEST_P(AttentionTest, ScoreKeysEqualsAttentionImportance) {
 
 // Probe keys scored straight from the int8/int4 records they are stored in (ScoreKeysArgs::
 // key_codes) give the importance of scoring the keys those records decode to, bit for bit: on
-// the tiled path, on the per-head sgemm path and with int8 scores. The records are random codes
+// the tiled path, on the per-head sgemm path and with int8 scores (int4 codes scored as codes:
+// the test after this one). The records are random codes
 // and scales; the decoding here is the format's definition, written out element by element.
 std::vector<uint8_t> RandomRecords(int bits, int n, int n_slots, int hd, std::mt19937& rng) {
   const size_t code_bytes = bits == 4 ? size_t(hd + 1) / 2 : size_t(hd);
@@ -381,32 +394,119 @@ TEST_P(AttentionTest, ScoreKeysFromCodesEqualsScoringTheDecodedKeys) {
     const std::vector<uint8_t> recs = RandomRecords(bits, c.n_ctx, n_slots, c.head_dim, rng);
     const std::vector<f16_t> keys = DecodeRecordsByDefinition(bits, recs, c.n_ctx, n_slots, c.head_dim);
     for (const CpuBackendOptions& o :
-         {CpuBackendOptions{.n_threads = 2, .int8_key_scores = false},
+         {CpuBackendOptions{.n_threads = 2, .int8_key_scores = false, .int4_code_scores = false},
           CpuBackendOptions{.n_threads = 2, .tile_attention = false},
-          CpuBackendOptions{.n_threads = 2, .key_score_path = quant::KernelPath::kScalar}}) {
+          CpuBackendOptions{.n_threads = 2, .key_score_path = quant::KernelPath::kScalar, .int4_code_scores = false}}) {
       auto be = MakeCpuBackend(o);
-      auto score = [&](bool from_codes) {
-        std::vector<float> imp(p.q_heads.size() * c.n_ctx, -1.0f);
-        ScoreKeysArgs a;
-        static_cast<AttentionQuery&>(a) = HostQuery(d);
-        a.n_prefix = c.n_ctx;
-        if (from_codes) {
-          a.code_bits = bits;
-          a.key_codes = recs.data();
-        } else {
-          a.k_prefix = DevPtr<const f16_t>(keys.data());
-        }
-        a.prefix_kv_heads = p.kv_heads;
-        a.query_heads = p.q_heads;
-        a.importance = DevPtr<float>(imp.data());
-        const Status st = be->ScoreKeys(a);
-        EXPECT_TRUE(st.ok()) << st.ToString();
-        return imp;
-      };
-      const std::vector<float> want = score(false), got = score(true);
+      const std::vector<float> want = ScoreRecordsOrKeys(*be, d, p, 0, recs, keys),
+                               got = ScoreRecordsOrKeys(*be, d, p, bits, recs, keys);
       ASSERT_EQ(got, want) << bits << "-bit codes on " << be->Name();
       ASSERT_TRUE(std::all_of(got.begin(), got.end(), [](float x) { return x >= 0; }));
     }
+  }
+}
+
+// Each importance of `got` within a factor exp(+-2D) of `want`'s (every score within D), plus fp32
+// rounding; *worst: the largest relative difference (recorded with the allowed one).
+void ExpectWithinScoreBound(const std::vector<float>& want, const std::vector<float>& got, double bound,
+                            double* worst) {
+  const double factor = std::exp(2 * bound * 1.01) - 1;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - want[i]);
+    *worst = std::max(*worst, want[i] > 0 ? err / want[i] : 0.0);
+    ASSERT_LE(err, want[i] * factor + 1e-6 + 2e-5 * std::fabs(want[i])) << i;
+  }
+  ::testing::Test::RecordProperty("worst_relative_error", std::to_string(*worst));
+  ::testing::Test::RecordProperty("allowed_relative_error", std::to_string(factor));
+}
+
+// Each head's top quarter by importance `got` is its top quarter by `want` but for a few tokens
+// near the boundary (at most 5% of it, or one).
+void ExpectSameTopQuarter(const std::vector<float>& want, const std::vector<float>& got, const Case& c,
+                          const ProbeHeads& p) {
+  for (size_t x = 0; x < p.q_heads.size() && c.n_ctx >= 8; ++x) {
+    auto top = [&](const std::vector<float>& imp) {
+      std::vector<int> idx(size_t(c.n_ctx));
+      std::iota(idx.begin(), idx.end(), 0);
+      const float* row = imp.data() + x * size_t(c.n_ctx);
+      std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return row[a] > row[b]; });
+      idx.resize(size_t(c.n_ctx) / 4);
+      std::sort(idx.begin(), idx.end());
+      return idx;
+    };
+    const std::vector<int> a = top(want), b = top(got);
+    std::vector<int> both;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+    EXPECT_LE(a.size() - both.size(), std::max<size_t>(1, a.size() / 20)) << "head " << p.q_heads[x];
+  }
+}
+
+// The most query rows any probed KV group has (the tiles take a shape up to kTileMaxRows).
+int MostRowsPerGroup(const Case& c, const ProbeHeads& p) {
+  const int group = c.n_head / c.n_head_kv;
+  int most_rows = 0;
+  for (int g : p.kv_heads)
+    most_rows = std::max(
+        most_rows,
+        int(std::count_if(p.q_heads.begin(), p.q_heads.end(), [&](int h) { return h / group == g; })) * c.n_new);
+  return most_rows;
+}
+
+// Int4 records scored as codes (engine/quant/code-scores.h) through the whole op: the scalar
+// reference, the AVX2 and the AVX-512 paths give the same bits, and the importance is within
+// what the two roundings allow of scoring the decoded keys in fp32. A score moves by at most
+//   D = qs / 2 * ks_j * sum_c |code_jc - 8|   (the int16 query's rounding; qs = max |q| / 32767)
+//     + sum_c |q_c k_c| * 2^-11               (the decoded path's rounding of each key to a half)
+// plus fp32 rounding, so each importance within a factor exp(+-2D).
+TEST_P(AttentionTest, Int4CodeScoresStayWithinARoundingOfTheDecodedKeys) {
+  const Case c = GetParam();
+  if (c.n_ctx == 0) return;
+  const Data d = MakeData(c, 13);
+  const ProbeHeads p = ProbeHeadsFor(c);
+  const int n_slots = int(p.kv_heads.size()), hd = c.head_dim, group = c.n_head / c.n_head_kv;
+  std::mt19937 rng(23);
+  const std::vector<uint8_t> recs = RandomRecords(4, c.n_ctx, n_slots, hd, rng);
+  const std::vector<f16_t> keys = DecodeRecordsByDefinition(4, recs, c.n_ctx, n_slots, hd);
+  auto score = [&](const CpuBackendOptions& o, bool from_codes) {
+    return ScoreRecordsOrKeys(*MakeCpuBackend(o), d, p, from_codes ? 4 : 0, recs, keys);
+  };
+  const std::vector<float> want = score({.n_threads = 2, .int8_key_scores = false}, false);
+  const std::vector<float> got = score({.n_threads = 2, .code_score_path = quant::KernelPath::kScalar}, true);
+  EXPECT_EQ(score({.n_threads = 2, .code_score_path = quant::KernelPath::kAvx2}, true), got) << "AVX2 against scalar";
+  if (!quant::MissingCpuFeature(quant::KernelPath::kAvx512)) {
+    EXPECT_EQ(score({.n_threads = 2, .code_score_path = quant::KernelPath::kAvx512}, true), got)
+        << "AVX-512 against scalar";
+  }
+  const double scale = HostQuery(d).scale;
+  const size_t rec = size_t(n_slots) * (2 + size_t(hd + 1) / 2);
+  double bound = 0;  // D
+  for (int h : p.q_heads) {
+    const int slot = int(std::find(p.kv_heads.begin(), p.kv_heads.end(), h / group) - p.kv_heads.begin());
+    for (int i = 0; i < c.n_new; ++i) {
+      const float* q = d.q.data() + (size_t(i) * c.n_head + h) * hd;
+      double qs = 0;
+      for (int x = 0; x < hd; ++x) qs = std::max(qs, std::fabs(double(q[x] * float(scale))) / 32767);
+      for (int t = 0; t < c.n_ctx; ++t) {
+        const uint8_t* r = recs.data() + size_t(t) * rec;
+        f16_t h16;
+        std::memcpy(&h16, r + 2 * slot, 2);
+        const double ks = Fp16ToFp32(h16);
+        const uint8_t* codes = r + 2 * n_slots + size_t(slot) * size_t(hd + 1) / 2;
+        double e = 0;
+        for (int x = 0; x < hd; ++x) {
+          const int code = (x % 2 ? codes[x / 2] >> 4 : codes[x / 2] & 0x0f) - 8;
+          e += qs / 2 * ks * std::abs(code) + std::fabs(q[x] * scale * code * ks) * std::ldexp(1.0, -11);
+        }
+        bound = std::max(bound, e);
+      }
+    }
+  }
+  double worst = 0;
+  ASSERT_NO_FATAL_FAILURE(ExpectWithinScoreBound(want, got, bound, &worst));
+  ExpectSameTopQuarter(want, got, c, p);
+  if (TileAttentionFits(MostRowsPerGroup(c, p), hd)) {
+    EXPECT_GT(worst, 0.0) << "equal exactly: the codes were decoded";
   }
 }
 
@@ -459,39 +559,12 @@ TEST_P(AttentionTest, Int8ScoreKeysStayWithinTheirQuantizationBound) {
       }
     }
   }
-  const double factor = std::exp(2 * bound * 1.01) - 1;
-  ASSERT_EQ(got.size(), want.size());
   double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(double(got[i]) - want[i]);
-    worst = std::max(worst, want[i] > 0 ? err / want[i] : 0.0);
-    ASSERT_LE(err, want[i] * factor + 1e-6 + 2e-5 * std::fabs(want[i])) << i;
-  }
-  RecordProperty("worst_relative_error", std::to_string(worst));
-  RecordProperty("allowed_relative_error", std::to_string(factor));
-  // What the scores are for, ranking: each head's top quarter by int8 importance is its top
-  // quarter by fp32 importance but for a few tokens near the boundary (at most 5% of it, or one).
-  for (size_t x = 0; x < p.q_heads.size() && c.n_ctx >= 8; ++x) {
-    auto top = [&](const std::vector<float>& imp) {
-      std::vector<int> idx(size_t(c.n_ctx));
-      std::iota(idx.begin(), idx.end(), 0);
-      const float* row = imp.data() + x * size_t(c.n_ctx);
-      std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return row[a] > row[b]; });
-      idx.resize(size_t(c.n_ctx) / 4);
-      std::sort(idx.begin(), idx.end());
-      return idx;
-    };
-    const std::vector<int> a = top(want), b = top(got);
-    std::vector<int> both;
-    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
-    EXPECT_LE(a.size() - both.size(), std::max<size_t>(1, a.size() / 20)) << "head " << p.q_heads[x];
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectWithinScoreBound(want, got, bound, &worst));
+  // What the scores are for, ranking (int8 importance against fp32).
+  ExpectSameTopQuarter(want, got, c, p);
   // The int8 scores are the tiled path's; shapes it does not take score in fp32 as before.
-  int most_rows = 0;
-  for (int g : p.kv_heads)
-    most_rows = std::max(
-        most_rows,
-        int(std::count_if(p.q_heads.begin(), p.q_heads.end(), [&](int h) { return h / group == g; })) * c.n_new);
+  const int most_rows = MostRowsPerGroup(c, p);
   if (got.empty()) return;
   if (TileAttentionFits(most_rows, hd)) EXPECT_GT(worst, 0.0) << "equal to fp32 exactly: the int8 path did not run";
   else EXPECT_EQ(worst, 0.0) << "a shape the tiles do not take";
