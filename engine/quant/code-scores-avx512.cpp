@@ -39,7 +39,8 @@ void ScoreRows(const int16_t* q16, const float* q_scale, const int32_t* q_sum, i
       const __m512i corr = _mm512_set1_epi32(8 * q_sum[r]);
       const __m512 qs = _mm512_set1_ps(q_scale[r]);
       float* out = s + int64_t(r) * ld + j;
-      _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][0], corr)), _mm512_mul_ps(qs, ks0)));
+      _mm512_storeu_ps(out,
+                       _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][0], corr)), _mm512_mul_ps(qs, ks0)));
       _mm512_storeu_ps(out + 16,
                        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][1], corr)), _mm512_mul_ps(qs, ks1)));
     }

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <cstring>
 
 #include "base/fp16.h"
@@ -55,7 +55,8 @@ void PackInt4Keys(const uint8_t* rec, int64_t rec_bytes, int scale_at, int codes
         const __m256i w = _mm256_i32gather_epi32(reinterpret_cast<const int*>(base + p), at, 1);
         for (int b = 0; b < 4; ++b) {
           const __m256i byte = _mm256_and_si256(_mm256_srli_epi32(w, 8 * b), _mm256_set1_epi32(0xff));
-          const __m256i word = _mm256_or_si256(_mm256_and_si256(byte, low4), _mm256_slli_epi32(_mm256_srli_epi32(byte, 4), 16));
+          const __m256i word =
+              _mm256_or_si256(_mm256_and_si256(byte, low4), _mm256_slli_epi32(_mm256_srli_epi32(byte, 4), 16));
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + int64_t(p + b) * n_pad + j), word);
         }
       }
@@ -122,7 +123,8 @@ void Avx2Rows(const int16_t* q16, const float* q_scale, const int32_t* q_sum, in
       const __m256i corr = _mm256_set1_epi32(8 * q_sum[r]);
       const __m256 qs = _mm256_set1_ps(q_scale[r]);
       float* out = s + int64_t(r) * ld + j;
-      _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][0], corr)), _mm256_mul_ps(qs, ks0)));
+      _mm256_storeu_ps(out,
+                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][0], corr)), _mm256_mul_ps(qs, ks0)));
       _mm256_storeu_ps(out + 8,
                        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][1], corr)), _mm256_mul_ps(qs, ks1)));
     }

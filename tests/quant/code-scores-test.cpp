@@ -63,8 +63,8 @@ struct Shape {
   int rows, n, hd;
 };
 
-constexpr Shape kShapes[] = {{1, 5, 8}, {7, 33, 24}, {19, 200, 64}, {25, 257, 64}, {9, 100, 128}, {51, 640, 128},
-                             {3, 31, 512}};
+constexpr Shape kShapes[] = {{1, 5, 8},     {7, 33, 24},    {19, 200, 64}, {25, 257, 64},
+                             {9, 100, 128}, {51, 640, 128}, {3, 31, 512}};
 
 TEST(CodeKeyScoresPacking, PackedCodesAndScalesAreTheRecords) {
   const Records r = RandomRecords(45, 24, 3);
@@ -103,8 +103,8 @@ TEST_P(CodeKeyScores, ScoresEqualTheScalarKernelExactlyAndBoundTheExactDot) {
     std::normal_distribution<float> nd(0.0f, 0.4f);
     std::vector<float> q(size_t(sh.rows) * sh.hd);
     for (float& x : q) x = nd(rng);
-    for (int c = 0; c < sh.hd; ++c) q[size_t(c)] = 0.0f;                              // row 0: all zero
-    if (sh.rows > 1) q[size_t(sh.hd) + 1] = 90.0f;                                    // row 1: an outlier
+    for (int c = 0; c < sh.hd; ++c) q[size_t(c)] = 0.0f;  // row 0: all zero
+    if (sh.rows > 1) q[size_t(sh.hd) + 1] = 90.0f;        // row 1: an outlier
     std::vector<int16_t> q16(q.size());
     std::vector<float> qs(size_t(sh.rows));
     std::vector<int32_t> q_sum(size_t(sh.rows));
