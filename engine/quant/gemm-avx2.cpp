@@ -5,6 +5,7 @@
 // and the lanes equal vpdpbusd's exactly. Compiled with the project's baseline (x86-64-v3: AVX2 + FMA).
 #include <immintrin.h>
 
+#include "engine/quant/gemm-tail-inl.h"
 #include "engine/quant/gemm.h"
 
 namespace impress::quant::gemm_internal {
@@ -65,59 +66,56 @@ void StripTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk
     for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + (r0 + r) * ldo + 8 * (v0 + v), f[r][v]);
 }
 
-// A last 8-row vector that holds 4 activation rows or fewer, two weight rows to a vector: lanes
-// 0..3 are its rows 0..3 against weight row r, lanes 4..7 the same rows against row r + 1. Each
-// lane's sums and folds are StripTile's operations (bit for bit). All strip rows, in pairs, 8
-// accumulators; out as StripTile's (lanes 4..7 of vector v left alone).
-template <int H>
-void PairTailTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, int v, float* out,
-                  int64_t ldo) {
-  constexpr int kPairs = kStripRows / 2;
+// A last 8-row vector that holds T <= 4 activation rows, the strip's weight rows as lanes: lane r
+// is weight row r at quad q (the group's quads transposed once in registers), each tail row's quad
+// broadcast to match, so one vpmaddubsw + vpmaddwd covers a quad of all 8 weight rows for one
+// activation row. The int32 sums are StripTile's exactly; the folds are its operations per (row,
+// weight row), bit for bit. Lanes T..7 of vector v are left alone.
+template <int H, int T>
+void WeightLaneTailTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, int v, float* out,
+                        int64_t ldo) {
+  static_assert(kStripRows == 8 && T >= 1 && T <= 4);
   const int64_t nb = w.k / kQK32, n_spans = nb * H, group = v / 2, half = 8 * (v % 2);
   const float* lane_ds = H == 1 ? x.LaneDSum() : x.LaneDSum16();
   const __m256i ones = _mm256_set1_epi16(1);
-  auto row_out = [&](int r) { return out + r * ldo + 8 * int64_t(v); };
-  __m256 f[kPairs];
-  for (int p = 0; p < kPairs; ++p)
-    f[p] =
-        c.more ? _mm256_set_m128(_mm_loadu_ps(row_out(2 * p + 1)), _mm_loadu_ps(row_out(2 * p))) : _mm256_setzero_ps();
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i row_at = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(int(ldo)));
+  const __m256i span_at = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(int(n_spans)));
+  float* col = out + 8 * int64_t(v);  // column i: activation row 8 v + i
+  __m256 f[T];
+  for (int i = 0; i < T; ++i) f[i] = c.more ? _mm256_i32gather_ps(col + i, row_at, 4) : _mm256_setzero_ps();
   for (int64_t g = c.g0; g < c.g1; ++g) {
     FetchSlice(c, g);
+    __m256i wq[8];  // wq[q]: quad q of weight rows 0..7
+    StripQuadsByRow(w.u, w.k, g, wq);
+    const int8_t* lq = x.LaneQs() + (group * nb + g) * 8 * 64 + 4 * half;
     for (int h = 0; h < H; ++h) {
-      __m256i s[kPairs];
-      for (int p = 0; p < kPairs; ++p) s[p] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int q = h * 8 / H; q < (h + 1) * 8 / H; ++q) {
-        const __m256i a = _mm256_broadcastsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.LaneQs() + ((group * nb + g) * 8 + q) * 64 + 4 * half)));
-        for (int p = 0; p < kPairs; ++p) {
-          const __m256i w0 = _mm256_broadcastd_epi32(_mm_loadu_si32(w.u + (2 * p) * w.k + 32 * g + 4 * q));
-          const __m256i w1 = _mm256_broadcastd_epi32(_mm_loadu_si32(w.u + (2 * p + 1) * w.k + 32 * g + 4 * q));
-          const __m256i wv = _mm256_blend_epi32(w0, w1, 0xf0);
-          s[p] = _mm256_add_epi32(s[p], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, a), ones));
+      __m256i s[T];
+      for (int i = 0; i < T; ++i) s[i] = _mm256_setzero_si256();
+      for (int q = h * 8 / H; q < (h + 1) * 8 / H; ++q)
+        for (int i = 0; i < T; ++i) {
+          const __m256i a = _mm256_broadcastd_epi32(_mm_loadu_si32(lq + q * 64 + 4 * i));
+          s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(wq[q], a), ones));
         }
-      }
       const int64_t span = g * H + h;
-      const __m256 da = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x.LaneD() + (group * nb + g) * 16 + half));
-      const __m256 ds =
-          _mm256_broadcast_ps(reinterpret_cast<const __m128*>(lane_ds + (group * n_spans + span) * 16 + half));
-      for (int p = 0; p < kPairs; ++p) {
-        const int64_t s0 = (2 * p) * n_spans + span, s1 = s0 + n_spans;
-        const __m256 dw = _mm256_blend_ps(_mm256_set1_ps(w.dw[s0]), _mm256_set1_ps(w.dw[s1]), 0xf0);
-        const __m256 mw = _mm256_blend_ps(_mm256_set1_ps(w.mw[s0]), _mm256_set1_ps(w.mw[s1]), 0xf0);
-        f[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[p]), _mm256_mul_ps(dw, da), f[p]);
-        f[p] = _mm256_fmadd_ps(mw, ds, f[p]);
+      const __m256 dw = _mm256_i32gather_ps(w.dw + span, span_at, 4), mw = _mm256_i32gather_ps(w.mw + span, span_at, 4);
+      for (int i = 0; i < T; ++i) {
+        const __m256 da = _mm256_set1_ps(x.LaneD()[(group * nb + g) * 16 + half + i]);
+        const __m256 ds = _mm256_set1_ps(lane_ds[(group * n_spans + span) * 16 + half + i]);
+        f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), _mm256_mul_ps(dw, da), f[i]);
+        f[i] = _mm256_fmadd_ps(mw, ds, f[i]);
       }
     }
   }
-  for (int p = 0; p < kPairs; ++p) {
-    _mm_storeu_ps(row_out(2 * p), _mm256_castps256_ps128(f[p]));
-    _mm_storeu_ps(row_out(2 * p + 1), _mm256_extractf128_ps(f[p], 1));
+  for (int i = 0; i < T; ++i) {
+    alignas(32) float y[8];
+    _mm256_store_ps(y, f[i]);
+    for (int r = 0; r < kStripRows; ++r) col[r * ldo + i] = y[r];
   }
 }
 
 // Pairs of 8-row vectors, then a last vector alone (a 17-row question pays for 24 rows, not 32),
-// two weight rows to a vector when it holds 4 rows or fewer.
+// the weight rows as lanes when it holds 4 rows or fewer.
 template <int H>
 void StripTiles(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo) {
   static_assert(kStripRows % 4 == 0);
@@ -128,11 +126,9 @@ void StripTiles(const DecodedStrip& w, const GemmActivations& x, const StripChun
   for (; v + 2 <= n_vectors; v += 2)
     for (int r = 0; r < kStripRows; r += 2) StripTile<2, 2, H>(w, x, v + r == 0 ? c : later, r, v, out, ldo);
   if (v == n_vectors) return;
-  if (x.m() - 8 * v <= 4) {
-    PairTailTile<H>(w, x, v == 0 ? c : later, v, out, ldo);
-  } else {
+  const StripChunk& tc = v == 0 ? c : later;
+  if (!ForTailRows(x.m() - 8 * v, [&]<int T>() { WeightLaneTailTile<H, T>(w, x, tc, v, out, ldo); }))
     for (int r = 0; r < kStripRows; r += 4) StripTile<4, 1, H>(w, x, v + r == 0 ? c : later, r, v, out, ldo);
-  }
 }
 
 }  // namespace

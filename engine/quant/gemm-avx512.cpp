@@ -12,6 +12,7 @@
 
 #include <cstring>
 
+#include "engine/quant/gemm-tail-inl.h"
 #include "engine/quant/gemm.h"
 
 namespace impress::quant::gemm_internal {
@@ -189,6 +190,59 @@ void PairTailTile(const DecodedStrip& w, const GemmActivations& x, const StripCh
   }
 }
 
+// A last lane group of T <= 4 activation rows, the strip's weight rows as lanes: lanes 0..7 are
+// weight rows 0..7 at quad q, lanes 8..15 the same rows at quad q + 1 (the chunk's weights
+// transposed once to that order), and each tail row's quads are broadcast to match, so one
+// vpdpbusd covers two quads of all 8 weight rows for one activation row. The two halves' int32
+// sums add up to StripTile's block sum exactly; the folds are its operations per (row, weight
+// row), bit for bit. Lanes T..15 of group vt are left alone.
+template <int H, int T>
+void WeightLaneTailTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, int vt, float* out,
+                        int64_t ldo) {
+  static_assert(kStripRows == 8 && T >= 1 && T <= 4);
+  const int64_t nb = w.k / kQK32, n_spans = nb * H;
+  const float* lane_ds = H == 1 ? x.LaneDSum() : x.LaneDSum16();
+  const __m256i row_at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(int(ldo)));
+  const __m256i span_at =
+      _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(int(n_spans)));
+  __m256 f[T];
+  for (int i = 0; i < T; ++i)
+    f[i] = c.more ? _mm256_i32gather_ps(out + 16 * int64_t(vt) + i, row_at, 4) : _mm256_setzero_ps();
+  for (int64_t g = c.g0; g < c.g1; ++g) {
+    FetchSlice(c, g);
+    __m256i wq[8];  // wq[q]: quad q of weight rows 0..7
+    StripQuadsByRow(w.u, w.k, g, wq);
+    const int8_t* lq = x.LaneQs() + (vt * nb + g) * 8 * 64;
+    for (int h = 0; h < H; ++h) {
+      // Two sums per row (alternate quad pairs), so the vpdpbusd chains overlap; integers add
+      // up exactly in any order.
+      __m512i s[T][2];
+      for (int i = 0; i < T; ++i) s[i][0] = s[i][1] = _mm512_setzero_si512();
+      for (int q = h * 8 / H; q < (h + 1) * 8 / H; q += 2) {
+        const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(wq[q]), wq[q + 1], 1);  // quads q, q + 1
+        for (int i = 0; i < T; ++i) {
+          int32_t a0, a1;
+          std::memcpy(&a0, lq + q * 64 + 4 * i, 4);
+          std::memcpy(&a1, lq + (q + 1) * 64 + 4 * i, 4);
+          __m512i& acc = s[i][(q / 2) % 2];
+          acc = _mm512_dpbusd_epi32(acc, wv, _mm512_mask_set1_epi32(_mm512_set1_epi32(a0), 0xff00, a1));
+        }
+      }
+      const int64_t span = g * H + h;
+      const __m256 dw = _mm256_i32gather_ps(w.dw + span, span_at, 4), mw = _mm256_i32gather_ps(w.mw + span, span_at, 4);
+      for (int i = 0; i < T; ++i) {
+        const __m512i both = _mm512_add_epi32(s[i][0], s[i][1]);
+        const __m256i sum = _mm256_add_epi32(_mm512_castsi512_si256(both), _mm512_extracti64x4_epi64(both, 1));
+        const __m256 da = _mm256_set1_ps(x.LaneD()[(vt * nb + g) * 16 + i]);
+        const __m256 ds = _mm256_set1_ps(lane_ds[(vt * n_spans + span) * 16 + i]);
+        f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, da), f[i]);
+        f[i] = _mm256_fmadd_ps(mw, ds, f[i]);
+      }
+    }
+  }
+  for (int i = 0; i < T; ++i) _mm256_i32scatter_ps(out + 16 * int64_t(vt) + i, row_at, f[i], 4);
+}
+
 // The whole strip against every lane group, in tiles that fit the registers: pairs of lane
 // groups against half the strip's rows, then a last lane group against all 8 rows, two weight
 // rows to a vector when it holds 8 activation rows or fewer (a 17-row question). (At 64 rows
@@ -210,7 +264,10 @@ void StripTiles(const DecodedStrip& w, const GemmActivations& x, const StripChun
     StripTile<8, 1, H>(w, x, v == 0 ? c : later, 0, v, out, ldo);
     ++v;
   }
-  if (short_tail) PairTailTile<H>(w, x, v == 0 ? c : later, v, out, ldo);
+  if (!short_tail) return;
+  const StripChunk& tc = v == 0 ? c : later;
+  if (!ForTailRows(x.m() - 16 * v, [&]<int T>() { WeightLaneTailTile<H, T>(w, x, tc, v, out, ldo); }))
+    PairTailTile<H>(w, x, tc, v, out, ldo);
 }
 
 }  // namespace
