@@ -67,6 +67,10 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
   cmd->add_flag("--predict-next,!--no-predict-next", o->predict_next,
                 "IMPRESS: read a layer's likely rows (its probe run early on the previous layer's input) while the "
                 "previous layer computes; the layer's own probe still decides");
+  cmd->add_option("--select-budget", o->select_budget,
+                  "read groups a layer keeps: as many tokens as the keep ratio (tokens, the default) or as much "
+                  "importance as token-by-token selection keeps (mass: more tokens and bytes)")
+      ->check(CLI::IsMember({"mass", "tokens"}));
   cmd->add_flag("--attend-while-reading,!--no-attend-while-reading", o->attend_while_reading,
                 "start a layer's attention on the selected rows already read while the rest is still read "
                 "(off by default: on two cores it was slower)");
@@ -233,6 +237,7 @@ AskOptions AskOptionsFor(const CommonOptions& c, const GenerationDefaults& model
   o.pipeline.dense_layers = c.dense_layers;
   o.pipeline.cross_layer_prefetch = c.cross_layer_prefetch;
   o.pipeline.predict_next = c.predict_next;
+  o.pipeline.select_budget = c.select_budget == "tokens" ? GroupBudget::kTokens : GroupBudget::kMass;
   o.pipeline.attend_while_reading = c.attend_while_reading;
   o.pipeline.alpha = c.alpha;
   o.pipeline.probe_heads = c.probe_heads;

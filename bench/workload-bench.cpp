@@ -109,6 +109,8 @@ Status ApplySweep(const std::string& name, double v, RunSpec* r) {
     r->settings.probe_spread = v != 0;
   } else if (name == "select-group") {
     r->settings.select_group = int(v);
+  } else if (name == "select-budget-tokens") {
+    r->settings.select_budget = v != 0 ? GroupBudget::kTokens : GroupBudget::kMass;
   } else if (name == "chunk-tokens") {
     if (v < 1) return Status::InvalidArgument(fmt::format("sweep chunk-tokens: {} is not a chunk size", v));
     r->chunk_tokens = int(v);
@@ -601,8 +603,9 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
 
 const std::vector<std::string>& WorkloadSweepNames() {
   static const std::vector<std::string> names = {
-      "alpha",        "keep",         "keep-mass",   "pool",         "pool-max", "probe-heads",     "probe-spread",
-      "select-group", "chunk-tokens", "pool-follow", "dense-layers", "head-max", "device-fraction", "host-fraction"};
+      "alpha",        "keep",         "keep-mass",       "pool",          "pool-max",
+      "probe-heads",  "probe-spread", "select-group",    "chunk-tokens",  "pool-follow",
+      "dense-layers", "head-max",     "device-fraction", "host-fraction", "select-budget-tokens"};
   return names;
 }
 

@@ -66,6 +66,7 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
           {"attention", r.selected_attention() ? "selected" : "full"},
           {"attended_share", r.attended_share()},
           {"keep", r.keep},
+          {"select_budget", r.select_budget},
           {"alpha", r.alpha},
           {"layers_passed", r.n_layers_passed},
           {"ssd_bytes_read", r.ssd_bytes_read},

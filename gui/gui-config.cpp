@@ -88,6 +88,11 @@ Result<TuningSettings> ParseTuning(const std::string& text, const TuningSettings
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "pool_follow", 0, kMaxPoolWidth, &p.pool_follow));
   IMPRESS_RETURN_IF_ERROR(ReadBool(j, "head_max", &p.head_max));
   IMPRESS_RETURN_IF_ERROR(ReadBool(j, "predict_next", &p.predict_next));
+  if (auto it = j.find("select_budget"); it != j.end()) {
+    if (!it->is_string() || (*it != "mass" && *it != "tokens"))
+      return Status::InvalidArgument("settings key 'select_budget' = " + it->dump() + " is not \"mass\" or \"tokens\"");
+    p.select_budget = *it == "tokens" ? GroupBudget::kTokens : GroupBudget::kMass;
+  }
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "probe_heads", 1, 64, &p.probe_heads));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "sinks", 0, 1024, &p.sinks));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "recent", 0, 8192, &p.recent));
@@ -121,6 +126,7 @@ std::string TuningToJson(const TuningSettings& s) {
                       {"pool_follow", p.pool_follow},
                       {"head_max", p.head_max},
                       {"predict_next", p.predict_next},
+                      {"select_budget", p.select_budget == GroupBudget::kTokens ? "tokens" : "mass"},
                       {"probe_heads", p.probe_heads},
                       {"sinks", p.sinks},
                       {"recent", p.recent},

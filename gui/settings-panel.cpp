@@ -85,6 +85,15 @@ void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& 
     ImGui::SetTooltip("threshold t = (p/(2-p))^alpha; a larger alpha lowers t (more layers pass)");
   ImGui::SliderFloat("keep ratio", &p.keep, 0.05f, 1.0f, "%.2f");
   done();
+  bool keep_tokens = p.select_budget == GroupBudget::kTokens;
+  if (ImGui::Checkbox("read just the keep ratio", &keep_tokens)) {
+    p.select_budget = keep_tokens ? GroupBudget::kTokens : GroupBudget::kMass;
+    changed = true;
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "keep whole 4 KiB read groups until they hold the keep ratio's tokens; off: until they hold the importance "
+        "that token-by-token selection keeps (more tokens, more bytes)");
   ImGui::SliderInt("score pooling", &p.pool, 0, 15, p.pool > 1 ? "%d tokens" : "off");
   done();
   if (ImGui::IsItemHovered())

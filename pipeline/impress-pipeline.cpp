@@ -223,6 +223,7 @@ void ImpressPipeline::BeginRequest(const PipelineRequest& req, Run& run) {
   report.n_prompt = n_prompt;
   report.n_prefix = req.n_prefix;
   report.keep = s.keep;
+  report.select_budget = s.select_budget == GroupBudget::kTokens ? "tokens" : "mass";
   report.alpha = s.alpha;
   report.probe_heads = s.probe_heads;
 
@@ -244,6 +245,7 @@ void ImpressPipeline::BeginRequest(const PipelineRequest& req, Run& run) {
   prefetch_.assign(size_t(c.n_layer), std::nullopt);
   prefetch_issued_.assign(size_t(c.n_layer), 0);
   next_probe_il_ = -1;
+  pending_predict_.reset();
   for (auto& t : kv_prefetch_)  // none survive a finished request; never leave a read unwaited
     if (t && store_) (void)store_->Wait(t->ticket);
   kv_prefetch_.assign(size_t(c.n_layer), std::nullopt);

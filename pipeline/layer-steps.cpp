@@ -115,6 +115,7 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
   job.score.swap(score_sum_);
   job.score.clear();
   job.lr.n = job.n;
+  job.predict_in_read = run.s.predict_next;
   const LayerSelection how = run.sys.SelectionFor(run.s, il);
   switch (how) {
     case LayerSelection::kWholeLayer: IMPRESS_RETURN_IF_ERROR(LoadFullLayer(job)); break;
@@ -127,7 +128,8 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
   RecordSelection(job);
   job.score.swap(score_sum_);
   if (run.s.predict_next) {
-    IMPRESS_RETURN_IF_ERROR(PredictNextLayer(run, il));
+    if (!job.predicted) IMPRESS_RETURN_IF_ERROR(PredictNextLayer(run, il));
+    IMPRESS_RETURN_IF_ERROR(SubmitPrediction(run));
   } else if (run.s.cross_layer_prefetch && how == LayerSelection::kProbe) {
     IMPRESS_RETURN_IF_ERROR(PrefetchNextLayerKV(run, il));
   }
@@ -172,14 +174,30 @@ Status ImpressPipeline::PredictNextLayer(Run& run, int il) {
   guess.score.clear();
   CombineNormalisedImportanceInto(probe_imp, int(probe_heads.size()), n, run.s.head_max, &guess.score);
   SetKeepCount(guess);
-  IMPRESS_RETURN_IF_ERROR(ChooseTokens(guess));
+  IMPRESS_RETURN_IF_ERROR(ChooseTokens(guess, &predict_pool_));
   predict_score_ = std::move(guess.score);
-  KvPrefetch pf;
-  pf.positions = std::move(guess.selected);
-  IMPRESS_ASSIGN_OR_RETURN(pf.ticket, store_->SubmitReadKV(handle_, next, pf.positions, true, true));
-  kv_prefetch_[size_t(next)] = std::move(pf);
+  pending_predict_ = PendingPrediction{.il = next, .positions = std::move(guess.selected)};
   run.sw.Lap(&bd.probe_compute_ms);
   return Status::Ok();
+}
+
+Status ImpressPipeline::SubmitPrediction(Run& run) {
+  if (!pending_predict_) return Status::Ok();
+  PendingPrediction p = std::move(*pending_predict_);
+  pending_predict_.reset();
+  KvPrefetch pf;
+  pf.positions = std::move(p.positions);
+  IMPRESS_ASSIGN_OR_RETURN(pf.ticket, store_->SubmitReadKV(handle_, p.il, pf.positions, true, true));
+  kv_prefetch_[size_t(p.il)] = std::move(pf);
+  run.sw.Lap(&run.report.breakdown.kv_io_ms);
+  return Status::Ok();
+}
+
+Status ImpressPipeline::PredictDuringRead(LayerJob& job) {
+  if (!job.predict_in_read || job.predicted) return Status::Ok();
+  job.predicted = true;
+  job.run.sw.Lap(&job.run.report.breakdown.kv_io_ms);  // the layer's read, submitted
+  return PredictNextLayer(job.run, job.il);
 }
 
 Status ImpressPipeline::SelectByPolicy(LayerJob& job) {
@@ -234,11 +252,13 @@ Status ImpressPipeline::ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, f
     }
     rest = *t;
   }
+  const Status predicted = PredictDuringRead(job);
   double* bucket = &job.run.report.breakdown.kv_io_ms;
   const Status ahead = WaitReadInto(job, pf.ticket, k_dst, v_dst, bucket, ahead_rows);
   const Status late = rest ? WaitReadInto(job, *rest, k_dst, v_dst, bucket, missing_rows) : Status::Ok();
   IMPRESS_RETURN_IF_ERROR(ahead);  // both waited, whatever failed
   IMPRESS_RETURN_IF_ERROR(late);
+  IMPRESS_RETURN_IF_ERROR(predicted);
   job.lr.prefetched = int(pf.positions.size());
   job.lr.prefetch_used = int(sel.size() - missing.size());
   return Status::Ok();
@@ -389,20 +409,21 @@ void ImpressPipeline::SetKeepCount(LayerJob& job) {
     job.k = MassKeepCount(job.score, s.keep_mass, s.keep_min, s.keep_max, s.sinks, s.recent, sel_scratch_);
 }
 
-Status ImpressPipeline::ChooseTokens(LayerJob& job) {
+Status ImpressPipeline::ChooseTokens(LayerJob& job, std::vector<float>* pool) {
   const PipelineSettings& s = job.run.s;
+  if (!pool) pool = &pool_scratch_;
   // The selection and the store's statistics rank by the pooled scores; the heatmap shows the
   // scores as the heads gave them.
   job.pooled = s.pool > 1;
-  if (job.pooled) PoolScoresInto(job.score, s.pool, s.pool_max, &pool_scratch_, s.pool_follow);
-  const std::span<const float> rank = job.pooled ? std::span<const float>(pool_scratch_) : job.score;
+  if (job.pooled) PoolScoresInto(job.score, s.pool, s.pool_max, pool, s.pool_follow);
+  const std::span<const float> rank = job.pooled ? std::span<const float>(*pool) : job.score;
   const int group = s.select_group < 0 ? int(store_->BlockGroupTokens()) : s.select_group;
   if (group <= 1) {
     SelectTokensInto(rank, job.k, s.sinks, s.recent, sel_scratch_, &job.selected);
     return Status::Ok();
   }
   IMPRESS_ASSIGN_OR_RETURN(const std::vector<uint32_t> groups, store_->ReadGroups(handle_, job.il, uint32_t(group)));
-  SelectGroupsInto(rank, job.k, s.sinks, s.recent, groups, sel_scratch_, &job.selected);
+  SelectGroupsInto(rank, job.k, s.sinks, s.recent, groups, sel_scratch_, &job.selected, s.select_budget);
   return Status::Ok();
 }
 
@@ -434,12 +455,15 @@ Status ImpressPipeline::LoadSelected(LayerJob& job, const std::vector<f16_t>* ke
     const double ms = job.run.sw.Lap(&job.run.report.breakdown.kv_io_ms);  // the rows memory held, placed
     job.run.report.breakdown.io_wait_ms += ms;
     job.lr.io_wait_ms += ms;
+    IMPRESS_RETURN_IF_ERROR(PredictDuringRead(job));  // the streamed read is waited after the attention
   } else {
     IMPRESS_ASSIGN_OR_RETURN(store::ReadTicket t,
                              store_->SubmitReadKV(handle_, job.il, job.selected, read_keys, true,
                                                   store::ReadInto{read_keys ? k_dst : nullptr, v_dst, {}}));
+    const Status predicted = PredictDuringRead(job);
     IMPRESS_RETURN_IF_ERROR(
         WaitReadInto(job, t, read_keys ? k_dst : nullptr, v_dst, &job.run.report.breakdown.kv_io_ms));
+    IMPRESS_RETURN_IF_ERROR(predicted);
   }
   job.lr.value_bytes += uint64_t(n_sel) * row_bytes;
   if (read_keys) {

@@ -65,6 +65,10 @@ struct ImpressPipeline::LayerJob {
   // probe keys of every KV head in the KV's encoding, or it read all keys): then no key is read
   // twice. Empty otherwise.
   std::vector<f16_t> keys;
+  // Predicted reads: the next layer's prediction runs while this layer's own read is in flight
+  // (PredictDuringRead), where the compute would otherwise wait; done once.
+  bool predict_in_read = false;
+  bool predicted = false;
 };
 
 }  // namespace impress

@@ -80,6 +80,7 @@ struct RequestReport {
   bool team_remote = false;
   uint64_t team_read_bytes = 0;
   double keep = 0, alpha = 0;
+  std::string select_budget;  // how many read groups a layer kept: "mass" or "tokens" (GroupBudget)
   int probe_heads = 0;
   double ttft_ms = 0;
   TtftBreakdown breakdown;

@@ -287,7 +287,7 @@ std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sink
 }
 
 void SelectGroupsInto(std::span<const float> score, int k, int sinks, int recent, std::span<const uint32_t> group,
-                      SelectionScratch& scratch, std::vector<uint32_t>* out) {
+                      SelectionScratch& scratch, std::vector<uint32_t>* out, GroupBudget budget) {
   const size_t n = score.size();
   if (group.size() != n || n == 0) return SelectTokensInto(score, k, sinks, recent, scratch, out);
   const uint32_t n_groups = *std::max_element(group.begin(), group.end()) + 1;
@@ -295,9 +295,11 @@ void SelectGroupsInto(std::span<const float> score, int k, int sinks, int recent
   mass.assign(n_groups, 0.0);
   for (size_t i = 0; i < n; ++i) mass[group[i]] += score[i];
   // The target: what token-level selection keeps; its sinks and recent tokens force their groups.
-  SelectTokensInto(score, k, sinks, recent, scratch, &scratch.tokens);
   double target = 0;
-  for (uint32_t i : scratch.tokens) target += score[i];
+  if (budget == GroupBudget::kMass) {
+    SelectTokensInto(score, k, sinks, recent, scratch, &scratch.tokens);
+    for (uint32_t i : scratch.tokens) target += score[i];
+  }
   std::vector<uint8_t>& keep = scratch.keep;
   keep.assign(n_groups, 0);
   const Forced f = ForcedRanges(int(n), std::clamp(k, 0, int(n)), sinks, recent);
@@ -310,10 +312,22 @@ void SelectGroupsInto(std::span<const float> score, int k, int sinks, int recent
   for (uint32_t g = 0; g < n_groups; ++g)
     if (!keep[g]) order.push_back(g);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return mass[a] > mass[b]; });
-  // Compared with a relative tolerance: the same tokens summed in another order differ in the last bits.
-  for (size_t j = 0; j < order.size() && kept < target * (1 - 1e-6); ++j) {
-    keep[order[j]] = 1;
-    kept += mass[order[j]];
+  if (budget == GroupBudget::kTokens) {
+    std::vector<uint32_t>& size = scratch.size;
+    size.assign(n_groups, 0);
+    for (size_t i = 0; i < n; ++i) ++size[group[i]];
+    int64_t tokens = 0;
+    for (uint32_t g = 0; g < n_groups; ++g) tokens += keep[g] ? size[g] : 0;
+    for (size_t j = 0; j < order.size() && tokens < int64_t(std::clamp(k, 0, int(n))); ++j) {
+      keep[order[j]] = 1;
+      tokens += size[order[j]];
+    }
+  } else {
+    // Compared with a relative tolerance: the same tokens summed in another order differ in the last bits.
+    for (size_t j = 0; j < order.size() && kept < target * (1 - 1e-6); ++j) {
+      keep[order[j]] = 1;
+      kept += mass[order[j]];
+    }
   }
   out->clear();
   for (size_t i = 0; i < n; ++i)
@@ -321,10 +335,10 @@ void SelectGroupsInto(std::span<const float> score, int k, int sinks, int recent
 }
 
 std::vector<uint32_t> SelectGroups(std::span<const float> score, int k, int sinks, int recent,
-                                   std::span<const uint32_t> group) {
+                                   std::span<const uint32_t> group, GroupBudget budget) {
   SelectionScratch scratch;
   std::vector<uint32_t> out;
-  SelectGroupsInto(score, k, sinks, recent, group, scratch, &out);
+  SelectGroupsInto(score, k, sinks, recent, group, scratch, &out, budget);
   return out;
 }
 

@@ -57,6 +57,7 @@ struct SelectionScratch {
   std::vector<double> mass;      // per read group: summed score
   std::vector<uint32_t> order;   // read groups not forced, by descending mass
   std::vector<uint8_t> keep;     // per read group: kept
+  std::vector<uint32_t> size;    // per read group: its tokens
   std::vector<uint32_t> tokens;  // token-level selection, the target of group selection
 };
 
@@ -116,16 +117,23 @@ inline constexpr int kMaxPoolWidth = 63;
 
 void PoolScoresInto(std::span<const float> in, int width, bool max, std::vector<float>* out, int follow = 0);
 
+// How many read groups SelectGroups keeps: until their importance mass reaches the mass that
+// SelectTokens keeps (kMass: as much importance as token by token, in more tokens), or until
+// their tokens reach k (kTokens: the keep ratio's bytes, whole groups by mass).
+enum class GroupBudget { kMass, kTokens };
+
 // I/O-aware selection: the unit selected is the unit read. `group[i]` names token i's read group
 // (tokens whose K and V records share disk blocks; ids in [0, n_groups)). The target is the
 // importance mass M that SelectTokens(score, k, sinks, recent) keeps. Whole groups are kept: first
 // every group holding one of SelectTokens' sinks or recent tokens, then groups by descending
 // summed score (ties: lower id), until the kept mass reaches M (or every group is kept). Returns
-// every member of every kept group, ascending: more tokens than k, in fewer blocks.
+// every member of every kept group, ascending: more tokens than k, in fewer blocks. With
+// GroupBudget::kTokens the groups after the forced ones are added in the same order until the kept
+// tokens number at least k (the last group may pass k by less than its size).
 std::vector<uint32_t> SelectGroups(std::span<const float> score, int k, int sinks, int recent,
-                                   std::span<const uint32_t> group);
+                                   std::span<const uint32_t> group, GroupBudget budget = GroupBudget::kMass);
 // The same into *out (cleared first, capacity reused).
 void SelectGroupsInto(std::span<const float> score, int k, int sinks, int recent, std::span<const uint32_t> group,
-                      SelectionScratch& scratch, std::vector<uint32_t>* out);
+                      SelectionScratch& scratch, std::vector<uint32_t>* out, GroupBudget budget = GroupBudget::kMass);
 
 }  // namespace impress

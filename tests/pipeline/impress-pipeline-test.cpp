@@ -421,6 +421,33 @@ TEST_F(PipelineOnModel, TiledAttentionChoosesTheSameTokensAndLogits) {
 // The keep by attention mass, per layer: as many tokens as the fewest whose recorded importance
 // reaches the target (brute force: a full sort here) besides the sinks and the recent window,
 // within the floor and cap.
+TEST_F(PipelineOnModel, ATokenBudgetKeepsTheKeepRatioInWholeReadGroups) {
+  const PromptTokens p = Prompt("What does the license say about warranty?");
+  ASSERT_NO_FATAL_FAILURE(Ingest(p));
+  const int n = p.n_prefix;
+  const int g = int(store_->BlockGroupTokens());
+  ASSERT_GT(g, 1);
+  for (const float alpha : {2.0f, 0.0f}) {  // the probe's choice, and the all-heads fallback's
+    PipelineSettings s = Recording(alpha);
+    s.select_budget = GroupBudget::kTokens;
+    std::vector<float> logits;
+    const RequestReport r = Run(p, s, &logits);
+    ASSERT_EQ(r.n_matched, n);
+    const int k = KeepCount(n, s.keep);
+    const size_t row_bytes = size_t(ctx_->config().n_head_kv) * ctx_->config().head_dim * sizeof(f16_t);
+    for (const LayerReport& lr : r.layers) {
+      // Whole groups up to k tokens: the last one passes k by less than a group.
+      EXPECT_GE(lr.k, k) << "layer " << lr.il << ", alpha " << alpha;
+      EXPECT_LT(lr.k, k + g) << "layer " << lr.il << ", alpha " << alpha;
+      int selected = 0;
+      for (int i = 0; i < n; ++i) selected += r.selected[size_t(lr.il) * size_t(n) + size_t(i)];
+      EXPECT_EQ(selected, lr.k) << "layer " << lr.il;
+      EXPECT_EQ(lr.value_bytes, uint64_t(lr.k) * row_bytes) << "layer " << lr.il;
+    }
+    EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
+  }
+}
+
 TEST_F(PipelineOnModel, MassKeepTakesTheFewestTokensReachingTheTarget) {
   const PromptTokens p = Prompt("What does the license say about warranty?");
   ASSERT_NO_FATAL_FAILURE(Ingest(p));

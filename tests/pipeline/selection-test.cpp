@@ -1,8 +1,8 @@
-// The pure selection math (pipeline/selection.h) against naive references written here: top-k by
-// a full stable sort, Jaccard over std::set, the threshold formula, normalised importance in
-// double, token selection by the rule spelled out step by step (sinks, then the recent window
-// from the end, then the best of the rest), all counted toward k, and group selection by
-// brute force over the prefixes of the groups' ranking.
+// The pure selection math (pipeline/selection.h) against naive references (here and in
+// selection-reference.h): top-k by a full stable sort, Jaccard over std::set, the threshold
+// formula, normalised importance in double, token selection by the rule spelled out step by step
+// (sinks, then the recent window from the end, then the best of the rest), all counted toward k,
+// and the linear-time per-layer path against them (the group rule itself: select-groups-test.cpp).
 #include "pipeline/selection.h"
 
 #include <gtest/gtest.h>
@@ -17,8 +17,14 @@
 #include <span>
 #include <utility>
 
+#include "tests/pipeline/selection-reference.h"
+
 namespace impress {
 namespace {
+
+using selection_reference::NaiveSelect;
+using selection_reference::NaiveSelectGroups;
+using selection_reference::ShuffledGroups;
 
 // ---- naive references ----------------------------------------------------------------------
 
@@ -50,39 +56,6 @@ double NaiveMeanJaccard(const std::vector<std::vector<int>>& sets) {
     }
   }
   return pairs ? sum / pairs : 1.0;
-}
-
-// The tokens the selection rule forces, one step at a time: sinks (0, 1, ...) then recent (n-1,
-// n-2, ...), each only while fewer than k (clamped to [0, n]) are taken; a token that is both
-// counts once.
-std::set<int> NaiveForced(int n, int k, int sinks, int recent) {
-  k = std::clamp(k, 0, n);
-  std::set<int> taken;
-  std::vector<int> forced;
-  for (int i = 0; i < sinks && i < n; ++i) forced.push_back(i);
-  for (int j = 0; j < recent && j < n; ++j) forced.push_back(n - 1 - j);
-  for (int i : forced) {
-    if (int(taken.size()) < k) taken.insert(i);
-  }
-  return taken;
-}
-
-// The selection rule: the forced tokens, then the rest by a stable sort of descending score
-// while fewer than k are taken.
-std::vector<uint32_t> NaiveSelect(const std::vector<float>& score, int k, int sinks, int recent) {
-  const int n = int(score.size());
-  k = std::clamp(k, 0, n);
-  std::set<int> taken = NaiveForced(n, k, sinks, recent);
-  std::vector<int> rest;
-  for (int i = 0; i < n; ++i) {
-    if (!taken.count(i)) rest.push_back(i);
-  }
-  std::stable_sort(rest.begin(), rest.end(), [&](int a, int b) { return score[size_t(a)] > score[size_t(b)]; });
-  for (int i : rest) {
-    if (int(taken.size()) >= k) break;
-    taken.insert(i);
-  }
-  return std::vector<uint32_t>(taken.begin(), taken.end());
 }
 
 std::vector<float> RandomValues(std::mt19937& rng, int n, int n_distinct) {
@@ -362,120 +335,6 @@ TEST(SelectTokens, KIsClampedAndEmptyInputsGiveEmptySelections) {
   EXPECT_EQ(SelectTokens(score, 2, -1, -1), (std::vector<uint32_t>{0, 2}));  // negative = none forced
 }
 
-// ---- I/O-aware selection: whole read groups ----------------------------------------------
-
-double Mass(const std::vector<float>& score, const std::vector<uint32_t>& sel) {
-  double m = 0;
-  for (uint32_t i : sel) m += score[i];
-  return m;
-}
-
-// The group selection by its rule in selection.h, by brute force: the target is the mass of the
-// tokens NaiveSelect keeps; the groups holding its forced tokens are kept; the other groups are
-// ranked by summed score (descending, ties: lower id), and the shortest prefix of that ranking is
-// taken whose members bring the kept mass, summed anew over every kept token, to the target
-// (within a relative 1e-6: the same scores summed in another order differ in the last bits), or
-// the whole ranking when none does. Returns the members of the kept groups, ascending.
-std::vector<uint32_t> NaiveSelectGroups(const std::vector<float>& score, int k, int sinks, int recent,
-                                        const std::vector<uint32_t>& group) {
-  const int n = int(score.size());
-  if (n == 0 || group.size() != score.size()) return NaiveSelect(score, k, sinks, recent);
-  const double target = Mass(score, NaiveSelect(score, k, sinks, recent));
-  std::map<uint32_t, double> group_mass;
-  for (int i = 0; i < n; ++i) group_mass[group[size_t(i)]] += score[size_t(i)];
-  std::set<uint32_t> forced;
-  for (int i : NaiveForced(n, k, sinks, recent)) forced.insert(group[size_t(i)]);
-  std::vector<uint32_t> ranked;
-  for (const auto& [g, m] : group_mass) {
-    if (!forced.count(g)) ranked.push_back(g);
-  }
-  std::sort(ranked.begin(), ranked.end(), [&](uint32_t a, uint32_t b) {
-    return group_mass[a] != group_mass[b] ? group_mass[a] > group_mass[b] : a < b;
-  });
-  const uint32_t n_ids = group_mass.rbegin()->first + 1;
-  auto members = [&](size_t taken) {  // the members of the forced groups and the first `taken` ranked
-    std::vector<uint8_t> kept(n_ids, 0);
-    for (uint32_t g : forced) kept[g] = 1;
-    for (size_t j = 0; j < taken; ++j) kept[ranked[j]] = 1;
-    std::vector<uint32_t> out;
-    for (int i = 0; i < n; ++i) {
-      if (kept[group[size_t(i)]]) out.push_back(uint32_t(i));
-    }
-    return out;
-  };
-  // Scores are non-negative, so the kept mass grows with every group added: the shortest
-  // prefix that reaches the target is found by bisection (the whole ranking always qualifies).
-  size_t lo = 0, hi = ranked.size();
-  while (lo < hi) {
-    const size_t mid = (lo + hi) / 2;
-    if (Mass(score, members(mid)) >= target * (1 - 1e-6)) hi = mid;
-    else lo = mid + 1;
-  }
-  return members(lo);
-}
-
-TEST(SelectGroups, KeepsWholeGroupsUpToTheTokenLevelMassAndReportsExactlyThem) {
-  std::mt19937 rng(7);
-  for (int trial = 0; trial < 300; ++trial) {
-    const int n = 1 + int(rng() % 300), gsize = 1 + int(rng() % 20);
-    std::vector<float> score(static_cast<size_t>(n));
-    for (float& x : score) x = std::exp(float(rng() % 1000) / 100.0f);  // heavy-tailed, no ties
-    // Groups of gsize consecutive tokens in a random (stored) order: a token's group is its slot's.
-    std::vector<uint32_t> slot(static_cast<size_t>(n));
-    std::iota(slot.begin(), slot.end(), 0u);
-    std::shuffle(slot.begin(), slot.end(), rng);
-    std::vector<uint32_t> group(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) group[size_t(i)] = slot[size_t(i)] / uint32_t(gsize);
-    const uint32_t n_groups = *std::max_element(group.begin(), group.end()) + 1;
-    const int k = 1 + int(rng() % uint32_t(n)), sinks = int(rng() % 5), recent = int(rng() % 9);
-
-    const std::vector<uint32_t> tok = SelectTokens(score, k, sinks, recent);
-    const std::vector<uint32_t> sel = SelectGroups(score, k, sinks, recent, group);
-    ASSERT_TRUE(std::is_sorted(sel.begin(), sel.end()));
-    EXPECT_EQ(sel, NaiveSelectGroups(score, k, sinks, recent, group)) << "n " << n << " k " << k;
-    // Exactly the members of the groups it kept: no group partly.
-    std::vector<int> kept(n_groups, 0), size(n_groups, 0);
-    for (uint32_t g : group) ++size[g];
-    for (uint32_t i : sel) ++kept[group[i]];
-    for (uint32_t g = 0; g < n_groups; ++g) ASSERT_TRUE(kept[g] == 0 || kept[g] == size[g]) << "group " << g;
-    // At least the token-level mass; and the groups of the forced tokens (sinks, recent) are in.
-    const double target = Mass(score, tok);
-    EXPECT_GE(Mass(score, sel), target * (1 - 1e-5));
-    std::vector<float> zero(static_cast<size_t>(n), 0.0f);
-    for (uint32_t i : SelectTokens(zero, std::min(k, std::min(sinks, n) + std::min(recent, n)), sinks, recent))
-      EXPECT_GT(kept[group[i]], 0) << "forced token " << i;
-    // Greedy by group mass, and no group more than needed: every optional kept group outweighs
-    // every group left out, and without the lightest of them the mass falls short.
-    std::vector<double> gm(n_groups, 0.0);
-    for (int i = 0; i < n; ++i) gm[group[size_t(i)]] += score[size_t(i)];
-    std::vector<uint8_t> forced(n_groups, 0);
-    for (uint32_t i : SelectTokens(zero, std::min(k, std::min(sinks, n) + std::min(recent, n)), sinks, recent))
-      forced[group[i]] = 1;
-    double lightest = INFINITY, heaviest_out = -1;
-    for (uint32_t g = 0; g < n_groups; ++g) {
-      if (kept[g] && !forced[g]) lightest = std::min(lightest, gm[g]);
-      if (!kept[g]) heaviest_out = std::max(heaviest_out, gm[g]);
-    }
-    if (std::isfinite(lightest)) {
-      EXPECT_GE(lightest, heaviest_out);
-      EXPECT_LT(Mass(score, sel) - lightest, target * (1 - 1e-6));
-    }
-  }
-}
-
-TEST(SelectGroups, SingleTokenGroupsSelectWhatSelectTokensSelects) {
-  std::mt19937 rng(8);
-  for (int trial = 0; trial < 100; ++trial) {
-    const int n = 1 + int(rng() % 200);
-    std::vector<float> score(static_cast<size_t>(n));
-    for (float& x : score) x = float(rng() % 100000) + 1000.0f;  // tolerance of the mass << any score
-    std::vector<uint32_t> group(static_cast<size_t>(n));
-    std::iota(group.begin(), group.end(), 0u);
-    const int k = 1 + int(rng() % uint32_t(n));
-    EXPECT_EQ(SelectGroups(score, k, 4, 8, group), SelectTokens(score, k, 4, 8)) << "n " << n << " k " << k;
-  }
-}
-
 // ---- the linear-time per-layer path ------------------------------------------------------------
 
 std::vector<int> BitsToSet(const std::vector<uint64_t>& bits, int n) {
@@ -544,11 +403,7 @@ TEST(LinearPath, TokensAndGroupsMatchTheReferencesOnLongPrefixes) {
     // Ties in half the trials (few distinct values), heavy tails in the others.
     std::vector<float> score(static_cast<size_t>(n));
     for (float& x : score) x = trial % 2 ? float(rng() % 7) : std::exp(float(rng() % 1000) / 100.0f);
-    std::vector<uint32_t> slot(static_cast<size_t>(n));
-    std::iota(slot.begin(), slot.end(), 0u);
-    std::shuffle(slot.begin(), slot.end(), rng);
-    std::vector<uint32_t> group(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) group[size_t(i)] = slot[size_t(i)] / uint32_t(gsize);
+    const std::vector<uint32_t> group = ShuffledGroups(rng, n, gsize);
     const int k = int(rng() % uint32_t(n + 1)), sinks = int(rng() % 6), recent = int(rng() % 40);
     SelectTokensInto(score, k, sinks, recent, scratch, &tok);
     EXPECT_EQ(tok, NaiveSelect(score, k, sinks, recent)) << "n " << n << " k " << k;
