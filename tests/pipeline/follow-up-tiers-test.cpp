@@ -77,11 +77,13 @@ class FollowUpTiers : public ::testing::Test {
     uint64_t ssd_bytes = 0;  // the store's counter, before and after
     uint64_t accesses = 0, fast_hits = 0;
   };
-  FollowUp Ask(const std::string& q, SystemKind sys, std::vector<float>* logits_out = nullptr) {
+  FollowUp Ask(const std::string& q, SystemKind sys, std::vector<float>* logits_out = nullptr,
+               GroupBudget budget = PipelineSettings{}.select_budget) {
     const PromptTokens p = Prompt(q);
     const store::StoreStats before = store_->Stats();
     PipelineSettings s;
     s.system = sys;
+    s.select_budget = budget;
     std::vector<float> logits;
     auto r = pipe_->Prefill({p.tokens, p.n_prefix}, s, 2, &logits);
     if (logits_out) *logits_out = logits;
@@ -137,24 +139,37 @@ namespace {
 
 // The first question after a document is stored reads the important tokens packed: the store
 // wrote each layer's chunks in the order the ingest's attention gave (write_order), so fewer SSD
-// blocks hold them than in the original order. Asserted from the reports' byte counters.
+// blocks hold them than in the original order. Kept up to the importance mass of token-level
+// selection (GroupBudget::kMass), the question then reads fewer bytes; kept up to the keep
+// ratio's tokens (the default), it reads the same number of rows either way, in fewer read
+// requests (longer runs of selected blocks). Asserted from the reports' counters.
 TEST_F(FollowUpTiers, WriteOrderedChunksMakeTheFirstQuestionReadFewerSsdBytes) {
-  uint64_t bytes[2] = {0, 0};
+  const std::string q = "What does the license say about warranty?";
+  uint64_t bytes[2] = {0, 0}, reads[2] = {0, 0}, rows[2] = {0, 0};
   uint64_t as_like = 0;
   for (int ordered = 0; ordered < 2; ++ordered) {
     ASSERT_NO_FATAL_FAILURE(Open(/*admit=*/true, /*ssd_only=*/true));
     ASSERT_NO_FATAL_FAILURE(FirstQuestion("Who may copy this license document?", ordered == 1));
-    const FollowUp f = Ask("What does the license say about warranty?", SystemKind::kImpress);
+    const FollowUp f = Ask(q, SystemKind::kImpress, nullptr, GroupBudget::kMass);
     EXPECT_EQ(f.report.ssd_bytes_read, f.ssd_bytes);
     bytes[ordered] = f.ssd_bytes;
-    if (ordered) as_like = Ask("What does the license say about warranty?", SystemKind::kAsLike).ssd_bytes;
+    const FollowUp t = Ask(q, SystemKind::kImpress, nullptr, GroupBudget::kTokens);
+    reads[ordered] = t.report.ssd_reads;
+    for (const LayerReport& lr : t.report.layers) rows[ordered] += uint64_t(lr.k);
+    if (ordered) as_like = Ask(q, SystemKind::kAsLike).ssd_bytes;
   }
   spdlog::info(
       "first question, IMPRESS keep 25%: {} SSD bytes in the original order, {} write-ordered; AS-like {} "
-      "({:.2f}x -> {:.2f}x)",
-      bytes[0], bytes[1], as_like, double(bytes[0]) / double(as_like), double(bytes[1]) / double(as_like));
+      "({:.2f}x -> {:.2f}x); keeping the ratio's tokens: {} -> {} read requests for {} -> {} rows",
+      bytes[0], bytes[1], as_like, double(bytes[0]) / double(as_like), double(bytes[1]) / double(as_like), reads[0],
+      reads[1], rows[0], rows[1]);
   EXPECT_GT(bytes[1], 0u);
   EXPECT_LT(bytes[1], bytes[0]);
+  // The same rows up to a group per layer (whole groups reach k), in fewer requests.
+  const uint64_t slack = uint64_t(store_->BlockGroupTokens()) * ctx_->config().n_layer;
+  EXPECT_LE(rows[1], rows[0] + slack);
+  EXPECT_LE(rows[0], rows[1] + slack);
+  EXPECT_LT(reads[1], reads[0]);
 }
 
 }  // namespace
