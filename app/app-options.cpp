@@ -237,7 +237,7 @@ AskOptions AskOptionsFor(const CommonOptions& c, const GenerationDefaults& model
   o.pipeline.dense_layers = c.dense_layers;
   o.pipeline.cross_layer_prefetch = c.cross_layer_prefetch;
   o.pipeline.predict_next = c.predict_next;
-  o.pipeline.select_budget = c.select_budget == "tokens" ? GroupBudget::kTokens : GroupBudget::kMass;
+  (void)ParseGroupBudget(c.select_budget, &o.pipeline.select_budget);  // the flag's check allows only the names
   o.pipeline.attend_while_reading = c.attend_while_reading;
   o.pipeline.alpha = c.alpha;
   o.pipeline.probe_heads = c.probe_heads;

@@ -29,7 +29,7 @@ struct CommonOptions {
   int dense_layers = PipelineSettings{}.dense_layers;
   bool cross_layer_prefetch = PipelineSettings{}.cross_layer_prefetch;
   bool predict_next = PipelineSettings{}.predict_next;
-  std::string select_budget = "tokens";  // PipelineSettings::select_budget: tokens | mass
+  std::string select_budget = GroupBudgetName(PipelineSettings{}.select_budget);  // tokens | mass
   bool attend_while_reading = PipelineSettings{}.attend_while_reading;
   int probe_heads = 3;
   // --probe-keys: fp16 | int8 | int4 (store/kv-codec.h); "" as the KV. int4 by default: a quarter

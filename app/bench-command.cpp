@@ -408,7 +408,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"pool", opts.settings.pool},
                      {"pool_max", opts.settings.pool_max},
                      {"select_group", opts.settings.select_group},
-                     {"select_budget", opts.settings.select_budget == GroupBudget::kTokens ? "tokens" : "mass"},
+                     {"select_budget", GroupBudgetName(opts.settings.select_budget)},
                      {"cross_layer_prefetch", opts.settings.cross_layer_prefetch},
                      {"predict_next", opts.settings.predict_next},
                      {"attend_while_reading", opts.settings.attend_while_reading},

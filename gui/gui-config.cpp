@@ -89,9 +89,8 @@ Result<TuningSettings> ParseTuning(const std::string& text, const TuningSettings
   IMPRESS_RETURN_IF_ERROR(ReadBool(j, "head_max", &p.head_max));
   IMPRESS_RETURN_IF_ERROR(ReadBool(j, "predict_next", &p.predict_next));
   if (auto it = j.find("select_budget"); it != j.end()) {
-    if (!it->is_string() || (*it != "mass" && *it != "tokens"))
+    if (!it->is_string() || !ParseGroupBudget(it->get<std::string>(), &p.select_budget))
       return Status::InvalidArgument("settings key 'select_budget' = " + it->dump() + " is not \"mass\" or \"tokens\"");
-    p.select_budget = *it == "tokens" ? GroupBudget::kTokens : GroupBudget::kMass;
   }
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "probe_heads", 1, 64, &p.probe_heads));
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "sinks", 0, 1024, &p.sinks));
@@ -126,7 +125,7 @@ std::string TuningToJson(const TuningSettings& s) {
                       {"pool_follow", p.pool_follow},
                       {"head_max", p.head_max},
                       {"predict_next", p.predict_next},
-                      {"select_budget", p.select_budget == GroupBudget::kTokens ? "tokens" : "mass"},
+                      {"select_budget", GroupBudgetName(p.select_budget)},
                       {"probe_heads", p.probe_heads},
                       {"sinks", p.sinks},
                       {"recent", p.recent},

@@ -223,7 +223,7 @@ void ImpressPipeline::BeginRequest(const PipelineRequest& req, Run& run) {
   report.n_prompt = n_prompt;
   report.n_prefix = req.n_prefix;
   report.keep = s.keep;
-  report.select_budget = s.select_budget == GroupBudget::kTokens ? "tokens" : "mass";
+  report.select_budget = GroupBudgetName(s.select_budget);
   report.alpha = s.alpha;
   report.probe_heads = s.probe_heads;
 

@@ -286,6 +286,18 @@ std::vector<uint32_t> SelectTokens(std::span<const float> score, int k, int sink
   return out;
 }
 
+const char* GroupBudgetName(GroupBudget budget) { return budget == GroupBudget::kTokens ? "tokens" : "mass"; }
+
+bool ParseGroupBudget(std::string_view name, GroupBudget* out) {
+  for (const GroupBudget b : {GroupBudget::kMass, GroupBudget::kTokens}) {
+    if (name == GroupBudgetName(b)) {
+      *out = b;
+      return true;
+    }
+  }
+  return false;
+}
+
 void SelectGroupsInto(std::span<const float> score, int k, int sinks, int recent, std::span<const uint32_t> group,
                       SelectionScratch& scratch, std::vector<uint32_t>* out, GroupBudget budget) {
   const size_t n = score.size();

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace impress {
@@ -121,6 +122,10 @@ void PoolScoresInto(std::span<const float> in, int width, bool max, std::vector<
 // SelectTokens keeps (kMass: as much importance as token by token, in more tokens), or until
 // their tokens reach k (kTokens: the keep ratio's bytes, whole groups by mass).
 enum class GroupBudget { kMass, kTokens };
+// "mass" / "tokens", the names settings, flags and reports use; ParseGroupBudget accepts those
+// two and nothing else (false, *out untouched).
+const char* GroupBudgetName(GroupBudget budget);
+bool ParseGroupBudget(std::string_view name, GroupBudget* out);
 
 // I/O-aware selection: the unit selected is the unit read. `group[i]` names token i's read group
 // (tokens whose K and V records share disk blocks; ids in [0, n_groups)). The target is the

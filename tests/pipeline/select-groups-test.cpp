@@ -126,5 +126,20 @@ TEST(SelectGroups, WithATokenBudgetKeepsTheHeaviestWholeGroupsUntilKTokens) {
   }
 }
 
+TEST(GroupBudget, NamesRoundTripAndOtherNamesAreRefused) {
+  for (const GroupBudget b : {GroupBudget::kMass, GroupBudget::kTokens}) {
+    GroupBudget back = b == GroupBudget::kMass ? GroupBudget::kTokens : GroupBudget::kMass;
+    ASSERT_TRUE(ParseGroupBudget(GroupBudgetName(b), &back)) << GroupBudgetName(b);
+    EXPECT_EQ(back, b);
+  }
+  EXPECT_STREQ(GroupBudgetName(GroupBudget::kTokens), "tokens");
+  EXPECT_STREQ(GroupBudgetName(GroupBudget::kMass), "mass");
+  GroupBudget untouched = GroupBudget::kMass;
+  for (const char* bad : {"", "Tokens", "bytes", "mass "}) {
+    EXPECT_FALSE(ParseGroupBudget(bad, &untouched)) << "'" << bad << "'";
+    EXPECT_EQ(untouched, GroupBudget::kMass);
+  }
+}
+
 }  // namespace
 }  // namespace impress
