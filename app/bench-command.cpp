@@ -451,12 +451,12 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
         store::KVEncodingName(opts.kv_encoding), store::KVEncodingName(store::ProbeEncoding(opts)), r->chunk_tokens,
         r->io_engine, r->direct_io ? " + O_DIRECT" : "");
     // io wait: the I/O compute did not hide (the request waited on the store); probe: its share of TTFT.
-    std::cout << fmt::format("{:<24} {:>8} {:>8} {:>8} {:>8} {:>7} {:>11} {:>10} {:>11} {:>7} {:>9} {:>6} {:>7}\n",
+    std::cout << fmt::format("{:<31} {:>8} {:>8} {:>8} {:>8} {:>7} {:>11} {:>10} {:>11} {:>7} {:>9} {:>6} {:>7}\n",
                              "system", "TTFT ms", "p50 ms", "p99 ms", "io wait", "probe", "SSD MB/req", "reads/req",
                              "KV MB/req", "agree", "KL", "RA", "passed");
     for (const SystemSummary& s : r->systems) {
       std::cout << fmt::format(
-          "{:<24} {:>8.0f} {:>8.0f} {:>8.0f} {:>7.0f}% {:>6.1f}% {:>11.2f} {:>10.0f} {:>11.2f} {:>6.0f}% {:>9.4f} "
+          "{:<31} {:>8.0f} {:>8.0f} {:>8.0f} {:>7.0f}% {:>6.1f}% {:>11.2f} {:>10.0f} {:>11.2f} {:>6.0f}% {:>9.4f} "
           "{:>6.2f} {:>6.0f}%\n",
           s.system, s.mean_ttft_ms, s.p50_ttft_ms, s.p99_ttft_ms, s.unhidden_io_share * 100, s.probe_share * 100,
           s.mean_ssd_bytes / 1e6, s.mean_ssd_reads, s.mean_kv_bytes / 1e6, s.first_token_agreement * 100, s.mean_kl,
@@ -464,11 +464,11 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
     }
     // Where each system's TTFT goes (mean ms per request).
     // "of which score": the probe's scoring kernel within probe cmp; the rest of probe cmp is selection.
-    std::cout << fmt::format("{:<24} {:>7} {:>9} {:>9} {:>8} {:>7} {:>7} {:>8} {:>7}\n", "TTFT parts, ms", "match",
+    std::cout << fmt::format("{:<31} {:>7} {:>9} {:>9} {:>8} {:>7} {:>7} {:>8} {:>7}\n", "TTFT parts, ms", "match",
                              "probe io", "probe cmp", "(scoring)", "kv io", "copy", "compute", "other");
     for (const SystemSummary& s : r->systems) {
       const TtftBreakdown& b = s.mean_breakdown;
-      std::cout << fmt::format("{:<24} {:>7.1f} {:>9.1f} {:>9.1f} {:>8.1f} {:>7.1f} {:>7.1f} {:>8.1f} {:>7.1f}\n",
+      std::cout << fmt::format("{:<31} {:>7.1f} {:>9.1f} {:>9.1f} {:>8.1f} {:>7.1f} {:>7.1f} {:>8.1f} {:>7.1f}\n",
                                s.system, b.match_ms, b.probe_io_ms, b.probe_compute_ms, b.probe_score_ms, b.kv_io_ms,
                                b.copy_ms, b.compute_ms, b.other_ms);
     }

@@ -220,13 +220,15 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
                                            SystemKind::kImpress};
   // Rows: the systems, IMPRESS after reorder, the fp16 reference when compact, IMPRESS with
   // predicted reads (PipelineSettings::predict_next; the same tokens and logits as IMPRESS, read
-  // sooner), then AS-like with the full KV resident in host memory.
-  std::vector<Accumulator> acc(systems.size() + (compact ? 4 : 3));
+  // sooner) before and after reorder, then AS-like with the full KV resident in host memory.
+  std::vector<Accumulator> acc(systems.size() + (compact ? 5 : 4));
   for (size_t i = 0; i < systems.size(); ++i) acc[i].system = SystemName(systems[i]);
   acc[systems.size()].system = "impress (after reorder)";
   if (compact) acc[systems.size() + 1].system = "as (fp16 reference)";
-  Accumulator& predicted = acc[acc.size() - 2];
+  Accumulator& predicted = acc[acc.size() - 3];
   predicted.system = "impress (predicted reads)";
+  Accumulator& predicted_ro = acc[acc.size() - 2];
+  predicted_ro.system = "impress (reordered, predicted)";
   Accumulator& in_ram = acc.back();
   in_ram.system = "as (full KV in RAM)";
   std::vector<int32_t> ref_first(prompts.size());
@@ -285,6 +287,10 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
     IMPRESS_ASSIGN_OR_RETURN(RequestReport r, run(pipe, q, ps));
     acc[systems.size()].Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
     tick("impress after reorder");
+    ps.predict_next = true;
+    IMPRESS_ASSIGN_OR_RETURN(r, run(pipe, q, ps));
+    predicted_ro.Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
+    tick("impress after reorder, predicted");
   }
 
   for (const Accumulator& a : acc) result.systems.push_back(a.Summary());

@@ -126,6 +126,11 @@ void TileScores(const float* q, int rows, int hd, const float* kt, int ldk, int 
   TileScoresWith<Avx2Vec>(q, rows, hd, kt, ldk, RoundUpTile(n), s, ld);
 }
 
+float TileExpShift(const float* row, int n, float* dst, float* sum) {
+  if (kTilesAvx512) return ExpShiftToAvx512(row, n, dst, sum);
+  return ExpShiftTo(row, n, dst, sum);
+}
+
 void TileWeightedValues(const float* p, int rows, int ld, const float* v32, int n, int hd, float* acc) {
   if (kTilesAvx512) return TileWeightedValuesAvx512(p, rows, ld, v32, n, hd, acc);
   TileWeightedValuesWith<Avx2Vec>(p, rows, ld, v32, n, hd, acc);
@@ -273,13 +278,15 @@ bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
       float* row = s.data() + int64_t(r) * ldk;
       const size_t idx = L.Part(g, b, r);
       float sum = 0;
-      sc.part_max[idx] = valid > 0 ? ExpShift(row, valid, &sum) : -INFINITY;
-      sc.part_sum[idx] = sum;
       // exp(score - the block's max): MergeRows finds the factor that makes them probabilities.
+      // Scores only, they go straight to the importance's buffer where it takes the whole row.
       const int skip = std::max(0, L.raw_from - j0);  // keys of the block before raw_from
-      if (grp.heads[size_t(x)].importance && valid > skip)
-        std::memcpy(sc.raw.data() + L.Raw(g, r) + (j0 + skip - L.raw_from), row + skip,
-                    sizeof(float) * size_t(valid - skip));
+      const bool keep = grp.heads[size_t(x)].importance && valid > skip;
+      float* raw = keep ? sc.raw.data() + L.Raw(g, r) + (j0 + skip - L.raw_from) : nullptr;
+      const bool direct = keep && skip == 0 && !a.out;
+      sc.part_max[idx] = valid > 0 ? TileExpShift(row, valid, direct ? raw : row, &sum) : -INFINITY;
+      sc.part_sum[idx] = sum;
+      if (keep && !direct) std::memcpy(raw, row + skip, sizeof(float) * size_t(valid - skip));
       if (a.out) std::fill(row + valid, row + n, 0.0f);  // masked out of the values' sums
     }
   }

@@ -48,6 +48,11 @@ inline int RoundUpTile(int n) { return (n + kTileCols - 1) / kTileCols * kTileCo
 // AVX-512); only on a CPU that has it.
 void TileScoresAvx512(const float* q, int rows, int head_dim, const float* kt, int ldk, int n, float* s, int ld);
 void TileWeightedValuesAvx512(const float* p, int rows, int ld, const float* v32, int n, int head_dim, float* acc);
+// ExpShiftTo (simd-math.h) on AVX-512, with the same bits.
+float ExpShiftToAvx512(const float* row, int n, float* dst, float* sum);
+
+// ExpShiftTo on the kernel path's widest vectors (the same bits on every path).
+float TileExpShift(const float* row, int n, float* dst, float* sum);
 
 // ---- the blocked attention built on them ----------------------------------------------------
 

@@ -14,6 +14,7 @@
 
 #include "engine/compute/backend.h"
 #include "engine/compute/cpu-backend.h"
+#include "engine/compute/simd-math.h"
 #include "engine/compute/tile-attention.h"
 
 namespace impress {
@@ -630,6 +631,35 @@ TEST(AttentionArgs, BadHeadsAreRejected) {
   const Status st = be->ScoreKeys(s);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("kv head 1"), std::string::npos) << st.message();
+}
+
+// The AVX-512 row exponentials (the tiles' softmax numerators) give the AVX2 path's bits: the
+// same exp, lane for lane, and the sum added in the same order; so an AVX-512 machine's attention
+// and probe rankings are the AVX2 path's.
+TEST(TileExpShift, Avx512GivesTheBitsOfTheAvx2Path) {
+  if (const char* missing = quant::MissingCpuFeature(quant::KernelPath::kAvx512))
+    GTEST_SKIP() << "this CPU lacks " << missing << " (needed by the avx512 path)";
+  std::mt19937 rng(7);
+  for (int n : {1, 5, 8, 9, 15, 16, 17, 24, 31, 33, 256, 1000, 4099}) {
+    for (float spread : {0.5f, 8.0f, 120.0f}) {  // up to exponents the clamp cuts
+      std::uniform_real_distribution<float> u(-spread, spread);
+      std::vector<float> row(static_cast<size_t>(n));
+      for (float& x : row) x = u(rng);
+      std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n), -1.0f);
+      float want_sum = 0, got_sum = 0;
+      const float want_max = ExpShiftTo(row.data(), n, want.data(), &want_sum);
+      const float got_max = ExpShiftToAvx512(row.data(), n, got.data(), &got_sum);
+      EXPECT_EQ(std::memcmp(&want_max, &got_max, sizeof(float)), 0) << "n " << n;
+      EXPECT_EQ(std::memcmp(&want_sum, &got_sum, sizeof(float)), 0)
+          << "n " << n << ": " << want_sum << " vs " << got_sum;
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * size_t(n)), 0) << "n " << n;
+      // In place, as the attention calls it.
+      std::vector<float> in_place = row;
+      float sum = 0;
+      ExpShiftToAvx512(in_place.data(), n, in_place.data(), &sum);
+      EXPECT_EQ(std::memcmp(want.data(), in_place.data(), sizeof(float) * size_t(n)), 0) << "n " << n;
+    }
+  }
 }
 
 }  // namespace
