@@ -67,6 +67,9 @@ void AddCommonOptions(CLI::App* cmd, CommonOptions* o) {
   cmd->add_flag("--predict-next,!--no-predict-next", o->predict_next,
                 "IMPRESS: read a layer's likely rows (its probe run early on the previous layer's input) while the "
                 "previous layer computes; the layer's own probe still decides");
+  cmd->add_flag("--predict-select,!--no-predict-select", o->predict_select,
+                "IMPRESS: predicted reads where a layer keeps the predicted rows and does not probe again (when "
+                "the prediction's heads agree): its read hides under the previous layer; the answer may differ");
   cmd->add_option("--select-budget", o->select_budget,
                   "read groups a layer keeps: as many tokens as the keep ratio (tokens, the default) or as much "
                   "importance as token-by-token selection keeps (mass: more tokens and bytes)")
@@ -237,6 +240,7 @@ AskOptions AskOptionsFor(const CommonOptions& c, const GenerationDefaults& model
   o.pipeline.dense_layers = c.dense_layers;
   o.pipeline.cross_layer_prefetch = c.cross_layer_prefetch;
   o.pipeline.predict_next = c.predict_next;
+  o.pipeline.predict_select = c.predict_select;
   (void)ParseGroupBudget(c.select_budget, &o.pipeline.select_budget);  // the flag's check allows only the names
   o.pipeline.attend_while_reading = c.attend_while_reading;
   o.pipeline.alpha = c.alpha;

@@ -29,6 +29,7 @@ struct CommonOptions {
   int dense_layers = PipelineSettings{}.dense_layers;
   bool cross_layer_prefetch = PipelineSettings{}.cross_layer_prefetch;
   bool predict_next = PipelineSettings{}.predict_next;
+  bool predict_select = PipelineSettings{}.predict_select;
   std::string select_budget = GroupBudgetName(PipelineSettings{}.select_budget);  // tokens | mass
   bool attend_while_reading = PipelineSettings{}.attend_while_reading;
   int probe_heads = 3;

@@ -411,6 +411,7 @@ void RegisterPipelineBench(CLI::App* bench, CommonOptions* common, int* exit_cod
                      {"select_budget", GroupBudgetName(opts.settings.select_budget)},
                      {"cross_layer_prefetch", opts.settings.cross_layer_prefetch},
                      {"predict_next", opts.settings.predict_next},
+                     {"predict_select", opts.settings.predict_select},
                      {"attend_while_reading", opts.settings.attend_while_reading},
                      {"kv_encoding", store::KVEncodingName(opts.kv_encoding)},
                      {"probe_encoding", store::KVEncodingName(store::ProbeEncoding(opts))},

@@ -220,15 +220,18 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
                                            SystemKind::kImpress};
   // Rows: the systems, IMPRESS after reorder, the fp16 reference when compact, IMPRESS with
   // predicted reads (PipelineSettings::predict_next; the same tokens and logits as IMPRESS, read
-  // sooner) before and after reorder, then AS-like with the full KV resident in host memory.
-  std::vector<Accumulator> acc(systems.size() + (compact ? 5 : 4));
+  // sooner) before and after reorder, IMPRESS with a predicted selection after reorder (predict_select;
+  // may differ), then AS-like with the full KV resident in host memory.
+  std::vector<Accumulator> acc(systems.size() + (compact ? 6 : 5));
   for (size_t i = 0; i < systems.size(); ++i) acc[i].system = SystemName(systems[i]);
   acc[systems.size()].system = "impress (after reorder)";
   if (compact) acc[systems.size() + 1].system = "as (fp16 reference)";
-  Accumulator& predicted = acc[acc.size() - 3];
+  Accumulator& predicted = acc[acc.size() - 4];
   predicted.system = "impress (predicted reads)";
-  Accumulator& predicted_ro = acc[acc.size() - 2];
+  Accumulator& predicted_ro = acc[acc.size() - 3];
   predicted_ro.system = "impress (reordered, predicted)";
+  Accumulator& predict_select = acc[acc.size() - 2];
+  predict_select.system = "impress (predicted selection)";
   Accumulator& in_ram = acc.back();
   in_ram.system = "as (full KV in RAM)";
   std::vector<int32_t> ref_first(prompts.size());
@@ -291,6 +294,10 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
     IMPRESS_ASSIGN_OR_RETURN(r, run(pipe, q, ps));
     predicted_ro.Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
     tick("impress after reorder, predicted");
+    ps.predict_select = true;
+    IMPRESS_ASSIGN_OR_RETURN(r, run(pipe, q, ps));
+    predict_select.Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
+    tick("impress after reorder, predicted selection");
   }
 
   for (const Accumulator& a : acc) result.systems.push_back(a.Summary());

@@ -111,6 +111,8 @@ Status ApplySweep(const std::string& name, double v, RunSpec* r) {
     r->settings.select_group = int(v);
   } else if (name == "select-budget-tokens") {
     r->settings.select_budget = v != 0 ? GroupBudget::kTokens : GroupBudget::kMass;
+  } else if (name == "predict-select") {
+    r->settings.predict_select = v != 0;
   } else if (name == "chunk-tokens") {
     if (v < 1) return Status::InvalidArgument(fmt::format("sweep chunk-tokens: {} is not a chunk size", v));
     r->chunk_tokens = int(v);
@@ -603,9 +605,10 @@ void SummarizeWorkloadSystem(WorkloadSystemResult* s, int n_continue) {
 
 const std::vector<std::string>& WorkloadSweepNames() {
   static const std::vector<std::string> names = {
-      "alpha",        "keep",         "keep-mass",       "pool",          "pool-max",
-      "probe-heads",  "probe-spread", "select-group",    "chunk-tokens",  "pool-follow",
-      "dense-layers", "head-max",     "device-fraction", "host-fraction", "select-budget-tokens"};
+      "alpha",         "keep",         "keep-mass",       "pool",          "pool-max",
+      "probe-heads",   "probe-spread", "select-group",    "chunk-tokens",  "pool-follow",
+      "dense-layers",  "head-max",     "device-fraction", "host-fraction", "select-budget-tokens",
+      "predict-select"};
   return names;
 }
 

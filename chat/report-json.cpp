@@ -1,5 +1,7 @@
 #include "chat/report-json.h"
 
+#include <algorithm>
+
 namespace impress {
 
 nlohmann::json TtftBreakdownJson(const TtftBreakdown& b) {
@@ -45,6 +47,7 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
          {"io_wait_ms", l.io_wait_ms},
          {"prefetched", l.prefetched},
          {"prefetch_used", l.prefetch_used},
+         {"predicted", l.predicted},
          {"team_bytes", l.team_bytes},
          {"chunks",
           {{"device", l.chunks_device}, {"host", l.chunks_host}, {"ssd", l.chunks_ssd}, {"team", l.chunks_team}}}});
@@ -69,6 +72,8 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
           {"select_budget", r.select_budget},
           {"alpha", r.alpha},
           {"layers_passed", r.n_layers_passed},
+          {"layers_predicted",
+           std::count_if(r.layers.begin(), r.layers.end(), [](const LayerReport& l) { return l.predicted; })},
           {"ssd_bytes_read", r.ssd_bytes_read},
           {"ssd_reads", r.ssd_reads},
           {"read_amplification", r.read_amplification()},

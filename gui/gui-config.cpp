@@ -88,6 +88,7 @@ Result<TuningSettings> ParseTuning(const std::string& text, const TuningSettings
   IMPRESS_RETURN_IF_ERROR(ReadNumber(j, "pool_follow", 0, kMaxPoolWidth, &p.pool_follow));
   IMPRESS_RETURN_IF_ERROR(ReadBool(j, "head_max", &p.head_max));
   IMPRESS_RETURN_IF_ERROR(ReadBool(j, "predict_next", &p.predict_next));
+  IMPRESS_RETURN_IF_ERROR(ReadBool(j, "predict_select", &p.predict_select));
   if (auto it = j.find("select_budget"); it != j.end()) {
     if (!it->is_string() || !ParseGroupBudget(it->get<std::string>(), &p.select_budget))
       return Status::InvalidArgument("settings key 'select_budget' = " + it->dump() + " is not \"mass\" or \"tokens\"");
@@ -125,6 +126,7 @@ std::string TuningToJson(const TuningSettings& s) {
                       {"pool_follow", p.pool_follow},
                       {"head_max", p.head_max},
                       {"predict_next", p.predict_next},
+                      {"predict_select", p.predict_select},
                       {"select_budget", GroupBudgetName(p.select_budget)},
                       {"probe_heads", p.probe_heads},
                       {"sinks", p.sinks},

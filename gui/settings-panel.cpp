@@ -112,6 +112,11 @@ void DrawSettingsPanel(const AppSnapshot& s, SettingsPanelState& st, UiActions& 
     ImGui::SetTooltip(
         "run each layer's probe early on the layer before's input and read the rows it picks while that layer "
         "computes; the layer's own probe still decides, so answers do not change");
+  changed |= ImGui::Checkbox("predicted selection", &p.predict_select);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "a layer keeps the rows its early probe picked (when its heads agree) and does not probe again: the reads "
+        "hide under the layer before; answers may differ a little from the layer's own probe");
   ImGui::SliderInt("sinks", &p.sinks, 0, 64);
   done();
   ImGui::SliderInt("recent window", &p.recent, 0, 512);

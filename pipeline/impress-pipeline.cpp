@@ -273,7 +273,7 @@ Status ImpressPipeline::PrefillBatch(Run& run, std::span<const int32_t> tokens, 
   run.sw.Lap(&bd.compute_ms);
   // Reads that do not depend on the queries go one layer ahead, two with predicted reads (the
   // prediction of layer l + 1 scores its probe keys during layer l).
-  const int ahead = run.s.predict_next ? 2 : 1;
+  const int ahead = run.s.predict_next || run.s.predict_select ? 2 : 1;
   if (first && run.s.overlap)
     for (int il = 0; il < ahead; ++il) IMPRESS_RETURN_IF_ERROR(PrefetchLayer(run, il));
   for (int il = 0; il < c.n_layer; ++il) {

@@ -87,6 +87,12 @@ struct PipelineSettings {
   // missing rows are read then, extra ones dropped, so the answer is the same as without it.
   // IMPRESS's probe path with integer-coded probe keys on a host-addressable backend only.
   bool predict_next = false;
+  // Predicted selection (implies predict_next): where the prediction's probe heads agree (its
+  // Jaccard test passes), layer l+1 keeps the tokens the prediction picked and does not probe
+  // again, so its whole read runs under layer l's compute and nothing is read after its queries
+  // are known. The answer may differ from the layer's own probe's (docs/benchmarks.md measures
+  // by how much); where the prediction's test fails the layer probes as usual.
+  bool predict_select = true;
   // Attend while reading: a layer's selected K/V rows are handed to its attention as their chunks
   // arrive (RowArrivals), so the attention computes on the blocks of keys already complete while
   // the disk still reads the rest, instead of after the whole read. The same rows in the same
@@ -205,6 +211,8 @@ class ImpressPipeline {
   struct KvPrefetch {
     store::ReadTicket ticket = 0;
     std::vector<uint32_t> positions;  // ascending
+    // A prediction's verdict (PipelineSettings::predict_select): the layer may keep `positions`.
+    std::optional<ProbeVerdict> verdict;
   };
 
   // impress-pipeline.cpp: the request.
@@ -229,6 +237,8 @@ class ImpressPipeline {
   Result<ProbeVerdict> ProbeLayer(LayerJob& job);  // probe keys, probe heads scored, verdict
   Status SelectByAllHeads(LayerJob& job);          // fallback and AS+H2O: all keys, all heads scored
   Status SelectByPolicy(LayerJob& job);            // positions the system's policy chooses, then their K/V
+  // PipelineSettings::predict_select: the prediction's tokens, read ahead, as the layer's choice.
+  Status SelectByPrediction(LayerJob& job);
   // Reads K/V of job.selected into the layer's buffers; `keys` (all keys of the layer, token-major)
   // when the fallback already has them, so only values are read.
   Status LoadSelected(LayerJob& job, const std::vector<f16_t>* keys);
@@ -318,7 +328,8 @@ class ImpressPipeline {
   std::vector<float> predict_pool_;  // the prediction's pooled scores (pool_scratch_ is the layer's)
   struct PendingPrediction {
     int il = -1;
-    std::vector<uint32_t> positions;  // ascending
+    std::vector<uint32_t> positions;      // ascending
+    std::optional<ProbeVerdict> verdict;  // judged for PipelineSettings::predict_select
   };
   std::optional<PendingPrediction> pending_predict_;  // chosen, not yet submitted
   // Scratch (device) for probe / all keys and the selected K/V before they land in the buffers.

@@ -115,19 +115,26 @@ Status ImpressPipeline::SelectLayer(Run& run, int il) {
   job.score.swap(score_sum_);
   job.score.clear();
   job.lr.n = job.n;
-  job.predict_in_read = run.s.predict_next;
+  job.predict_in_read = run.s.predict_next || run.s.predict_select;
   const LayerSelection how = run.sys.SelectionFor(run.s, il);
   switch (how) {
     case LayerSelection::kWholeLayer: IMPRESS_RETURN_IF_ERROR(LoadFullLayer(job)); break;
     case LayerSelection::kAllHeads: IMPRESS_RETURN_IF_ERROR(SelectByAllHeads(job)); break;
-    case LayerSelection::kProbe: IMPRESS_RETURN_IF_ERROR(SelectByProbe(job)); break;
+    case LayerSelection::kProbe:
+      if (run.s.predict_select && kv_prefetch_[size_t(il)] && kv_prefetch_[size_t(il)]->verdict &&
+          kv_prefetch_[size_t(il)]->verdict->passed) {
+        IMPRESS_RETURN_IF_ERROR(SelectByPrediction(job));
+      } else {
+        IMPRESS_RETURN_IF_ERROR(SelectByProbe(job));
+      }
+      break;
     case LayerSelection::kPositions: IMPRESS_RETURN_IF_ERROR(SelectByPolicy(job)); break;
     case LayerSelection::kNone:  // reuses nothing, so never selects
       break;
   }
   RecordSelection(job);
   job.score.swap(score_sum_);
-  if (run.s.predict_next) {
+  if (run.s.predict_next || run.s.predict_select) {
     if (!job.predicted) IMPRESS_RETURN_IF_ERROR(PredictNextLayer(run, il));
     IMPRESS_RETURN_IF_ERROR(SubmitPrediction(run));
   } else if (run.s.cross_layer_prefetch && how == LayerSelection::kProbe) {
@@ -174,9 +181,12 @@ Status ImpressPipeline::PredictNextLayer(Run& run, int il) {
   guess.score.clear();
   CombineNormalisedImportanceInto(probe_imp, int(probe_heads.size()), n, run.s.head_max, &guess.score);
   SetKeepCount(guess);
+  std::optional<ProbeVerdict> verdict;
+  if (run.s.predict_select)
+    verdict = JudgeProbe(probe_imp, int(probe_heads.size()), n, guess.k, run.s.alpha, sel_scratch_);
   IMPRESS_RETURN_IF_ERROR(ChooseTokens(guess, &predict_pool_));
   predict_score_ = std::move(guess.score);
-  pending_predict_ = PendingPrediction{.il = next, .positions = std::move(guess.selected)};
+  pending_predict_ = PendingPrediction{.il = next, .positions = std::move(guess.selected), .verdict = verdict};
   run.sw.Lap(&bd.probe_compute_ms);
   return Status::Ok();
 }
@@ -187,6 +197,7 @@ Status ImpressPipeline::SubmitPrediction(Run& run) {
   pending_predict_.reset();
   KvPrefetch pf;
   pf.positions = std::move(p.positions);
+  pf.verdict = p.verdict;
   IMPRESS_ASSIGN_OR_RETURN(pf.ticket, store_->SubmitReadKV(handle_, p.il, pf.positions, true, true));
   kv_prefetch_[size_t(p.il)] = std::move(pf);
   run.sw.Lap(&run.report.breakdown.kv_io_ms);
@@ -198,6 +209,23 @@ Status ImpressPipeline::PredictDuringRead(LayerJob& job) {
   job.predicted = true;
   job.run.sw.Lap(&job.run.report.breakdown.kv_io_ms);  // the layer's read, submitted
   return PredictNextLayer(job.run, job.il);
+}
+
+Status ImpressPipeline::SelectByPrediction(LayerJob& job) {
+  const KvPrefetch& pf = *kv_prefetch_[size_t(job.il)];
+  job.lr.probed = true;  // one layer early
+  job.lr.passed = true;
+  job.lr.predicted = true;
+  job.lr.s = pf.verdict->s;
+  job.lr.t = pf.verdict->t;
+  job.selected = pf.positions;
+  // The prediction's scores and their pooling, as its choice ranked them (the next prediction
+  // writes the other buffers of each pair).
+  job.score.swap(predict_score_);
+  pool_scratch_.swap(predict_pool_);
+  job.pooled = job.run.s.pool > 1;
+  job.run.sw.Lap(&job.run.report.breakdown.probe_compute_ms);
+  return LoadSelected(job, nullptr);
 }
 
 Status ImpressPipeline::SelectByPolicy(LayerJob& job) {

@@ -63,6 +63,9 @@ struct LayerReport {
   // Cross-layer prefetch (PipelineSettings::cross_layer_prefetch): rows read ahead on the previous
   // layer's selection, and how many of them this layer's own selection used.
   int prefetched = 0, prefetch_used = 0;
+  // Predicted selection (PipelineSettings::predict_select): the layer kept the tokens its probe
+  // picked one layer early and did not probe again.
+  bool predicted = false;
 };
 
 struct RequestReport {

@@ -352,6 +352,7 @@ TEST(TuningConfig, RoundTripsAndNamesBadKeys) {
   s.pipeline.pool_follow = 5;
   s.pipeline.head_max = false;
   s.pipeline.predict_next = true;
+  s.pipeline.predict_select = true;
   s.pipeline.select_budget = GroupBudget::kTokens;
   auto back = ParseTuning(TuningToJson(s), TuningSettings{});
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -364,9 +365,11 @@ TEST(TuningConfig, RoundTripsAndNamesBadKeys) {
   EXPECT_EQ(back->pipeline.pool_follow, 5);
   EXPECT_FALSE(back->pipeline.head_max);
   EXPECT_TRUE(back->pipeline.predict_next);
+  EXPECT_TRUE(back->pipeline.predict_select);
   EXPECT_EQ(back->pipeline.select_budget, GroupBudget::kTokens);
   EXPECT_FALSE(ParseTuning(R"({"select_budget": "bytes"})", TuningSettings{}).ok());
   EXPECT_FALSE(ParseTuning(R"({"predict_next": 1})", TuningSettings{}).ok());
+  EXPECT_FALSE(ParseTuning(R"({"predict_select": "on"})", TuningSettings{}).ok());
   EXPECT_FALSE(ParseTuning(R"({"pool_follow": -1})", TuningSettings{}).ok());
   EXPECT_FALSE(ParseTuning(R"({"head_max": "yes"})", TuningSettings{}).ok());
   EXPECT_FALSE(ParseTuning(R"({"pool": 99})", TuningSettings{}).ok());

@@ -255,6 +255,7 @@ TEST_F(PipelineOnModel, CrossLayerPrefetchChangesOnlyWhenKvArrives) {
   ASSERT_NO_FATAL_FAILURE(Ingest(p));
   for (const float alpha : {2.0f, 0.0f}) {
     PipelineSettings s = Recording(alpha);
+    s.predict_select = false;  // every layer's own probe decides
     std::vector<float> plain, ahead;
     const RequestReport r0 = Run(p, s, &plain);
     s.cross_layer_prefetch = true;
@@ -296,6 +297,7 @@ TEST_F(PipelineOnModel, PredictedReadsChangeOnlyWhenKvArrives) {
     for (const float alpha : {2.0f, 0.0f}) {
       SCOPED_TRACE(testing::Message() << "probe keys " << store::KVEncodingName(probe_keys) << ", alpha " << alpha);
       PipelineSettings s = Recording(alpha);
+      s.predict_select = false;  // every layer's own probe decides
       std::vector<float> plain, ahead;
       const RequestReport r0 = Run(p, s, &plain);
       s.predict_next = true;
@@ -319,6 +321,61 @@ TEST_F(PipelineOnModel, PredictedReadsChangeOnlyWhenKvArrives) {
       }
       EXPECT_GT(used, chosen / 2) << used << " of " << chosen << " chosen rows read ahead";
     }
+  }
+}
+
+// A predicted selection (PipelineSettings::predict_select) keeps, in every probed layer after the
+// first whose prediction passed its Jaccard test, the rows the prediction read ahead: all of them
+// came from that read (nothing is read once the layer's queries are known) and the layer is
+// reported as predicted. The first layer has nothing to predict it and chooses as without. Where
+// every prediction fails its test (alpha 0) the layers probe as usual: the same tokens and logits
+// as without. The predicted rows are mostly the ones the layers' own probes pick.
+TEST_F(PipelineOnModel, PredictedSelectionKeepsTheRowsReadAhead) {
+  store::PrefixStoreOptions o = StoreOptions();
+  o.device_bytes = 0;
+  o.host_bytes = 0;
+  o.probe_encoding = store::KVEncoding::kInt4;
+  ASSERT_NO_FATAL_FAILURE(OpenStore(o));
+  const PromptTokens p = Prompt("What does the license say about warranty?");
+  ASSERT_NO_FATAL_FAILURE(Ingest(p));
+  const size_t n = size_t(p.n_prefix);
+  for (const float alpha : {2.0f, 0.0f}) {
+    SCOPED_TRACE(testing::Message() << "alpha " << alpha);
+    PipelineSettings s = Recording(alpha);
+    s.predict_select = false;
+    std::vector<float> plain, predicted;
+    const RequestReport r0 = Run(p, s, &plain);
+    s.predict_select = true;
+    const RequestReport r1 = Run(p, s, &predicted);
+    ASSERT_EQ(r0.n_matched, p.n_prefix);
+    ASSERT_EQ(r1.n_matched, p.n_prefix);
+    if (alpha == 0.0f) {
+      for (const LayerReport& l : r1.layers) EXPECT_FALSE(l.predicted) << "layer " << l.il;
+      EXPECT_EQ(r0.selected, r1.selected);
+      EXPECT_EQ(plain, predicted);
+      continue;
+    }
+    const auto layer = [&](const RequestReport& r, size_t il) {
+      return std::vector<uint8_t>(r.selected.begin() + std::ptrdiff_t(il * n),
+                                  r.selected.begin() + std::ptrdiff_t((il + 1) * n));
+    };
+    EXPECT_FALSE(r1.layers[0].predicted);
+    EXPECT_EQ(layer(r0, 0), layer(r1, 0)) << "the first layer probes as without";
+    int predicted_layers = 0;
+    size_t shared = 0, kept = 0;
+    for (size_t il = 1; il < r1.layers.size(); ++il) {
+      const LayerReport& b = r1.layers[il];
+      if (!b.predicted) continue;
+      ++predicted_layers;
+      EXPECT_TRUE(b.passed) << "layer " << il;
+      EXPECT_EQ(b.prefetched, b.k) << "layer " << il;
+      EXPECT_EQ(b.prefetch_used, b.k) << "layer " << il << ": every kept row came from the read ahead";
+      const std::vector<uint8_t> mine = layer(r1, il), own = layer(r0, il);
+      for (size_t j = 0; j < n; ++j) shared += mine[j] && own[j];
+      kept += size_t(b.k);
+    }
+    EXPECT_GT(predicted_layers, int(r1.layers.size()) / 2);
+    EXPECT_GT(shared, kept / 2) << shared << " of " << kept << " predicted rows the own probes also chose";
   }
 }
 

@@ -28,8 +28,9 @@ TEST_F(PipelineOnModel, InjectedReadDelayIsBookedAsIoNotCompute) {
   PipelineSettings s;
   s.system = SystemKind::kImpress;
   s.keep = 1.0f;
-  s.alpha = 50.0f;    // every layer passes: one probe-key read and one K/V read per layer
-  s.overlap = false;  // no prefetch: each read is waited for, whole, in its own bucket
+  s.alpha = 50.0f;           // every layer passes: one probe-key read and one K/V read per layer
+  s.overlap = false;         // no prefetch: each read is waited for, whole, in its own bucket
+  s.predict_select = false;  // each layer probes, then reads (a predicted selection reads a layer ahead)
   s.attend_while_reading = false;
   std::vector<float> logits;
   const RequestReport plain = Run(p, s, &logits);
@@ -98,6 +99,7 @@ TEST_F(PipelineOnModel, AttendingWhileReadingChangesNothingButWhenComputeRuns) {
   for (const float alpha : {50.0f, 0.0f}) {
     PipelineSettings s = Recording(alpha);
     s.overlap = false;
+    s.predict_select = false;  // the layers' own reads stream (a read ahead is not streamed)
     std::vector<float> waited, streamed;
     env.delay_ms = kDelayMs;
     s.attend_while_reading = false;

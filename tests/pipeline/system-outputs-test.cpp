@@ -53,7 +53,12 @@ std::vector<Case> Cases() {
   const std::vector<Case> variants = {
       {"impress/dense2", "impress", [](PipelineSettings& s) { s.dense_layers = 2; }},
       {"as-h2o-lru/dense2", "as-h2o-lru", [](PipelineSettings& s) { s.dense_layers = 2; }},
-      {"impress/cross-layer", "impress", [](PipelineSettings& s) { s.cross_layer_prefetch = true; }},
+      {"impress/own-probe", "impress", [](PipelineSettings& s) { s.predict_select = false; }},
+      {"impress/cross-layer", "impress",
+       [](PipelineSettings& s) {
+         s.predict_select = false;
+         s.cross_layer_prefetch = true;
+       }},
       {"impress/pass", "impress", [](PipelineSettings& s) { s.alpha = 50.0f; }},
       {"impress/fallback", "impress", [](PipelineSettings& s) { s.alpha = 0.02f; }},
       {"impress/tokens", "impress", [](PipelineSettings& s) { s.select_group = 0; }},
