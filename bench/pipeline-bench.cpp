@@ -218,20 +218,20 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
 
   const std::vector<SystemKind> systems = {SystemKind::kAsLike, SystemKind::kAsH2oLru, SystemKind::kAsH2oLfu,
                                            SystemKind::kImpress};
-  // Rows: the systems, IMPRESS after reorder, the fp16 reference when compact, IMPRESS with
-  // predicted reads (PipelineSettings::predict_next; the same tokens and logits as IMPRESS, read
-  // sooner) before and after reorder, IMPRESS with a predicted selection after reorder (predict_select;
-  // may differ), then AS-like with the full KV resident in host memory.
+  // Rows: the systems, IMPRESS after reorder, the fp16 reference when compact, IMPRESS with every
+  // layer's own probe deciding (no predicted selection: PipelineSettings::predict_select) with and
+  // without predicted reads (predict_next: its tokens and logits, read sooner) and after reorder,
+  // then AS-like with the full KV resident in host memory.
   std::vector<Accumulator> acc(systems.size() + (compact ? 6 : 5));
   for (size_t i = 0; i < systems.size(); ++i) acc[i].system = SystemName(systems[i]);
   acc[systems.size()].system = "impress (after reorder)";
   if (compact) acc[systems.size() + 1].system = "as (fp16 reference)";
-  Accumulator& predicted = acc[acc.size() - 4];
-  predicted.system = "impress (predicted reads)";
-  Accumulator& predicted_ro = acc[acc.size() - 3];
-  predicted_ro.system = "impress (reordered, predicted)";
-  Accumulator& predict_select = acc[acc.size() - 2];
-  predict_select.system = "impress (predicted selection)";
+  Accumulator& own = acc[acc.size() - 4];
+  own.system = "impress (own probe)";
+  Accumulator& own_predicted = acc[acc.size() - 3];
+  own_predicted.system = "impress (own probe, predicted)";
+  Accumulator& own_ro = acc[acc.size() - 2];
+  own_ro.system = "impress (own probe, reordered)";
   Accumulator& in_ram = acc.back();
   in_ram.system = "as (full KV in RAM)";
   std::vector<int32_t> ref_first(prompts.size());
@@ -268,13 +268,14 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
       acc[i].Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
       tick(SystemName(systems[i]));
     }
-    {
+    for (const bool predicted : {false, true}) {
       PipelineSettings ps = settings_for(SystemKind::kImpress);
-      ps.predict_next = true;
+      ps.predict_select = false;
+      ps.predict_next = predicted;
       ps.report_importance = false;  // the statistics reorder follows count each question once
       IMPRESS_ASSIGN_OR_RETURN(RequestReport r, run(pipe, q, ps));
-      predicted.Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
-      tick("impress (predicted reads)");
+      (predicted ? own_predicted : own).Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
+      tick(predicted ? "impress (own probe, predicted reads)" : "impress (own probe)");
     }
     IMPRESS_ASSIGN_OR_RETURN(RequestReport r, run(ram_pipe, q, settings_for(SystemKind::kAsLike)));
     if (r.chunks_ssd != 0) return Status::Internal("the in-RAM reference read from the SSD");
@@ -290,14 +291,10 @@ Result<PipelineBenchResult> RunPipelineBenchmark(ModelContext& ctx, const Pipeli
     IMPRESS_ASSIGN_OR_RETURN(RequestReport r, run(pipe, q, ps));
     acc[systems.size()].Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
     tick("impress after reorder");
-    ps.predict_next = true;
+    ps.predict_select = false;
     IMPRESS_ASSIGN_OR_RETURN(r, run(pipe, q, ps));
-    predicted_ro.Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
-    tick("impress after reorder, predicted");
-    ps.predict_select = true;
-    IMPRESS_ASSIGN_OR_RETURN(r, run(pipe, q, ps));
-    predict_select.Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
-    tick("impress after reorder, predicted selection");
+    own_ro.Add(r, Argmax(logits) == ref_first[q], SoftmaxKl(ref_logits[q], logits));
+    tick("impress after reorder, own probe");
   }
 
   for (const Accumulator& a : acc) result.systems.push_back(a.Summary());
