@@ -195,6 +195,9 @@ Status ImpressPipeline::SubmitPrediction(Run& run) {
   if (!pending_predict_) return Status::Ok();
   PendingPrediction p = std::move(*pending_predict_);
   pending_predict_.reset();
+  // A predicted selection whose heads disagree is not kept: the layer probes itself, and mostly
+  // falls back to all heads as the prediction did, so rows read for it would mostly go unused.
+  if (p.verdict && !p.verdict->passed) return Status::Ok();
   KvPrefetch pf;
   pf.positions = std::move(p.positions);
   pf.verdict = p.verdict;

@@ -328,8 +328,9 @@ TEST_F(PipelineOnModel, PredictedReadsChangeOnlyWhenKvArrives) {
 // first whose prediction passed its Jaccard test, the rows the prediction read ahead: all of them
 // came from that read (nothing is read once the layer's queries are known) and the layer is
 // reported as predicted. The first layer has nothing to predict it and chooses as without. Where
-// every prediction fails its test (alpha 0) the layers probe as usual: the same tokens and logits
-// as without. The predicted rows are mostly the ones the layers' own probes pick.
+// every prediction fails its test (alpha 0) nothing is read ahead and the layers probe as usual:
+// the same tokens and logits as without. The predicted rows are mostly the ones the layers' own
+// probes pick.
 TEST_F(PipelineOnModel, PredictedSelectionKeepsTheRowsReadAhead) {
   store::PrefixStoreOptions o = StoreOptions();
   o.device_bytes = 0;
@@ -350,7 +351,10 @@ TEST_F(PipelineOnModel, PredictedSelectionKeepsTheRowsReadAhead) {
     ASSERT_EQ(r0.n_matched, p.n_prefix);
     ASSERT_EQ(r1.n_matched, p.n_prefix);
     if (alpha == 0.0f) {
-      for (const LayerReport& l : r1.layers) EXPECT_FALSE(l.predicted) << "layer " << l.il;
+      for (const LayerReport& l : r1.layers) {
+        EXPECT_FALSE(l.predicted) << "layer " << l.il;
+        EXPECT_EQ(l.prefetched, 0) << "layer " << l.il << ": a prediction that fails its test reads nothing";
+      }
       EXPECT_EQ(r0.selected, r1.selected);
       EXPECT_EQ(plain, predicted);
       continue;
