@@ -148,9 +148,15 @@ void ImpressPipeline::DrainPrefetches() {
   if (streamed_ && store_) (void)store_->WaitInto(streamed_->ticket, streamed_->k, streamed_->v);
   streamed_.reset();
   for (auto& t : kv_prefetch_) {
-    if (t && store_) (void)store_->Wait(t->ticket);
+    if (t) DiscardPrefetch(*t);
     t.reset();
   }
+}
+
+void ImpressPipeline::DiscardPrefetch(const KvPrefetch& pf) {
+  if (!store_) return;
+  if (pf.into_k) (void)store_->WaitInto(pf.ticket, pf.into_k, pf.into_v);
+  else (void)store_->Wait(pf.ticket);
 }
 
 Result<RequestReport> ImpressPipeline::PrefillOnce(const PipelineRequest& req, const PipelineSettings& s,
@@ -247,7 +253,7 @@ void ImpressPipeline::BeginRequest(const PipelineRequest& req, Run& run) {
   next_probe_il_ = -1;
   pending_predict_.reset();
   for (auto& t : kv_prefetch_)  // none survive a finished request; never leave a read unwaited
-    if (t && store_) (void)store_->Wait(t->ticket);
+    if (t) DiscardPrefetch(*t);
   kv_prefetch_.assign(size_t(c.n_layer), std::nullopt);
   report.layers.resize(size_t(c.n_layer));
   for (int il = 0; il < c.n_layer; ++il) report.layers[size_t(il)].il = il;

@@ -213,7 +213,13 @@ class ImpressPipeline {
     std::vector<uint32_t> positions;  // ascending
     // A prediction's verdict (PipelineSettings::predict_select): the layer may keep `positions`.
     std::optional<ProbeVerdict> verdict;
+    // Where the read puts its rows as they arrive (ReadInto): the layer's own buffers, when the
+    // layer keeps `positions` as they are; null for a read the store buffers until it is waited.
+    f16_t* into_k = nullptr;
+    f16_t* into_v = nullptr;
   };
+  // Waits for a read ahead that nobody will use, discarding what it brought.
+  void DiscardPrefetch(const KvPrefetch& pf);
 
   // impress-pipeline.cpp: the request.
   // One attempt at Prefill (which retries after a corrupt stored chunk); TTFT counts from t_start.

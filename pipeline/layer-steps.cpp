@@ -201,7 +201,17 @@ Status ImpressPipeline::SubmitPrediction(Run& run) {
   KvPrefetch pf;
   pf.positions = std::move(p.positions);
   pf.verdict = p.verdict;
-  IMPRESS_ASSIGN_OR_RETURN(pf.ticket, store_->SubmitReadKV(handle_, p.il, pf.positions, true, true));
+  // A selection the layer keeps as it is (SelectByPrediction) goes straight into its buffers: the
+  // store checks and places each chunk's rows as they arrive, while this layer computes, instead
+  // of in the wait that starts the next one.
+  if (pf.verdict && run.s.predict_select && ctx_.backend().HostAddressable() && !handle_.remote) {
+    pf.into_k = k_buf_[size_t(p.il)].raw();
+    pf.into_v = v_buf_[size_t(p.il)].raw();
+    IMPRESS_ASSIGN_OR_RETURN(pf.ticket, store_->SubmitReadKV(handle_, p.il, pf.positions, true, true,
+                                                             store::ReadInto{pf.into_k, pf.into_v, {}}));
+  } else {
+    IMPRESS_ASSIGN_OR_RETURN(pf.ticket, store_->SubmitReadKV(handle_, p.il, pf.positions, true, true));
+  }
   kv_prefetch_[size_t(p.il)] = std::move(pf);
   run.sw.Lap(&run.report.breakdown.kv_io_ms);
   return Status::Ok();
@@ -259,6 +269,19 @@ Status ImpressPipeline::PrefetchNextLayerKV(Run& run, int il) {
 Status ImpressPipeline::ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, f16_t* k_dst, f16_t* v_dst) {
   constexpr uint32_t kSkip = store::PrefixStore::kSkipRow;
   const std::vector<uint32_t>& sel = job.selected;
+  if (pf.into_k) {  // read into these very buffers, as the layer keeps it
+    if (sel != pf.positions || pf.into_k != k_dst || pf.into_v != v_dst) {
+      DiscardPrefetch(pf);
+      return Status::Internal("pipeline: layer " + std::to_string(job.il) +
+                              " changed a selection whose rows were read into its buffers");
+    }
+    const Status predicted = PredictDuringRead(job);
+    IMPRESS_RETURN_IF_ERROR(WaitReadInto(job, pf.ticket, k_dst, v_dst, &job.run.report.breakdown.kv_io_ms));
+    IMPRESS_RETURN_IF_ERROR(predicted);
+    job.lr.prefetched = int(pf.positions.size());
+    job.lr.prefetch_used = int(sel.size());
+    return Status::Ok();
+  }
   // Where each row read ahead goes (nowhere if the layer did not choose it), and what the layer
   // chose but the read ahead did not bring, with where it goes.
   std::vector<uint32_t> ahead_rows(pf.positions.size(), kSkip), missing, missing_rows;
@@ -278,7 +301,7 @@ Status ImpressPipeline::ReadSelectedWithPrefetch(LayerJob& job, KvPrefetch pf, f
     Result<store::ReadTicket> t = store_->SubmitReadKV(handle_, job.il, missing, k_dst != nullptr, true,
                                                        store::ReadInto{k_dst, v_dst, missing_rows});
     if (!t.ok()) {
-      (void)store_->Wait(pf.ticket);  // the read ahead's buffers go back to the store
+      DiscardPrefetch(pf);  // the read ahead's buffers go back to the store
       return t.status();
     }
     rest = *t;

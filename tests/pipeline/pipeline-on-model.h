@@ -108,10 +108,12 @@ class PipelineOnModel : public ::testing::Test {
   // Every read goes to the data files: no device or host tier to serve repeated reads.
   // With an Env, reads go through File::ReadAt on enough workers that every block of one read
   // request is read at once (one read waits about one ReadAt, however many blocks it has).
-  void OpenSsdOnlyStore(store::Env* env = nullptr) {
+  // int4_probe: probe keys as int4 codes (what the cross-layer prediction scores).
+  void OpenSsdOnlyStore(store::Env* env = nullptr, bool int4_probe = false) {
     store::PrefixStoreOptions o = StoreOptions();
     o.device_bytes = 0;
     o.host_bytes = 0;
+    if (int4_probe) o.probe_encoding = store::KVEncoding::kInt4;
     o.env = env;
     if (env) {
       o.force_pread = true;

@@ -1,12 +1,14 @@
 // Where the pipeline books store reads that take a known time (SlowReadEnv): a wait for a read is
 // I/O, not compute, whether the pipeline waits for the whole read or its attention takes the rows
-// as they arrive; and attending while reading changes when compute runs, never the answer.
+// as they arrive; attending while reading changes when compute runs, never the answer; and rows
+// read ahead into a layer's buffers are the rows its selection named.
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
 #include <vector>
 
 #include "pipeline/impress-pipeline.h"
+#include "pipeline/system-policy.h"
 #include "tests/pipeline/pipeline-on-model.h"
 
 namespace impress {
@@ -14,6 +16,38 @@ namespace {
 
 using ::impress::test_support::PipelineOnModel;
 using ::impress::test_support::SlowReadEnv;
+
+// Names, for each layer, the positions in `Replayed()` (another run's selection), read by the
+// layer itself once it asks.
+std::vector<std::vector<uint32_t>>& Replayed() {
+  static std::vector<std::vector<uint32_t>> layers;
+  return layers;
+}
+
+class ReplaySystem : public SystemPolicy {
+ public:
+  ReplaySystem() :
+      SystemPolicy(SystemTraits{.name = "replay",
+                                .display = "replay",
+                                .description = "the positions another run chose, layer by layer",
+                                .selection = LayerSelection::kPositions,
+                                .cache = store::PolicyKind::kLru,
+                                .reorders = false}) {}
+  Status ChoosePositions(int il, int, int, const PipelineSettings&, std::vector<uint32_t>* out) const override {
+    if (size_t(il) >= Replayed().size()) return Status::Internal("replay: no positions for this layer");
+    *out = Replayed()[size_t(il)];
+    return Status::Ok();
+  }
+};
+
+SystemKind ReplayId() {
+  static const SystemKind id = [] {
+    Result<SystemKind> r = RegisterSystem(std::make_unique<ReplaySystem>());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : SystemKind::kRecomp;
+  }();
+  return id;
+}
 
 // A known delay on every store read lands in the I/O buckets, not in compute. The store reads
 // on one worker here, so the delayed reads run one after another inside the pipeline's waits:
@@ -115,6 +149,49 @@ TEST_F(PipelineOnModel, AttendingWhileReadingChangesNothingButWhenComputeRuns) {
     EXPECT_GE(r1.breakdown.kv_io_ms, 0.5 * kDelayMs * ctx_->config().n_layer) << "alpha " << alpha;
     EXPECT_NEAR(r1.breakdown.io_wait_ms, r1.breakdown.probe_io_ms + r1.breakdown.kv_io_ms, 1e-6);
   }
+}
+
+// A predicted selection's rows are read straight into the layer's buffers while the layer before
+// computes, each chunk's rows placed as it arrives. With a delay on every store read (the layers
+// wait for rows still in flight), they are the rows the selection named, in its order: a system
+// that names the same positions layer by layer, each read once its layer asks, gives bit-identical
+// logits, and so does the same request without the delay.
+TEST_F(PipelineOnModel, PredictedRowsReadIntoTheLayerAreTheRowsItNamed) {
+  SlowReadEnv env;
+  ASSERT_NO_FATAL_FAILURE(OpenSsdOnlyStore(&env, /*int4_probe=*/true));
+  const PromptTokens p = Prompt("What does the license say about warranty?");
+  ASSERT_NO_FATAL_FAILURE(Ingest(p));
+  PipelineSettings s = Recording(50.0f);  // every prediction passes its test
+  s.predict_select = true;
+  std::vector<float> slow, quick, replayed;
+  env.delay_ms = 25;
+  const RequestReport r1 = Run(p, s, &slow);
+  env.delay_ms = 0;
+  ASSERT_GT(env.n_delayed.load(), 0u);
+  ASSERT_EQ(r1.n_matched, p.n_prefix);
+  const size_t n = size_t(p.n_prefix);
+  Replayed().assign(r1.layers.size(), {});
+  int predicted = 0;
+  for (const LayerReport& l : r1.layers) {
+    for (size_t j = 0; j < n; ++j)
+      if (r1.selected[size_t(l.il) * n + j]) Replayed()[size_t(l.il)].push_back(uint32_t(j));
+    ASSERT_EQ(Replayed()[size_t(l.il)].size(), size_t(l.k)) << "layer " << l.il;
+    if (!l.predicted) continue;
+    ++predicted;
+    EXPECT_EQ(l.prefetch_used, l.k) << "layer " << l.il << ": every row from the read ahead";
+  }
+  EXPECT_GT(predicted, int(r1.layers.size()) / 2);
+  const RequestReport r2 = Run(p, s, &quick);
+  EXPECT_EQ(r1.selected, r2.selected);
+  EXPECT_EQ(slow, quick);
+  PipelineSettings replay = s;
+  replay.system = ReplayId();
+  const RequestReport r3 = Run(p, replay, &replayed);
+  ASSERT_EQ(r3.n_matched, p.n_prefix);
+  EXPECT_EQ(r1.selected, r3.selected);
+  for (const LayerReport& l : r3.layers) EXPECT_EQ(l.prefetched, 0) << "layer " << l.il << ": read when asked";
+  ASSERT_FALSE(slow.empty());
+  EXPECT_EQ(slow, replayed);
 }
 
 }  // namespace
