@@ -394,7 +394,7 @@ class PrefixStore {
   // the admissions (a new match, the statistics) lets them through.
   void HoldAdmissions();
   void ReleaseAdmissions();
-  static constexpr uint64_t kHeldAdmissionBytes = 256ull << 20;
+  static constexpr uint64_t kHeldAdmissionBytes = 512ull << 20;
   Result<ReadResult> Wait(ReadTicket t);
   // The same, gathering into caller memory (e.g. the compute arena): k_out / v_out must hold
   // n_pos * n_head_kv * head_dim halves if wanted (probe reads: n_matched * n_probe * head_dim in
