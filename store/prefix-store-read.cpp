@@ -11,6 +11,37 @@
 
 namespace impress::store {
 
+namespace {
+
+// The runs of a source's rows (output row, record index) whose records lie one after another in
+// memory (record(index) gives a record's bytes, rec_bytes apart) and go to consecutive output
+// rows (out_rows as GatherSource takes them; rows going nowhere are left out): fn(first record's
+// bytes, first output row, count) once per run. A group selection keeps whole 4 KiB groups and
+// a probe read takes every record, so most of a read comes in runs copied at once.
+template <class Record, class Fn>
+void ForRecordRuns(const std::vector<std::pair<uint32_t, uint32_t>>& rows, std::span<const uint32_t> out_rows,
+                   size_t rec_bytes, const Record& record, const Fn& fn) {
+  const auto out_row = [&](uint32_t row) { return out_rows.empty() ? size_t(row) : size_t(out_rows[row]); };
+  for (size_t i = 0; i < rows.size();) {
+    const auto [row, rec] = rows[i];
+    const size_t to = out_row(row);
+    if (to == PrefixStore::kSkipRow) {
+      ++i;
+      continue;
+    }
+    const uint8_t* first = record(rec);
+    size_t m = 1;
+    for (; i + m < rows.size(); ++m) {
+      const auto [next_row, next_rec] = rows[i + m];
+      if (out_row(next_row) != to + m || next_rec != rec + m || record(next_rec) != first + m * rec_bytes) break;
+    }
+    fn(first, to, m);
+    i += m;
+  }
+}
+
+}  // namespace
+
 // ==================================================================== match
 
 MatchHandle PrefixStore::Impl::Match(std::span<const Token> tokens) {
@@ -436,15 +467,17 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
     for (auto& s : pr->sources) {
       // A memory tier's records (n_slots, n_probe, head_dim); null: those the disk read brought.
       const uint8_t* recs = s.block ? BlockRecords(*s.block, tmp) : nullptr;
-      for (auto [row, rec] : s.rows) {
-        const uint8_t* r =
-            recs ? recs + size_t(rec) * probe_rec_bytes : s.At(kChunkHeaderBytes + uint64_t(rec) * probe_rec_bytes);
+      const auto record = [&](uint32_t rec) {
+        return recs ? recs + size_t(rec) * probe_rec_bytes : s.At(kChunkHeaderBytes + uint64_t(rec) * probe_rec_bytes);
+      };
+      ForRecordRuns(s.rows, {}, probe_rec_bytes, record, [&](const uint8_t* r, size_t row, size_t m) {
         if (probe_records) {
-          std::memcpy(probe_records + size_t(row) * probe_rec_bytes, r, probe_rec_bytes);
-        } else {
-          DecodeRecord(probe_enc, r, n_probe, opt.head_dim, k_out + size_t(row) * pe);
+          std::memcpy(probe_records + row * probe_rec_bytes, r, m * probe_rec_bytes);
+          return;
         }
-      }
+        for (size_t x = 0; x < m; ++x)
+          DecodeRecord(probe_enc, r + x * probe_rec_bytes, n_probe, opt.head_dim, k_out + (row + x) * pe);
+      });
     }
   } else {
     GatherKV(*pr, k_out, v_out, out_rows);
@@ -508,19 +541,28 @@ void PrefixStore::Impl::GatherSource(const PendingRead& pr, const ReadSource& s,
     kb = BlockRecords(*s.block, tmp);
     vb = kb + size_t(s.ext->ext.n_slots) * k_bytes;
   }
-  const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);  // where the disk image has them
-  for (auto [row, w] : s.rows) {
-    const size_t to = out_rows.empty() ? size_t(row) : size_t(out_rows[row]);
-    if (to == kSkipRow) continue;
-    const size_t at = size_t(w) * k_bytes;
-    if (pr.want_k && k_out) {
-      const uint8_t* k = s.block && s.block->HasK(w) ? kb + at : s.At(lay.k_offset + at);
-      DecodeRecord(opt.kv_encoding, k, nh, hd, k_out + to * row_elems);
-    }
-    if (pr.want_v && v_out) {
-      const uint8_t* v = s.block && s.block->HasV(w) ? vb + at : s.At(lay.v_offset + at);
-      DecodeRecord(opt.kv_encoding, v, nh, hd, v_out + to * row_elems);
-    }
+  const ChunkLayout lay = KVLayout(s.ext->ext.n_slots);    // where the disk image has them
+  const bool plain = opt.kv_encoding == KVEncoding::kF16;  // a record is its row's bytes
+  const auto place = [&](f16_t* out, auto record) {
+    ForRecordRuns(s.rows, out_rows, k_bytes, record, [&](const uint8_t* r, size_t to, size_t m) {
+      if (plain) {
+        std::memcpy(out + to * row_elems, r, m * k_bytes);
+        return;
+      }
+      for (size_t x = 0; x < m; ++x) DecodeRecord(opt.kv_encoding, r + x * k_bytes, nh, hd, out + (to + x) * row_elems);
+    });
+  };
+  if (pr.want_k && k_out) {
+    place(k_out, [&](uint32_t w) {
+      const size_t at = size_t(w) * k_bytes;
+      return s.block && s.block->HasK(w) ? kb + at : s.At(lay.k_offset + at);
+    });
+  }
+  if (pr.want_v && v_out) {
+    place(v_out, [&](uint32_t w) {
+      const size_t at = size_t(w) * k_bytes;
+      return s.block && s.block->HasV(w) ? vb + at : s.At(lay.v_offset + at);
+    });
   }
 }
 
