@@ -39,8 +39,8 @@ struct CpuBackendOptions {
   // above (tests run the scalar reference through the whole op); nullopt: as above.
   std::optional<quant::KernelPath> key_score_path = std::nullopt;
   // Scores-only attention over int4 probe-key records (the probe's default) from their codes as
-  // stored, with int16 queries (engine/quant/code-scores.h: the error is bounded by half a query
-  // step, below the halves' own rounding that decoding adds), on the active kernel path; false:
+  // stored, with int8 queries (engine/quant/code-scores.h: the error is bounded by half a query
+  // step, max |q| / 254, far below the int4 keys' own rounding), on the active kernel path; false:
   // the records are decoded to fp32 first. The environment's IMPRESS_INT4_CODE_SCORES=0 turns it
   // off for a whole process.
   bool int4_code_scores = true;

@@ -201,16 +201,17 @@ void Int4BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, i
   const TileGroup& grp = a.groups[size_t(g)];
   const int hd = a.head_dim, rows = int(grp.heads.size()) * a.n_new;
   const int n_pad = quant::CodeScorePad(n_pre);
-  thread_local std::vector<int16_t> codes;
+  thread_local std::vector<uint8_t> codes;
   thread_local std::vector<float> ks;
-  codes.resize(size_t(hd) * n_pad);
+  const int words = quant::CodeWords(hd);
+  codes.resize(size_t(words) * 4 * n_pad);
   ks.resize(size_t(n_pad));
   const int scale_at = 2 * grp.code_head;
   const int codes_at = 2 * grp.code_heads + grp.code_head * int(HeadCodeBytes(4, hd));
   quant::PackInt4Keys(k_rec, grp.code_record_bytes, scale_at, codes_at, n_pre, hd, codes.data(), n_pad, ks.data());
   const size_t first = size_t(g) * size_t(max_rows);  // the group's first row
-  quant::Int4KeyScores(*a.int4_code_scores, sc.q16.data() + first * hd, sc.q16_scale.data() + first,
-                       sc.q16_sum.data() + first, rows, hd, codes.data(), n_pad, ks.data(), s, ld);
+  quant::Int4KeyScores(*a.int4_code_scores, sc.q8.data() + first * 4 * words, sc.q8_scale.data() + first,
+                       sc.q8_sum.data() + first, rows, hd, codes.data(), n_pad, ks.data(), s, ld);
 }
 
 // One task: the scores of block b of group g, their per-row softmax parts and, with values,
@@ -446,13 +447,15 @@ bool TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
       }
   }
   if (a.int4_code_scores && !a.out) {  // once per call, for every block of int4 records
-    sc.q16.resize(sc.q.size());
-    sc.q16_scale.resize(size_t(n_groups) * L.rows);
-    sc.q16_sum.resize(size_t(n_groups) * L.rows);
+    const size_t words = size_t(quant::CodeWords(hd));
+    sc.q8.resize(size_t(n_groups) * L.rows * 4 * words);
+    sc.q8_scale.resize(size_t(n_groups) * L.rows);
+    sc.q8_sum.resize(size_t(n_groups) * L.rows);
     for (int g = 0; g < n_groups; ++g) {
       const size_t first = size_t(g) * L.rows;
-      quant::QuantizeQueriesInt16(sc.q.data() + first * hd, int(a.groups[size_t(g)].heads.size()) * a.n_new, hd,
-                                  sc.q16.data() + first * hd, sc.q16_scale.data() + first, sc.q16_sum.data() + first);
+      quant::QuantizeQueriesForCodes(sc.q.data() + first * hd, int(a.groups[size_t(g)].heads.size()) * a.n_new, hd,
+                                     sc.q8.data() + first * 4 * words, sc.q8_scale.data() + first,
+                                     sc.q8_sum.data() + first);
     }
   }
   const size_t n_part = size_t(n_groups) * L.n_blocks * L.rows;

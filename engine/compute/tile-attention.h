@@ -108,7 +108,7 @@ struct TileAttentionArgs {
   // (engine/quant/key-scores.h), the importance of a ranking; nullopt: fp32 tiles.
   std::optional<quant::KernelPath> int8_scores;
   // Scores only, prefix keys in int4 records (TileGroup::k_codes): their codes scored as they are
-  // with int16 queries on this kernel path (engine/quant/code-scores.h); nullopt: decoded to fp32.
+  // with int8 queries on this kernel path (engine/quant/code-scores.h); nullopt: decoded to fp32.
   // Takes precedence over int8_scores for those keys.
   std::optional<quant::KernelPath> int4_code_scores;
   // Optional: prefix rows still arriving (AttentionArgs::prefix_arrivals); each block of keys
@@ -120,11 +120,11 @@ struct TileAttentionArgs {
 // Buffers a caller keeps between calls so a call allocates nothing once they have grown.
 struct TileScratch {
   std::vector<float> q, part_max, part_sum, part_w, part_acc, raw;
-  // The queries as int16 rows for int4 code scores (TileAttentionArgs::int4_code_scores), laid out
-  // as q, with one scale and one code sum per row.
-  std::vector<int16_t> q16;
-  std::vector<float> q16_scale;
-  std::vector<int32_t> q16_sum;
+  // The queries as int8 rows for int4 code scores (TileAttentionArgs::int4_code_scores), a row of
+  // quant::CodeWords(head_dim) words for each of q's, with one scale and one code sum per row.
+  std::vector<int8_t> q8;
+  std::vector<float> q8_scale;
+  std::vector<int32_t> q8_sum;
 };
 
 // Runs fn(i) for i in [0, n), possibly in parallel (the backend's pool).

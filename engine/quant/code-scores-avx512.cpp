@@ -1,6 +1,6 @@
 // The AVX-512 VNNI path of engine/quant/code-scores.h. Compiled with AVX-512 F/BW/VL/DQ + VNNI
-// (CMakeLists.txt); called only on the kAvx512 kernel path. Per pair of dims, one vpdpwssd
-// multiplies a query row's broadcast pair into 16 keys at once.
+// (CMakeLists.txt); called only on the kAvx512 kernel path. Per four dims, one vpdpbusd multiplies
+// a query row's broadcast four int8 codes into 16 keys' four code bytes at once.
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's AVX-512 intrinsics (kernels-avx512.cpp)
 #if !defined(__clang__)                           // a GCC-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -18,20 +18,20 @@ namespace {
 
 // RB query rows x 32 keys per step.
 template <int RB>
-void ScoreRows(const int16_t* q16, const float* q_scale, const int32_t* q_sum, int hd, const int16_t* codes, int n_pad,
+void ScoreRows(const int8_t* q8, const float* q_scale, const int32_t* q_sum, int words, const uint8_t* codes, int n_pad,
                const float* ks, float* s, int ld) {
   for (int j = 0; j < n_pad; j += kCodeScoreCols) {
     __m512i acc[RB][2];
     for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
-    const int16_t* kc = codes + int64_t(j) * 2;
-    for (int c = 0; c < hd; c += 2, kc += int64_t(n_pad) * 2) {
-      const __m512i k0 = _mm512_loadu_si512(kc), k1 = _mm512_loadu_si512(kc + 32);
+    const uint8_t* kc = codes + int64_t(j) * 4;
+    for (int w = 0; w < words; ++w, kc += int64_t(n_pad) * 4) {
+      const __m512i k0 = _mm512_loadu_si512(kc), k1 = _mm512_loadu_si512(kc + 64);
       for (int r = 0; r < RB; ++r) {
         int32_t word;
-        std::memcpy(&word, q16 + int64_t(r) * hd + c, 4);
+        std::memcpy(&word, q8 + int64_t(r) * 4 * words + 4 * w, 4);
         const __m512i b = _mm512_set1_epi32(word);
-        acc[r][0] = _mm512_dpwssd_epi32(acc[r][0], k0, b);
-        acc[r][1] = _mm512_dpwssd_epi32(acc[r][1], k1, b);
+        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], k0, b);
+        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], k1, b);
       }
     }
     const __m512 ks0 = _mm512_loadu_ps(ks + j), ks1 = _mm512_loadu_ps(ks + j + 16);
@@ -49,11 +49,13 @@ void ScoreRows(const int16_t* q16, const float* q_scale, const int32_t* q_sum, i
 
 }  // namespace
 
-void Int4KeyScoresAvx512(const int16_t* q16, const float* q_scale, const int32_t* q_sum, int rows, int hd,
-                         const int16_t* codes, int n_pad, const float* ks, float* s, int ld) {
+void Int4KeyScoresAvx512(const int8_t* q8, const float* q_scale, const int32_t* q_sum, int rows, int hd,
+                         const uint8_t* codes, int n_pad, const float* ks, float* s, int ld) {
   // 16 accumulators, two key vectors and a broadcast of the 32 registers.
+  const int words = CodeWords(hd);
   ForRowBlocks<8>(rows, [&]<int RB>(int r) {
-    ScoreRows<RB>(q16 + int64_t(r) * hd, q_scale + r, q_sum + r, hd, codes, n_pad, ks, s + int64_t(r) * ld, ld);
+    ScoreRows<RB>(q8 + int64_t(r) * 4 * words, q_scale + r, q_sum + r, words, codes, n_pad, ks, s + int64_t(r) * ld,
+                  ld);
   });
 }
 

@@ -457,7 +457,7 @@ int MostRowsPerGroup(const Case& c, const ProbeHeads& p) {
 // Int4 records scored as codes (engine/quant/code-scores.h) through the whole op: the scalar
 // reference, the AVX2 and the AVX-512 paths give the same bits, and the importance is within
 // what the two roundings allow of scoring the decoded keys in fp32. A score moves by at most
-//   D = qs / 2 * ks_j * sum_c |code_jc - 8|   (the int16 query's rounding; qs = max |q| / 32767)
+//   D = qs / 2 * ks_j * sum_c |code_jc - 8|   (the int8 query's rounding; qs = max |q| / 127)
 //     + sum_c |q_c k_c| * 2^-11               (the decoded path's rounding of each key to a half)
 // plus fp32 rounding, so each importance within a factor exp(+-2D).
 TEST_P(AttentionTest, Int4CodeScoresStayWithinARoundingOfTheDecodedKeys) {
@@ -487,7 +487,7 @@ TEST_P(AttentionTest, Int4CodeScoresStayWithinARoundingOfTheDecodedKeys) {
     for (int i = 0; i < c.n_new; ++i) {
       const float* q = d.q.data() + (size_t(i) * c.n_head + h) * hd;
       double qs = 0;
-      for (int x = 0; x < hd; ++x) qs = std::max(qs, std::fabs(double(q[x] * float(scale))) / 32767);
+      for (int x = 0; x < hd; ++x) qs = std::max(qs, std::fabs(double(q[x] * float(scale))) / 127);
       for (int t = 0; t < c.n_ctx; ++t) {
         const uint8_t* r = recs.data() + size_t(t) * rec;
         f16_t h16;

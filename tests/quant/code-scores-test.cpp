@@ -1,4 +1,4 @@
-// engine/quant/code-scores.h: scores of int16 query rows against int4 key records, on every path
+// engine/quant/code-scores.h: scores of int8 query rows against int4 key records, on every path
 // this CPU runs, against the scalar reference and against a double-precision dot.
 //  - Packed codes and scales are the records' codes and scales, padding columns zero.
 //  - Scores equal the scalar kernel's bit for bit on every path (the integer dot is exact, the
@@ -63,23 +63,63 @@ struct Shape {
   int rows, n, hd;
 };
 
-constexpr Shape kShapes[] = {{1, 5, 8},     {7, 33, 24},    {19, 200, 64}, {25, 257, 64},
-                             {9, 100, 128}, {51, 640, 128}, {3, 31, 512}};
+constexpr Shape kShapes[] = {{1, 5, 8},     {7, 33, 24},   {5, 40, 20},    {19, 200, 64},
+                             {25, 257, 64}, {9, 100, 128}, {51, 640, 128}, {3, 31, 512}};
 
+// Where dim c of a key (or a query row) lies among its code bytes: word 2 * (c / 8) + c % 2, byte
+// (c % 8) / 2 of it (code-scores.h).
+int WordOf(int c) { return 2 * (c / 8) + c % 2; }
+int ByteOf(int c) { return (c % 8) / 2; }
+
+// Eight keys at a time (hd a multiple of 8) and one by one (hd = 20: the last word pair half
+// used), the padding columns and the dims past hd zero.
 TEST(CodeKeyScoresPacking, PackedCodesAndScalesAreTheRecords) {
-  const Records r = RandomRecords(45, 24, 3);
-  const int n_pad = CodeScorePad(r.n);
-  ASSERT_EQ(n_pad, 64);
-  std::vector<int16_t> codes(size_t(r.hd) * n_pad, int16_t(99));
-  std::vector<float> ks(size_t(n_pad), -1.0f);
-  PackInt4Keys(r.bytes.data(), r.rec_bytes, r.scale_at, r.codes_at, r.n, r.hd, codes.data(), n_pad, ks.data());
-  for (int j = 0; j < n_pad; ++j) {
-    EXPECT_EQ(ks[size_t(j)], j < r.n ? r.Scale(j) : 0.0f) << j;
-    for (int c = 0; c < r.hd; ++c) {
-      const int16_t got = codes[(size_t(c / 2) * n_pad + j) * 2 + c % 2];
-      EXPECT_EQ(got, j < r.n ? r.Code(j, c) + 8 : 0) << "key " << j << " dim " << c;
+  for (const int hd : {24, 20}) {
+    SCOPED_TRACE(testing::Message() << "hd " << hd);
+    const Records r = RandomRecords(45, hd, 3);
+    const int n_pad = CodeScorePad(r.n);
+    ASSERT_EQ(n_pad, 64);
+    const int words = CodeWords(hd);
+    ASSERT_EQ(words, 6);
+    std::vector<uint8_t> codes(size_t(words) * 4 * n_pad, uint8_t(99));
+    std::vector<float> ks(size_t(n_pad), -1.0f);
+    PackInt4Keys(r.bytes.data(), r.rec_bytes, r.scale_at, r.codes_at, r.n, hd, codes.data(), n_pad, ks.data());
+    for (int j = 0; j < n_pad; ++j) {
+      EXPECT_EQ(ks[size_t(j)], j < r.n ? r.Scale(j) : 0.0f) << j;
+      for (int c = 0; c < words * 4; ++c) {
+        const uint8_t got = codes[(size_t(WordOf(c)) * n_pad + j) * 4 + ByteOf(c)];
+        EXPECT_EQ(got, j < r.n && c < hd ? r.Code(j, c) + 8 : 0) << "key " << j << " dim " << c;
+      }
     }
   }
+}
+
+// A query row's codes: each dim rounded to the nearest of max |q| / 127's multiples, in the
+// keys' layout, dims past hd zero, the sum of the codes alongside.
+TEST(CodeKeyScoresPacking, QueryCodesAreTheRoundedRowInTheKeysLayout) {
+  const int hd = 20, words = CodeWords(hd);
+  std::vector<float> q(size_t(2) * hd);
+  for (int c = 0; c < hd; ++c) {
+    q[size_t(c)] = float(c - 9) * 0.37f;
+    q[size_t(hd + c)] = 0.0f;
+  }
+  std::vector<int8_t> q8(size_t(2) * 4 * words, int8_t(99));
+  std::vector<float> qs(2);
+  std::vector<int32_t> q_sum(2);
+  QuantizeQueriesForCodes(q.data(), 2, hd, q8.data(), qs.data(), q_sum.data());
+  EXPECT_FLOAT_EQ(qs[0], 10 * 0.37f / 127);
+  EXPECT_EQ(qs[1], 0.0f);
+  EXPECT_EQ(q_sum[1], 0);
+  int32_t sum = 0;
+  for (int c = 0; c < words * 4; ++c) {
+    const int got = q8[size_t(WordOf(c)) * 4 + ByteOf(c)];
+    const int want = c < hd ? int(std::nearbyint(q[size_t(c)] / qs[0])) : 0;
+    EXPECT_EQ(got, want) << "dim " << c;
+    EXPECT_LE(std::abs(got), 127);
+    sum += got;
+    EXPECT_EQ(q8[size_t(4 * words) + size_t(WordOf(c)) * 4 + ByteOf(c)], 0) << "zero row, dim " << c;
+  }
+  EXPECT_EQ(q_sum[0], sum);
 }
 
 class CodeKeyScores : public ::testing::TestWithParam<KernelPath> {
@@ -96,7 +136,7 @@ TEST_P(CodeKeyScores, ScoresEqualTheScalarKernelExactlyAndBoundTheExactDot) {
     SCOPED_TRACE(testing::Message() << "rows " << sh.rows << " n " << sh.n << " hd " << sh.hd);
     const Records r = RandomRecords(sh.n, sh.hd, 11 + uint32_t(sh.hd + sh.n));
     const int n_pad = CodeScorePad(sh.n);
-    std::vector<int16_t> codes(size_t(sh.hd) * n_pad);
+    std::vector<uint8_t> codes(size_t(CodeWords(sh.hd)) * 4 * n_pad);
     std::vector<float> ks(static_cast<size_t>(n_pad));
     PackInt4Keys(r.bytes.data(), r.rec_bytes, r.scale_at, r.codes_at, sh.n, sh.hd, codes.data(), n_pad, ks.data());
     std::mt19937 rng(5 + uint32_t(sh.rows));
@@ -105,15 +145,15 @@ TEST_P(CodeKeyScores, ScoresEqualTheScalarKernelExactlyAndBoundTheExactDot) {
     for (float& x : q) x = nd(rng);
     for (int c = 0; c < sh.hd; ++c) q[size_t(c)] = 0.0f;  // row 0: all zero
     if (sh.rows > 1) q[size_t(sh.hd) + 1] = 90.0f;        // row 1: an outlier
-    std::vector<int16_t> q16(q.size());
+    std::vector<int8_t> q8(size_t(sh.rows) * 4 * CodeWords(sh.hd));
     std::vector<float> qs(size_t(sh.rows));
     std::vector<int32_t> q_sum(size_t(sh.rows));
-    QuantizeQueriesInt16(q.data(), sh.rows, sh.hd, q16.data(), qs.data(), q_sum.data());
+    QuantizeQueriesForCodes(q.data(), sh.rows, sh.hd, q8.data(), qs.data(), q_sum.data());
     const int ld = n_pad + 3;
     std::vector<float> want(size_t(sh.rows) * ld, -1.0f), got(size_t(sh.rows) * ld, -1.0f);
-    Int4KeyScores(KernelPath::kScalar, q16.data(), qs.data(), q_sum.data(), sh.rows, sh.hd, codes.data(), n_pad,
+    Int4KeyScores(KernelPath::kScalar, q8.data(), qs.data(), q_sum.data(), sh.rows, sh.hd, codes.data(), n_pad,
                   ks.data(), want.data(), ld);
-    Int4KeyScores(GetParam(), q16.data(), qs.data(), q_sum.data(), sh.rows, sh.hd, codes.data(), n_pad, ks.data(),
+    Int4KeyScores(GetParam(), q8.data(), qs.data(), q_sum.data(), sh.rows, sh.hd, codes.data(), n_pad, ks.data(),
                   got.data(), ld);
     for (int row = 0; row < sh.rows; ++row) {
       for (int j = 0; j < n_pad; ++j) {
