@@ -387,28 +387,62 @@ void MergeRows(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc)
 
 // Importance columns [c0, c1): each requested head's column sums of its rows' probabilities,
 // block by block (raw holds exp(score - the block's max), part_w the factor to a probability).
+// Every column adds its rows in row order. The columns every row sees (below the first row's
+// causal end) keep their sums in registers across the rows; the new tokens' columns after them
+// take the rows that see them one by one.
 void ImportanceColumns(const TileAttentionArgs& a, const TileLayout& L, const TileScratch& sc, int c0, int c1) {
+  const size_t n_raw = size_t(L.n_keys - L.raw_from);
   for (size_t g = 0; g < a.groups.size(); ++g) {
     const TileGroup& grp = a.groups[g];
     const int nh = int(grp.heads.size());
     for (int x = 0; x < nh; ++x) {
       float* imp = grp.heads[size_t(x)].importance;
-      if (!imp) continue;
-      for (int i = 0; i < a.n_new; ++i) {
-        const int r = i * nh + x;
+      if (!imp || a.n_new == 0) continue;
+      auto row_end = [&](int i) {
         const int n_valid = a.n_prefix + a.q_first + i + 1;
-        const int end = std::min(c1, a.importance_include_new ? n_valid : std::min(n_valid, a.n_prefix));
-        const float* raw = sc.raw.data() + L.Raw(int(g), r);  // key j at raw[j - raw_from]
-        for (int b = L.BlockOf(c0); b < L.n_blocks; ++b) {
-          const int lo = std::max(c0, L.BlockStart(b)), hi = std::min(end, L.BlockStart(b + 1));
+        return std::min(c1, a.importance_include_new ? n_valid : std::min(n_valid, a.n_prefix));
+      };
+      const size_t row_step = size_t(nh) * n_raw;             // raw of row (i + 1, x) after row (i, x)
+      const float* raw_x = sc.raw.data() + L.Raw(int(g), x);  // key j of row (0, x) at raw_x[j - raw_from]
+      const int common = row_end(0);
+      for (int b = L.BlockOf(c0); b < L.n_blocks && c0 < common; ++b) {
+        const int lo = std::max(c0, L.BlockStart(b)), hi = std::min(common, L.BlockStart(b + 1));
+        if (lo >= common) break;
+        const float* w = sc.part_w.data() + L.Part(int(g), b, x);  // row i's at w[i * nh]
+        int j = lo;
+        for (; j + 32 <= hi; j += 32) {
+          __m256 acc[4];
+          for (int k = 0; k < 4; ++k) acc[k] = _mm256_loadu_ps(imp + j + 8 * k);
+          const float* src = raw_x + (j - L.raw_from);
+          for (int i = 0; i < a.n_new; ++i, src += row_step) {
+            const __m256 vw = _mm256_broadcast_ss(w + size_t(i) * nh);
+            for (int k = 0; k < 4; ++k) acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(_mm256_loadu_ps(src + 8 * k), vw));
+          }
+          for (int k = 0; k < 4; ++k) _mm256_storeu_ps(imp + j + 8 * k, acc[k]);
+        }
+        for (; j + 8 <= hi; j += 8) {
+          __m256 acc = _mm256_loadu_ps(imp + j);
+          const float* src = raw_x + (j - L.raw_from);
+          for (int i = 0; i < a.n_new; ++i, src += row_step)
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(src), _mm256_broadcast_ss(w + size_t(i) * nh)));
+          _mm256_storeu_ps(imp + j, acc);
+        }
+        for (; j < hi; ++j) {
+          float acc = imp[j];
+          const float* src = raw_x + (j - L.raw_from);
+          for (int i = 0; i < a.n_new; ++i, src += row_step) acc += *src * w[size_t(i) * nh];
+          imp[j] = acc;
+        }
+      }
+      const int from = std::max(c0, common);  // the new tokens' columns: row i sees them up to its end
+      for (int i = 0; i < a.n_new; ++i) {
+        const int end = row_end(i);
+        const float* raw = raw_x + size_t(i) * row_step;
+        for (int b = L.BlockOf(from); b < L.n_blocks && from < end; ++b) {
+          const int lo = std::max(from, L.BlockStart(b)), hi = std::min(end, L.BlockStart(b + 1));
           if (lo >= end) break;
-          const float w = sc.part_w[L.Part(int(g), b, r)];
-          const __m256 vw = _mm256_set1_ps(w);
-          const float* src = raw + (lo - L.raw_from);
-          int j = lo;
-          for (; j + 8 <= hi; j += 8, src += 8)
-            _mm256_storeu_ps(imp + j, _mm256_add_ps(_mm256_loadu_ps(imp + j), _mm256_mul_ps(_mm256_loadu_ps(src), vw)));
-          for (; j < hi; ++j) imp[j] += *src++ * w;
+          const float w = sc.part_w[L.Part(int(g), b, i * nh + x)];
+          for (int j = lo; j < hi; ++j) imp[j] += raw[j - L.raw_from] * w;
         }
       }
     }

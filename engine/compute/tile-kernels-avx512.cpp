@@ -30,12 +30,8 @@ struct Avx512ExpOps {
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V Fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
   static V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V Add(V a, V b) { return _mm512_add_ps(a, b); }
-  static V Floor(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
-  static V Pow2(V n) {
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_castsi512_ps(e);
-  }
+  static V Round(V a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V Scale2(V y, V n) { return _mm512_scalef_ps(y, n); }  // exact for the normal results ExpLanes has
 };
 
 // Exp8 on sixteen lanes.
@@ -45,32 +41,50 @@ inline __m512 Exp16(__m512 x) { return ExpLanes<Avx512ExpOps>(x); }
 
 float ExpShiftToAvx512(const float* row, int n, float* dst, float* sum) {
   int j = 0;
-  __m512 vmax16 = _mm512_set1_ps(-INFINITY);
-  for (; j + 16 <= n; j += 16) vmax16 = _mm512_max_ps(vmax16, _mm512_loadu_ps(row + j));
-  float mx = _mm512_reduce_max_ps(vmax16);
-  for (; j < n; ++j) mx = std::max(mx, row[j]);
+  __m512 vmax0 = _mm512_set1_ps(-INFINITY), vmax1 = vmax0;
+  for (; j + 32 <= n; j += 32) {
+    vmax0 = _mm512_max_ps(vmax0, _mm512_loadu_ps(row + j));
+    vmax1 = _mm512_max_ps(vmax1, _mm512_loadu_ps(row + j + 16));
+  }
+  if (j + 16 <= n) {
+    vmax0 = _mm512_max_ps(vmax0, _mm512_loadu_ps(row + j));
+    j += 16;
+  }
+  if (j < n)
+    vmax1 =
+        _mm512_max_ps(vmax1, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), __mmask16((1u << (n - j)) - 1), row + j));
+  const float mx = _mm512_reduce_max_ps(_mm512_max_ps(vmax0, vmax1));
   const __m512 vm16 = _mm512_set1_ps(mx);
-  __m256 vsum = _mm256_setzero_ps();
+  // ExpShiftTo's four eight-lane sums, two to a vector: s0 | s1 and s2 | s3.
+  __m512 s01 = _mm512_setzero_ps(), s23 = _mm512_setzero_ps();
   j = 0;
-  for (; j + 16 <= n; j += 16) {
+  for (; j + 32 <= n; j += 32) {
+    const __m512 e0 = Exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm16));
+    const __m512 e1 = Exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j + 16), vm16));
+    _mm512_storeu_ps(dst + j, e0);
+    _mm512_storeu_ps(dst + j + 16, e1);
+    s01 = _mm512_add_ps(s01, e0);
+    s23 = _mm512_add_ps(s23, e1);
+  }
+  int k = 0;  // the eight-lane sum the next eight go to
+  if (j + 16 <= n) {
     const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm16));
     _mm512_storeu_ps(dst + j, e);
-    // Lanes 0-7 then 8-15 into the eight sums: the order ExpShiftTo adds them in.
-    vsum = _mm256_add_ps(vsum, _mm512_castps512_ps256(e));
-    vsum = _mm256_add_ps(vsum, _mm512_extractf32x8_ps(e, 1));
+    s01 = _mm512_add_ps(s01, e);
+    j += 16;
+    k = 2;
   }
+  __m256 s[4] = {_mm512_castps512_ps256(s01), _mm512_extractf32x8_ps(s01, 1), _mm512_castps512_ps256(s23),
+                 _mm512_extractf32x8_ps(s23, 1)};
+  const __m256 vm = _mm256_set1_ps(mx);
   if (j + 8 <= n) {
-    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), _mm256_set1_ps(mx)));
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), vm));
     _mm256_storeu_ps(dst + j, e);
-    vsum = _mm256_add_ps(vsum, e);
+    s[k] = _mm256_add_ps(s[k], e);
     j += 8;
   }
-  float total = HorizontalSum(vsum);
-  for (; j < n; ++j) {
-    dst[j] = std::exp(row[j] - mx);
-    total += dst[j];
-  }
-  *sum = total;
+  const float total = HorizontalSum(_mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3])));
+  *sum = ExpShiftTail(row + j, n - j, vm, dst + j, total);
   return mx;
 }
 

@@ -633,6 +633,51 @@ TEST(AttentionArgs, BadHeadsAreRejected) {
   EXPECT_NE(st.message().find("kv head 1"), std::string::npos) << st.message();
 }
 
+// The eight-lane exp against exp in double over the whole float range it covers, and the clamp
+// at its ends: below -87 it returns e^-87, above 88 e^88.
+TEST(TileExpShift, ExpIsWithinTwoTenthsOfAMillionthOfExp) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-87.0f, 88.0f);
+  double worst = 0;
+  for (int it = 0; it < 20000; ++it) {
+    alignas(32) float x[8], e[8];
+    for (float& v : x) v = it < 10 ? float(it - 5) * 0.173f : u(rng);
+    _mm256_store_ps(e, Exp8(_mm256_load_ps(x)));
+    for (int l = 0; l < 8; ++l) worst = std::max(worst, std::fabs(double(e[l]) / std::exp(double(x[l])) - 1));
+  }
+  EXPECT_LT(worst, 3e-7);
+  alignas(32) const float ends[8] = {-1000.0f, -87.5f, -87.0f, 88.0f, 88.5f, 1000.0f, 0.0f, -0.0f};
+  alignas(32) float e[8];
+  _mm256_store_ps(e, Exp8(_mm256_load_ps(ends)));
+  for (int l : {0, 1, 2}) EXPECT_NEAR(e[l] / std::exp(-87.0), 1.0, 3e-7) << ends[l];
+  for (int l : {3, 4, 5}) EXPECT_NEAR(e[l] / std::exp(88.0), 1.0, 3e-7) << ends[l];
+  EXPECT_EQ(e[6], 1.0f);  // a row's largest
+  EXPECT_EQ(e[7], 1.0f);
+}
+
+// A row's shifted exponentials and their sum against double precision, for lengths that end in
+// every kind of tail (the four sums of eight lanes, a last eight, the last n % 8 on masked lanes).
+TEST(TileExpShift, RowExponentialsAndTheirSumMatchDoublePrecision) {
+  std::mt19937 rng(9);
+  for (int n : {1, 2, 7, 8, 9, 15, 16, 17, 23, 31, 32, 33, 47, 63, 255, 257, 1001}) {
+    std::uniform_real_distribution<float> u(-6.0f, 6.0f);
+    std::vector<float> row(size_t(n) + 8, 12345.0f);  // guards past the row stay untouched
+    for (int j = 0; j < n; ++j) row[size_t(j)] = u(rng);
+    const double mx = *std::max_element(row.begin(), row.begin() + n);
+    std::vector<float> dst = row;
+    float sum = 0;
+    EXPECT_EQ(ExpShiftTo(row.data(), n, dst.data(), &sum), float(mx)) << n;
+    double want_sum = 0;
+    for (int j = 0; j < n; ++j) {
+      const double want = std::exp(double(row[size_t(j)] - float(mx)));  // of the float difference
+      want_sum += want;
+      EXPECT_NEAR(dst[size_t(j)], want, 3e-7 * want) << "n " << n << ", j " << j;
+    }
+    EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << n;
+    for (size_t j = size_t(n); j < dst.size(); ++j) EXPECT_EQ(dst[j], 12345.0f) << "n " << n << " wrote past the row";
+  }
+}
+
 // The AVX-512 row exponentials (the tiles' softmax numerators) give the AVX2 path's bits: the
 // same exp, lane for lane, and the sum added in the same order; so an AVX-512 machine's attention
 // and probe rankings are the AVX2 path's.
@@ -640,7 +685,7 @@ TEST(TileExpShift, Avx512GivesTheBitsOfTheAvx2Path) {
   if (const char* missing = quant::MissingCpuFeature(quant::KernelPath::kAvx512))
     GTEST_SKIP() << "this CPU lacks " << missing << " (needed by the avx512 path)";
   std::mt19937 rng(7);
-  for (int n : {1, 5, 8, 9, 15, 16, 17, 24, 31, 33, 256, 1000, 4099}) {
+  for (int n : {1, 5, 8, 9, 15, 16, 17, 24, 31, 33, 40, 47, 63, 256, 1000, 4099}) {
     for (float spread : {0.5f, 8.0f, 120.0f}) {  // up to exponents the clamp cuts
       std::uniform_real_distribution<float> u(-spread, spread);
       std::vector<float> row(static_cast<size_t>(n));

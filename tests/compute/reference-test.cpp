@@ -173,6 +173,7 @@ void CompareStoredWithReference(const std::string& model_path, const std::vector
   auto gen = Generator::Create(*model, *be, {max_len, ubatch});
   ASSERT_TRUE(gen.ok()) << gen.status().ToString();
   const size_t V = size_t(ref.n_vocab);
+  constexpr float kNearTie = 0.15f;
   int n_rows = 0, n_top1 = 0;
   double kl_sum = 0, worst = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -198,7 +199,12 @@ void CompareStoredWithReference(const std::string& model_path, const std::vector
       }
       kl_sum += kl;
       worst = std::max(worst, max_diff / max_logit);
-      n_top1 += (std::max_element(g, g + V) - g) == (std::max_element(w, w + V) - w);
+      const size_t g_top = size_t(std::max_element(g, g + V) - g), w_top = size_t(std::max_element(w, w + V) - w);
+      n_top1 += g_top == w_top;
+      // Where the top differs, the reference must rank ours within kNearTie of its own: a tie at
+      // the quantization's noise (the row's logits differ by up to ~0.6), not a different answer.
+      EXPECT_LE(w[w_top] - w[g_top], kNearTie)
+          << "sequence " << i << ", row " << r << ": token " << g_top << " against the reference's " << w_top;
       ++n_rows;
     }
   }
@@ -207,8 +213,10 @@ void CompareStoredWithReference(const std::string& model_path, const std::vector
               model_path.c_str(), n_top1, n_rows, mean_kl, worst);
   // Every projection runs on int8-quantized activation rows here (prefill through the int8
   // GEMM, the LM head's few rows through the GEMV): the relative error of one such product is
-  // about 0.7% (see quantized-forward-test.cpp), and the logits stay within these bounds.
-  EXPECT_GE(n_top1, n_rows - 1);
+  // about 0.7% (see quantized-forward-test.cpp), and the logits stay within these bounds. The
+  // pseudo-text rows have near-ties (the reference's top two 0.02-0.1 apart): at most two rows
+  // pick the other of such a pair.
+  EXPECT_GE(n_top1, n_rows - 2);
   EXPECT_LE(mean_kl, 1e-2);
   EXPECT_LE(worst, 0.05);
 }
