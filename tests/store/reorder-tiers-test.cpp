@@ -110,6 +110,43 @@ void ReorderKeepsTier(Tier tier) {
   std::filesystem::remove_all(dir);
 }
 
+// A request's reported importance reaches the chunks that hold the selected tokens: with the
+// document's node split at a chunk boundary (another sequence shares its first 48 tokens) and
+// only the tokens after the split selected, the first node's chunks rank at 0 and the second's
+// above (each ranks by its own chunks: a report landing one chunk off crosses the split).
+TEST(ReorderTiers, ReportedImportanceGoesToTheChunksOfTheSelectedTokens) {
+  const std::string dir = TempDir("importance-chunks");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(78);
+  auto s = OpenOrDie(Options(dir, 0, 16ull << 20));
+  ASSERT_TRUE(s);
+  const auto t = RandomTokens(rng, 200);  // chunks of 16 tokens: 0-2 before the split, 3-12 after
+  ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+  constexpr uint32_t kSplit = 48;
+  std::vector<int32_t> other(t.begin(), t.begin() + kSplit);
+  for (int32_t x : RandomTokens(rng, 40)) other.push_back(x);
+  ASSERT_TRUE(kv.Insert(*s, other, kSplit).ok());
+  std::vector<uint32_t> all(t.size()), after_split;
+  std::iota(all.begin(), all.end(), 0u);
+  for (uint32_t i = kSplit; i < t.size(); ++i) after_split.push_back(i);
+  for (int rep = 0; rep < 3; ++rep) {
+    EXPECT_EQ(Read(*s, kv, t, all), 0u);
+    MatchHandle h = s->Match(t);
+    for (int il = 0; il < kLayers; ++il) ASSERT_TRUE(s->ReportImportance(h, il, after_split).ok());
+    ASSERT_TRUE(s->Release(h).ok());
+  }
+  double first = -1, second = -1;
+  for (const TreeNodeInfo& n : s->SnapshotTree().nodes) {
+    if (n.start == 0) first = n.score;
+    if (n.start == kSplit && n.n_tokens == t.size() - kSplit) second = n.score;
+  }
+  ASSERT_GE(first, 0.0) << "no node starts at 0";
+  ASSERT_GT(second, 0.0) << "no node holds the document after the split, or it ranks at 0";
+  EXPECT_LT(first, 0.01 * second);
+  s.reset();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ReorderTiers, DeviceResidentSegmentStaysInDeviceWithItsStatistics) { ReorderKeepsTier(Tier::kDevice); }
 TEST(ReorderTiers, HostResidentSegmentStaysInHostWithItsStatistics) { ReorderKeepsTier(Tier::kHost); }
 
