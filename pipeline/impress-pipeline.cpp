@@ -75,6 +75,7 @@ ImpressPipeline::ImpressPipeline(ModelContext& ctx, store::PrefixStore* store) :
 
 ImpressPipeline::~ImpressPipeline() {
   if (store_thread_.joinable()) store_thread_.join();
+  DiscardProbeSlots();  // no read may still be copying into their buffers
   if (store_ && handle_.id) (void)store_->Release(handle_);
   fwd_.reset();
   for (auto& p : allocs_) ctx_.backend().Free(p);
@@ -145,6 +146,7 @@ void ImpressPipeline::DrainPrefetches() {
     if (t && store_) (void)store_->Wait(*t);
     t.reset();
   }
+  DiscardProbeSlots();
   if (streamed_ && store_) (void)store_->WaitInto(streamed_->ticket, streamed_->k, streamed_->v);
   streamed_.reset();
   for (auto& t : kv_prefetch_) {
@@ -250,7 +252,7 @@ void ImpressPipeline::BeginRequest(const PipelineRequest& req, Run& run) {
   selected_scores_.assign(size_t(c.n_layer), {});
   prefetch_.assign(size_t(c.n_layer), std::nullopt);
   prefetch_issued_.assign(size_t(c.n_layer), 0);
-  next_probe_il_ = -1;
+  DiscardProbeSlots();
   pending_predict_.reset();
   for (auto& t : kv_prefetch_)  // none survive a finished request; never leave a read unwaited
     if (t) DiscardPrefetch(*t);

@@ -27,6 +27,7 @@
 // ModelContext and PrefixStore must outlive it.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -266,9 +267,14 @@ class ImpressPipeline {
     std::vector<int> kv_heads;  // the KV heads whose keys the probe reads
   };
   ProbeKeysPlan PlanProbeKeys(const PipelineSettings& s);
-  // Layer il's probe keys as stored (plan.code_bits), from its prefetch or a read now, into
-  // *records; the wait is booked to probe I/O and the read to lr.
-  Status ReadProbeRecords(Run& run, LayerReport& lr, int il, const ProbeKeysPlan& plan, std::vector<uint8_t>* records);
+  // Layer il's probe keys as stored (plan.code_bits) in its slot (probe_slots_): from its read
+  // ahead or a read now; the wait is booked to probe I/O and the read to lr. Once waited, a
+  // second call returns them without reading again.
+  Result<const uint8_t*> ReadProbeRecords(Run& run, LayerReport& lr, int il, const ProbeKeysPlan& plan);
+  // Submits layer il's probe read into its slot (waiting first for a read still in flight there).
+  Status SubmitProbeRecords(int il, const ProbeKeysPlan& plan);
+  // Waits for every probe read in flight into a slot and forgets what the slots hold.
+  void DiscardProbeSlots();
   // Predicted reads: layer il + 1's probe on the current residual stream picks the K/V to read
   // ahead (pending_predict_); SubmitPrediction starts that read once layer il's own is done, so the
   // two do not share the disk.
@@ -322,14 +328,21 @@ class ImpressPipeline {
 
   // Scratch (host): one layer's per-head importance from ScoreKeys, reused by every layer.
   std::vector<float> score_scratch_;
-  std::vector<float> score_sum_;        // one layer's summed normalised importance (LayerJob::score)
-  std::vector<float> pool_scratch_;     // the layer's LayerJob::score pooled (PipelineSettings::pool)
-  SelectionScratch sel_scratch_;        // the selection's reused buffers
-  std::vector<uint8_t> probe_records_;  // int8/int4 probe keys as stored (scored from their codes)
-  // Predicted reads: layer next_probe_il_'s probe records, read for the prediction and kept for
-  // that layer's own probe (-1: none); the prediction's summed importance.
-  std::vector<uint8_t> next_probe_records_;
-  int next_probe_il_ = -1;
+  std::vector<float> score_sum_;     // one layer's summed normalised importance (LayerJob::score)
+  std::vector<float> pool_scratch_;  // the layer's LayerJob::score pooled (PipelineSettings::pool)
+  SelectionScratch sel_scratch_;     // the selection's reused buffers
+  // Int8/int4 probe keys as stored (scored from their codes), of up to three layers: layer il's
+  // in probe_slots_[il % 3] (a read goes two layers ahead with predicted reads). A read submitted
+  // ahead names its slot's buffer, so the store checks and copies its chunks there as they
+  // arrive; the buffer is neither touched nor resized while that read is in flight. The
+  // prediction's records stay for the layer's own probe.
+  struct ProbeSlot {
+    std::vector<uint8_t> records;
+    int il = -1;                                 // the layer it holds or is reading (-1: none)
+    std::optional<store::ReadTicket> in_flight;  // a read into `records`, not yet waited
+  };
+  std::array<ProbeSlot, 3> probe_slots_;
+  // Predicted reads: the prediction's summed importance.
   std::vector<float> predict_score_;
   std::vector<float> predict_pool_;  // the prediction's pooled scores (pool_scratch_ is the layer's)
   struct PendingPrediction {

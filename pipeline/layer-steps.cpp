@@ -49,23 +49,45 @@ ImpressPipeline::ProbeKeysPlan ImpressPipeline::PlanProbeKeys(const PipelineSett
   return p;
 }
 
-Status ImpressPipeline::ReadProbeRecords(Run& run, LayerReport& lr, int il, const ProbeKeysPlan& plan,
-                                         std::vector<uint8_t>* records) {
-  std::optional<store::ReadTicket> t = TakePrefetch(il);
-  if (!t) {
-    prefetch_issued_[size_t(il)] = 1;
-    IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitProbeKeys(handle_, il));
-  }
+Status ImpressPipeline::SubmitProbeRecords(int il, const ProbeKeysPlan& plan) {
+  ProbeSlot& slot = probe_slots_[size_t(il) % probe_slots_.size()];
+  if (slot.in_flight) (void)store_->WaitProbeRecords(*slot.in_flight, slot.records.data());
+  slot.in_flight.reset();
+  slot.il = -1;
   const int n_heads = int(plan.kv_heads.size());
-  records->resize(size_t(n_matched_) * store::RecordBytes(plan.encoding, n_heads, ctx_.config().head_dim));
-  auto r = store_->WaitProbeRecords(*t, records->data());
+  slot.records.resize(size_t(n_matched_) * store::RecordBytes(plan.encoding, n_heads, ctx_.config().head_dim));
+  IMPRESS_ASSIGN_OR_RETURN(slot.in_flight, store_->SubmitProbeKeys(handle_, il, slot.records.data()));
+  slot.il = il;
+  return Status::Ok();
+}
+
+Result<const uint8_t*> ImpressPipeline::ReadProbeRecords(Run& run, LayerReport& lr, int il, const ProbeKeysPlan& plan) {
+  ProbeSlot& slot = probe_slots_[size_t(il) % probe_slots_.size()];
+  if (slot.il == il && !slot.in_flight) return slot.records.data();  // waited already
+  if (slot.il != il) {
+    prefetch_issued_[size_t(il)] = 1;
+    IMPRESS_RETURN_IF_ERROR(SubmitProbeRecords(il, plan));
+  }
+  auto r = store_->WaitProbeRecords(*slot.in_flight, slot.records.data());
+  slot.in_flight.reset();
   const double ms = run.sw.Lap(&run.report.breakdown.probe_io_ms);
   lr.io_wait_ms += ms;
   run.report.breakdown.io_wait_ms += ms;
-  if (!r.ok()) return r.status();
+  if (!r.ok()) {
+    slot.il = -1;
+    return r.status();
+  }
   NoteRead(run, lr, *r);
-  lr.key_bytes += records->size();
-  return Status::Ok();
+  lr.key_bytes += slot.records.size();
+  return slot.records.data();
+}
+
+void ImpressPipeline::DiscardProbeSlots() {
+  for (ProbeSlot& slot : probe_slots_) {
+    if (slot.in_flight && store_) (void)store_->WaitProbeRecords(*slot.in_flight, slot.records.data());
+    slot.in_flight.reset();
+    slot.il = -1;
+  }
 }
 
 Status ImpressPipeline::PrefetchLayer(Run& run, int il) {
@@ -85,7 +107,9 @@ Status ImpressPipeline::PrefetchLayer(Run& run, int il) {
     }
     case LayerSelection::kProbe:
       bucket = &run.report.breakdown.probe_io_ms;
-      if (ProbeKeysCover(c, run.s, store_->options().probe_kv_heads)) {
+      if (const ProbeKeysPlan plan = PlanProbeKeys(run.s); plan.code_bits) {
+        IMPRESS_RETURN_IF_ERROR(SubmitProbeRecords(il, plan));  // into its slot, placed as it arrives
+      } else if (plan.store_covers) {
         IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitProbeKeys(handle_, il));
       } else {
         IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, il));
@@ -155,17 +179,14 @@ Status ImpressPipeline::PredictNextLayer(Run& run, int il) {
   LayerReport& lr = run.report.layers[size_t(next)];
   const int n = n_matched_;
   // The next layer's probe keys: read now (usually already in flight), kept for its own probe.
-  IMPRESS_RETURN_IF_ERROR(ReadProbeRecords(run, lr, next, plan, &next_probe_records_));
-  next_probe_il_ = next;
+  IMPRESS_ASSIGN_OR_RETURN(const uint8_t* records, ReadProbeRecords(run, lr, next, plan));
 
   const std::vector<int> probe_heads = ProbeQueryHeads(c, run.s.probe_heads, run.s.probe_spread);
   std::vector<float>& probe_imp = score_scratch_;
   probe_imp.resize(probe_heads.size() * size_t(n));
   const auto t_score = PipelineClock::now();
   IMPRESS_RETURN_IF_ERROR(fwd_->PredictScores(
-      next,
-      PrefixKeys{
-          .n = n, .k = {}, .kv_heads = plan.kv_heads, .code_bits = plan.code_bits, .codes = next_probe_records_.data()},
+      next, PrefixKeys{.n = n, .k = {}, .kv_heads = plan.kv_heads, .code_bits = plan.code_bits, .codes = records},
       probe_heads, probe_imp.data()));
   bd.probe_score_ms += ElapsedMs(t_score, PipelineClock::now());
   // The selection as the layer's own probe would make it (its keep count, pooling, groups).
@@ -367,12 +388,9 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
   const int code_bits = plan.code_bits;
   const std::vector<int>& kv_heads = plan.kv_heads;
   IMPRESS_RETURN_IF_ERROR(EnsureKeysScratch(size_t(n)));
-  if (next_probe_il_ == job.il && code_bits) {
-    // The prediction one layer earlier read them.
-    probe_records_.swap(next_probe_records_);
-    next_probe_il_ = -1;
-  } else if (code_bits) {
-    IMPRESS_RETURN_IF_ERROR(ReadProbeRecords(job.run, job.lr, job.il, plan, &probe_records_));
+  const uint8_t* records = nullptr;
+  if (code_bits) {  // read for the prediction one layer earlier, or now
+    IMPRESS_ASSIGN_OR_RETURN(records, ReadProbeRecords(job.run, job.lr, job.il, plan));
   } else {
     std::optional<store::ReadTicket> t = TakePrefetch(job.il);
     if (!t) {
@@ -403,7 +421,7 @@ Result<ProbeVerdict> ImpressPipeline::ProbeLayer(LayerJob& job) {
                                                      .k = DevPtr<const f16_t>(keys_scratch_.raw()),
                                                      .kv_heads = kv_heads,
                                                      .code_bits = code_bits,
-                                                     .codes = code_bits ? probe_records_.data() : nullptr},
+                                                     .codes = records},
                                           probe_heads, probe_imp.data()));
   bd.probe_score_ms += ElapsedMs(t_score, PipelineClock::now());
   CombineNormalisedImportanceInto(probe_imp, n_probe, n, job.run.s.head_max, &job.score);

@@ -333,7 +333,7 @@ struct PrefixStore::Impl {
   // ---- prefix-store-read.cpp
   MatchHandle Match(std::span<const Token> tokens) EXCLUDES(mu);
   Status Release(MatchHandle& h) EXCLUDES(mu);
-  Result<ReadTicket> SubmitProbeKeys(const MatchHandle& h, int il) EXCLUDES(mu);
+  Result<ReadTicket> SubmitProbeKeys(const MatchHandle& h, int il, uint8_t* records_into) EXCLUDES(mu);
   Result<ReadTicket> SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions, bool want_k,
                                   bool want_v, std::optional<ReadInto> into) EXCLUDES(mu);
   Result<ReadTicket> SubmitReadAllKeys(const MatchHandle& h, int il) EXCLUDES(mu);
@@ -354,6 +354,7 @@ struct PrefixStore::Impl {
   Result<ReadTicket> SubmitLocked(std::unique_ptr<PendingRead> pr) REQUIRES(mu);
   Status VerifyRead(PendingRead& pr) EXCLUDES(mu);
   void GatherKV(PendingRead& pr, f16_t* k_out, f16_t* v_out, std::span<const uint32_t> out_rows) const;
+  void PlaceProbeRecords(const ReadSource& s, uint8_t* records, f16_t* k_out) const;
   void GatherSource(const PendingRead& pr, const ReadSource& s, f16_t* k_out, f16_t* v_out,
                     std::span<const uint32_t> out_rows) const;
   // A read with a ReadInto and RowArrivals, at submit: the sources the memory tiers hold, in place.

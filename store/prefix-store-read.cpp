@@ -117,13 +117,17 @@ Result<const HandleState*> PrefixStore::Impl::HandleLocked(const MatchHandle& h,
 
 // ==================================================================== submit
 
-Result<ReadTicket> PrefixStore::Impl::SubmitProbeKeys(const MatchHandle& h, int il) {
+Result<ReadTicket> PrefixStore::Impl::SubmitProbeKeys(const MatchHandle& h, int il, uint8_t* records_into) {
   MutexLock lk(&mu);
   IMPRESS_ASSIGN_OR_RETURN(const HandleState* hs, HandleLocked(h, il));
   if (hs->remote) return SubmitRemoteLocked(*hs, il, /*probe=*/true, {}, false, false);
   auto pr = std::make_unique<PendingRead>();
   pr->probe = true;
   pr->n_rows = hs->n_matched;
+  if (records_into) {
+    pr->into.emplace();
+    pr->into->probe_records = records_into;
+  }
   for (const auto& sv : hs->spans) {
     const ExtentPtr& e = sv.layout->probes[size_t(il)];
     if (!e) return Status::Internal("store: probe keys of segment " + std::to_string(sv.span.segment) + " missing");
@@ -437,7 +441,7 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
     if (!out_rows.empty() && (it->second->probe || out_rows.size() != it->second->n_rows))  // the ticket stays
       return Status::InvalidArgument("store: read ticket " + std::to_string(t) + ": output rows do not match the read");
     if (const auto& in = it->second->into;
-        in && (in->k != k_out || in->v != v_out ||
+        in && (in->k != k_out || in->v != v_out || in->probe_records != probe_records ||
                !std::equal(in->rows.begin(), in->rows.end(), out_rows.begin(), out_rows.end())))
       return Status::InvalidArgument("store: read ticket " + std::to_string(t) +
                                      ": waited into other buffers than it was submitted for");
@@ -461,24 +465,8 @@ Result<ReadStats> PrefixStore::Impl::WaitInto(ReadTicket t, f16_t* k_out, f16_t*
   if (!io_st.ok()) return io_st.WithContext("store read");
   IMPRESS_RETURN_IF_ERROR(VerifyRead(*pr));  // before serving a byte of it
   if (pr->probe) {
-    const int n_probe = int(opt.probe_kv_heads.size());
-    const size_t pe = size_t(n_probe) * size_t(opt.head_dim);
-    std::vector<uint8_t> tmp;
-    for (auto& s : pr->sources) {
-      // A memory tier's records (n_slots, n_probe, head_dim); null: those the disk read brought.
-      const uint8_t* recs = s.block ? BlockRecords(*s.block, tmp) : nullptr;
-      const auto record = [&](uint32_t rec) {
-        return recs ? recs + size_t(rec) * probe_rec_bytes : s.At(kChunkHeaderBytes + uint64_t(rec) * probe_rec_bytes);
-      };
-      ForRecordRuns(s.rows, {}, probe_rec_bytes, record, [&](const uint8_t* r, size_t row, size_t m) {
-        if (probe_records) {
-          std::memcpy(probe_records + row * probe_rec_bytes, r, m * probe_rec_bytes);
-          return;
-        }
-        for (size_t x = 0; x < m; ++x)
-          DecodeRecord(probe_enc, r + x * probe_rec_bytes, n_probe, opt.head_dim, k_out + (row + x) * pe);
-      });
-    }
+    for (size_t g = 0; g < pr->sources.size(); ++g)
+      if (pr->served.empty() || !pr->served[g]) PlaceProbeRecords(pr->sources[g], probe_records, k_out);
   } else {
     GatherKV(*pr, k_out, v_out, out_rows);
   }
@@ -521,6 +509,27 @@ const uint8_t* PrefixStore::Impl::BlockRecords(const TierBlock& b, std::vector<u
   tmp.resize(b.n);
   b.mem->CopyOut(tmp.data(), b.p, b.n);
   return tmp.data();
+}
+
+// A probe read's records of one source in position order: as stored into `records`, or (null)
+// decoded into k_out; from a tier block (the records it holds) or the chunk image the disk read.
+void PrefixStore::Impl::PlaceProbeRecords(const ReadSource& s, uint8_t* records, f16_t* k_out) const {
+  const int n_probe = int(opt.probe_kv_heads.size());
+  const size_t pe = size_t(n_probe) * size_t(opt.head_dim);
+  std::vector<uint8_t> tmp;
+  // A memory tier's records (n_slots, n_probe, head_dim); null: those the disk read brought.
+  const uint8_t* recs = s.block ? BlockRecords(*s.block, tmp) : nullptr;
+  const auto record = [&](uint32_t rec) {
+    return recs ? recs + size_t(rec) * probe_rec_bytes : s.At(kChunkHeaderBytes + uint64_t(rec) * probe_rec_bytes);
+  };
+  ForRecordRuns(s.rows, {}, probe_rec_bytes, record, [&](const uint8_t* r, size_t row, size_t m) {
+    if (records) {
+      std::memcpy(records + row * probe_rec_bytes, r, m * probe_rec_bytes);
+      return;
+    }
+    for (size_t x = 0; x < m; ++x)
+      DecodeRecord(probe_enc, r + x * probe_rec_bytes, n_probe, opt.head_dim, k_out + (row + x) * pe);
+  });
 }
 
 // Copies each requested row's K and/or V, in the caller's order, from tier blocks (the records
@@ -570,7 +579,12 @@ void PrefixStore::Impl::GatherSource(const PendingRead& pr, const ReadSource& s,
 // copied to where the read was asked to put it.
 void PrefixStore::Impl::ServeArrived(PendingRead& pr, uint32_t g) const {
   const ReadSource& s = pr.sources[g];
-  if (!VerifySource(s, /*probe=*/false).ok()) return;
+  if (!VerifySource(s, pr.probe).ok()) return;
+  if (pr.probe) {
+    PlaceProbeRecords(s, pr.into->probe_records, nullptr);
+    pr.served[g] = 1;
+    return;
+  }
   GatherSource(pr, s, pr.into->k, pr.into->v, pr.into->rows);
   pr.served[g] = 1;
   ReportArrived(pr, s);

@@ -20,7 +20,9 @@ const PrefixStoreOptions& PrefixStore::options() const { return impl_->opt; }
 MatchHandle PrefixStore::Match(std::span<const Token> tokens) { return impl_->Match(tokens); }
 Status PrefixStore::Release(MatchHandle& handle) { return impl_->Release(handle); }
 
-Result<ReadTicket> PrefixStore::SubmitProbeKeys(const MatchHandle& h, int il) { return impl_->SubmitProbeKeys(h, il); }
+Result<ReadTicket> PrefixStore::SubmitProbeKeys(const MatchHandle& h, int il, uint8_t* records_into) {
+  return impl_->SubmitProbeKeys(h, il, records_into);
+}
 Result<ReadTicket> PrefixStore::SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions,
                                              bool want_k, bool want_v) {
   return impl_->SubmitReadKV(h, il, positions, want_k, want_v, std::nullopt);

@@ -237,6 +237,7 @@ struct ReadInto {
   f16_t* v = nullptr;
   std::vector<uint32_t> rows;
   RowArrivals* arrivals = nullptr;
+  uint8_t* probe_records = nullptr;  // a probe read's records (SubmitProbeKeys' records_into)
 };
 
 struct ReadResult {
@@ -371,7 +372,12 @@ class PrefixStore {
   Status Release(MatchHandle& handle);
 
   // Probe keys of layer il for the whole matched prefix: (n_matched, n_probe, head_dim) in k.
-  Result<ReadTicket> SubmitProbeKeys(const MatchHandle& h, int il);
+  // With records_into (RecordBytes(...) * n_matched bytes, see WaitProbeRecords), the records go
+  // there: each chunk's checked and copied as soon as it arrives, so WaitProbeRecords, which must
+  // name the same buffer (Wait is refused), has little left to do; the buffer must live until it
+  // returns (or, for a read never waited, until the store is closed). A remote match's read
+  // copies at the wait.
+  Result<ReadTicket> SubmitProbeKeys(const MatchHandle& h, int il, uint8_t* records_into = nullptr);
   // K and/or V of layer il at `positions` (ascending, each < n_matched), in that order.
   Result<ReadTicket> SubmitReadKV(const MatchHandle& h, int il, std::span<const uint32_t> positions, bool want_k,
                                   bool want_v);

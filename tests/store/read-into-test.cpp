@@ -179,5 +179,74 @@ TEST(ReadInto, AStoreClosedWithTheReadInFlightWaitsForIt) {
   EXPECT_TRUE(f.kv.Check(f.t, 2, pos, got, true, true));
 }
 
+// A probe read told where its records go (SubmitProbeKeys' records_into) puts there exactly the
+// records a plain WaitProbeRecords gives, from the SSD and, the second time, from wherever the
+// tiers hold them, on both read engines; waiting it with Wait or into another buffer is refused
+// and leaves the read to be waited properly.
+TEST(ReadInto, ProbeRecordsGoWhereTheReadWasTold) {
+  for (bool pread : {false, true}) {
+    std::mt19937 rng(37);
+    Filled f("read-into-probe", rng, 333, pread);
+    ASSERT_TRUE(f.st);
+    PrefixStore* st = f.st.get();
+    const size_t rec = RecordBytes(ProbeEncoding(st->options()), 2, kDim);
+    for (int round = 0; round < 2; ++round) {
+      MatchHandle h = st->Match(f.t);
+      for (int il = 0; il < kLayers; ++il) {
+        std::vector<uint8_t> plain(h.n_matched * rec), got(h.n_matched * rec, 0xa5), other(got.size());
+        ASSERT_TRUE(st->WaitProbeRecords(*st->SubmitProbeKeys(h, il), plain.data()).ok());
+        auto tk = st->SubmitProbeKeys(h, il, got.data());
+        ASSERT_TRUE(tk.ok()) << tk.status().ToString();
+        EXPECT_EQ(st->Wait(*tk).status().code(), Status::Code::kInvalidArgument);
+        EXPECT_EQ(st->WaitProbeRecords(*tk, other.data()).status().code(), Status::Code::kInvalidArgument);
+        auto r = st->WaitProbeRecords(*tk, got.data());
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        EXPECT_EQ(got, plain) << "layer " << il << (pread ? " (pread)" : "") << " round " << round;
+      }
+      ASSERT_TRUE(st->Release(h).ok());
+    }
+  }
+}
+
+// Probe records that fail their checksum are never placed: the buffer keeps what it held and the
+// wait reports the corruption.
+TEST(ReadInto, NeverPlacesFlippedProbeRecords) {
+  std::mt19937 rng(41);
+  Filled f("read-into-probe-flip", rng, 200);
+  ASSERT_TRUE(f.st);
+  PrefixStore* st = f.st.get();
+  const size_t rec = RecordBytes(ProbeEncoding(st->options()), 2, kDim);
+  uint64_t data_bytes = 0;
+  for (auto& e : std::filesystem::directory_iterator(f.dir))
+    if (e.path().filename().string().rfind("data-", 0) == 0) data_bytes += std::filesystem::file_size(e.path());
+  ASSERT_GT(data_bytes, 0u);
+  for (uint64_t b = 0; b < data_bytes / 4096; ++b) ASSERT_TRUE(tu::FlipByteInData(f.dir, b));  // every block
+  MatchHandle h = st->Match(f.t);
+  ASSERT_EQ(h.n_matched, f.t.size());
+  std::vector<uint8_t> got(h.n_matched * rec, 0xa5);
+  auto tk = st->SubmitProbeKeys(h, 0, got.data());
+  ASSERT_TRUE(tk.ok()) << tk.status().ToString();
+  auto r = st->WaitProbeRecords(*tk, got.data());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
+  EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](uint8_t x) { return x == 0xa5; }));
+  (void)st->Release(h);
+}
+
+// A probe read told where its records go and never waited: closing the store waits for it, and
+// the records are where it was told.
+TEST(ReadInto, AStoreClosedWithAProbeReadInFlightWaitsForIt) {
+  std::mt19937 rng(43);
+  Filled f("read-into-probe-close", rng, 300);
+  ASSERT_TRUE(f.st);
+  const size_t rec = RecordBytes(ProbeEncoding(f.st->options()), 2, kDim);
+  MatchHandle h = f.st->Match(f.t);
+  std::vector<uint8_t> plain(h.n_matched * rec), got(plain.size(), 0xa5);
+  ASSERT_TRUE(f.st->WaitProbeRecords(*f.st->SubmitProbeKeys(h, 1), plain.data()).ok());
+  ASSERT_TRUE(f.st->SubmitProbeKeys(h, 1, got.data()).ok());
+  f.st.reset();  // closed with the read never waited
+  EXPECT_EQ(got, plain);
+}
+
 }  // namespace
 }  // namespace impress::store
