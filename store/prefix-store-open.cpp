@@ -239,7 +239,7 @@ void PrefixStore::Impl::Close() {
     for (auto& [t, r] : reads) left.push_back({t, r->into});
   }
   for (auto& [t, into] : left) {
-    if (into) (void)WaitInto(t, into->k, into->v, nullptr, into->rows);
+    if (into) (void)WaitInto(t, into->k, into->v, into->probe_records, into->rows);
     else (void)Wait(t);
   }
   {
