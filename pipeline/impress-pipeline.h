@@ -275,6 +275,8 @@ class ImpressPipeline {
   Status SubmitProbeRecords(int il, const ProbeKeysPlan& plan);
   // Waits for every probe read in flight into a slot and forgets what the slots hold.
   void DiscardProbeSlots();
+  struct ProbeSlot;
+  void DiscardProbeSlot(ProbeSlot& slot);  // the same for one slot
   // Predicted reads: layer il + 1's probe on the current residual stream picks the K/V to read
   // ahead (pending_predict_); SubmitPrediction starts that read once layer il's own is done, so the
   // two do not share the disk.

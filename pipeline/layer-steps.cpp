@@ -51,9 +51,7 @@ ImpressPipeline::ProbeKeysPlan ImpressPipeline::PlanProbeKeys(const PipelineSett
 
 Status ImpressPipeline::SubmitProbeRecords(int il, const ProbeKeysPlan& plan) {
   ProbeSlot& slot = probe_slots_[size_t(il) % probe_slots_.size()];
-  if (slot.in_flight) (void)store_->WaitProbeRecords(*slot.in_flight, slot.records.data());
-  slot.in_flight.reset();
-  slot.il = -1;
+  DiscardProbeSlot(slot);
   const int n_heads = int(plan.kv_heads.size());
   slot.records.resize(size_t(n_matched_) * store::RecordBytes(plan.encoding, n_heads, ctx_.config().head_dim));
   IMPRESS_ASSIGN_OR_RETURN(slot.in_flight, store_->SubmitProbeKeys(handle_, il, slot.records.data()));
@@ -82,12 +80,14 @@ Result<const uint8_t*> ImpressPipeline::ReadProbeRecords(Run& run, LayerReport& 
   return slot.records.data();
 }
 
+void ImpressPipeline::DiscardProbeSlot(ProbeSlot& slot) {
+  if (slot.in_flight && store_) (void)store_->WaitProbeRecords(*slot.in_flight, slot.records.data());
+  slot.in_flight.reset();
+  slot.il = -1;
+}
+
 void ImpressPipeline::DiscardProbeSlots() {
-  for (ProbeSlot& slot : probe_slots_) {
-    if (slot.in_flight && store_) (void)store_->WaitProbeRecords(*slot.in_flight, slot.records.data());
-    slot.in_flight.reset();
-    slot.il = -1;
-  }
+  for (ProbeSlot& slot : probe_slots_) DiscardProbeSlot(slot);
 }
 
 Status ImpressPipeline::PrefetchLayer(Run& run, int il) {
