@@ -85,25 +85,47 @@ inline float FromOrderKey(uint32_t key) {
 
 // The k-th largest of `v` (1 <= k <= size) and how many values equal to it a top-k takes (the
 // rest of the top-k is strictly larger). A radix select over the values' order keys, 11 + 11 + 10
-// bits: three counting passes, no reordering, so it costs a few passes over n whatever the data.
+// bits: one counting pass over all values picks the top 11 bits; the keys that share them (a small
+// part of the values unless most are nearly equal) are gathered, and the two later passes count
+// those alone. No reordering, so it costs two passes over n whatever the data.
 struct KthValue {
   float value;
   int ties;
 };
-KthValue KthLargest(std::span<const float> v, int k, std::vector<uint32_t>& hist) {
+KthValue KthLargest(std::span<const float> v, int k, SelectionScratch& scratch) {
   constexpr int kShift[3] = {21, 10, 0};
   constexpr uint32_t kBins[3] = {2048, 2048, 1024};
-  uint32_t prefix = 0;  // the key bits chosen so far
-  int rank = k;         // the wanted value's rank from the top among keys with that prefix
-  for (int pass = 0; pass < 3; ++pass) {
+  std::vector<uint32_t>& hist = scratch.hist;
+  // Two interleaved counts for the first pass: runs of equal bins (values of one magnitude) then
+  // do not wait on each other's increments.
+  hist.assign(2 * kBins[0], 0);
+  size_t i = 0;
+  for (; i + 2 <= v.size(); i += 2) {
+    ++hist[OrderKey(v[i]) >> kShift[0]];
+    ++hist[kBins[0] + (OrderKey(v[i + 1]) >> kShift[0])];
+  }
+  if (i < v.size()) ++hist[OrderKey(v[i]) >> kShift[0]];
+  for (uint32_t b = 0; b < kBins[0]; ++b) hist[b] += hist[kBins[0] + b];
+  int rank = k;  // the wanted value's rank from the top among keys with the chosen bits
+  uint32_t b = kBins[0];
+  while (b-- > 0) {
+    if (int(hist[b]) >= rank) break;
+    rank -= int(hist[b]);
+  }
+  uint32_t prefix = b << kShift[0];  // the key bits chosen so far
+  std::vector<uint32_t>& keys = scratch.keys;
+  keys.clear();
+  for (float f : v) {
+    const uint32_t key = OrderKey(f);
+    if ((key >> kShift[0]) == b) keys.push_back(key);
+  }
+  for (int pass = 1; pass < 3; ++pass) {
     const int shift = kShift[pass];
     hist.assign(kBins[pass], 0);
-    const int upper = pass == 0 ? 32 : kShift[pass - 1];  // the bits above this pass's are chosen
-    for (float f : v) {
-      const uint32_t key = OrderKey(f);
-      if (upper >= 32 || (key >> upper) == (prefix >> upper)) ++hist[(key >> shift) & (kBins[pass] - 1)];
-    }
-    uint32_t b = kBins[pass];
+    const int upper = kShift[pass - 1];  // the bits above this pass's are chosen
+    for (uint32_t key : keys)
+      if ((key >> upper) == (prefix >> upper)) ++hist[(key >> shift) & (kBins[pass] - 1)];
+    b = kBins[pass];
     while (b-- > 0) {
       if (int(hist[b]) >= rank) break;
       rank -= int(hist[b]);
@@ -130,9 +152,14 @@ void TopKBits(std::span<const float> values, int k, SelectionScratch& scratch, u
   k = std::clamp(k, 0, n);
   std::fill_n(bits, (size_t(n) + 63) / 64, uint64_t{0});
   if (k == 0) return;
-  KthValue kth = KthLargest(values, k, scratch.hist);
+  KthValue kth = KthLargest(values, k, scratch);
   // Everything above the k-th value, then its ties from the lowest index on.
-  for (int i = 0; i < n; ++i) bits[size_t(i) >> 6] |= uint64_t(values[size_t(i)] > kth.value) << (i & 63);
+  for (int w = 0; w < n; w += 64) {
+    uint64_t word = 0;
+    const int m = std::min(64, n - w);
+    for (int j = 0; j < m; ++j) word |= uint64_t(values[size_t(w + j)] > kth.value) << j;
+    bits[size_t(w) >> 6] = word;
+  }
   for (int i = 0; i < n && kth.ties > 0; ++i) {
     if (values[size_t(i)] == kth.value) {
       bits[size_t(i) >> 6] |= uint64_t{1} << (i & 63);
@@ -266,7 +293,7 @@ void SelectTokensInto(std::span<const float> score, int k, int sinks, int recent
   const int want = k - f.sinks_end - (n - f.recent_begin);
   KthValue kth{0.0f, 0};
   if (want > 0) {
-    kth = KthLargest(score.subspan(size_t(f.sinks_end), size_t(f.recent_begin - f.sinks_end)), want, scratch.hist);
+    kth = KthLargest(score.subspan(size_t(f.sinks_end), size_t(f.recent_begin - f.sinks_end)), want, scratch);
   }
   out->reserve(size_t(k));
   for (int i = 0; i < f.sinks_end; ++i) out->push_back(uint32_t(i));
@@ -323,7 +350,20 @@ void SelectGroupsInto(std::span<const float> score, int k, int sinks, int recent
   order.clear();
   for (uint32_t g = 0; g < n_groups; ++g)
     if (!keep[g]) order.push_back(g);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return mass[a] > mass[b]; });
+  // The groups by descending mass, equal masses by group (a stable sort's order), sorted only as
+  // far as the budget reads: each step places the next stretch (nth_element) and sorts it.
+  const auto by_mass = [&](uint32_t a, uint32_t b) { return mass[a] > mass[b] || (mass[a] == mass[b] && a < b); };
+  size_t sorted = 0;
+  const auto ordered = [&](size_t j) {
+    if (j >= sorted) {
+      const size_t end = std::min(order.size(), std::max<size_t>(2 * sorted, 64));
+      std::nth_element(order.begin() + std::ptrdiff_t(sorted), order.begin() + std::ptrdiff_t(end - 1), order.end(),
+                       by_mass);
+      std::sort(order.begin() + std::ptrdiff_t(sorted), order.begin() + std::ptrdiff_t(end), by_mass);
+      sorted = end;
+    }
+    return order[j];
+  };
   if (budget == GroupBudget::kTokens) {
     std::vector<uint32_t>& size = scratch.size;
     size.assign(n_groups, 0);
@@ -331,14 +371,16 @@ void SelectGroupsInto(std::span<const float> score, int k, int sinks, int recent
     int64_t tokens = 0;
     for (uint32_t g = 0; g < n_groups; ++g) tokens += keep[g] ? size[g] : 0;
     for (size_t j = 0; j < order.size() && tokens < int64_t(std::clamp(k, 0, int(n))); ++j) {
-      keep[order[j]] = 1;
-      tokens += size[order[j]];
+      const uint32_t g = ordered(j);
+      keep[g] = 1;
+      tokens += size[g];
     }
   } else {
     // Compared with a relative tolerance: the same tokens summed in another order differ in the last bits.
     for (size_t j = 0; j < order.size() && kept < target * (1 - 1e-6); ++j) {
-      keep[order[j]] = 1;
-      kept += mass[order[j]];
+      const uint32_t g = ordered(j);
+      keep[g] = 1;
+      kept += mass[g];
     }
   }
   out->clear();
@@ -363,14 +405,30 @@ void PoolScoresInto(std::span<const float> in, int width, bool max, std::vector<
   }
   const int r = std::min(width, kMaxPoolWidth) / 2;  // tokens on each side
   const int back = r + std::clamp(follow, 0, kMaxPoolWidth);
-  for (int i = 0; i < n; ++i) {
+  // Each window is combined left to right from its first token, the same order a plain loop uses,
+  // so the result is exact against a reference and equal scores stay equal. Where the window is
+  // whole ([back, n - r)), that is done one offset at a time across all those tokens (a loop the
+  // compiler vectorises); the edges window by window.
+  float* o = out->data();
+  const float* x = in.data();
+  auto window = [&](int i) {
     const int lo = std::max(0, i - back), hi = std::min(n, i + r + 1);
-    // Added left to right from the window's first token, the same order a plain loop uses, so the
-    // result is exact against a reference and equal scores stay equal.
-    float v = in[size_t(lo)];
-    for (int j = lo + 1; j < hi; ++j) v = max ? std::max(v, in[size_t(j)]) : v + in[size_t(j)];
-    (*out)[size_t(i)] = v;
+    float v = x[lo];
+    for (int j = lo + 1; j < hi; ++j) v = max ? std::max(v, x[j]) : v + x[j];
+    o[i] = v;
+  };
+  const int whole_begin = std::min(back, n), whole_end = std::max(whole_begin, n - r);
+  for (int i = 0; i < whole_begin; ++i) window(i);
+  for (int i = whole_begin; i < whole_end; ++i) o[i] = x[i - back];
+  for (int d = 1; d <= back + r; ++d) {
+    const int off = d - back;
+    if (max) {
+      for (int i = whole_begin; i < whole_end; ++i) o[i] = std::max(o[i], x[i + off]);
+    } else {
+      for (int i = whole_begin; i < whole_end; ++i) o[i] += x[i + off];
+    }
   }
+  for (int i = whole_end; i < n; ++i) window(i);
 }
 
 }  // namespace impress

@@ -54,6 +54,7 @@ std::vector<float> SumNormalisedImportance(std::span<const float> per_head, int 
 struct SelectionScratch {
   std::vector<float> values;     // a copy that partial selection may reorder
   std::vector<uint32_t> hist;    // radix select's counts
+  std::vector<uint32_t> keys;    // radix select's candidates after its first pass
   std::vector<uint64_t> bits;    // one n-bit set per probe head
   std::vector<double> mass;      // per read group: summed score
   std::vector<uint32_t> order;   // read groups not forced, by descending mass

@@ -522,15 +522,17 @@ TEST(MassKeep, FloorAndCapAreRespected) {
 // ---- score pooling --------------------------------------------------------------------------
 
 // The window of token i as the header defines it: the `width` tokens centred on i (even widths
-// rounded up to odd, capped), clipped at the ends; summed left to right or maxed.
-std::vector<float> NaivePool(const std::vector<float>& v, int width, bool max) {
+// rounded up to odd, capped) and `follow` more before them, clipped at the ends; summed left to
+// right or maxed.
+std::vector<float> NaivePool(const std::vector<float>& v, int width, bool max, int follow = 0) {
   if (width <= 1) return v;
   const int half = std::min(width, kMaxPoolWidth) / 2;
+  const int before = half + std::clamp(follow, 0, kMaxPoolWidth);
   const int n = int(v.size());
   std::vector<float> out(v.size());
   for (int i = 0; i < n; ++i) {
     std::vector<float> window;
-    for (int j = i - half; j <= i + half; ++j) {
+    for (int j = i - before; j <= i + half; ++j) {
       if (j >= 0 && j < n) window.push_back(v[size_t(j)]);
     }
     float acc = window[0];
@@ -540,20 +542,24 @@ std::vector<float> NaivePool(const std::vector<float>& v, int width, bool max) {
   return out;
 }
 
+// Short rows (every token at an edge) and long ones (most windows whole), with and without the
+// trailing stretch: the same bits as the definition.
 TEST(ScorePool, SumAndMaxMatchTheWindowDefinitionExactly) {
   std::mt19937 rng(41);
   std::vector<float> out;
-  for (int trial = 0; trial < 300; ++trial) {
-    const int n = int(rng() % 200);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = trial % 2 ? int(rng() % 40) : int(rng() % 2000);
     std::vector<float> v(static_cast<size_t>(n));
     for (float& x : v) x = std::ldexp(float(rng() % 1000), -int(rng() % 20));
     const int width = int(rng() % 12) - 1 + (trial % 50 == 0 ? 100 : 0);  // -1 .. 10, sometimes past the cap
+    const int follow = trial % 3 == 0 ? 0 : int(rng() % 12) - 1 + (trial % 40 == 1 ? 100 : 0);
     for (bool max : {false, true}) {
-      PoolScoresInto(v, width, max, &out);
-      const std::vector<float> want = NaivePool(v, width, max);
+      PoolScoresInto(v, width, max, &out, follow);
+      const std::vector<float> want = NaivePool(v, width, max, follow);
       ASSERT_EQ(out.size(), want.size());
       for (int i = 0; i < n; ++i)
-        ASSERT_EQ(out[size_t(i)], want[size_t(i)]) << "n " << n << " width " << width << " max " << max << " i " << i;
+        ASSERT_EQ(out[size_t(i)], want[size_t(i)])
+            << "n " << n << " width " << width << " follow " << follow << " max " << max << " i " << i;
     }
   }
 }
