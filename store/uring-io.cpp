@@ -2,6 +2,8 @@
 
 #include <liburing.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -177,11 +179,16 @@ class PreadEngine final : public TicketedEngine {
 };
 
 // ---------------------------------------------------------------- io_uring
+// One thread owns the ring: it submits every read and reaps every completion. A caller only
+// queues its reads and wakes that thread through an eventfd (one write), so the kernel's work for
+// each read (pinning the buffer's pages, building and queueing the bio: several microseconds a
+// read on a virtual disk, a millisecond for a layer's selection) runs beside the caller's compute
+// instead of in it, and no caller ever waits for the ring while a large batch goes in.
 class UringEngine final : public TicketedEngine {
  public:
   static std::unique_ptr<UringEngine> Make(int queue_depth, std::string* err) {
     auto e = std::unique_ptr<UringEngine>(new UringEngine(queue_depth));
-    // One entry more than the depth: the stop request (a no-op) always finds a slot.
+    // One entry more than the depth: the read of the wake-up counter always finds a slot.
     unsigned entries = 1;
     while (entries < unsigned(queue_depth) + 1) entries <<= 1;
     int r = io_uring_queue_init(entries, &e->ring_, 0);
@@ -190,39 +197,45 @@ class UringEngine final : public TicketedEngine {
       return nullptr;
     }
     e->ring_ok_ = true;
-    e->reaper_ = std::thread([p = e.get()] { p->ReapLoop(); });
+    e->wake_fd_ = eventfd(0, EFD_CLOEXEC);
+    if (e->wake_fd_ < 0) {
+      *err = std::string("eventfd: ") + std::strerror(errno);
+      return nullptr;
+    }
+    e->reaper_ = std::thread([p = e.get()] { p->RingLoop(); });
     return e;
   }
   ~UringEngine() override {
-    if (!ring_ok_) return;
-    // Reads still in flight write into caller buffers: the completion thread drains them, then
-    // sees the no-op and stops.
-    {
-      MutexLock lk(&mu_);
-      stop_ = true;
-      for (Op* o : pending_) {
-        bool done = false;
-        table_.CompleteLocked(o->ticket, ReadOp::kNoGroup, Status::Cancelled("store reader closed"), Clock::now(),
-                              &done);
-        delete o;
+    if (ring_ok_ && reaper_.joinable()) {
+      // Reads still in flight write into caller buffers: the ring's thread drains them, then
+      // stops; reads not yet submitted are cancelled here.
+      {
+        MutexLock lk(&mu_);
+        stop_ = true;
+        for (Op* o : pending_) {
+          bool done = false;
+          table_.CompleteLocked(o->ticket, ReadOp::kNoGroup, Status::Cancelled("store reader closed"), Clock::now(),
+                                &done);
+          delete o;
+        }
+        pending_.clear();
       }
-      pending_.clear();
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // a slot is always free (entries > depth)
-      io_uring_prep_nop(sqe);
-      io_uring_sqe_set_data(sqe, nullptr);
-      ++in_flight_;
-      SubmitLocked();
+      Wake();
+      reaper_.join();
     }
-    if (reaper_.joinable()) reaper_.join();
-    io_uring_queue_exit(&ring_);
+    if (ring_ok_) io_uring_queue_exit(&ring_);  // cancels the wake-up read
+    if (wake_fd_ >= 0) close(wake_fd_);
   }
 
   using ReadEngine::Submit;
   Ticket Submit(std::vector<ReadOp> ops, GroupDone on_group) override {
-    MutexLock lk(&mu_);
-    Ticket t = table_.NewLocked(ops, std::move(on_group));
-    for (auto& op : ops) pending_.push_back(new Op{t, op, 0});
-    FillLocked();
+    Ticket t;
+    {
+      MutexLock lk(&mu_);
+      t = table_.NewLocked(ops, std::move(on_group));
+      for (auto& op : ops) pending_.push_back(new Op{t, op, 0});
+    }
+    if (!ops.empty()) Wake();
     return t;
   }
   const char* name() const override { return "io_uring"; }
@@ -236,34 +249,18 @@ class UringEngine final : public TicketedEngine {
 
   explicit UringEngine(int qd) : TicketedEngine(qd), cqes_(size_t(qd) + 2) {}
 
-  // Moves pending ops into the SQ while fewer than qd_ are in flight.
-  void FillLocked() REQUIRES(mu_) {
-    int n_prepped = 0;
-    while (!pending_.empty() && in_flight_ < qd_) {
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      if (!sqe) break;
-      Op* o = pending_.front();
-      pending_.pop_front();
-      io_uring_prep_read(sqe, o->op.file->fd(), static_cast<uint8_t*>(o->op.buf) + o->done, o->op.length - o->done,
-                         o->op.offset + o->done);
-      io_uring_sqe_set_data(sqe, o);
-      ++in_flight_;
-      ++n_prepped;
-    }
-    if (n_prepped > 0) SubmitLocked();
-  }
-  void SubmitLocked() REQUIRES(mu_) {
-    for (;;) {
-      int r = io_uring_submit(&ring_);
-      if (r == -EINTR || r == -EAGAIN || r == -EBUSY) continue;
-      break;
+  void Wake() {
+    const uint64_t one = 1;
+    while (write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
     }
   }
 
-  // The completion thread: sleeps in the kernel until reads complete, then (under mu_) completes
-  // their tickets at the time it saw them, resubmits short reads and refills the queue. Only this
-  // thread touches the completion queue and cqes_.
-  void ReapLoop() NO_THREAD_SAFETY_ANALYSIS {
+  // The ring's thread: submits what callers queued (while fewer than qd_ reads are in flight),
+  // sleeps in the kernel until reads complete or a caller wakes it, then (under mu_) completes
+  // their tickets at the time it saw them and requeues short reads. Only this thread touches the
+  // ring, cqes_, due_ and wake_count_.
+  void RingLoop() EXCLUDES(mu_) {
+    ArmWake();
     for (;;) {
       io_uring_cqe* cqe = nullptr;
       int r = io_uring_wait_cqe(&ring_, &cqe);
@@ -275,20 +272,72 @@ class UringEngine final : public TicketedEngine {
       }
       const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes_.data(), unsigned(cqes_.size()));
       const Clock::time_point now = Clock::now();
-      MutexLock lk(&mu_);
-      bool any_done = false;
+      bool woken = false, any_done = false;
       due_.clear();
-      for (unsigned i = 0; i < n; ++i) any_done |= CompleteLocked(cqes_[i], now);
-      io_uring_cq_advance(&ring_, n);
-      FillLocked();  // the disk keeps busy while the group calls run
-      if (!due_.empty()) {
-        mu_.Unlock();
-        for (const DueCall& d : due_) (*d.fn)(d.group);
-        mu_.Lock();
-        for (const DueCall& d : due_) any_done |= table_.FinishLocked(d.ticket);
+      {
+        MutexLock lk(&mu_);
+        for (unsigned i = 0; i < n; ++i) {
+          if (io_uring_cqe_get_data(cqes_[i]) == &wake_count_) woken = true;
+          else any_done |= CompleteLocked(cqes_[i], now);
+        }
       }
-      if (any_done) done_cv_.SignalAll();
-      if (stop_ && in_flight_ == 0) return;
+      io_uring_cq_advance(&ring_, n);
+      SubmitQueued();  // the disk keeps busy while the group calls run
+      for (const DueCall& d : due_) (*d.fn)(d.group);
+      {
+        MutexLock lk(&mu_);
+        for (const DueCall& d : due_) any_done |= table_.FinishLocked(d.ticket);
+        if (any_done) done_cv_.SignalAll();
+        if (stop_ && in_flight_ == 0) return;
+      }
+      if (woken) ArmWake();
+    }
+  }
+
+  // A read of the wake-up counter: it completes when a caller writes it.
+  void ArmWake() {
+    io_uring_sqe* sqe = GetSqe();
+    io_uring_prep_read(sqe, wake_fd_, &wake_count_, sizeof wake_count_, 0);
+    io_uring_sqe_set_data(sqe, &wake_count_);
+    SubmitRing();
+  }
+
+  // Moves queued reads into the ring while fewer than qd_ are in flight; the kernel's work for
+  // them runs here, unlocked.
+  void SubmitQueued() EXCLUDES(mu_) {
+    batch_.clear();
+    {
+      MutexLock lk(&mu_);
+      while (!pending_.empty() && in_flight_ < qd_) {
+        batch_.push_back(pending_.front());
+        pending_.pop_front();
+        ++in_flight_;
+      }
+    }
+    for (Op* o : batch_) {
+      io_uring_sqe* sqe = GetSqe();
+      io_uring_prep_read(sqe, o->op.file->fd(), static_cast<uint8_t*>(o->op.buf) + o->done, o->op.length - o->done,
+                         o->op.offset + o->done);
+      io_uring_sqe_set_data(sqe, o);
+    }
+    if (!batch_.empty()) SubmitRing();
+  }
+
+  // A free submission entry (the queue is submitted whole each time, so one is free unless this
+  // batch filled it: then that part goes in first).
+  io_uring_sqe* GetSqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    while (!sqe) {
+      SubmitRing();
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+  void SubmitRing() {
+    for (;;) {
+      int r = io_uring_submit(&ring_);
+      if (r == -EINTR || r == -EAGAIN || r == -EBUSY) continue;
+      break;
     }
   }
 
@@ -298,7 +347,6 @@ class UringEngine final : public TicketedEngine {
     Op* o = static_cast<Op*>(io_uring_cqe_get_data(cqe));
     const int res = cqe->res;
     --in_flight_;
-    if (!o) return false;  // the stop request
     Status st;
     if (res == -EAGAIN || res == -EINTR) {
       pending_.push_front(o);
@@ -325,12 +373,15 @@ class UringEngine final : public TicketedEngine {
     return done;
   }
 
-  io_uring ring_{};  // SQ filled under mu_; CQ reaped by the completion thread alone
+  io_uring ring_{};  // the ring's thread's alone (after Make)
   bool ring_ok_ = false;
+  int wake_fd_ = -1;
+  uint64_t wake_count_ = 0;  // the wake-up read's target; its address tags that read
   int in_flight_ GUARDED_BY(mu_) = 0;
   std::deque<Op*> pending_ GUARDED_BY(mu_);
-  std::vector<io_uring_cqe*> cqes_;  // the completion thread's alone
+  std::vector<io_uring_cqe*> cqes_;  // the ring's thread's alone
   std::vector<DueCall> due_;         // likewise
+  std::vector<Op*> batch_;           // likewise
   std::thread reaper_;
 };
 
