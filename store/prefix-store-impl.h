@@ -129,6 +129,22 @@ struct HandleState {
 };
 
 // One chunk (or probe set) a read touches.
+// The 4 KiB blocks of one chunk that a read needs, a bit each: marked record by record (in any
+// order), then read back as ascending runs.
+class BlockMask {
+ public:
+  void Reset(uint64_t chunk_bytes);   // all clear, sized for a chunk of that many bytes
+  void Mark(uint64_t a, uint64_t b);  // the blocks of bytes [a, b)
+  bool Empty() const { return empty_; }
+  // The marked blocks as (first, count) runs, ascending; runs at most max_gap_blocks apart joined
+  // (the blocks between are read too).
+  std::vector<std::pair<uint32_t, uint32_t>> Runs(uint32_t max_gap_blocks) const;
+
+ private:
+  std::vector<uint64_t> words_;
+  bool empty_ = true;
+};
+
 struct ReadSource {
   ChunkId cid = 0;
   uint64_t segment = 0;
@@ -369,6 +385,10 @@ struct PrefixStore::Impl {
   Status VerifySource(const ReadSource& s, bool probe) const;
   static std::vector<std::pair<uint32_t, uint32_t>> RunsFor(const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
                                                             uint32_t max_gap_blocks = 0);
+  // PlanKVSourcesLocked's sources by chunk index and PlanTierReadsLocked's blocks of one chunk,
+  // kept from read to read (their capacity).
+  std::vector<uint32_t> plan_sources_ GUARDED_BY(mu);
+  BlockMask plan_blocks_ GUARDED_BY(mu);
   AlignedBuffer GetBuffer(size_t n) EXCLUDES(pool_mu);
   void PutBuffer(AlignedBuffer b) EXCLUDES(pool_mu);
   Tier ServedFromLocked(ChunkId cid, uint64_t generation) const REQUIRES(mu);

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <numeric>
 
@@ -187,6 +188,9 @@ Result<std::vector<uint32_t>> PrefixStore::Impl::ReadGroups(const MatchHandle& h
   std::vector<uint32_t> out(hs->n_matched);
   uint32_t next = 0;
   const uint32_t per_chunk = (C + g - 1) / g;
+  // Chunk and group sizes are powers of two in practice: shifts then, not two divisions a token.
+  const bool pow2 = std::has_single_bit(C) && std::has_single_bit(g);
+  const int g_shift = std::countr_zero(g);
   std::vector<uint32_t> id;  // group key -> dense id, reused across spans
   for (const auto& sv : hs->spans) {
     // Slot s of chunk c lies in group (c, (s % C) / g): numbered densely per span, in slot order.
@@ -194,7 +198,8 @@ Result<std::vector<uint32_t>> PrefixStore::Impl::ReadGroups(const MatchHandle& h
     uint32_t max_key = 0;
     for (uint64_t r = 0; r < sv.span.length; ++r) {
       const uint32_t slot = sv.layout->Slot(uint32_t(il), sv.span.seg_begin + r);
-      const uint32_t key = (slot / C) * per_chunk + (slot % C) / g;
+      // With powers of two, (slot / C) * (C / g) + (slot % C) / g is slot / g.
+      const uint32_t key = pow2 ? slot >> g_shift : (slot / C) * per_chunk + (slot % C) / g;
       out[sv.span.depth + r] = key;
       max_key = std::max(max_key, key);
     }
@@ -254,7 +259,11 @@ Result<ReadTicket> PrefixStore::Impl::SubmitReadKV(const MatchHandle& h, int il,
 // each chunk serves.
 Status PrefixStore::Impl::PlanKVSourcesLocked(const HandleState& hs, uint32_t il, std::span<const uint32_t> positions,
                                               PendingRead* pr) {
-  std::map<ChunkId, size_t> by_chunk;  // chunk -> index in sources
+  // Sources by chunk index, for the segment of the span the positions are in (they come span by
+  // span, ascending): source + 1, 0 for none yet. A segment met again in a later span finds the
+  // sources made for it before.
+  std::vector<uint32_t>& source_of = plan_sources_;
+  uint64_t segment = ~uint64_t{0};
   size_t sp = 0;
   for (size_t r = 0; r < positions.size(); ++r) {
     const uint64_t p = positions[r];
@@ -263,19 +272,28 @@ Status PrefixStore::Impl::PlanKVSourcesLocked(const HandleState& hs, uint32_t il
                                      std::to_string(hs.n_matched) + " matched) or not ascending");
     while (sp < hs.spans.size() && p >= hs.spans[sp].span.depth + hs.spans[sp].span.length) ++sp;
     const SpanView& sv = hs.spans[sp];
+    const std::vector<ExtentPtr>& chunks = sv.layout->chunks[il];
+    if (sv.span.segment != segment) {
+      segment = sv.span.segment;
+      source_of.assign(chunks.size(), 0);
+      for (size_t i = 0; i < pr->sources.size(); ++i)
+        if (pr->sources[i].segment == segment && pr->sources[i].index < source_of.size())
+          source_of[pr->sources[i].index] = uint32_t(i + 1);
+    }
     const uint64_t off = sv.span.seg_begin + (p - sv.span.depth);
     const uint32_t slot = sv.layout->Slot(il, off);
     const uint32_t idx = slot / C;
-    const ChunkId cid = Cid(sv.span.segment, il, idx);
-    auto [it, fresh] = by_chunk.try_emplace(cid, pr->sources.size());
-    if (fresh) {
+    if (idx >= chunks.size())
+      return Status::Internal("store: slot " + std::to_string(slot) + " of segment " + std::to_string(segment) +
+                              " lies past its chunks");
+    if (source_of[idx] == 0) {
       ReadSource s;
-      s.cid = cid;
-      s.segment = sv.span.segment;
+      s.cid = Cid(segment, il, idx);
+      s.segment = segment;
       s.layer = il;
       s.index = idx;
       s.generation = sv.layout->generation;
-      s.ext = sv.layout->chunks[il][idx];
+      s.ext = chunks[idx];
       if (!s.ext)
         return Status::Internal("store: chunk " + std::to_string(idx) + " of segment " + std::to_string(s.segment) +
                                 " was freed while locked");
@@ -283,8 +301,9 @@ Status PrefixStore::Impl::PlanKVSourcesLocked(const HandleState& hs, uint32_t il
         return Status::Corruption("store: chunk " + std::to_string(idx) + " of segment " + std::to_string(s.segment) +
                                   " layer " + std::to_string(il) + " failed its checksum and is not served");
       pr->sources.push_back(std::move(s));
+      source_of[idx] = uint32_t(pr->sources.size());
     }
-    pr->sources[it->second].rows.push_back({uint32_t(r), slot - idx * C});
+    pr->sources[source_of[idx] - 1].rows.push_back({uint32_t(r), slot - idx * C});
   }
   return Status::Ok();
 }
@@ -322,15 +341,14 @@ void PrefixStore::Impl::PlanTierReadsLocked(PendingRead* pr) {
     // Only the blocks of the records wanted and not in memory: a key-only read never touches a
     // V block, and a chunk a tier holds whole reads nothing.
     const ChunkLayout lay = KVLayout(n_slots);
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    BlockMask& mask = plan_blocks_;
+    mask.Reset(s.ext->ext.length);
     for (auto [row, w] : s.rows) {
       const uint64_t at = uint64_t(w) * k_bytes;
-      if (pr->want_k && !(s.block && s.block->HasK(w)))
-        ranges.push_back({lay.k_offset + at, lay.k_offset + at + k_bytes});
-      if (pr->want_v && !(s.block && s.block->HasV(w)))
-        ranges.push_back({lay.v_offset + at, lay.v_offset + at + k_bytes});
+      if (pr->want_k && !(s.block && s.block->HasK(w))) mask.Mark(lay.k_offset + at, lay.k_offset + at + k_bytes);
+      if (pr->want_v && !(s.block && s.block->HasV(w))) mask.Mark(lay.v_offset + at, lay.v_offset + at + k_bytes);
     }
-    if (ranges.empty()) {
+    if (mask.Empty()) {
       (found == Tier::kDevice ? pr->stats.chunks_device : pr->stats.chunks_host)++;
       continue;
     }
@@ -338,7 +356,7 @@ void PrefixStore::Impl::PlanTierReadsLocked(PendingRead* pr) {
     // Every record of the chunk wanted and none in memory: the whole extent, in one run.
     s.whole = s.install != Tier::kSsd && !s.block && pr->want_k && pr->want_v && s.rows.size() == n_slots;
     s.runs = s.whole ? std::vector<std::pair<uint32_t, uint32_t>>{{0, s.ext->ext.length / kBlockBytes}}
-                     : RunsFor(ranges, opt.read_gap_blocks);
+                     : mask.Runs(opt.read_gap_blocks);
   }
 }
 
@@ -391,17 +409,37 @@ Result<ReadTicket> PrefixStore::Impl::SubmitLocked(std::unique_ptr<PendingRead> 
 // max_gap_blocks apart are joined (the blocks between are read too).
 std::vector<std::pair<uint32_t, uint32_t>> PrefixStore::Impl::RunsFor(
     const std::vector<std::pair<uint64_t, uint64_t>>& ranges, uint32_t max_gap_blocks) {
-  std::vector<uint32_t> ids;
-  for (auto [a, b] : ranges)
-    for (uint64_t x = a / kBlockBytes; x <= (b - 1) / kBlockBytes; ++x) ids.push_back(uint32_t(x));
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  uint64_t end = 0;
+  for (auto [a, b] : ranges) end = std::max(end, b);
+  BlockMask mask;
+  mask.Reset(end);
+  for (auto [a, b] : ranges) mask.Mark(a, b);
+  return mask.Runs(max_gap_blocks);
+}
+
+void BlockMask::Reset(uint64_t bytes) {
+  words_.assign(size_t((bytes + kBlockBytes - 1) / kBlockBytes + 63) / 64, 0);
+  empty_ = true;
+}
+
+void BlockMask::Mark(uint64_t a, uint64_t b) {
+  if (b <= a) return;
+  const uint64_t last = (b - 1) / kBlockBytes;
+  if (last / 64 >= words_.size()) words_.resize(size_t(last / 64 + 1), 0);
+  for (uint64_t x = a / kBlockBytes; x <= last; ++x) words_[size_t(x >> 6)] |= uint64_t{1} << (x & 63);
+  empty_ = false;
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> BlockMask::Runs(uint32_t max_gap_blocks) const {
   std::vector<std::pair<uint32_t, uint32_t>> runs;
-  for (uint32_t x : ids) {
-    if (!runs.empty() && x - (runs.back().first + runs.back().second) <= max_gap_blocks) {
-      runs.back().second = x - runs.back().first + 1;
-    } else {
-      runs.push_back({x, 1});
+  for (size_t w = 0; w < words_.size(); ++w) {
+    for (uint64_t bits = words_[w]; bits != 0; bits &= bits - 1) {
+      const uint32_t x = uint32_t(w * 64 + size_t(std::countr_zero(bits)));
+      if (!runs.empty() && x - (runs.back().first + runs.back().second) <= max_gap_blocks) {
+        runs.back().second = x - runs.back().first + 1;
+      } else {
+        runs.push_back({x, 1});
+      }
     }
   }
   return runs;

@@ -176,6 +176,19 @@ TEST(WriteOrder, ReadGroupsAreRunsOfStoredSlotsThatFillWholeBlocks) {
       EXPECT_LE(ps.size(), g);
       for (uint32_t p : ps) EXPECT_EQ(rank[p] / g, id) << "layer " << il << " position " << p;
     }
+    // Any group size, a power of two or not: the group of a token is (chunk, (slot % C) / size) of
+    // its stored slot (here its rank), numbered densely in slot order.
+    for (uint32_t size : {1u, 3u, 5u, 16u, 48u, 64u, 100u}) {
+      auto sized = s->ReadGroups(h, il, size);
+      ASSERT_TRUE(sized.ok()) << sized.status().ToString();
+      const uint32_t c = 64, gs = std::min(size, c);
+      std::map<std::pair<uint32_t, uint32_t>, uint32_t> dense;
+      for (uint32_t slot = 0; slot < t.size(); ++slot) dense.try_emplace({slot / c, (slot % c) / gs}, 0);
+      uint32_t next = 0;
+      for (auto& [key, id] : dense) id = next++;
+      for (uint32_t p = 0; p < t.size(); ++p)
+        ASSERT_EQ((*sized)[p], dense.at({rank[p] / c, (rank[p] % c) / gs})) << "size " << size << " position " << p;
+    }
     // Reading one whole group (not the last) reads exactly its blocks: K and V of g tokens.
     auto r = s->Wait(*s->SubmitReadKV(h, il, members[1], true, true));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
