@@ -128,7 +128,6 @@ struct HandleState {
   std::shared_ptr<const RemotePrefix> remote;  // set: every read goes to the team tier (no spans)
 };
 
-// One chunk (or probe set) a read touches.
 // The 4 KiB blocks of one chunk that a read needs, a bit each: marked record by record (in any
 // order), then read back as ascending runs.
 class BlockMask {
@@ -145,6 +144,7 @@ class BlockMask {
   bool empty_ = true;
 };
 
+// One chunk (or probe set) a read touches.
 struct ReadSource {
   ChunkId cid = 0;
   uint64_t segment = 0;
