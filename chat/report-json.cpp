@@ -7,7 +7,7 @@ namespace impress {
 nlohmann::json TtftBreakdownJson(const TtftBreakdown& b) {
   return {{"match", b.match_ms},     {"probe_io", b.probe_io_ms}, {"probe_compute", b.probe_compute_ms},
           {"kv_io", b.kv_io_ms},     {"copy", b.copy_ms},         {"compute", b.compute_ms},
-          {"io_wait", b.io_wait_ms}, {"other", b.other_ms}};
+          {"io_wait", b.io_wait_ms}, {"other", b.other_ms},       {"probe_score", b.probe_score_ms}};
 }
 
 nlohmann::json TeamTierJson(const store::TeamTierInfo& t) {

@@ -13,7 +13,8 @@
 namespace impress {
 
 nlohmann::json RequestReportJson(const RequestReport& report);
-// The TTFT breakdown alone, in ms: match, probe_io, probe_compute, kv_io, copy, compute, io_wait, other.
+// The TTFT breakdown alone, in ms: match, probe_io, probe_compute, kv_io, copy, compute, io_wait, other,
+// and probe_score (the scoring part of probe_compute, not a part of its own).
 nlohmann::json TtftBreakdownJson(const TtftBreakdown& breakdown);
 // The store's team KV tier: status, fills (hits, tokens, bytes, errors, mean latency), publishing.
 nlohmann::json TeamTierJson(const store::TeamTierInfo& team);

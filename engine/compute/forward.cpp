@@ -334,15 +334,19 @@ void Forward::ProjectQKV(int il, const QkvOut& o) {
     in = x_;  // OPT-350m: post-LN, attention reads the residual stream itself
   }
   // q/k/v_proj over the same input: one call, so a backend prepares the input once. A prediction
-  // projects the first q_rows of Q only (the rows of the heads it scores) and no V.
-  WeightRef wq = l.wq;
+  // projects the first q_rows of Q and k_rows of K only (the rows of the heads it scores, and of
+  // their kv heads) and no V.
+  WeightRef wq = l.wq, wk = l.wk;
   wq.n_rows = o.q_rows;
-  const Backend::MatMulOut qkv[] = {{&wq, 0.0f, o.q, nq}, {&l.wk, 0.0f, o.k, nkv}, {&l.wv, 0.0f, o.v, nkv}};
+  const int k_rows = o.k_rows > 0 ? o.k_rows : nkv;
+  wk.n_rows = k_rows;
+  const Backend::MatMulOut qkv[] = {{&wq, 0.0f, o.q, nq}, {&wk, 0.0f, o.k, nkv}, {&l.wv, 0.0f, o.v, nkv}};
   be_.MatMuls(n, in, e, std::span(qkv, o.v ? 3 : 2));
   if (!lw.bq.empty()) be_.AddBias(o.q, l.bq, n, o.q_rows, nq);
-  if (!lw.bk.empty()) be_.AddBias(o.k, l.bk, n, nkv, nkv);
+  if (!lw.bk.empty()) be_.AddBias(o.k, l.bk, n, k_rows, nkv);
   if (o.v && !lw.bv.empty()) be_.AddBias(o.v, l.bv, n, nkv, nkv);
-  // Below, rows of Q past q_rows are transformed too (whole rows are simpler); nothing reads them.
+  // Below, rows of Q and K past q_rows and k_rows are transformed too (whole rows are simpler);
+  // nothing reads them.
   if (graph_.qk_norm) {  // q_norm / k_norm: RMSNorm over each head's head_dim values
     be_.RmsNorm(o.q, o.q, l.q_norm, n * c.n_head, c.head_dim, c.norm_eps);
     be_.RmsNorm(o.k, o.k, l.k_norm, n * c.n_head_kv, c.head_dim, c.norm_eps);
@@ -373,10 +377,13 @@ Status Forward::PredictScores(int il, const PrefixKeys& keys, std::span<const in
     IMPRESS_ASSIGN_OR_RETURN(pk16_, AllocArray<f16_t>(be_, size_t(max_batch_) * nkv));
     allocs_.push_back(DevPtr<void>(pk16_.raw()));
   }
-  // Only the scored heads' rows of Q where the backend's matrices are views of rows (the CPU);
-  // elsewhere all of Q.
-  const int q_rows = be_.HostAddressable() ? (max_head + 1) * c.head_dim : c.n_head * c.head_dim;
-  ProjectQKV(il, QkvOut{.q = attn_, .q_rows = q_rows, .k = pk_, .v = {}, .k16 = pk16_, .v16 = {}});
+  // Only the scored heads' rows of Q, and their kv heads' rows of K, where the backend's matrices
+  // are views of rows (the CPU); elsewhere all of Q and K.
+  const bool rows_only = be_.HostAddressable();
+  const int group = c.n_head / c.n_head_kv;
+  const int q_rows = rows_only ? (max_head + 1) * c.head_dim : c.n_head * c.head_dim;
+  const int k_rows = rows_only ? (max_head / group + 1) * c.head_dim : 0;
+  ProjectQKV(il, QkvOut{.q = attn_, .q_rows = q_rows, .k_rows = k_rows, .k = pk_, .v = {}, .k16 = pk16_, .v16 = {}});
   return Score(MakeAttentionQuery(n_new_, c.n_head, c.n_head_kv, c.head_dim, attn_, pk16_), keys, query_heads, out);
 }
 

@@ -156,6 +156,7 @@ class Forward {
   struct QkvOut {
     DevPtr<float> q;
     int q_rows = 0;
+    int k_rows = 0;  // 0: all of K
     DevPtr<float> k, v;
     DevPtr<f16_t> k16, v16;
   };

@@ -115,6 +115,9 @@ TEST_F(PipelineOnModel, InjectedReadDelayIsBookedAsIoNotCompute) {
   EXPECT_GE(slow.unhidden_io_share() * slow.ttft_ms, injected_ms);
   EXPECT_NEAR(slow.probe_share(), (b.probe_io_ms + b.probe_compute_ms) / slow.ttft_ms, 1e-12);
   EXPECT_GT(slow.probe_share(), 0.0);
+  // The scoring is a part of the probe's compute (every layer passed, so each was scored).
+  EXPECT_GT(b.probe_score_ms, 0.0);
+  EXPECT_LE(b.probe_score_ms, b.probe_compute_ms);
   EXPECT_LT(slow.probe_share() + slow.breakdown.kv_io_ms / slow.ttft_ms, 1.0 + 1e-9);
 }
 
