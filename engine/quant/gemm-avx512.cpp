@@ -190,12 +190,13 @@ void PairTailTile(const DecodedStrip& w, const GemmActivations& x, const StripCh
   }
 }
 
-// A last lane group of T <= 4 activation rows, the strip's weight rows as lanes: lanes 0..7 are
-// weight rows 0..7 at quad q, lanes 8..15 the same rows at quad q + 1 (the chunk's weights
-// transposed once to that order), and each tail row's quads are broadcast to match, so one
-// vpdpbusd covers two quads of all 8 weight rows for one activation row. The two halves' int32
-// sums add up to StripTile's block sum exactly; the folds are its operations per (row, weight
-// row), bit for bit. Lanes T..15 of group vt are left alone.
+// A last lane group of T <= 4 activation rows, the strip's weight rows as lanes: lanes 2r and
+// 2r + 1 hold quads 2p and 2p + 1 of weight row r (the group's 8-byte pairs of the 8 rows,
+// transposed once per group with three rounds of vpermt2q), and each tail row's own 8 bytes of
+// that pair are broadcast from its activation block, so one vpdpbusd covers two quads of all 8
+// weight rows for one activation row. A row's two lanes add up to StripTile's block sum exactly;
+// the folds are its operations per (row, weight row), bit for bit. Lanes T..15 of group vt are
+// left alone.
 template <int H, int T>
 void WeightLaneTailTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, int vt, float* out,
                         int64_t ldo) {
@@ -205,34 +206,46 @@ void WeightLaneTailTile(const DecodedStrip& w, const GemmActivations& x, const S
   const __m256i row_at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(int(ldo)));
   const __m256i span_at =
       _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(int(n_spans)));
+  // Qword indices of the transpose's three rounds (0..7: the first operand, 8..15: the second).
+  const __m512i mix_rows = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+  const __m512i mix_lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11),
+                mix_hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  const __m512i take_lo = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11),
+                take_hi = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+  const ActBlock32* a[T];
+  for (int i = 0; i < T; ++i) a[i] = x.Row(16 * vt + i);
   __m256 f[T];
   for (int i = 0; i < T; ++i)
     f[i] = c.more ? _mm256_i32gather_ps(out + 16 * int64_t(vt) + i, row_at, 4) : _mm256_setzero_ps();
   for (int64_t g = c.g0; g < c.g1; ++g) {
     FetchSlice(c, g);
-    __m256i wq[8];  // wq[q]: quad q of weight rows 0..7
-    StripQuadsByRow(w.u, w.k, g, wq);
-    const int8_t* lq = x.LaneQs() + (vt * nb + g) * 8 * 64;
+    __m512i rows[8];  // row r's 32 bytes of the group in the low half
+    for (int r = 0; r < 8; ++r)
+      rows[r] = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.u + r * w.k + 32 * g)));
+    __m512i two[4], four[4], wp[4];  // two[j]: rows 2j, 2j + 1 by pairs; wp[p]: pair p of rows 0..7
+    for (int j = 0; j < 4; ++j) two[j] = _mm512_permutex2var_epi64(rows[2 * j], mix_rows, rows[2 * j + 1]);
+    for (int j = 0; j < 2; ++j) {
+      four[2 * j] = _mm512_permutex2var_epi64(two[2 * j], mix_lo, two[2 * j + 1]);      // pairs 0, 1
+      four[2 * j + 1] = _mm512_permutex2var_epi64(two[2 * j], mix_hi, two[2 * j + 1]);  // pairs 2, 3
+    }
+    wp[0] = _mm512_permutex2var_epi64(four[0], take_lo, four[2]);
+    wp[1] = _mm512_permutex2var_epi64(four[0], take_hi, four[2]);
+    wp[2] = _mm512_permutex2var_epi64(four[1], take_lo, four[3]);
+    wp[3] = _mm512_permutex2var_epi64(four[1], take_hi, four[3]);
     for (int h = 0; h < H; ++h) {
-      // Two sums per row (alternate quad pairs), so the vpdpbusd chains overlap; integers add
-      // up exactly in any order.
-      __m512i s[T][2];
-      for (int i = 0; i < T; ++i) s[i][0] = s[i][1] = _mm512_setzero_si512();
-      for (int q = h * 8 / H; q < (h + 1) * 8 / H; q += 2) {
-        const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(wq[q]), wq[q + 1], 1);  // quads q, q + 1
+      __m512i s[T];
+      for (int i = 0; i < T; ++i) s[i] = _mm512_setzero_si512();
+      for (int p = h * 4 / H; p < (h + 1) * 4 / H; ++p) {
         for (int i = 0; i < T; ++i) {
-          int32_t a0, a1;
-          std::memcpy(&a0, lq + q * 64 + 4 * i, 4);
-          std::memcpy(&a1, lq + (q + 1) * 64 + 4 * i, 4);
-          __m512i& acc = s[i][(q / 2) % 2];
-          acc = _mm512_dpbusd_epi32(acc, wv, _mm512_mask_set1_epi32(_mm512_set1_epi32(a0), 0xff00, a1));
+          int64_t pair;
+          std::memcpy(&pair, a[i][g].qs + 8 * p, 8);
+          s[i] = _mm512_dpbusd_epi32(s[i], wp[p], _mm512_set1_epi64(pair));
         }
       }
       const int64_t span = g * H + h;
       const __m256 dw = _mm256_i32gather_ps(w.dw + span, span_at, 4), mw = _mm256_i32gather_ps(w.mw + span, span_at, 4);
       for (int i = 0; i < T; ++i) {
-        const __m512i both = _mm512_add_epi32(s[i][0], s[i][1]);
-        const __m256i sum = _mm256_add_epi32(_mm512_castsi512_si256(both), _mm512_extracti64x4_epi64(both, 1));
+        const __m256i sum = _mm512_cvtepi64_epi32(_mm512_add_epi32(s[i], _mm512_srli_epi64(s[i], 32)));
         const __m256 da = _mm256_set1_ps(x.LaneD()[(vt * nb + g) * 16 + i]);
         const __m256 ds = _mm256_set1_ps(lane_ds[(vt * n_spans + span) * 16 + i]);
         f[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, da), f[i]);
@@ -244,8 +257,9 @@ void WeightLaneTailTile(const DecodedStrip& w, const GemmActivations& x, const S
 }
 
 // The whole strip against every lane group, in tiles that fit the registers: pairs of lane
-// groups against half the strip's rows, then a last lane group against all 8 rows, two weight
-// rows to a vector when it holds 8 activation rows or fewer (a 17-row question). (At 64 rows
+// groups against half the strip's rows, then a last lane group against all 8 rows: its rows
+// against the weight rows as lanes when it holds 4 or fewer (a 17-row question), two weight rows
+// to a vector when it holds 5 to 8. (At 64 rows
 // 4 x 2 tiles ran 1.45x faster than 2 x 4 ones, on Q4_K and Q6_K shapes of a 1.5B model; a
 // 256-bit tile for the short last group saved nothing, as vpdpbusd on 256 bits costs what it does
 // on 512 on a Xeon.)

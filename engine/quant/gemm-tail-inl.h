@@ -1,6 +1,8 @@
-// The 8 x 8 transpose the small-batch GEMM's weight-lane tail tiles share (gemm-avx2.cpp,
-// gemm-avx512.cpp): included only by those two files, each compiled for its instruction set;
-// AVX2 instructions only, in an unnamed namespace so the two copies never meet at link time.
+// What the small-batch GEMM's weight-lane tail tiles share (gemm-avx2.cpp, gemm-avx512.cpp): the
+// AVX2 tiles' 8 x 8 transpose (the AVX-512 ones transpose 8-byte pairs with vpermt2q instead) and
+// the dispatch on the tail's row count. Included only by those two files, each compiled for its
+// instruction set; AVX2 instructions only, in an unnamed namespace so the two copies never meet
+// at link time.
 #pragma once
 
 #include <immintrin.h>
