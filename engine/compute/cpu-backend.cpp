@@ -15,6 +15,7 @@
 
 #include "base/kv-codes.h"
 #include "engine/compute/decode-attention.h"
+#include "engine/compute/rope-angles.h"
 #include "engine/compute/simd-math.h"
 #include "engine/compute/thread-pool.h"
 #include "engine/compute/tile-attention.h"
@@ -174,24 +175,24 @@ class CpuBackend final : public Backend {
     const float* inv_freq = a.inv_freq.raw();
     const int n_heads = a.n_heads, hd = a.head_dim;
     if (a.n_tok == 1) {  // decode: the angles of the one position, shared by every layer's q and k
-      const RopeAngles& r = DecodeRopeAngles(pos[0], inv_freq, half);
+      decode_angles_.Prepare(pos, 1, inv_freq, half, [](int64_t, int64_t, auto fn) { fn(0); });
+      const float *cs = decode_angles_.cs(), *sn = decode_angles_.sn();
       for (int h = 0; h < n_heads; ++h) {
         float* v = x + int64_t(h) * hd;
         for (int i = 0; i < half; ++i) {
           const float x0 = v[i], x1 = v[i + half];
-          v[i] = x0 * r.cs[i] - x1 * r.sn[i];
-          v[i + half] = x1 * r.cs[i] + x0 * r.sn[i];
+          v[i] = x0 * cs[i] - x1 * sn[i];
+          v[i + half] = x1 * cs[i] + x0 * sn[i];
         }
       }
       return;
     }
+    batch_angles_.Prepare(pos, a.n_tok, inv_freq, half,
+                          [this](int64_t n, int64_t cost, auto fn) { ForRows(n, cost, fn); });
+    const float *all_cs = batch_angles_.cs(), *all_sn = batch_angles_.sn();
     ForRows(a.n_tok, int64_t(n_heads) * hd, [=](int64_t t) {
-      float cs[256], sn[256];  // head_dim <= 512 (checked by the forward pass)
-      for (int i = 0; i < half; ++i) {
-        const double ang = double(pos[t]) * double(inv_freq[i]);
-        cs[i] = float(std::cos(ang));
-        sn[i] = float(std::sin(ang));
-      }
+      const float* cs = all_cs + t * half;
+      const float* sn = all_sn + t * half;
       for (int h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * hd;
         for (int i = 0; i < half; ++i) {
@@ -299,29 +300,6 @@ class CpuBackend final : public Backend {
     };
   }
 
-  // cos and sin of pos * inv_freq[i] for i < half, as Rope computes them, kept for the next call
-  // with the same position and frequencies (a decode step rotates 2 x n_layer times at one
-  // position).
-  struct RopeAngles {
-    int32_t pos = -1;
-    std::vector<float> inv_freq, cs, sn;
-  };
-  const RopeAngles& DecodeRopeAngles(int32_t pos, const float* inv_freq, int half) {
-    RopeAngles& r = rope_angles_;
-    if (r.pos == pos && int(r.inv_freq.size()) == half && std::equal(inv_freq, inv_freq + half, r.inv_freq.begin()))
-      return r;
-    r.pos = pos;
-    r.inv_freq.assign(inv_freq, inv_freq + half);
-    r.cs.resize(size_t(half));
-    r.sn.resize(size_t(half));
-    for (int i = 0; i < half; ++i) {
-      const double ang = double(pos) * double(inv_freq[i]);
-      r.cs[size_t(i)] = float(std::cos(ang));
-      r.sn[size_t(i)] = float(std::sin(ang));
-    }
-    return r;
-  }
-
   // Rows [j0, j1) of a group's keys (values with v) into fp32 (j1 - j0, head_dim): rows below
   // n_prefix from the prefix, the rest from the new tokens.
   void GatherRows(float* dst, const TileGroup& g, bool v, int n_prefix, int j0, int j1, int head_dim) {
@@ -387,10 +365,21 @@ class CpuBackend final : public Backend {
   bool tiles_ = true;                             // CpuBackendOptions::tile_attention
   std::optional<quant::KernelPath> code_scores_;  // int4 records' scores' path (CpuBackendOptions); nullopt: decoded
   std::optional<quant::KernelPath> int8_scores_;  // int8 key scores' path (CpuBackendOptions); nullopt: fp32
-  RopeAngles rope_angles_;                        // the last decode position's rotation
+  RopeAngleTable decode_angles_;                  // the last decode position's rotation
+  RopeAngleTable batch_angles_;                   // the last batch's rotations
   TypedGemvs gemv_;                               // typed GEMV jobs (decode): their activation rows and staging
   std::vector<float> tile_;                       // decoded weight tile
   quant::GemmActivations gemm_acts_;              // int8 GEMM: the quantized activation rows
+  // What gemm_acts_ holds, valid within one MatMuls call (acts_ready_).
+  struct PreparedActs {
+    const float* x = nullptr;
+    int ldx = 0, m = 0;
+    int64_t k = 0;
+    bool residual = false;
+    bool operator==(const PreparedActs&) const = default;
+  };
+  PreparedActs prepared_;
+  bool acts_ready_ = false;
 };
 
 // Activation rows up to which a typed MatMul runs as GEMV (decode and small batches); beyond,
@@ -405,6 +394,11 @@ void CpuBackend::MatMul(int m, const WeightRef& w, DevPtr<const float> x, int ld
 
 void CpuBackend::MatMuls(int m, DevPtr<const float> x, int ldx, std::span<const MatMulOut> outs) {
   if (m <= 0) return;
+  acts_ready_ = false;  // x may have changed since the last call
+  struct Done {
+    bool& ready;
+    ~Done() { ready = false; }
+  } done{acts_ready_};
   // Typed matrices of a few rows go to one GEMV job; the rest (fp32, or many rows) one by one.
   GemvOut gemv[TypedGemvs::kMaxOuts];
   size_t n_gemv = 0;
@@ -433,12 +427,18 @@ void CpuBackend::MatMuls(int m, DevPtr<const float> x, int ldx, std::span<const 
 }
 
 void CpuBackend::Int8Gemm(int m, const quant::WeightMatrix& w, const float* x, int ldx, float beta, float* y, int ldy) {
-  const Status reset = gemm_acts_.Reset(m, w.n_cols, precise_q8_0_ && w.type == quant::WeightType::kQ8_0);
-  if (!reset.ok()) {  // unreachable: ValidateModel checks that rows are whole blocks
-    spdlog::error("cpu backend: {}", reset.ToString());
-    return;
+  const bool residual = precise_q8_0_ && w.type == quant::WeightType::kQ8_0;
+  const PreparedActs want{x, ldx, m, w.n_cols, residual};
+  if (!(acts_ready_ && prepared_ == want)) {  // the outputs of one MatMuls call share their input's blocks
+    const Status reset = gemm_acts_.Reset(m, w.n_cols, residual);
+    if (!reset.ok()) {  // unreachable: ValidateModel checks that rows are whole blocks
+      spdlog::error("cpu backend: {}", reset.ToString());
+      return;
+    }
+    ForRows(m, w.n_cols, [&](int64_t i) { gemm_acts_.QuantizeRows(x, ldx, int(i), int(i) + 1); });
+    prepared_ = want;
+    acts_ready_ = true;
   }
-  ForRows(m, w.n_cols, [&](int64_t i) { gemm_acts_.QuantizeRows(x, ldx, int(i), int(i) + 1); });
   // Whole panels per task (each task packs its own panels once), a few tasks per thread.
   const int64_t n = w.n_rows, n_panels = (n + quant::kGemmPanel - 1) / quant::kGemmPanel;
   const int64_t n_chunks = pool_.n_threads() == 1 ? 1 : std::min<int64_t>(n_panels, pool_.n_threads() * 4);

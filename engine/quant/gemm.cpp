@@ -204,13 +204,24 @@ Status GemmActivations::Reset(int m, int64_t k, bool residual) {
   blocks_.resize(size_t(m) * size_t(k / kQK32));
   dsum_.resize(blocks_.size());
   dsum16_.resize(2 * blocks_.size());
-  // The lane layout (small batches, and every batch on AVX2); zero, so that the padding rows
+  // The lane layout (small batches, and every batch on AVX2): the rows' lanes are written by
+  // InterleaveRow; the padding rows' lanes of the last lane group are zeroed here, so that they
   // multiply to 0.
-  const size_t lane_blocks = size_t((m + 15) / 16) * size_t(k / kQK32);
-  lane_qs_.assign(lane_blocks * 512, 0);
-  lane_d_.assign(lane_blocks * 16, 0.0f);
-  lane_dsum_.assign(lane_blocks * 16, 0.0f);
-  lane_dsum16_.assign(lane_blocks * 32, 0.0f);
+  const int64_t nb = k / kQK32;
+  const size_t lane_blocks = size_t((m + 15) / 16) * size_t(nb);
+  lane_qs_.resize(lane_blocks * 512);
+  lane_d_.resize(lane_blocks * 16);
+  lane_dsum_.resize(lane_blocks * 16);
+  lane_dsum16_.resize(lane_blocks * 32);
+  if (const int l0 = m % 16; l0 != 0) {
+    const int n_pad = 16 - l0;
+    for (int64_t vb = int64_t(m / 16) * nb; vb < int64_t(lane_blocks); ++vb) {
+      for (int q = 0; q < 8; ++q) std::memset(lane_qs_.data() + (vb * 8 + q) * 64 + 4 * l0, 0, size_t(4 * n_pad));
+      std::fill_n(lane_d_.data() + vb * 16 + l0, n_pad, 0.0f);
+      std::fill_n(lane_dsum_.data() + vb * 16 + l0, n_pad, 0.0f);
+      for (int h = 0; h < 2; ++h) std::fill_n(lane_dsum16_.data() + (vb * 2 + h) * 16 + l0, n_pad, 0.0f);
+    }
+  }
   residual_.resize(residual ? 1 : 0);
   return residual ? residual_[0].Reset(m, k) : Status::Ok();
 }
