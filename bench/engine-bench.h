@@ -63,8 +63,10 @@ struct EngineBenchResult {
   // for as many tokens. Next to sgemm_gflops it says whether fp32 attention can keep up.
   double attention_gflops_ctx = 0;
   double prefill_tok_s_16 = 0, prefill_tok_s_32 = 0, prefill_tok_s_64 = 0;
-  double question_gflops = 0;       // achieved GFLOP/s of the 32-token prefill
-  double question_gflops_frac = 0;  // question_gflops / prefill_gflops (0 when either is)
+  double question_gflops = 0;  // achieved GFLOP/s of the 32-token prefill
+  // GFLOP/s at 32 rows over those at the short prefill's rows, the median over pairs of runs back
+  // to back (0 when the short prefill has 32 rows or fewer)
+  double question_gflops_frac = 0;
 };
 
 // GB/s of n_threads threads reading disjoint parts of a `bytes` buffer (touched first), best of

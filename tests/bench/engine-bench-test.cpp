@@ -46,6 +46,10 @@ TEST(EngineBench, SmokeOnSmallRandomLlama) {
   EXPECT_GT(r->speed.prefill_tok_s_long, 0);
   EXPECT_GT(r->speed.decode_tok_s, 0);
   EXPECT_GT(r->prefill_gflops, 0);
+  EXPECT_GT(r->prefill_tok_s_16, 0);
+  EXPECT_GT(r->prefill_tok_s_32, 0);
+  EXPECT_GT(r->prefill_tok_s_64, 0);
+  EXPECT_GT(r->question_gflops_frac, 0);  // paired runs of 32 and 64 rows (the short prefill)
   EXPECT_GT(r->sgemm_gflops, 0);
   EXPECT_GT(r->peak_rss_mb, 1);
   EXPECT_GE(n_steps, 5);
