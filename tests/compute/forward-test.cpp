@@ -180,12 +180,13 @@ TEST_P(ForwardTest, PredictedScoresAreTheNextLayersScoresWhenALayerIsTheIdentity
   const std::vector<int> probe_kv = {0};
   std::vector<int> probe_q;  // the query heads of kv head 0
   for (int h = 0; h < c0.n_head / c0.n_head_kv; ++h) probe_q.push_back(h);
-  auto keys_of = [&](int il) {  // (n_p, 1, hd): kv head 0 of the exported prefix
+  auto keys_of = [&](int il, int g) {  // (n_p, 1, hd): kv head g of the exported prefix
     std::vector<f16_t> out;
-    for (int t = 0; t < n_p; ++t) out.insert(out.end(), k[il].begin() + t * kv, k[il].begin() + t * kv + hd);
+    for (int t = 0; t < n_p; ++t)
+      out.insert(out.end(), k[il].begin() + t * kv + g * hd, k[il].begin() + t * kv + (g + 1) * hd);
     return out;
   };
-  const std::vector<f16_t> k1 = keys_of(1);
+  const std::vector<f16_t> k1 = keys_of(1, 0);
   const PrefixKeys keys1{n_p, DevPtr<const f16_t>(k1.data()), probe_kv};
   auto prefix = [&](int il) {
     return PrefixKV{n_p, DevPtr<const f16_t>(k[il].data()), DevPtr<const f16_t>(v[il].data()), {}};
@@ -222,7 +223,9 @@ TEST_P(ForwardTest, PredictedScoresAreTheNextLayersScoresWhenALayerIsTheIdentity
   ASSERT_TRUE(fwd_->Attend(0, prefix(0)).ok());
   EXPECT_EQ(fwd_->PredictScores(1, keys1, probe_q, predicted.data()).code(), Status::Code::kInvalidArgument);
 
-  // Layer 0 made the identity: the prediction is layer 1's own score.
+  // Layer 0 made the identity: the prediction is layer 1's own score, with the probe heads in the
+  // first kv group and in the last (the prediction projects K's rows up to the last group it
+  // scores).
   Model id = TinyModel(GetParam(), 42);
   LayerWeights& l0 = id.weights.layers[0];
   for (Tensor* t : {&l0.wo, &l0.w_down}) std::fill(t->data.begin(), t->data.end(), 0.0f);
@@ -230,14 +233,23 @@ TEST_P(ForwardTest, PredictedScoresAreTheNextLayersScoresWhenALayerIsTheIdentity
   if (!id.config.do_layer_norm_before) GTEST_SKIP() << "post-LN: a zero sublayer still renormalises the stream";
   auto f = Forward::Create(id, *be_, {64});
   ASSERT_TRUE(f.ok()) << f.status().ToString();
-  ASSERT_TRUE((*f)->Begin(std::span(toks).subspan(n_p), Iota(n_q, n_p)).ok());
-  ASSERT_TRUE((*f)->ComputeQKV(0).ok());
-  ASSERT_TRUE((*f)->PredictScores(1, keys1, probe_q, predicted.data()).ok());
-  ASSERT_TRUE((*f)->Attend(0, prefix(0)).ok());
-  ASSERT_TRUE((*f)->ComputeQKV(1).ok());
-  std::vector<float> actual(predicted.size());
-  ASSERT_TRUE((*f)->ScoreKeys(1, keys1, probe_q, actual.data()).ok());
-  EXPECT_EQ(predicted, actual);
+  const int group = c0.n_head / c0.n_head_kv;
+  for (int g : {0, c0.n_head_kv - 1}) {
+    SCOPED_TRACE("kv head " + std::to_string(g));
+    std::vector<int> heads;  // the query heads of kv head g
+    for (int h = g * group; h < (g + 1) * group; ++h) heads.push_back(h);
+    const std::vector<int> kv_g = {g};
+    const std::vector<f16_t> kg = keys_of(1, g);
+    const PrefixKeys keys{n_p, DevPtr<const f16_t>(kg.data()), kv_g};
+    std::vector<float> guess(heads.size() * n_p), actual(heads.size() * n_p);
+    ASSERT_TRUE((*f)->Begin(std::span(toks).subspan(n_p), Iota(n_q, n_p)).ok());
+    ASSERT_TRUE((*f)->ComputeQKV(0).ok());
+    ASSERT_TRUE((*f)->PredictScores(1, keys, heads, guess.data()).ok());
+    ASSERT_TRUE((*f)->Attend(0, prefix(0)).ok());
+    ASSERT_TRUE((*f)->ComputeQKV(1).ok());
+    ASSERT_TRUE((*f)->ScoreKeys(1, keys, heads, actual.data()).ok());
+    EXPECT_EQ(guess, actual);
+  }
 }
 
 TEST_P(ForwardTest, GeneratorUbatchesMatchOneBatch) {
