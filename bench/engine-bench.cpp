@@ -134,8 +134,8 @@ Result<EngineBenchResult> RunEngineBenchmark(const Model& model, const EngineBen
       if (n == 32) r.question_gflops = rate.flop_s / 1e9;
     }
     // The fraction from pairs of runs back to back (32 rows, the faster of two, then the large
-    // batch), the median of their ratios: the two rates measured minutes apart moved with the
-    // machine's load (0.67-0.79 over four runs of one build on a shared VM).
+    // batch), the median of their ratios: the two best rates, measured minutes apart, moved with
+    // the machine's load (from 0.67 to 1.02 within an hour on a shared VM).
     std::vector<double> ratios;
     for (int pair = 0; pair < n_runs && n_big > 32; ++pair) {
       IMPRESS_ASSIGN_OR_RETURN(const PrefillRate small, TimePrefill(*gen, *backend, 32, 2, c.n_vocab));
