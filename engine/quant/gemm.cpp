@@ -205,8 +205,9 @@ Status GemmActivations::Reset(int m, int64_t k, bool residual) {
   dsum_.resize(blocks_.size());
   dsum16_.resize(2 * blocks_.size());
   // The lane layout (small batches, and every batch on AVX2): the rows' lanes are written by
-  // InterleaveRow; the padding rows' lanes of the last lane group are zeroed here, so that they
-  // multiply to 0.
+  // InterleaveRow. The kernels also compute the padding rows' lanes of the last lane group and
+  // discard them; they are zeroed here so that they hold no earlier batch's values (which could
+  // be NaN), not because any output depends on them.
   const int64_t nb = k / kQK32;
   const size_t lane_blocks = size_t((m + 15) / 16) * size_t(nb);
   lane_qs_.resize(lane_blocks * 512);
