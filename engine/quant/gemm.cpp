@@ -162,10 +162,9 @@ void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
       for (int64_t g0 = 0; g0 < n_groups; g0 += chunk_groups) {
         const int64_t g1 = std::min(n_groups, g0 + chunk_groups);
         gemm_internal::StripChunk chunk{g0, g1, g0 > 0};
-        if (set == &x) {
-          chunk.fetch = next + 64 * (next_lines * g0 / n_groups);
-          chunk.fetch_lines = next_lines * g1 / n_groups - next_lines * g0 / n_groups;
-        }
+        if (set == &x)
+          chunk.SetFetch(next + 64 * (next_lines * g0 / n_groups),
+                         next_lines * g1 / n_groups - next_lines * g0 / n_groups);
         if (path == KernelPath::kAvx512) {
           gemm_internal::GemmStripAvx512(strip, *set, chunk, out.data(), ldo);
         } else {

@@ -28,6 +28,7 @@
 // is per thread); callers split the weight rows across threads, at multiples of kGemmPanel.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -135,19 +136,26 @@ void PanelQuadsAvx2(const uint8_t* u, int64_t k, int64_t n_groups, uint8_t* data
 // a chunk's activations (16 KiB) and weights stay in L1.
 inline constexpr int64_t kStripChunkGroups = 16;
 // `fetch_lines` cache lines from `fetch` on (the next strip's weights) are prefetched into L2
-// while the chunk computes, a slice at each group, so that the memory works while the kernels do.
+// while the chunk computes, `fetch_step` lines at each group (SetFetch), so that the memory works
+// while the kernels do.
 struct StripChunk {
   int64_t g0, g1;
   bool more;
   const uint8_t* fetch = nullptr;
   int64_t fetch_lines = 0;
+  int64_t fetch_step = 0;
+
+  void SetFetch(const uint8_t* from, int64_t lines) {
+    fetch = from;
+    fetch_lines = lines;
+    fetch_step = (lines + (g1 - g0) - 1) / (g1 - g0);
+  }
 };
 
-// The slice of c's prefetch that goes with group g.
+// The slice of c's prefetch that goes with group g (no division: the kernels call it per group).
 inline void FetchSlice(const StripChunk& c, int64_t g) {
-  const int64_t n = c.g1 - c.g0, i = g - c.g0;
-  for (int64_t l = c.fetch_lines * i / n; l < c.fetch_lines * (i + 1) / n; ++l)
-    __builtin_prefetch(c.fetch + 64 * l, 0, 2);
+  const int64_t l0 = (g - c.g0) * c.fetch_step, l1 = std::min(c.fetch_lines, l0 + c.fetch_step);
+  for (int64_t l = l0; l < l1; ++l) __builtin_prefetch(c.fetch + 64 * l, 0, 2);
 }
 
 // Rows [0, kStripRows) of a decoded strip times every activation row of x
