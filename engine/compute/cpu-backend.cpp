@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "base/host-alloc.h"
 #include "base/kv-codes.h"
 #include "engine/compute/decode-attention.h"
 #include "engine/compute/rope-angles.h"
@@ -77,7 +78,7 @@ class CpuBackend final : public Backend {
   }
 
   Result<DevPtr<void>> Alloc(size_t bytes) override {
-    void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+    void* p = AllocHostBuffer(bytes);
     if (!p) return Status::ResourceExhausted("cpu backend: cannot allocate " + std::to_string(bytes) + " bytes");
     return DevPtr<void>(p);
   }
