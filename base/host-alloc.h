@@ -1,9 +1,10 @@
-// Host buffers for the compute backend: 64-byte aligned, and a large one (at least
-// kHugePageMin bytes) aligned to 2 MiB and offered to the kernel for transparent huge pages
-// (madvise MADV_HUGEPAGE; where the kernel's setting is "madvise", the default on Debian). A
-// request's KV buffers are filled by copies into memory the process has not touched before: with
-// 4 KiB pages each one faults in separately (a 32K-token question touched ~300 MB that way), with
-// huge pages one fault serves 512 of them. Free with std::free.
+// Host buffers for the compute backend and the store's reads: 64-byte aligned, and a large one
+// (at least kHugePageMin bytes) aligned to 2 MiB and offered to the kernel for transparent huge
+// pages (madvise MADV_HUGEPAGE; where the kernel's setting is "madvise", the default on Debian).
+// A request's KV buffers are filled by copies into memory the process has not touched before, and
+// the disk's reads pin theirs: with 4 KiB pages each page faults in separately (a 32K-token
+// question touched ~300 MB of each kind), with huge pages one fault serves 512 of them. Free with
+// std::free.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,7 @@
 #include "store/env.h"
 
+#include "base/host-alloc.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -171,7 +173,10 @@ Env* Env::Default() {
 
 AlignedBuffer::AlignedBuffer(size_t n, bool zero) : n_(n) {
   if (n == 0) return;
-  p_ = static_cast<uint8_t*>(std::aligned_alloc(kIoAlign, AlignUp(n)));
+  // A large buffer in huge pages: pinning it for the disk faults its pages in on the ring's
+  // thread, once per 2 MiB instead of per 4 KiB (base/host-alloc.h).
+  p_ = static_cast<uint8_t*>(AlignUp(n) >= kHugePageMin ? AllocHostBuffer(AlignUp(n))
+                                                        : std::aligned_alloc(kIoAlign, AlignUp(n)));
   if (!p_) n_ = 0;
   else if (zero) std::memset(p_, 0, AlignUp(n));
 }

@@ -97,7 +97,8 @@ class FileWrapper : public File {
   std::unique_ptr<File> f_;
 };
 
-// Aligned heap buffer for O_DIRECT I/O (4 KiB alignment), zero-filled.
+// Aligned heap buffer for O_DIRECT I/O (4 KiB alignment; 2 MiB and advised for huge pages from
+// kHugePageMin bytes on), zero-filled unless asked not to be.
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
