@@ -3,13 +3,28 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <new>
 
 #include "app/app-options.h"
 #include "app/commands.h"
+#include "engine/compute/cpu-backend.h"
 
 int main(int argc, char** argv) {
   using namespace impress::app;
+  // OpenBLAS chose its kernels when it was loaded; where it fell back to generic ones on a CPU it
+  // does not know, run again with the set this CPU can take (engine/compute/cpu-backend.h). On
+  // failure exec returns and the program goes on as it is.
+  if (const char* core = impress::BlasCoreOverride(); core && argc > 0) {
+    setenv("IMPRESS_BLAS_CORE_WAS", impress::BlasCoreName(), 1);
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    execv("/proc/self/exe", argv);
+  }
+  if (const char* was = std::getenv("IMPRESS_BLAS_CORE_WAS"))
+    spdlog::debug("OpenBLAS chose its {} kernels on this CPU; running its {} ones (OPENBLAS_CORETYPE)", was,
+                  impress::BlasCoreName());
   // `impress` alone starts the desktop app.
   char gui_arg[] = "gui";
   char* gui_argv[] = {argc > 0 ? argv[0] : gui_arg, gui_arg, nullptr};

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "engine/compute/backend.h"
 #include "engine/quant/quant-kernels.h"
@@ -55,5 +56,19 @@ std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options = {});
 void SetBlasThreads(int n_threads);
 // A plain sgemm on host memory, C (m,n) = A (m,k) * B^T (n,k): the benchmark's reference rate.
 void HostSgemmNT(int m, int n, int k, const float* a, const float* b, float* c);
+
+// OpenBLAS (sgemm for the weight types the int8 GEMM lacks: F16, BF16, Q2_K, Q3_K, ...) picks its
+// kernels once, when the library is loaded, from the CPU it recognises; an OpenBLAS older than the
+// CPU (Debian 12's 0.3.21 on a Sapphire Rapids Xeon) falls back to its generic SSE3 kernels
+// ("Prescott"), 3-4x slower than its AVX-512 ones there. BlasCoreOverride is the kernel set to
+// ask for instead (the value for OPENBLAS_CORETYPE, which takes effect only in a process that
+// loads the library afterwards), or nullptr when OpenBLAS's choice stands or OPENBLAS_CORETYPE is
+// already set. BlasCoreName is the library's own choice.
+const char* BlasCoreOverride();
+const char* BlasCoreName();
+// The rule: for OpenBLAS's choice `chosen`, "SkylakeX" where the CPU has AVX-512 F/CD/BW/DQ/VL,
+// "Haswell" where it has AVX2 and FMA, when `chosen` is one of the cores before AVX2 (a fallback
+// on such a CPU); nullptr otherwise.
+const char* PickBlasCore(std::string_view chosen, bool avx512, bool avx2_fma);
 
 }  // namespace impress
