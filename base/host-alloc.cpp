@@ -9,9 +9,9 @@
 
 namespace impress {
 
-void* AllocHostBuffer(size_t bytes) {
+void* AllocHostBuffer(size_t bytes, size_t align) {
   constexpr size_t kHuge = size_t(2) << 20;
-  if (bytes < kHugePageMin) return std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  if (bytes < kHugePageMin) return std::aligned_alloc(align, (std::max<size_t>(bytes, 1) + align - 1) / align * align);
   const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
   void* p = std::aligned_alloc(kHuge, size);
 #if defined(MADV_HUGEPAGE)

@@ -1,4 +1,4 @@
-// Host buffers for the compute backend and the store's reads: 64-byte aligned, and a large one
+// Host buffers for the compute backend and the store's reads: aligned as asked, and a large one
 // (at least kHugePageMin bytes) aligned to 2 MiB and offered to the kernel for transparent huge
 // pages (madvise MADV_HUGEPAGE; where the kernel's setting is "madvise", the default on Debian).
 // A request's KV buffers are filled by copies into memory the process has not touched before, and
@@ -13,7 +13,8 @@ namespace impress {
 
 inline constexpr size_t kHugePageMin = size_t(2) << 20;
 
-// nullptr when out of memory; bytes == 0 allocates a minimal buffer.
-void* AllocHostBuffer(size_t bytes);
+// `align` (a power of two, at most 2 MiB) is the alignment below kHugePageMin bytes; nullptr
+// when out of memory; bytes == 0 allocates a minimal buffer.
+void* AllocHostBuffer(size_t bytes, size_t align = 64);
 
 }  // namespace impress

@@ -175,8 +175,7 @@ AlignedBuffer::AlignedBuffer(size_t n, bool zero) : n_(n) {
   if (n == 0) return;
   // A large buffer in huge pages: pinning it for the disk faults its pages in on the ring's
   // thread, once per 2 MiB instead of per 4 KiB (base/host-alloc.h).
-  p_ = static_cast<uint8_t*>(AlignUp(n) >= kHugePageMin ? AllocHostBuffer(AlignUp(n))
-                                                        : std::aligned_alloc(kIoAlign, AlignUp(n)));
+  p_ = static_cast<uint8_t*>(AllocHostBuffer(AlignUp(n), kIoAlign));
   if (!p_) n_ = 0;
   else if (zero) std::memset(p_, 0, AlignUp(n));
 }
