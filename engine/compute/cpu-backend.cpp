@@ -551,7 +551,7 @@ void CpuBackend::DirectAttention(const AttentionArgs& a, const std::vector<float
           if (any_importance && imp_row[h])
             std::memcpy(raw_scores_.data() + (size_t(h) * n_new + i) * n_keys + j0, sx, sizeof(float) * n);
           float sum = 0;
-          part_max_[idx] = ExpShift(sx, n, &sum);
+          part_max_[idx] = TileExpShift(sx, n, sx, &sum);
           part_sum_[idx] = sum;
         }
         for_runs(n, a.v_prefix.raw(), a.v_new.raw(), [&](int off, const f16_t* v, int len) {

@@ -24,4 +24,11 @@ void DecodeScores(const float* q0, int group, int head_dim, float scale, const f
 void DecodeWeightedValues(float* const* acc, int group, int head_dim, const float* p, int ld, const f16_t* v,
                           int64_t stride, int n);
 
+// The two on AVX-512 (decode-attention-avx512.cpp), for a head_dim that is a multiple of 16 on a
+// CPU the kernel path says has it; the two above call them where both hold.
+void DecodeScoresAvx512(const float* q0, int group, int head_dim, float scale, const f16_t* k, int64_t stride, int n,
+                        float* s, int ld);
+void DecodeWeightedValuesAvx512(float* const* acc, int group, int head_dim, const float* p, int ld, const f16_t* v,
+                                int64_t stride, int n);
+
 }  // namespace impress
