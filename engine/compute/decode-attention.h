@@ -3,7 +3,8 @@
 // of a run of values. The CPU backend splits the keys into blocks and merges them
 // (flash-decoding); these are what one block costs, so they run at the speed the KV streams in:
 // each fp16 key or value is converted once for all the heads that share it, a block's scores
-// leave the registers eight keys at a time, and value sums stay in registers over the run.
+// leave the registers a vector of keys at a time (eight on AVX2, sixteen on AVX-512), and value
+// sums stay in registers over the run (decode-kernels-inl.h).
 //
 // Thread contract: pure functions of their arguments; the backend calls them from its pool.
 #pragma once
