@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
     setenv("IMPRESS_BLAS_CORE_WAS", impress::BlasCoreName(), 1);
     setenv("OPENBLAS_CORETYPE", core, 1);
     execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE");  // exec failed: this process keeps OpenBLAS's choice, and so do its children
+    unsetenv("IMPRESS_BLAS_CORE_WAS");
   }
   if (const char* was = std::getenv("IMPRESS_BLAS_CORE_WAS"))
     spdlog::debug("OpenBLAS chose its {} kernels on this CPU; running its {} ones (OPENBLAS_CORETYPE)", was,
