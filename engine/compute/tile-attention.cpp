@@ -167,31 +167,29 @@ void Int8BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, i
   const int hd = a.head_dim, rows = int(grp.heads.size()) * a.n_new;
   const quant::KernelPath path = *a.int8_scores;
   const int n_pad = quant::KeyScorePad(n);
-  thread_local std::vector<int8_t> codes;
-  thread_local std::vector<int32_t> k_sum;
-  thread_local std::vector<float> amax, ch_scale, ch_inv, q_scale;
-  thread_local std::vector<uint8_t> q_u8;
-  codes.resize(size_t(hd) * n_pad);
-  k_sum.resize(size_t(n_pad));
-  for (int c = 0; c < hd / 4; ++c) std::memset(codes.data() + (int64_t(c) * n_pad + n) * 4, 0, size_t(n_pad - n) * 4);
-  std::fill(k_sum.begin() + n, k_sum.end(), 0);
+  thread_local ScratchArray<int8_t> codes_buf;
+  thread_local ScratchArray<int32_t> k_sum_buf;
+  thread_local ScratchArray<float> amax_buf, ch_scale_buf, ch_inv_buf, q_scale_buf;
+  thread_local ScratchArray<uint8_t> q_u8_buf;
+  int8_t* codes = codes_buf.Grow(size_t(hd) * n_pad);
+  int32_t* k_sum = k_sum_buf.Grow(size_t(n_pad));
+  for (int c = 0; c < hd / 4; ++c) std::memset(codes + (int64_t(c) * n_pad + n) * 4, 0, size_t(n_pad - n) * 4);
+  std::fill(k_sum + n, k_sum + n_pad, 0);
   const f16_t* fresh = grp.k_new + int64_t(j0 + n_pre - a.n_prefix) * grp.new_stride;
-  amax.assign(size_t(hd), 0.0f);
-  if (n_pre > 0) quant::KeyChannelAbsMax(path, pre, pre_stride, n_pre, hd, amax.data());
-  if (n > n_pre) quant::KeyChannelAbsMax(path, fresh, grp.new_stride, n - n_pre, hd, amax.data());
-  ch_scale.resize(size_t(hd));
-  ch_inv.resize(size_t(hd));
-  quant::KeyChannelScales(amax.data(), hd, ch_scale.data(), ch_inv.data());
-  if (n_pre > 0)
-    quant::PackKeysInt8(path, pre, pre_stride, n_pre, hd, ch_inv.data(), codes.data(), n_pad, 0, k_sum.data());
+  float* amax = amax_buf.Grow(size_t(hd));
+  std::fill(amax, amax + hd, 0.0f);
+  if (n_pre > 0) quant::KeyChannelAbsMax(path, pre, pre_stride, n_pre, hd, amax);
+  if (n > n_pre) quant::KeyChannelAbsMax(path, fresh, grp.new_stride, n - n_pre, hd, amax);
+  float* ch_scale = ch_scale_buf.Grow(size_t(hd));
+  float* ch_inv = ch_inv_buf.Grow(size_t(hd));
+  quant::KeyChannelScales(amax, hd, ch_scale, ch_inv);
+  if (n_pre > 0) quant::PackKeysInt8(path, pre, pre_stride, n_pre, hd, ch_inv, codes, n_pad, 0, k_sum);
   if (n > n_pre)
-    quant::PackKeysInt8(path, fresh, grp.new_stride, n - n_pre, hd, ch_inv.data(), codes.data(), n_pad, n_pre,
-                        k_sum.data() + n_pre);
-  q_u8.resize(size_t(rows) * hd);
-  q_scale.resize(size_t(rows));
-  quant::QuantizeQueriesInt8(sc.q.data() + size_t(g) * size_t(max_rows) * hd, rows, hd, ch_scale.data(), q_u8.data(),
-                             q_scale.data());
-  quant::KeyScoresInt8(path, q_u8.data(), q_scale.data(), rows, hd, codes.data(), n_pad, k_sum.data(), s, ld);
+    quant::PackKeysInt8(path, fresh, grp.new_stride, n - n_pre, hd, ch_inv, codes, n_pad, n_pre, k_sum + n_pre);
+  uint8_t* q_u8 = q_u8_buf.Grow(size_t(rows) * hd);
+  float* q_scale = q_scale_buf.Grow(size_t(rows));
+  quant::QuantizeQueriesInt8(sc.q.data() + size_t(g) * size_t(max_rows) * hd, rows, hd, ch_scale, q_u8, q_scale);
+  quant::KeyScoresInt8(path, q_u8, q_scale, rows, hd, codes, n_pad, k_sum, s, ld);
 }
 
 // Scores of group g's rows against the block's n_pre prefix keys, from their int4 records
@@ -201,17 +199,17 @@ void Int4BlockScores(const TileAttentionArgs& a, const TileScratch& sc, int g, i
   const TileGroup& grp = a.groups[size_t(g)];
   const int hd = a.head_dim, rows = int(grp.heads.size()) * a.n_new;
   const int n_pad = quant::CodeScorePad(n_pre);
-  thread_local std::vector<uint8_t> codes;
-  thread_local std::vector<float> ks;
+  thread_local ScratchArray<uint8_t> codes_buf;
+  thread_local ScratchArray<float> ks_buf;
   const int words = quant::CodeWords(hd);
-  codes.resize(size_t(words) * 4 * n_pad);
-  ks.resize(size_t(n_pad));
+  uint8_t* codes = codes_buf.Grow(size_t(words) * 4 * n_pad);
+  float* ks = ks_buf.Grow(size_t(n_pad));
   const int scale_at = 2 * grp.code_head;
   const int codes_at = 2 * grp.code_heads + grp.code_head * int(HeadCodeBytes(4, hd));
-  quant::PackInt4Keys(k_rec, grp.code_record_bytes, scale_at, codes_at, n_pre, hd, codes.data(), n_pad, ks.data());
+  quant::PackInt4Keys(k_rec, grp.code_record_bytes, scale_at, codes_at, n_pre, hd, codes, n_pad, ks);
   const size_t first = size_t(g) * size_t(max_rows);  // the group's first row
   quant::Int4KeyScores(*a.int4_code_scores, sc.q8.data() + first * 4 * words, sc.q8_scale.data() + first,
-                       sc.q8_sum.data() + first, rows, hd, codes.data(), n_pad, ks.data(), s, ld);
+                       sc.q8_sum.data() + first, rows, hd, codes, n_pad, ks, s, ld);
 }
 
 // One task: the scores of block b of group g, their per-row softmax parts and, with values,
@@ -227,9 +225,9 @@ bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
     return false;
   // The row stride is not a multiple of 4 KiB, so rows do not alias in the caches.
   const int ldk = n16 + kTileCols;
-  thread_local std::vector<float> kt, vb, s;
-  kt.resize(size_t(hd) * ldk);
-  s.resize(size_t(rows) * ldk);
+  thread_local ScratchArray<float> kt, vb, s;
+  kt.Grow(size_t(hd) * ldk);
+  s.Grow(size_t(rows) * ldk);
   // Keys [j0, j1) as two runs: the prefix part, then the new tokens.
   const int n_pre = std::clamp(a.n_prefix - j0, 0, n);
   auto run_ptr = [&](const f16_t* prefix, const f16_t* fresh, bool first) {
@@ -243,8 +241,8 @@ bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
   const f16_t* k_pre = n_pre > 0 && !grp.k_codes ? run_ptr(grp.k_prefix, grp.k_new, true) : nullptr;
   int64_t k_pre_stride = grp.prefix_stride;
   if (n_pre > 0 && grp.k_codes && int8_scores) {
-    thread_local std::vector<f16_t> decoded;
-    decoded.resize(size_t(n_pre) * hd);
+    thread_local ScratchArray<f16_t> decoded;
+    decoded.Grow(size_t(n_pre) * hd);
     const uint8_t* rec = k_rec;
     for (int j = 0; j < n_pre; ++j, rec += grp.code_record_bytes)
       DecodeRecordHead(grp.code_bits, rec, grp.code_heads, hd, grp.code_head, decoded.data() + size_t(j) * hd);
@@ -292,7 +290,7 @@ bool TileBlock(const TileAttentionArgs& a, const TileLayout& L, TileScratch& sc,
     }
   }
   if (!a.out) return true;
-  vb.resize(size_t(n) * hd);
+  vb.Grow(size_t(n) * hd);
   if (n_pre > 0) ValuesF32(run_ptr(grp.v_prefix, grp.v_new, true), grp.prefix_stride, n_pre, hd, vb.data());
   if (n > n_pre)
     ValuesF32(run_ptr(grp.v_prefix, grp.v_new, false), grp.new_stride, n - n_pre, hd, vb.data() + int64_t(n_pre) * hd);
@@ -469,7 +467,7 @@ bool TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
   }
   if (n_groups == 0 || L.rows == 0) return a.prefix_arrivals ? a.prefix_arrivals->WaitAll() : true;
   // The queries, pre-scaled, rows (i, x) of each group adjacent.
-  sc.q.resize(size_t(n_groups) * L.rows * hd);
+  sc.q.Grow(size_t(n_groups) * L.rows * hd);
   for (int g = 0; g < n_groups; ++g) {
     const TileGroup& grp = a.groups[size_t(g)];
     const int nh = int(grp.heads.size());
@@ -482,9 +480,9 @@ bool TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
   }
   if (a.int4_code_scores && !a.out) {  // once per call, for every block of int4 records
     const size_t words = size_t(quant::CodeWords(hd));
-    sc.q8.resize(size_t(n_groups) * L.rows * 4 * words);
-    sc.q8_scale.resize(size_t(n_groups) * L.rows);
-    sc.q8_sum.resize(size_t(n_groups) * L.rows);
+    sc.q8.Grow(size_t(n_groups) * L.rows * 4 * words);
+    sc.q8_scale.Grow(size_t(n_groups) * L.rows);
+    sc.q8_sum.Grow(size_t(n_groups) * L.rows);
     for (int g = 0; g < n_groups; ++g) {
       const size_t first = size_t(g) * L.rows;
       quant::QuantizeQueriesForCodes(sc.q.data() + first * hd, int(a.groups[size_t(g)].heads.size()) * a.n_new, hd,
@@ -493,12 +491,12 @@ bool TileAttention(const TileAttentionArgs& a, TileScratch& sc, const TileParall
     }
   }
   const size_t n_part = size_t(n_groups) * L.n_blocks * L.rows;
-  sc.part_max.resize(n_part);
-  sc.part_sum.resize(n_part);
-  if (a.out) sc.part_acc.resize(n_part * hd);
+  sc.part_max.Grow(n_part);
+  sc.part_sum.Grow(n_part);
+  if (a.out) sc.part_acc.Grow(n_part * hd);
   L.raw_from = std::clamp(a.importance_from, 0, L.n_keys);
-  if (any_importance) sc.raw.resize(size_t(n_groups) * L.rows * size_t(L.n_keys - L.raw_from));
-  sc.part_w.resize(n_part);
+  if (any_importance) sc.raw.Grow(size_t(n_groups) * L.rows * size_t(L.n_keys - L.raw_from));
+  sc.part_w.Grow(n_part);
   // Task t = b * n_groups + g: block by block, or, with the prefix still arriving, in the order
   // blocks complete. Each task writes only its own parts, so the order changes no bit.
   std::atomic<bool> missing{false};

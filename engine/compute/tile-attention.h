@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/fp16.h"
+#include "base/host-alloc.h"
 #include "base/row-arrivals.h"
 #include "engine/quant/quant-kernels.h"
 
@@ -119,12 +120,12 @@ struct TileAttentionArgs {
 
 // Buffers a caller keeps between calls so a call allocates nothing once they have grown.
 struct TileScratch {
-  std::vector<float> q, part_max, part_sum, part_w, part_acc, raw;
+  ScratchArray<float> q, part_max, part_sum, part_w, part_acc, raw;
   // The queries as int8 rows for int4 code scores (TileAttentionArgs::int4_code_scores), a row of
   // quant::CodeWords(head_dim) words for each of q's, with one scale and one code sum per row.
-  std::vector<int8_t> q8;
-  std::vector<float> q8_scale;
-  std::vector<int32_t> q8_sum;
+  ScratchArray<int8_t> q8;
+  ScratchArray<float> q8_scale;
+  ScratchArray<int32_t> q8_sum;
 };
 
 // Runs fn(i) for i in [0, n), possibly in parallel (the backend's pool).
