@@ -47,6 +47,7 @@ nlohmann::json RequestReportJson(const RequestReport& r) {
          {"io_wait_ms", l.io_wait_ms},
          {"prefetched", l.prefetched},
          {"prefetch_used", l.prefetch_used},
+         {"keys_ahead", l.keys_ahead},
          {"predicted", l.predicted},
          {"team_bytes", l.team_bytes},
          {"chunks",

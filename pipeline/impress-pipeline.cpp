@@ -337,6 +337,16 @@ Status ImpressPipeline::AttendRecordingImportance(int il, const PrefixKV& prefix
 
 void ImpressPipeline::FinishRequest(Run& run) {
   RequestReport& report = run.report;
+  // Reads ahead no layer took (a failed prediction's keys where the layer's own probe passed):
+  // waited now, after the first token, and counted with their layer.
+  for (size_t il = 0; il < prefetch_.size(); ++il) {
+    if (std::optional<store::ReadTicket> t = TakePrefetch(int(il))) {
+      Result<store::ReadResult> r = store_->Wait(*t);
+      if (!r.ok()) continue;  // nothing of the answer came from it
+      NoteRead(run, report.layers[il], r->stats);
+      report.layers[il].key_bytes += uint64_t(r->k.size()) * sizeof(f16_t);
+    }
+  }
   for (const LayerReport& lr : report.layers) {
     report.ssd_bytes_read += lr.ssd_bytes;
     report.ssd_reads += lr.ssd_reads;

@@ -218,7 +218,17 @@ Status ImpressPipeline::SubmitPrediction(Run& run) {
   pending_predict_.reset();
   // A predicted selection whose heads disagree is not kept: the layer probes itself, and mostly
   // falls back to all heads as the prediction did, so rows read for it would mostly go unused.
-  if (p.verdict && !p.verdict->passed) return Status::Ok();
+  // What that fallback reads first does not depend on any choice: all of the layer's keys, read
+  // now, while this layer computes (SelectByAllHeads takes them; where the layer's own probe
+  // passes after all, FinishRequest waits for them after the first token).
+  if (p.verdict && !p.verdict->passed) {
+    std::optional<store::ReadTicket>& slot = prefetch_[size_t(p.il)];
+    if (!slot) {
+      IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, p.il));
+      run.sw.Lap(&run.report.breakdown.kv_io_ms);
+    }
+    return Status::Ok();
+  }
   KvPrefetch pf;
   pf.positions = std::move(p.positions);
   pf.verdict = p.verdict;
@@ -450,6 +460,7 @@ Status ImpressPipeline::SelectByAllHeads(LayerJob& job) {
     keys.k = std::move(job.keys);
   } else {
     std::optional<store::ReadTicket> t = TakePrefetch(job.il);
+    job.lr.keys_ahead = t.has_value();
     if (!t) {
       IMPRESS_ASSIGN_OR_RETURN(t, store_->SubmitReadAllKeys(handle_, job.il));
     }

@@ -66,6 +66,9 @@ struct LayerReport {
   // Predicted selection (PipelineSettings::predict_select): the layer kept the tokens its probe
   // picked one layer early and did not probe again.
   bool predicted = false;
+  // The all-heads step took keys read while an earlier layer computed (AS+H2O's prefetch, or a
+  // failed prediction's read of the keys its fallback would need).
+  bool keys_ahead = false;
 };
 
 struct RequestReport {

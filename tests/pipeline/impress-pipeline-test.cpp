@@ -328,9 +328,10 @@ TEST_F(PipelineOnModel, PredictedReadsChangeOnlyWhenKvArrives) {
 // first whose prediction passed its Jaccard test, the rows the prediction read ahead: all of them
 // came from that read (nothing is read once the layer's queries are known) and the layer is
 // reported as predicted. The first layer has nothing to predict it and chooses as without. Where
-// every prediction fails its test (alpha 0) nothing is read ahead and the layers probe as usual:
-// the same tokens and logits as without. The predicted rows are mostly the ones the layers' own
-// probes pick.
+// every prediction fails its test (alpha 0) no rows are read ahead and the layers probe as usual,
+// but each layer's keys are: the fallback to all heads its own probe then takes uses them, so the
+// same keys are read once, and the tokens and logits are as without. The predicted rows are mostly
+// the ones the layers' own probes pick.
 TEST_F(PipelineOnModel, PredictedSelectionKeepsTheRowsReadAhead) {
   store::PrefixStoreOptions o = StoreOptions();
   o.device_bytes = 0;
@@ -351,10 +352,19 @@ TEST_F(PipelineOnModel, PredictedSelectionKeepsTheRowsReadAhead) {
     ASSERT_EQ(r0.n_matched, p.n_prefix);
     ASSERT_EQ(r1.n_matched, p.n_prefix);
     if (alpha == 0.0f) {
+      int ahead = 0;
       for (const LayerReport& l : r1.layers) {
+        const LayerReport& own = r0.layers[size_t(l.il)];
         EXPECT_FALSE(l.predicted) << "layer " << l.il;
-        EXPECT_EQ(l.prefetched, 0) << "layer " << l.il << ": a prediction that fails its test reads nothing";
+        EXPECT_EQ(l.prefetched, 0) << "layer " << l.il << ": a prediction that fails its test reads no rows";
+        EXPECT_FALSE(own.keys_ahead) << "layer " << l.il << ": without predictions the fallback reads its keys itself";
+        EXPECT_EQ(l.passed, own.passed) << "layer " << l.il;
+        if (l.il == 0 || l.passed) continue;
+        EXPECT_TRUE(l.keys_ahead) << "layer " << l.il << ": the failed prediction read the fallback's keys";
+        EXPECT_EQ(l.key_bytes, own.key_bytes) << "layer " << l.il << ": the keys read once";
+        ahead += l.keys_ahead;
       }
+      EXPECT_GT(ahead, 0);
       EXPECT_EQ(r0.selected, r1.selected);
       EXPECT_EQ(plain, predicted);
       continue;
