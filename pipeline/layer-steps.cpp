@@ -224,7 +224,8 @@ Status ImpressPipeline::SubmitPrediction(Run& run) {
   if (p.verdict && !p.verdict->passed) {
     std::optional<store::ReadTicket>& slot = prefetch_[size_t(p.il)];
     if (!slot) {
-      IMPRESS_ASSIGN_OR_RETURN(slot, store_->SubmitReadAllKeys(handle_, p.il));
+      // A read ahead that cannot start is left to the fallback, which reports why if it fails again.
+      if (Result<store::ReadTicket> t = store_->SubmitReadAllKeys(handle_, p.il); t.ok()) slot = *t;
       run.sw.Lap(&run.report.breakdown.kv_io_ms);
     }
     return Status::Ok();
