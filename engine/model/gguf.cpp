@@ -312,10 +312,18 @@ class GgufFile::Parser {
   }
 
   Status ReadString(std::string_view* s, const std::string& what) {
-    uint64_t len = 0;
-    IMPRESS_RETURN_IF_ERROR(ReadU64(&len, "the length of " + what));
+    return ReadString(s, [&] { return what; });
+  }
+
+  // The same with the name made only for an error (what() returns it): a vocabulary's 150K
+  // strings would otherwise each build two messages, much of a model's start-up.
+  template <class What>
+  Status ReadString(std::string_view* s, const What& what) {
+    if (Remaining() < 8) return Truncated(8, "the length of " + what());
+    const uint64_t len = Load<uint64_t>(base_ + pos_);
+    pos_ += 8;
     if (len > Remaining()) {
-      return Bad(Status::Code::kCorruption, what + ": string length " + std::to_string(len) + " at offset " +
+      return Bad(Status::Code::kCorruption, what() + ": string length " + std::to_string(len) + " at offset " +
                                                 std::to_string(pos_ - 8) + " exceeds the " +
                                                 std::to_string(Remaining()) + " bytes left in the file");
     }
@@ -366,7 +374,7 @@ class GgufFile::Parser {
       IMPRESS_RETURN_IF_ERROR(Charge(n, sizeof(std::string_view), what));
       v->strs.resize(n);
       for (uint64_t j = 0; j < n; ++j) {
-        IMPRESS_RETURN_IF_ERROR(ReadString(&v->strs[j], what + " element " + std::to_string(j)));
+        IMPRESS_RETURN_IF_ERROR(ReadString(&v->strs[j], [&] { return what + " element " + std::to_string(j); }));
       }
     } else if (v->elem_type == GgufType::kArray) {
       IMPRESS_RETURN_IF_ERROR(Charge(n, sizeof(GgufValue), what));
