@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <queue>
@@ -177,10 +178,10 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   tok.piece_to_id_.Reserve(n);
   size_t n_undecodable = 0;
   std::string bytes;
+  std::vector<uint8_t> mergeable(n);  // indexed by its piece (BPE) or text (SPM)
   for (size_t i = 0; i < n; ++i) {
     const std::string& text = tok.texts_[i];
     const TokenType type = tok.types_[i];
-    tok.text_to_id_.Insert(text, int32_t(i));  // the first of duplicates wins
     const bool special = type == TokenType::kControl || type == TokenType::kUserDefined;
     std::string& piece = tok.pieces_[i];
     if (bpe) {
@@ -202,10 +203,29 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
         piece = ReplaceAll(text, kSpmSpace, " ");
       }
     }
-    const bool mergeable =
-        bpe ? (type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kByte)
-            : (type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kUserDefined);
-    if (mergeable && !text.empty()) tok.piece_to_id_.Insert(bpe ? piece : text, int32_t(i));
+    mergeable[i] =
+        !text.empty() &&
+        (bpe ? (type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kByte)
+             : (type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kUserDefined));
+  }
+  // Both indexes in id order (the first of duplicates wins), the slots of the token kAhead later
+  // asked of the caches first: each insert into a table of 150K keys is a cache miss, and asked
+  // ahead they overlap.
+  constexpr size_t kAhead = 8;
+  std::array<size_t, kAhead> text_hash{}, piece_hash{};
+  auto piece_key = [&](size_t i) -> std::string_view { return bpe ? tok.pieces_[i] : tok.texts_[i]; };
+  auto ask = [&](size_t i) {
+    text_hash[i % kAhead] = StringIndex::Hash(tok.texts_[i]);
+    tok.text_to_id_.Prefetch(text_hash[i % kAhead]);
+    if (!mergeable[i]) return;
+    piece_hash[i % kAhead] = StringIndex::Hash(piece_key(i));
+    tok.piece_to_id_.Prefetch(piece_hash[i % kAhead]);
+  };
+  for (size_t i = 0; i < std::min(kAhead, n); ++i) ask(i);
+  for (size_t i = 0; i < n; ++i) {
+    tok.text_to_id_.Insert(tok.texts_[i], int32_t(i), text_hash[i % kAhead]);
+    if (mergeable[i]) tok.piece_to_id_.Insert(piece_key(i), int32_t(i), piece_hash[i % kAhead]);
+    if (i + kAhead < n) ask(i + kAhead);
   }
   if (n_undecodable) {
     spdlog::debug("{}: {} BPE tokens are not byte-level text; decoded as UTF-8", source, n_undecodable);
@@ -218,19 +238,38 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
       if (id >= 0) tok.byte_to_id_[b] = id;
     }
     size_t n_skipped = 0;
-    tok.merges_.reserve(v.merges.size());
-    std::string joined;  // a + b, in one buffer reused for every merge
+    tok.merges_.Reserve(v.merges.size());
+    // Each merge looks up its two parts and their join; the lookups of the merge kAhead later are
+    // asked of the caches first (their joins and hashes wait in a ring).
+    constexpr size_t kAhead = 8;
+    struct Ahead {
+      std::string joined;  // a + b
+      size_t ha = 0, hb = 0, hm = 0;
+    };
+    std::array<Ahead, kAhead> ahead;
+    const StringIndex& index = tok.text_to_id_;
+    auto ask = [&](size_t r) {
+      const auto& [a, b] = v.merges[r];
+      Ahead& x = ahead[r % kAhead];
+      x.joined.assign(a).append(b);
+      x.ha = StringIndex::Hash(a);
+      x.hb = StringIndex::Hash(b);
+      x.hm = StringIndex::Hash(x.joined);
+      index.Prefetch(x.ha);
+      index.Prefetch(x.hb);
+      index.Prefetch(x.hm);
+    };
+    for (size_t r = 0; r < std::min(kAhead, v.merges.size()); ++r) ask(r);
     for (size_t r = 0; r < v.merges.size(); ++r) {
       const auto& [a, b] = v.merges[r];
-      const int32_t ia = tok.text_to_id_.Find(a), ib = tok.text_to_id_.Find(b);
-      joined.assign(a).append(b);
-      const int32_t im = tok.text_to_id_.Find(joined);
+      const Ahead& x = ahead[r % kAhead];
+      const int32_t ia = index.Find(a, x.ha), ib = index.Find(b, x.hb), im = index.Find(x.joined, x.hm);
+      if (r + kAhead < v.merges.size()) ask(r + kAhead);  // into the slot just read
       if (ia < 0 || ib < 0 || im < 0) {
         ++n_skipped;
         continue;
       }
-      const uint64_t key = (uint64_t(uint32_t(ia)) << 32) | uint32_t(ib);
-      tok.merges_.emplace(key, MergeInfo{int32_t(r), im});  // the first rank wins
+      tok.merges_.Insert(ia, ib, MergeInfo{int32_t(r), im});  // the first rank wins
     }
     if (n_skipped) {
       spdlog::warn("{}: {} of {} merges name tokens that are not in the vocabulary; ignored", source, n_skipped,
@@ -477,8 +516,7 @@ void Tokenizer::EncodeBpePiece(std::string_view piece, std::vector<int32_t>* out
   auto lookup = [&](int32_t left) -> const MergeInfo* {
     const int32_t right = syms[left].next;
     if (right < 0) return nullptr;
-    auto it = merges_.find((uint64_t(uint32_t(syms[left].id)) << 32) | uint32_t(syms[right].id));
-    return it == merges_.end() ? nullptr : &it->second;
+    return merges_.Find(syms[left].id, syms[right].id);
   };
   for (int32_t k = 0; k + 1 < int32_t(syms.size()); ++k) {
     if (const MergeInfo* m = lookup(k)) push({m->rank, k});

@@ -31,6 +31,7 @@
 
 #include "base/progress.h"
 #include "base/status.h"
+#include "engine/tokenizer/merge-table.h"
 #include "engine/tokenizer/pre-tokenizer.h"
 #include "engine/tokenizer/string-index.h"
 
@@ -170,10 +171,7 @@ class Tokenizer {
     bool always;  // user-defined: matched even without parse_special
     bool lstrip, rstrip;
   };
-  struct MergeInfo {
-    int32_t rank;
-    int32_t merged;
-  };
+  using MergeInfo = BpeMerge;
 
   // Which added tokens Encode* may match: all (parse_special), user-defined only, or any
   // lying inside `markup` ranges only.
@@ -197,12 +195,12 @@ class Tokenizer {
   std::vector<TokenType> types_;
   std::vector<float> scores_;
   // Views into texts_ and pieces_ (their strings stay in place when the tokenizer moves).
-  StringIndex text_to_id_;                          // stored string -> id
-  StringIndex piece_to_id_;                         // decoded bytes -> id of normal (and SPM user-defined) tokens
-  std::unordered_map<uint64_t, MergeInfo> merges_;  // (left id << 32 | right id)
-  int32_t byte_to_id_[256];                         // BPE: single-byte tokens; SPM: <0xXX> (-1: none)
-  std::vector<Special> specials_;                   // longest first
-  std::vector<uint16_t> special_first_[256];        // indexes into specials_ by first byte
+  StringIndex text_to_id_;                    // stored string -> id
+  StringIndex piece_to_id_;                   // decoded bytes -> id of normal (and SPM user-defined) tokens
+  MergeTable merges_;                         // (left id, right id) -> rank and merged token
+  int32_t byte_to_id_[256];                   // BPE: single-byte tokens; SPM: <0xXX> (-1: none)
+  std::vector<Special> specials_;             // longest first
+  std::vector<uint16_t> special_first_[256];  // indexes into specials_ by first byte
   std::unordered_map<std::string, int32_t> special_map_;
   std::vector<int32_t> eog_;
   std::vector<uint8_t> is_eog_;
