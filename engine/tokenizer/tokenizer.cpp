@@ -22,14 +22,16 @@ constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGH
 // GPT-2's byte <-> char map: printable bytes stand for themselves, the others are shifted to
 // U+0100.. so every byte is a visible character in the vocabulary files.
 struct ByteLevelMap {
+  static constexpr uint32_t kChars = 512;  // every character of the map is below U+0200
   uint32_t byte_to_cp[256];
-  std::unordered_map<uint32_t, uint8_t> cp_to_byte;
+  int16_t cp_to_byte[kChars];  // -1: not a character of the map
   ByteLevelMap() {
+    std::fill(std::begin(cp_to_byte), std::end(cp_to_byte), int16_t(-1));
     int n = 0;
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
       byte_to_cp[b] = printable ? uint32_t(b) : uint32_t(256 + n++);
-      cp_to_byte[byte_to_cp[b]] = uint8_t(b);
+      cp_to_byte[byte_to_cp[b]] = int16_t(b);
     }
   }
 };
@@ -45,9 +47,8 @@ bool ByteLevelDecode(std::string_view text, std::string* out) {
   for (size_t i = 0; i < text.size();) {
     uint32_t cp;
     i += DecodeUtf8(text, i, &cp);
-    auto it = m.cp_to_byte.find(cp);
-    if (it == m.cp_to_byte.end()) return false;
-    out->push_back(char(it->second));
+    if (cp >= ByteLevelMap::kChars || m.cp_to_byte[cp] < 0) return false;
+    out->push_back(char(m.cp_to_byte[cp]));
   }
   return true;
 }
