@@ -179,7 +179,7 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   tok.piece_to_id_.Reserve(n);
   size_t n_undecodable = 0;
   std::string bytes;
-  std::vector<uint8_t> mergeable(n);  // indexed by its piece (BPE) or text (SPM)
+  std::vector<uint8_t> mergeable(n);  // in piece_to_id_, under its piece (BPE) or text (SPM)
   for (size_t i = 0; i < n; ++i) {
     const std::string& text = tok.texts_[i];
     const TokenType type = tok.types_[i];
@@ -242,14 +242,13 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
     tok.merges_.Reserve(v.merges.size());
     // Each merge looks up its two parts and their join; the lookups of the merge kAhead later are
     // asked of the caches first (their joins and hashes wait in a ring).
-    constexpr size_t kAhead = 8;
     struct Ahead {
       std::string joined;  // a + b
       size_t ha = 0, hb = 0, hm = 0;
     };
     std::array<Ahead, kAhead> ahead;
     const StringIndex& index = tok.text_to_id_;
-    auto ask = [&](size_t r) {
+    auto ask_merge = [&](size_t r) {
       const auto& [a, b] = v.merges[r];
       Ahead& x = ahead[r % kAhead];
       x.joined.assign(a).append(b);
@@ -260,12 +259,12 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
       index.Prefetch(x.hb);
       index.Prefetch(x.hm);
     };
-    for (size_t r = 0; r < std::min(kAhead, v.merges.size()); ++r) ask(r);
+    for (size_t r = 0; r < std::min(kAhead, v.merges.size()); ++r) ask_merge(r);
     for (size_t r = 0; r < v.merges.size(); ++r) {
       const auto& [a, b] = v.merges[r];
       const Ahead& x = ahead[r % kAhead];
       const int32_t ia = index.Find(a, x.ha), ib = index.Find(b, x.hb), im = index.Find(x.joined, x.hm);
-      if (r + kAhead < v.merges.size()) ask(r + kAhead);  // into the slot just read
+      if (r + kAhead < v.merges.size()) ask_merge(r + kAhead);  // into the slot just read
       if (ia < 0 || ib < 0 || im < 0) {
         ++n_skipped;
         continue;
