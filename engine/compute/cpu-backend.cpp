@@ -436,7 +436,12 @@ void CpuBackend::Int8Gemm(int m, const quant::WeightMatrix& w, const float* x, i
       spdlog::error("cpu backend: {}", reset.ToString());
       return;
     }
-    ForRows(m, w.n_cols, [&](int64_t i) { gemm_acts_.QuantizeRows(x, ldx, int(i), int(i) + 1); });
+    // Tasks of whole lane groups (16 rows): the small-batch kernels' interleaved layout keeps 4 bytes of
+    // each of a group's rows in every cache line, so rows of one group quantized on two threads
+    // would pass those lines back and forth between the cores.
+    const int64_t n_groups = (m + 15) / 16;
+    ForRows(n_groups, 16 * w.n_cols,
+            [&](int64_t v) { gemm_acts_.QuantizeRows(x, ldx, int(16 * v), int(std::min<int64_t>(m, 16 * v + 16))); });
     prepared_ = want;
     acts_ready_ = true;
   }

@@ -5,6 +5,8 @@
 // and the lanes equal vpdpbusd's exactly. Compiled with the project's baseline (x86-64-v3: AVX2 + FMA).
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "engine/quant/gemm-tail-inl.h"
 #include "engine/quant/gemm.h"
 
@@ -138,6 +140,45 @@ void GemmStripAvx2(const DecodedStrip& w, const GemmActivations& x, const StripC
     StripTiles<2>(w, x, c, out, ldo);
   } else {
     StripTiles<1>(w, x, c, out, ldo);
+  }
+}
+
+void StoreStripAvx2(const float* out, int64_t ldo, int m, int n_valid, float beta, float* y, int64_t ldy) {
+  int i0 = 0;
+  if (n_valid == kStripRows) {
+    static_assert(kStripRows == 8);
+    const __m256 vb = _mm256_set1_ps(beta);
+    for (; i0 + 8 <= m; i0 += 8) {
+      // Rows of 8 activation lanes per weight row, transposed to 8 weight rows per activation row.
+      __m256 v[8], t[8];
+      for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(out + r * ldo + i0);
+      for (int r = 0; r < 8; r += 2) {
+        t[r] = _mm256_unpacklo_ps(v[r], v[r + 1]);
+        t[r + 1] = _mm256_unpackhi_ps(v[r], v[r + 1]);
+      }
+      for (int r = 0; r < 8; r += 4) {
+        v[r] = _mm256_shuffle_ps(t[r], t[r + 2], 0x44);
+        v[r + 1] = _mm256_shuffle_ps(t[r], t[r + 2], 0xee);
+        v[r + 2] = _mm256_shuffle_ps(t[r + 1], t[r + 3], 0x44);
+        v[r + 3] = _mm256_shuffle_ps(t[r + 1], t[r + 3], 0xee);
+      }
+      // v[0..3]: lanes (0, 4) (1, 5) (2, 6) (3, 7) of rows 0..3 per 128-bit half; v[4..7] rows 4..7.
+      for (int j = 0; j < 4; ++j) {
+        t[j] = _mm256_permute2f128_ps(v[j], v[j + 4], 0x20);
+        t[j + 4] = _mm256_permute2f128_ps(v[j], v[j + 4], 0x31);
+      }
+      for (int j = 0; j < 8; ++j) {
+        float* yi = y + (i0 + j) * ldy;
+        _mm256_storeu_ps(yi, beta == 0.0f ? t[j] : _mm256_fmadd_ps(vb, _mm256_loadu_ps(yi), t[j]));
+      }
+    }
+  }
+  for (int i = i0; i < m; ++i) {
+    float* yi = y + i * ldy;
+    for (int r = 0; r < n_valid; ++r) {
+      const float acc = out[r * ldo + i];
+      yi[r] = beta == 0.0f ? acc : std::fma(beta, yi[r], acc);
+    }
   }
 }
 

@@ -172,13 +172,7 @@ void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
         }
       }
       const float b = set == &x ? beta : 1.0f;  // the residual set adds onto the first's products
-      for (int i = 0; i < x.m(); ++i) {
-        float* yi = y + i * ldy + s0;
-        for (int r = 0; r < n_valid; ++r) {
-          const float acc = out[size_t(r * ldo + i)];
-          yi[r] = b == 0.0f ? acc : std::fma(b, yi[r], acc);
-        }
-      }
+      gemm_internal::StoreStripAvx2(out.data(), ldo, x.m(), n_valid, b, y + s0, ldy);
     }
   }
 }

@@ -164,6 +164,10 @@ inline void FetchSlice(const StripChunk& c, int64_t g) {
 void GemmStripAvx512(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo);
 void GemmStripAvx2(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo);
 
+// A strip's products into y: y[i * ldy + r] = (beta == 0 ? 0 : beta * y[i * ldy + r]) + out[r * ldo + i]
+// for rows i < m and strip rows r < n_valid, as one fma each (8 x 8 transposes in AVX2).
+void StoreStripAvx2(const float* out, int64_t ldo, int m, int n_valid, float beta, float* y, int64_t ldy);
+
 // Packs rows [0, n_valid) of `rows` (row_bytes apart) as the scalar packer does, bit for bit, for
 // Q4_0, Q4_1 and Q8_0 (16 rows at a time with gathers); false (nothing written) for other types.
 bool PackPanelAvx512(WeightType type, const uint8_t* rows, int64_t row_bytes, int n_valid, int64_t n_groups,
