@@ -14,15 +14,29 @@
 
 int main(int argc, char** argv) {
   using namespace impress::app;
-  // OpenBLAS chose its kernels when it was loaded; where it fell back to generic ones on a CPU it
-  // does not know, run again with the set this CPU can take (engine/compute/cpu-backend.h). On
-  // failure exec returns and the program goes on as it is.
-  if (const char* core = impress::BlasCoreOverride(); core && argc > 0) {
-    setenv("IMPRESS_BLAS_CORE_WAS", impress::BlasCoreName(), 1);
-    setenv("OPENBLAS_CORETYPE", core, 1);
+  // OpenBLAS chose its kernels and its workers' spin when it was loaded; where it fell back to
+  // generic kernels on a CPU it does not know, or would spin a tenth of a second on a core the
+  // model's load needs, run again with the settings this CPU should have
+  // (engine/compute/cpu-backend.h). On failure exec returns and the program goes on as it is.
+  // Once: IMPRESS_BLAS_RESTARTED marks the second run, whatever the checks then say.
+  const bool restarted = std::getenv("IMPRESS_BLAS_RESTARTED") != nullptr;
+  const char* core = restarted ? nullptr : impress::BlasCoreOverride();
+  const char* timeout = restarted ? nullptr : impress::BlasThreadTimeoutToSet();
+  if ((core || timeout) && argc > 0) {
+    setenv("IMPRESS_BLAS_RESTARTED", "1", 1);
+    if (core) {
+      setenv("IMPRESS_BLAS_CORE_WAS", impress::BlasCoreName(), 1);
+      setenv("OPENBLAS_CORETYPE", core, 1);
+    }
+    if (timeout) setenv("OPENBLAS_THREAD_TIMEOUT", timeout, 1);
     execv("/proc/self/exe", argv);
-    unsetenv("OPENBLAS_CORETYPE");  // exec failed: this process keeps OpenBLAS's choice, and so do its children
-    unsetenv("IMPRESS_BLAS_CORE_WAS");
+    // exec failed: this process keeps OpenBLAS's choices, and so do its children
+    if (core) {
+      unsetenv("OPENBLAS_CORETYPE");
+      unsetenv("IMPRESS_BLAS_CORE_WAS");
+    }
+    if (timeout) unsetenv("OPENBLAS_THREAD_TIMEOUT");
+    unsetenv("IMPRESS_BLAS_RESTARTED");
   }
   if (const char* was = std::getenv("IMPRESS_BLAS_CORE_WAS"))
     spdlog::debug("OpenBLAS chose its {} kernels on this CPU; running its {} ones (OPENBLAS_CORETYPE)", was,

@@ -66,6 +66,16 @@ void HostSgemmNT(int m, int n, int k, const float* a, const float* b, float* c);
 // already set. BlasCoreName is the library's own choice.
 const char* BlasCoreOverride();
 const char* BlasCoreName();
+// OpenBLAS's worker threads, started when the library is loaded and after each call, wait for
+// work spinning (sched_yield) for about 2^28 cycles, a tenth of a second, before they sleep: at
+// start that takes a core from the model's load and the tokenizer on a two-core machine (about 30
+// ms of a 300 ms `impress generate`). The spin is read from OPENBLAS_THREAD_TIMEOUT (log2 of the
+// cycles) when the library loads. BlasThreadTimeoutToSet is the value to set (the shortest,
+// kBlasThreadTimeout: the workers sleep as soon as a call is done, and a call wakes them), or
+// nullptr when OPENBLAS_THREAD_TIMEOUT or GOTO_THREAD_TIMEOUT is already set. `impress` restarts
+// itself once (app/main.cpp) when either this or BlasCoreOverride asks for a change.
+inline constexpr const char* kBlasThreadTimeout = "4";
+const char* BlasThreadTimeoutToSet();
 // The rule: for OpenBLAS's choice `chosen`, "SkylakeX" where the CPU has AVX-512 F/CD/BW/DQ/VL,
 // "Haswell" where it has AVX2 and FMA, when `chosen` is one of the cores before AVX2 (a fallback
 // on such a CPU); nullptr otherwise.

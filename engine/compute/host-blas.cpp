@@ -32,6 +32,12 @@ const char* BlasCoreName() {
   return name ? name : "";
 }
 
+const char* BlasThreadTimeoutToSet() {
+  for (const char* name : {"OPENBLAS_THREAD_TIMEOUT", "GOTO_THREAD_TIMEOUT"})
+    if (const char* set = std::getenv(name); set && *set) return nullptr;
+  return kBlasThreadTimeout;
+}
+
 const char* BlasCoreOverride() {
   if (const char* set = std::getenv("OPENBLAS_CORETYPE"); set && *set) return nullptr;
 #if defined(__x86_64__)

@@ -36,5 +36,31 @@ TEST(BlasCore, OverrideMatchesTheRuleForThisProcess) {
   }
 }
 
+TEST(BlasThreadTimeout, SetUnlessTheUserSetOne) {
+  // Each case sets and restores the two variables around the call.
+  const auto with = [](const char* name, const char* value) {
+    const char* names[] = {"OPENBLAS_THREAD_TIMEOUT", "GOTO_THREAD_TIMEOUT"};
+    std::string saved[2];
+    bool had[2];
+    for (int i = 0; i < 2; ++i) {
+      const char* v = std::getenv(names[i]);
+      had[i] = v != nullptr;
+      if (v) saved[i] = v;
+      unsetenv(names[i]);
+    }
+    if (name) setenv(name, value, 1);
+    const char* got = BlasThreadTimeoutToSet();
+    for (int i = 0; i < 2; ++i) {
+      if (had[i]) setenv(names[i], saved[i].c_str(), 1);
+      else unsetenv(names[i]);
+    }
+    return got;
+  };
+  EXPECT_STREQ(with(nullptr, nullptr), kBlasThreadTimeout);
+  EXPECT_STREQ(with("OPENBLAS_THREAD_TIMEOUT", ""), kBlasThreadTimeout);  // empty: unset
+  EXPECT_EQ(with("OPENBLAS_THREAD_TIMEOUT", "20"), nullptr);
+  EXPECT_EQ(with("GOTO_THREAD_TIMEOUT", "28"), nullptr);
+}
+
 }  // namespace
 }  // namespace impress
