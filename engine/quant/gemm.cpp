@@ -188,15 +188,22 @@ bool GemmSupports(WeightType type, KernelPath path) {
   return false;
 }
 
-Status GemmActivations::Reset(int m, int64_t k, bool residual) {
+bool GemmUsesLanes(int m, KernelPath path) {
+  return path == KernelPath::kAvx2 || (path == KernelPath::kAvx512 && m <= kGemmLaneRows);
+}
+
+Status GemmActivations::Reset(int m, int64_t k, bool residual, bool lanes) {
   if (m < 0 || k <= 0 || k % kQK32 != 0)
     return Status::InvalidArgument("gemm activations: " + std::to_string(m) + " rows of " + std::to_string(k) +
                                    " elements (k must be a positive multiple of 32)");
   m_ = m;
   k_ = k;
+  lanes_ = lanes;
   blocks_.resize(size_t(m) * size_t(k / kQK32));
   dsum_.resize(blocks_.size());
   dsum16_.resize(2 * blocks_.size());
+  residual_.resize(residual ? 1 : 0);
+  if (!lanes) return residual ? residual_[0].Reset(m, k, false, false) : Status::Ok();
   // The lane layout (small batches, and every batch on AVX2): the rows' lanes are written by
   // InterleaveRow. The kernels also compute the padding rows' lanes of the last lane group and
   // discard them; they are zeroed here so that they hold no earlier batch's values (which could
@@ -216,7 +223,6 @@ Status GemmActivations::Reset(int m, int64_t k, bool residual) {
       for (int h = 0; h < 2; ++h) std::fill_n(lane_dsum16_.data() + (vb * 2 + h) * 16 + l0, n_pad, 0.0f);
     }
   }
-  residual_.resize(residual ? 1 : 0);
   return residual ? residual_[0].Reset(m, k) : Status::Ok();
 }
 
@@ -251,7 +257,7 @@ void GemmActivations::QuantizeRow(const float* x, int i) {
   float* ds16 = dsum16_.data() + int64_t(i) * 2 * nb;
   if (avx512) {
     gemm_internal::QuantizeRow32Avx512(x, k_, b, ds, ds16);
-    InterleaveRow(i);
+    if (lanes_) InterleaveRow(i);
     return;
   }
   QuantizeRow32(x, k_, b);
@@ -263,7 +269,7 @@ void GemmActivations::QuantizeRow(const float* x, int i) {
       ds16[2 * g + h] = b[g].d * float(sum);
     }
   }
-  InterleaveRow(i);
+  if (lanes_) InterleaveRow(i);
 }
 
 Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int64_t r1, float beta, float* y,
@@ -284,6 +290,9 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
                                    ", rows [" + std::to_string(r0) + ", " + std::to_string(r1) + "), ldy " +
                                    std::to_string(ldy));
   if (x.m() == 0 || r0 == r1) return Status::Ok();
+  if (GemmUsesLanes(x.m(), path) && !x.has_lanes())
+    return Status::InvalidArgument(std::string("gemm: ") + std::to_string(x.m()) + " activation rows on the " +
+                                   KernelPathName(path) + " path need the interleaved layout (Reset with lanes)");
   const GemmActivations* lo = x.residual();
   if (path == KernelPath::kScalar) {
     GemmScalar(w, x, r0, r1, beta, y, ldy);
@@ -292,7 +301,7 @@ Status GemmRows(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   }
   // AVX2 takes strips at every batch size: its panel kernel (vpmaddubsw, 2 rows at a time) is
   // slower than the strips even at 512 rows.
-  if (x.m() <= kGemmLaneRows || path == KernelPath::kAvx2) {
+  if (GemmUsesLanes(x.m(), path)) {
     GemmStrips(w, x, r0, r1, beta, y, ldy, path);
     return Status::Ok();
   }

@@ -46,6 +46,9 @@ inline constexpr int kGemmLaneRows = 64;
 
 // True when GemmRows computes `type` on `path` (the path must also run on this CPU).
 bool GemmSupports(WeightType type, KernelPath path);
+// True when GemmRows multiplies m activation rows on `path` with the small-batch kernels, which
+// read the activations' interleaved lane layout (GemmActivations::Reset's `lanes`).
+bool GemmUsesLanes(int m, KernelPath path);
 
 // m activation rows of k elements as int8 blocks, plus d * sum(qs) per block and per 16-element
 // half block in fp32.
@@ -53,8 +56,10 @@ class GemmActivations {
  public:
   // Sizes for m rows of k elements; with `residual`, a second set of rows holds what the first
   // leaves of x (ResidualRow32), and GemmRows multiplies both: W . x ~ W . q1 + W . q2, ~16-bit
-  // activations. Errors: kInvalidArgument unless m >= 0, k > 0, k % 32 == 0.
-  Status Reset(int m, int64_t k, bool residual = false);
+  // activations. Without `lanes` the rows are not also interleaved for the small-batch kernels
+  // (GemmUsesLanes false: the packed panels read the blocks alone); GemmRows then refuses a path
+  // that needs them. Errors: kInvalidArgument unless m >= 0, k > 0, k % 32 == 0.
+  Status Reset(int m, int64_t k, bool residual = false, bool lanes = true);
   // Quantizes rows [i0, i1) from x (row i at x + i * ldx), as QuantizeRow32, and their residual.
   void QuantizeRows(const float* x, int64_t ldx, int i0, int i1);
   // The second set (same shape); nullptr unless Reset with `residual`.
@@ -71,6 +76,7 @@ class GemmActivations {
   // group v and block b (nb = k / 32), LaneQs holds at ((v * nb + b) * 8 + q) * 64 + 4 * l the quad q (elements
   // 4q..4q+3) of row 16v + l; LaneD, LaneDSum at (v * nb + b) * 16 + l that row's d and d * sum; LaneDSum16 at
   // ((v * nb + b) * 2 + h) * 16 + l its half sums.
+  bool has_lanes() const { return lanes_; }
   int n_lane_groups() const { return (m_ + 15) / 16; }
   const int8_t* LaneQs() const { return lane_qs_.data(); }
   const float* LaneD() const { return lane_d_.data(); }
@@ -83,6 +89,7 @@ class GemmActivations {
 
   int m_ = 0;
   int64_t k_ = 0;
+  bool lanes_ = true;
   std::vector<ActBlock32> blocks_;
   std::vector<float> dsum_, dsum16_;
   std::vector<int8_t> lane_qs_;

@@ -186,6 +186,14 @@ TEST_P(QuantGemm, EqualsScalarBitForBitAndTheFp64ProductWithinRounding) {
     std::vector<float> ref(y.size(), std::numeric_limits<float>::quiet_NaN());
     ASSERT_TRUE(GemmRows(w, x, 0, kRows, 0.0f, ref.data(), kRows, KernelPath::kScalar).ok());
     ASSERT_EQ(std::memcmp(y.data(), ref.data(), sizeof(float) * y.size()), 0) << "differs from the scalar reference";
+    if (!GemmUsesLanes(kM, path)) {  // the same rows prepared without the small-batch layout, as the backend does
+      GemmActivations bare;
+      ASSERT_TRUE(bare.Reset(kM, kCols, false, false).ok());
+      bare.QuantizeRows(xf.data(), kCols, 0, kM);
+      std::vector<float> yb(y.size(), std::numeric_limits<float>::quiet_NaN());
+      ASSERT_TRUE(GemmRows(w, bare, 0, kRows, 0.0f, yb.data(), kRows, path).ok());
+      ASSERT_EQ(std::memcmp(yb.data(), ref.data(), sizeof(float) * y.size()), 0) << "without the lane layout";
+    }
 
     // Against fp64 over the dequantized weights and activations.
     std::vector<float> wf(static_cast<size_t>(kCols));
@@ -295,6 +303,17 @@ TEST(QuantGemm, ChecksItsArguments) {
   EXPECT_EQ(GemmRows(w, x, 0, 9, 0.0f, y.data(), 9, KernelPath::kScalar).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(GemmRows(w, x, 4, 2, 0.0f, y.data(), 8, KernelPath::kScalar).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(GemmRows(w, x, 0, 8, 0.0f, y.data(), 4, KernelPath::kScalar).code(), Status::Code::kInvalidArgument);
+  // Rows prepared without the small-batch layout: fine for the scalar path, refused by the strips.
+  GemmActivations bare;
+  ASSERT_TRUE(bare.Reset(2, 64, false, false).ok());
+  bare.QuantizeRows(xf.data(), 64, 0, 2);
+  EXPECT_FALSE(bare.has_lanes());
+  EXPECT_TRUE(GemmRows(w, bare, 0, 8, 0.0f, y.data(), 8, KernelPath::kScalar).ok());
+  EXPECT_EQ(GemmRows(w, bare, 0, 8, 0.0f, y.data(), 8, KernelPath::kAvx2).code(), Status::Code::kInvalidArgument);
+  EXPECT_TRUE(GemmUsesLanes(64, KernelPath::kAvx512));
+  EXPECT_FALSE(GemmUsesLanes(65, KernelPath::kAvx512));
+  EXPECT_TRUE(GemmUsesLanes(512, KernelPath::kAvx2));
+  EXPECT_FALSE(GemmUsesLanes(4, KernelPath::kScalar));
   const WeightMatrix wide{WeightType::kQ4_1, wbytes.data(), 4, 128};
   EXPECT_EQ(GemmRows(wide, x, 0, 4, 0.0f, y.data(), 4, KernelPath::kScalar).code(), Status::Code::kInvalidArgument);
   const WeightMatrix f16{WeightType::kF16, wbytes.data(), 1, 64};
