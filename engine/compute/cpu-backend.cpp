@@ -431,19 +431,12 @@ void CpuBackend::Int8Gemm(int m, const quant::WeightMatrix& w, const float* x, i
   const bool residual = precise_q8_0_ && w.type == quant::WeightType::kQ8_0;
   const PreparedActs want{x, ldx, m, w.n_cols, residual};
   if (!(acts_ready_ && prepared_ == want)) {  // the outputs of one MatMuls call share their input's blocks
-    // The interleaved layout only where the small-batch kernels will read it (on AVX-512 it was
-    // 1.4% of a long prefill's CPU samples, written for nothing).
     const Status reset = gemm_acts_.Reset(m, w.n_cols, residual, quant::GemmUsesLanes(m, path_));
     if (!reset.ok()) {  // unreachable: ValidateModel checks that rows are whole blocks
       spdlog::error("cpu backend: {}", reset.ToString());
       return;
     }
-    // Tasks of whole lane groups (16 rows): the small-batch kernels' interleaved layout keeps 4 bytes of
-    // each of a group's rows in every cache line, so rows of one group quantized on two threads
-    // would pass those lines back and forth between the cores.
-    const int64_t n_groups = (m + 15) / 16;
-    ForRows(n_groups, 16 * w.n_cols,
-            [&](int64_t v) { gemm_acts_.QuantizeRows(x, ldx, int(16 * v), int(std::min<int64_t>(m, 16 * v + 16))); });
+    ForRows(gemm_acts_.n_lane_groups(), 16 * w.n_cols, [&](int64_t v) { gemm_acts_.QuantizeLaneGroup(x, ldx, v); });
     prepared_ = want;
     acts_ready_ = true;
   }

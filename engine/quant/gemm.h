@@ -62,6 +62,12 @@ class GemmActivations {
   Status Reset(int m, int64_t k, bool residual = false, bool lanes = true);
   // Quantizes rows [i0, i1) from x (row i at x + i * ldx), as QuantizeRow32, and their residual.
   void QuantizeRows(const float* x, int64_t ldx, int i0, int i1);
+  // The rows of lane group v (16v .. 16v + 15, those below m): the unit to give a thread, since
+  // every cache line of the interleaved layout holds 4 bytes of each of a group's 16 rows (rows
+  // of one group quantized on two threads pass those lines back and forth between the cores).
+  void QuantizeLaneGroup(const float* x, int64_t ldx, int64_t v) {
+    QuantizeRows(x, ldx, int(16 * v), int(std::min<int64_t>(m_, 16 * v + 16)));
+  }
   // The second set (same shape); nullptr unless Reset with `residual`.
   const GemmActivations* residual() const { return residual_.empty() ? nullptr : residual_.data(); }
 
