@@ -39,6 +39,12 @@ class MergeTable {
     return true;
   }
 
+  // Asks the caches for the slot where (left, right) is looked up first: a load's inserts touch
+  // the table at random, and asking a few rules ahead lets the misses overlap.
+  void Prefetch(int32_t left, int32_t right) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[Home(Key(left, right))]);
+  }
+
   // The rule for (left, right), or null.
   const BpeMerge* Find(int32_t left, int32_t right) const {
     if (slots_.empty()) return nullptr;
@@ -59,9 +65,10 @@ class MergeTable {
 
   // The slot holding key, or the empty slot where it would go (Fibonacci hashing: the product's
   // top bits, so pairs that differ in either id spread over the table).
+  size_t Home(uint64_t key) const { return size_t((key * 0x9E3779B97F4A7C15ull) >> shift_); }
   size_t Probe(uint64_t key) const {
     const size_t mask = slots_.size() - 1;
-    size_t i = size_t((key * 0x9E3779B97F4A7C15ull) >> shift_);
+    size_t i = Home(key);
     while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask;
     return i;
   }

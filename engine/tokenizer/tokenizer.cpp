@@ -259,17 +259,31 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
       index.Prefetch(x.hb);
       index.Prefetch(x.hm);
     };
-    for (size_t r = 0; r < std::min(kAhead, v.merges.size()); ++r) ask_merge(r);
-    for (size_t r = 0; r < v.merges.size(); ++r) {
+    // Then the merge table's slot of the rule found: each rule is inserted kAhead steps after its
+    // ids are found (in rank order still), its slot asked for in between.
+    struct Found {
+      int32_t ia = -1, ib = -1, im = -1;
+    };
+    std::array<Found, kAhead> found;
+    const size_t n_merges = v.merges.size();
+    auto find_merge = [&](size_t r) {
       const auto& [a, b] = v.merges[r];
       const Ahead& x = ahead[r % kAhead];
-      const int32_t ia = index.Find(a, x.ha), ib = index.Find(b, x.hb), im = index.Find(x.joined, x.hm);
-      if (r + kAhead < v.merges.size()) ask_merge(r + kAhead);  // into the slot just read
-      if (ia < 0 || ib < 0 || im < 0) {
+      Found& f = found[r % kAhead];
+      f = {index.Find(a, x.ha), index.Find(b, x.hb), index.Find(x.joined, x.hm)};
+      if (r + kAhead < n_merges) ask_merge(r + kAhead);  // into the slot just read
+      if (f.ia >= 0 && f.ib >= 0) tok.merges_.Prefetch(f.ia, f.ib);
+    };
+    for (size_t r = 0; r < std::min(kAhead, n_merges); ++r) ask_merge(r);
+    for (size_t r = 0; r < std::min(kAhead, n_merges); ++r) find_merge(r);
+    for (size_t r = 0; r < n_merges; ++r) {
+      const Found f = found[r % kAhead];
+      if (r + kAhead < n_merges) find_merge(r + kAhead);  // into the slot just read
+      if (f.ia < 0 || f.ib < 0 || f.im < 0) {
         ++n_skipped;
         continue;
       }
-      tok.merges_.Insert(ia, ib, MergeInfo{int32_t(r), im});  // the first rank wins
+      tok.merges_.Insert(f.ia, f.ib, MergeInfo{int32_t(r), f.im});  // the first rank wins
     }
     if (n_skipped) {
       spdlog::warn("{}: {} of {} merges name tokens that are not in the vocabulary; ignored", source, n_skipped,
