@@ -323,6 +323,9 @@ struct PrefixStore::Impl {
   static constexpr uint32_t kProbeIndex = (1u << ChunkKey::kIndexBits) - 1;
   ChunkId ProbeCid(uint64_t seg, uint32_t layer) const { return Cid(seg, layer, kProbeIndex); }
   uint64_t ProbeMemBytes(const ExtentPtr& e) const { return uint64_t(e->ext.n_slots) * probe_rec_bytes; }
+  // A probe read admits a segment's probe keys to a memory tier (reading them whole) only when it
+  // wants at least 1 / kProbeAdmitShare of their records, or a tier already holds them.
+  static constexpr uint64_t kProbeAdmitShare = 4;
   uint64_t ChunkMemBytes(const ExtentPtr& e) const { return uint64_t(e->ext.n_slots) * rec_bytes; }
   ChunkLayout KVLayout(uint32_t n_slots) const {
     return KVChunkLayout(n_slots, k_bytes, opt.kv_encoding != KVEncoding::kF16);

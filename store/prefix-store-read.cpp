@@ -143,12 +143,21 @@ Result<ReadTicket> PrefixStore::Impl::SubmitProbeKeys(const MatchHandle& h, int 
     s.ext = e;
     for (uint64_t r = 0; r < sv.span.length; ++r)
       s.rows.push_back({uint32_t(sv.span.depth + r), uint32_t(sv.span.seg_begin + r)});
-    pr->stats.useful_bytes += sv.span.length * probe_rec_bytes;
+    const uint64_t wanted = sv.span.length * probe_rec_bytes;
+    pr->stats.useful_bytes += wanted;
     // The probe keys are tier-managed like a chunk: read on every IMPRESS request, they rank high.
-    AccessResult ar = tiers.Access(s.cid, ProbeMemBytes(e));
-    for (const auto& m : ar.moves) {
-      if (m.chunk == s.cid && m.from == Tier::kSsd && m.to != Tier::kSsd) s.install = m.to;
-      else ApplyMoveLocked(m);
+    // A tier admits an extent whole, so admitting one read from the SSD reads every record of the
+    // segment. A request that wants only a short part of a long segment (a conversation's system
+    // prompt, matched as the start of a stored document) reads its own records and leaves the
+    // tiers alone: for a 31K-token document the whole extents were 2 MB a layer, 58 MB a request,
+    // where the 14 tokens of a system prompt needed 14 records a layer.
+    const bool resident = blocks[size_t(Tier::kDevice)].count(s.cid) || blocks[size_t(Tier::kHost)].count(s.cid);
+    if (resident || wanted * kProbeAdmitShare >= ProbeMemBytes(e)) {
+      AccessResult ar = tiers.Access(s.cid, ProbeMemBytes(e));
+      for (const auto& m : ar.moves) {
+        if (m.chunk == s.cid && m.from == Tier::kSsd && m.to != Tier::kSsd) s.install = m.to;
+        else ApplyMoveLocked(m);
+      }
     }
     for (Tier t : {Tier::kDevice, Tier::kHost}) {
       auto b = blocks[size_t(t)].find(s.cid);

@@ -1,6 +1,7 @@
 // Freshly written KV in the memory tiers: an Insert places its chunks and probe keys in device,
 // then host, while they have room (nothing is pushed out for them); reads after it are served from
-// memory with the same bytes the SSD holds, and the store's own counters show no SSD read.
+// memory with the same bytes the SSD holds, and the store's own counters show no SSD read. And
+// what a probe read admits: a segment's probe keys whole only when the read wants enough of them.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -131,6 +132,51 @@ TEST(FreshAdmission, WhatDoesNotFitStaysOnTheSsdAndTheSwitchTurnsItOff) {
   EXPECT_GT(ReadAll(*s, kv, a), 0u);
   s.reset();
   std::filesystem::remove_all(dir2);
+}
+
+// A short prefix of a long stored sequence (the system prompt a conversation without documents
+// shares with a stored document) reads its own probe records, never the segment's whole probe
+// extent, and admits nothing to the memory tiers; a request for the whole sequence still admits
+// the extent, and the next one is served from memory.
+TEST(ProbeAdmission, AShortPrefixReadsOnlyItsOwnProbeRecords) {
+  const std::string dir = TempDir("shortprobe");
+  SyntheticKV kv{kLayers, kHeads, kDim};
+  std::mt19937 rng(23);
+  PrefixStoreOptions o = Options(dir);
+  o.device_bytes = 0;
+  o.admit_on_insert = false;  // the tiers start empty, as in a new process
+  auto s = OpenOrDie(o);
+  const uint32_t n = 2048, shared = 16;
+  const auto t = RandomTokens(rng, n);
+  ASSERT_TRUE(kv.Insert(*s, t, 0).ok());
+  std::vector<int32_t> q(t.begin(), t.begin() + shared);
+  for (int32_t x : RandomTokens(rng, 8)) q.push_back(x);
+  q[shared] = t[shared] + 1;                                             // the conversation leaves the document here
+  const uint64_t extent_bytes = uint64_t(n) * 2 * kDim * sizeof(f16_t);  // two probe heads' keys
+  // Reads every layer's probe keys of `tokens` (matching n_expect); checks them and `check` each
+  // read's statistics.
+  auto read_probes = [&](const std::vector<int32_t>& tokens, uint64_t n_expect, auto check) {
+    MatchHandle h = s->Match(tokens);
+    ASSERT_EQ(h.n_matched, n_expect);
+    for (int il = 0; il < kLayers; ++il) {
+      auto r = s->Wait(*s->SubmitProbeKeys(h, il));
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_TRUE(kv.CheckProbe(tokens, il, {0, 2}, n_expect, *r));
+      check(r->stats, il);
+    }
+    ASSERT_TRUE(s->Release(h).ok());
+  };
+  for (int rep = 0; rep < 2; ++rep) {
+    read_probes(q, shared, [&](const ReadStats& st, int il) {
+      EXPECT_LE(st.ssd_bytes, 2u * 4096u) << "layer " << il << " of " << extent_bytes << " bytes of probe keys";
+      EXPECT_EQ(st.chunks_host + st.chunks_device, 0u) << "layer " << il;
+    });
+  }
+  EXPECT_EQ(s->Stats().tiers.host.used_bytes, 0u);
+  read_probes(t, n, [&](const ReadStats& st, int il) { EXPECT_GE(st.ssd_bytes, extent_bytes) << "layer " << il; });
+  read_probes(t, n, [&](const ReadStats& st, int il) { EXPECT_EQ(st.chunks_host, 1u) << "layer " << il; });
+  s.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
