@@ -10,6 +10,8 @@
 
 #include "app/commands.h"
 #include "app/progress-bar.h"
+#include "chat/chat-commands.h"
+#include "chat/chat-controller.h"
 #include "chat/chat-session.h"
 #include "chat/document.h"
 #include "chat/line-reader.h"
@@ -106,6 +108,115 @@ nlohmann::json FidelityJson(const FidelityReport& f) {
           {"continuation_tokens", f.n_continuation},  {"continuation_match", f.n_continuation_match}};
 }
 
+// One line per document for /docs: number, name, tokens, whether the context carries it, private,
+// and where its KV is cached.
+void PrintDocuments(ChatController& ctl) {
+  const std::vector<ChatDocument>& docs = ctl.documents();
+  if (docs.empty()) {
+    std::cerr << "no documents; /attach PATH adds one\n";
+    return;
+  }
+  const std::vector<DocumentCacheState> caches = ctl.DocumentCaches();
+  const ContextBudget b = ctl.budget();
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const ChatDocument& d = docs[i];
+    std::cerr << fmt::format("{}. {}: {} tokens, {}{}{}\n", i + 1, d.doc.name, d.n_tokens,
+                             d.attached ? "attached" : "not attached (it does not fit)",
+                             d.doc.is_private ? ", private" : "",
+                             i < caches.size() && !caches[i].residency.empty() ? "; KV " + caches[i].residency : "");
+  }
+  std::cerr << fmt::format("the context carries {} of {} document tokens ({} tokens, {} kept for the answer)\n",
+                           ctl.context_tokens(), std::max(0, b.DocumentRoom()), b.n_ctx, b.max_tokens);
+}
+
+// `impress chat`: questions and commands (chat/chat-commands.h) from stdin until /quit or its end.
+// The documents go through ChatController, so attaching follows the same rules as in the app (a
+// document that does not fit beside the others is listed but not attached, and the user is told).
+// False when the session could not be opened.
+bool RunTerminalChat(const CommonOptions& common, const GenerateArgs& args) {
+  for (const std::string& path : args.docs) {  // a bad --doc fails before the model loads
+    if (auto d = LoadDocument(path); !d.ok()) {
+      spdlog::error("{}", d.status().ToString());
+      return false;
+    }
+  }
+  GenerateArgs no_docs = args;
+  no_docs.docs.clear();
+  no_docs.private_docs.clear();
+  auto s = OpenSession(common, no_docs);
+  if (!s.ok()) {
+    spdlog::error("{}", s.status().ToString());
+    return false;
+  }
+  ChatEvents events;
+  events.notice = [](const std::string& m) { std::cerr << m << "\n"; };
+  ChatController ctl(**s, events);
+  ctl.set_max_tokens(args.max_tokens);
+  auto attach = [&](const std::string& path, bool is_private) {
+    if (path.empty()) {
+      std::cerr << "which file? " << (is_private ? "/private" : "/attach") << " PATH\n";
+      return;
+    }
+    auto i = ctl.AddDocument(path);  // the controller tells the user what happened
+    if (i.ok() && is_private) (void)ctl.SetPrivate(*i, true);
+  };
+  for (const std::string& path : args.docs) attach(path, false);
+  for (const std::string& path : args.private_docs) attach(path, true);
+  std::signal(SIGINT, OnSigint);
+  const bool tty = isatty(STDIN_FILENO) == 1;
+  std::cerr << fmt::format(
+      "IMPRESS chat: {} with {} document(s); KV store: {}. /help lists the commands; Ctrl-C stops an answer; "
+      "/quit or Ctrl-D leaves.\n",
+      (*s)->context().config().name, ctl.documents().size(),
+      (*s)->store() ? (common.store_dir.empty() ? DefaultStoreDir() : common.store_dir) : "off");
+  std::string line;
+  while (true) {
+    if (tty) std::cerr << "\n> " << std::flush;
+    const LineRead got = ReadLineCapped(std::cin, kMaxInputLineBytes, &line);
+    if (got == LineRead::kEnd) break;
+    if (got == LineRead::kTooLong) {
+      spdlog::error("input line longer than {} MiB refused; ask a shorter question or /attach the text as a document",
+                    kMaxInputLineBytes >> 20);
+      SkipLine(std::cin);
+      continue;
+    }
+    if (line.empty()) continue;
+    const ChatCommand c = ParseChatCommand(line);
+    using Kind = ChatCommand::Kind;
+    if (c.kind == Kind::kQuit) break;
+    switch (c.kind) {
+      case Kind::kHelp: std::cerr << ChatCommandHelp(); continue;
+      case Kind::kAttach: attach(c.text, false); continue;
+      case Kind::kPrivate: attach(c.text, true); continue;
+      case Kind::kDocs: PrintDocuments(ctl); continue;
+      case Kind::kRemove: {
+        const size_t n = ParseDocumentNumber(c.text);
+        if (n == 0 || n > ctl.documents().size()) {
+          std::cerr << fmt::format("no document {:?}; /docs numbers them 1 to {}\n", c.text, ctl.documents().size());
+        } else {
+          (void)ctl.RemoveDocument(n - 1);  // noticed
+        }
+        continue;
+      }
+      case Kind::kReset: ctl.NewConversation(/*keep_documents=*/true); continue;
+      case Kind::kUnknown: std::cerr << "unknown command " << c.text << "; /help lists them\n"; continue;
+      case Kind::kQuestion:
+      case Kind::kQuit: break;
+    }
+    g_interrupted.store(false);
+    std::unique_ptr<ProgressBar> bar;
+    const AskOptions ao = MakeAskOptions(common, args, **s, &bar, /*print_text=*/true);
+    auto a = ctl.Ask(c.text, ao, "terminal");
+    if (!a.ok()) {
+      spdlog::error("{}", a.status().ToString());
+      continue;  // the conversation stays usable
+    }
+    std::cout << "\n";
+    PrintStats(*a);
+  }
+  return true;
+}
+
 }  // namespace
 
 void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_code) {
@@ -190,52 +301,13 @@ void RegisterGenerateCommands(CLI::App& app, CommonOptions* common, int* exit_co
   });
 
   auto cargs = std::make_shared<GenerateArgs>();
-  CLI::App* chat = app.add_subcommand("chat", "chat in the terminal over attached documents");
+  CLI::App* chat =
+      app.add_subcommand("chat", "chat in the terminal over attached documents (/help lists its commands)");
   AddCommonOptions(chat, common);
   AddGenerationOptions(chat, cargs.get());
   chat->callback([=] {
     ConfigureLogging(*common);
-    auto s = OpenSession(*common, *cargs);
-    if (!s.ok()) {
-      spdlog::error("{}", s.status().ToString());
-      *exit_code = 1;
-      return;
-    }
-    std::signal(SIGINT, OnSigint);
-    const bool tty = isatty(STDIN_FILENO) == 1;
-    std::cerr << fmt::format(
-        "IMPRESS chat: {} with {} document(s); KV store: {}. Ctrl-C stops an answer; /reset forgets the "
-        "conversation; /quit or Ctrl-D leaves.\n",
-        (*s)->context().config().name, (*s)->conversation().documents().size(),
-        (*s)->store() ? (common->store_dir.empty() ? DefaultStoreDir() : common->store_dir) : "off");
-    std::string line;
-    while (true) {
-      if (tty) std::cerr << "\n> " << std::flush;
-      const LineRead got = ReadLineCapped(std::cin, kMaxInputLineBytes, &line);
-      if (got == LineRead::kEnd) break;
-      if (got == LineRead::kTooLong) {
-        spdlog::error("input line longer than {} MiB refused; ask a shorter question or attach the text with --doc",
-                      kMaxInputLineBytes >> 20);
-        SkipLine(std::cin);
-        continue;
-      }
-      if (line.empty()) continue;
-      if (line == "/quit" || line == "/exit") break;
-      if (line == "/reset") {
-        (*s)->conversation().ClearTurns();
-        continue;
-      }
-      g_interrupted.store(false);
-      std::unique_ptr<ProgressBar> bar;
-      const AskOptions ao = MakeAskOptions(*common, *cargs, **s, &bar, /*print_text=*/true);
-      auto a = (*s)->Ask(line, ao);
-      if (!a.ok()) {
-        spdlog::error("{}", a.status().ToString());
-        continue;  // the conversation stays usable
-      }
-      std::cout << "\n";
-      PrintStats(*a);
-    }
+    if (!RunTerminalChat(*common, *cargs)) *exit_code = 1;
   });
 }
 

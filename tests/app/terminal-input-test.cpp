@@ -4,7 +4,10 @@
 //  - `chat` refuses a line over 1 MiB, says so, and goes on with the next line;
 //  - `chat` reading 48 MiB without a newline (as from /dev/zero) ends cleanly at the end of its
 //    input without holding the line: its peak memory stays within 16 MiB of a run given a short
-//    question, where std::getline would hold all 48 MiB.
+//    question, where std::getline would hold all 48 MiB;
+//  - `chat`'s commands attach, list and remove documents with the app's rules (a file that is not
+//    text, or longer than the context, is refused or left unattached with a message), and an
+//    unknown command is said to be one; none of them is sent to the model as a question.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -135,6 +138,37 @@ TEST_F(TerminalInput, ChatReadingAnEndlessLineKeepsItsMemory) {
   EXPECT_LT(zeros.max_rss_kb, small.max_rss_kb + 16 * 1024)
       << "peak memory " << zeros.max_rss_kb << " KiB with 48 MiB of zeros on stdin, " << small.max_rss_kb
       << " KiB with a short question";
+}
+
+TEST_F(TerminalInput, ChatCommandsAttachListAndRemoveDocuments) {
+  const fs::path notes = dir_ / "notes.txt", huge = dir_ / "huge.txt", binary = dir_ / "binary.bin";
+  std::ofstream(notes) << "The meeting is on Tuesday at noon in room 4.\n";
+  {
+    std::ofstream out(huge);
+    for (int i = 0; i < 40000; ++i) out << "word" << i << " ";  // far beyond the test model's context
+  }
+  std::ofstream(binary, std::ios::binary) << std::string(
+      "\x7f"
+      "ELF\0\0\x01\x02",
+      8);
+  const std::string input = "/attach " + notes.string() + "\n/attach " + binary.string() + "\n/attach " +
+                            huge.string() + "\n/docs\n/frobnicate\n/remove 2\n/remove 9\n/docs\n/quit\n";
+  const ProcessRun r = Impress(Chat(), input, dir_);
+  EXPECT_EQ(r.rc, 0) << r.output;
+  auto has = [&](const std::string& text) { return r.output.find(text) != std::string::npos; };
+  EXPECT_TRUE(has("added notes.txt (")) << r.output;
+  EXPECT_TRUE(has("cannot add document: invalid argument: " + binary.string())) << r.output;
+  EXPECT_TRUE(has("longer than the model's context")) << r.output;
+  EXPECT_TRUE(has("2. huge.txt: ")) << r.output;
+  EXPECT_TRUE(has("not attached")) << r.output;
+  EXPECT_TRUE(has("unknown command /frobnicate")) << r.output;
+  EXPECT_TRUE(has("removed huge.txt")) << r.output;
+  EXPECT_TRUE(has("no document \"9\"")) << r.output;
+  // The second listing: the notes alone, attached.
+  const size_t second = r.output.rfind("1. notes.txt: ");
+  ASSERT_NE(second, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("huge.txt: ", second), std::string::npos) << r.output;
+  EXPECT_FALSE(has("TTFT")) << "a command was asked as a question:\n" << r.output;
 }
 
 }  // namespace
