@@ -134,10 +134,12 @@ void PrintDocuments(ChatController& ctl) {
 // document that does not fit beside the others is listed but not attached, and the user is told).
 // False when the session could not be opened.
 bool RunTerminalChat(const CommonOptions& common, const GenerateArgs& args) {
-  for (const std::string& path : args.docs) {  // a bad --doc fails before the model loads
-    if (auto d = LoadDocument(path); !d.ok()) {
-      spdlog::error("{}", d.status().ToString());
-      return false;
+  for (const auto* paths : {&args.docs, &args.private_docs}) {  // a bad --doc fails before the model loads
+    for (const std::string& path : *paths) {
+      if (auto d = LoadDocument(path); !d.ok()) {
+        spdlog::error("{}", d.status().ToString());
+        return false;
+      }
     }
   }
   GenerateArgs no_docs = args;
