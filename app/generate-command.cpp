@@ -16,6 +16,7 @@
 #include "chat/document.h"
 #include "chat/line-reader.h"
 #include "chat/report-json.h"
+#include "engine/model/model-loader.h"
 
 namespace impress::app {
 namespace {
@@ -110,7 +111,7 @@ nlohmann::json FidelityJson(const FidelityReport& f) {
 
 // One line per document for /docs: number, name, tokens, whether the context carries it, private,
 // and where its KV is cached.
-void PrintDocuments(ChatController& ctl) {
+void PrintDocuments(ChatController& ctl, const ModelConfig& config) {
   const std::vector<ChatDocument>& docs = ctl.documents();
   if (docs.empty()) {
     std::cerr << "no documents; /attach PATH adds one\n";
@@ -125,8 +126,10 @@ void PrintDocuments(ChatController& ctl) {
                              d.doc.is_private ? ", private" : "",
                              i < caches.size() && !caches[i].residency.empty() ? "; KV " + caches[i].residency : "");
   }
-  std::cerr << fmt::format("the context carries {} of {} document tokens ({} tokens, {} kept for the answer)\n",
-                           ctl.context_tokens(), std::max(0, b.DocumentRoom()), b.n_ctx, b.max_tokens);
+  std::cerr << fmt::format(
+      "the context carries {} of {} document tokens ({} tokens, {} kept for the answer); their KV takes {:.1f} MB\n",
+      ctl.context_tokens(), std::max(0, b.DocumentRoom()), b.n_ctx, b.max_tokens,
+      double(KvBytes(config, ctl.context_tokens())) / 1e6);
 }
 
 // `impress chat`: questions and commands (chat/chat-commands.h) from stdin until /quit or its end.
@@ -190,7 +193,7 @@ bool RunTerminalChat(const CommonOptions& common, const GenerateArgs& args) {
       case Kind::kHelp: std::cerr << ChatCommandHelp(); continue;
       case Kind::kAttach: attach(c.text, false); continue;
       case Kind::kPrivate: attach(c.text, true); continue;
-      case Kind::kDocs: PrintDocuments(ctl); continue;
+      case Kind::kDocs: PrintDocuments(ctl, (*s)->context().config()); continue;
       case Kind::kRemove: {
         const size_t n = ParseDocumentNumber(c.text);
         if (n == 0 || n > ctl.documents().size()) {
