@@ -107,8 +107,8 @@ Result<size_t> ChatController::AddDocument(const std::string& path) {
     e.attached = false;
     Notice(
         fmt::format("{} has {} tokens: longer than the model's context ({} tokens, {} kept for the answer); "
-                    "it is listed but not attached (retrieval mode can use it)",
-                    doc->name, e.n_tokens, b.n_ctx, b.max_tokens));
+                    "it is listed but not attached{}",
+                    doc->name, e.n_tokens, b.n_ctx, b.max_tokens, passages_ ? " (retrieval mode can use it)" : ""));
   } else if (fit == AttachFit::kOverflows) {
     e.attached = false;
     Notice(

@@ -159,6 +159,7 @@ TEST_F(TerminalInput, ChatCommandsAttachListAndRemoveDocuments) {
   EXPECT_TRUE(has("added notes.txt (")) << r.output;
   EXPECT_TRUE(has("cannot add document: invalid argument: " + binary.string())) << r.output;
   EXPECT_TRUE(has("longer than the model's context")) << r.output;
+  EXPECT_FALSE(has("retrieval mode")) << "the terminal chat has no retrieval mode to offer:\n" << r.output;
   EXPECT_TRUE(has("2. huge.txt: ")) << r.output;
   EXPECT_TRUE(has("not attached")) << r.output;
   EXPECT_TRUE(has("unknown command /frobnicate")) << r.output;

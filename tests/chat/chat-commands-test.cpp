@@ -38,8 +38,8 @@ TEST(ChatCommands, CommandsAndTheirArguments) {
 }
 
 TEST(ChatCommands, QuestionsStayQuestions) {
-  for (const char* line : {"What is /usr/bin?", "/usr/bin/ls prints what?", "/ alone", "/2 is a fraction", "",
-                           "attach notes.md"}) {
+  for (const char* line :
+       {"What is /usr/bin?", "/usr/bin/ls prints what?", "/ alone", "/2 is a fraction", "", "attach notes.md"}) {
     const ChatCommand got = ParseChatCommand(line);
     EXPECT_EQ(got.kind, Kind::kQuestion) << line;
     EXPECT_EQ(got.text, line);

@@ -149,6 +149,7 @@ TEST_F(ChatControllerTest, DocumentsAreAttachedOnlyWhileTheyFitTheContext) {
   ASSERT_TRUE(added.ok());
   EXPECT_FALSE(controller_->documents()[*added].attached);
   EXPECT_TRUE(Contains(notices_, "longer than the model's context"));
+  EXPECT_TRUE(Contains(notices_, "(retrieval mode can use it)"));  // the database brought a passage index
   // The saved copy has the same documents and flags.
   auto db = persist::ChatDb::Open(DbPath());
   ASSERT_TRUE(db.ok());
