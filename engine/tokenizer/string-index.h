@@ -50,6 +50,14 @@ class StringIndex {
     if (!slots_.empty()) __builtin_prefetch(&slots_[hash & (slots_.size() - 1)]);
   }
 
+  // Then, once that slot is in the cache: the string it holds, which a lookup of a key that
+  // lands there compares (most lookups of a key in the index end at their first slot).
+  void PrefetchKey(size_t hash) const {
+    if (slots_.empty()) return;
+    const Slot& s = slots_[hash & (slots_.size() - 1)];
+    if (s.id >= 0) __builtin_prefetch(s.p);
+  }
+
   size_t size() const { return size_; }
 
  private:

@@ -270,17 +270,19 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
     }
     size_t n_skipped = 0;
     tok.merges_.Reserve(v.merges.size());
-    // Each merge looks up its two parts and their join; the lookups of the merge kAhead later are
-    // asked of the caches first (their joins and hashes wait in a ring).
+    // Each merge looks up its two parts and their join, and is inserted into the merge table: four
+    // stages a merge passes kAhead steps apart (in rank order), each asking the caches for what the
+    // next one reads: the three index slots, then the strings those slots hold (a lookup compares
+    // them), then the lookups and the merge table's slot, then the insert.
     struct Ahead {
       std::string joined;  // a + b
       size_t ha = 0, hb = 0, hm = 0;
     };
-    std::array<Ahead, kAhead> ahead;
+    std::array<Ahead, 4 * kAhead> ahead;  // asked for at step t, found at step t + 2 kAhead
     const StringIndex& index = tok.text_to_id_;
-    auto ask_merge = [&](size_t r) {
+    auto ask_slots = [&](size_t r) {
       const auto& [a, b] = v.merges[r];
-      Ahead& x = ahead[r % kAhead];
+      Ahead& x = ahead[r % ahead.size()];
       x.joined.assign(a).append(b);
       x.ha = StringIndex::Hash(a);
       x.hb = StringIndex::Hash(b);
@@ -289,26 +291,31 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
       index.Prefetch(x.hb);
       index.Prefetch(x.hm);
     };
-    // Then the merge table's slot of the rule found: each rule is inserted kAhead steps after its
-    // ids are found (in rank order still), its slot asked for in between.
+    auto ask_keys = [&](size_t r) {
+      const Ahead& x = ahead[r % ahead.size()];
+      index.PrefetchKey(x.ha);
+      index.PrefetchKey(x.hb);
+      index.PrefetchKey(x.hm);
+    };
     struct Found {
       int32_t ia = -1, ib = -1, im = -1;
     };
-    std::array<Found, kAhead> found;
-    const size_t n_merges = v.merges.size();
+    std::array<Found, 2 * kAhead> found;  // found at step t, inserted at step t + kAhead
     auto find_merge = [&](size_t r) {
       const auto& [a, b] = v.merges[r];
-      const Ahead& x = ahead[r % kAhead];
-      Found& f = found[r % kAhead];
+      const Ahead& x = ahead[r % ahead.size()];
+      Found& f = found[r % found.size()];
       f = {index.Find(a, x.ha), index.Find(b, x.hb), index.Find(x.joined, x.hm)};
-      if (r + kAhead < n_merges) ask_merge(r + kAhead);  // into the slot just read
       if (f.ia >= 0 && f.ib >= 0) tok.merges_.Prefetch(f.ia, f.ib);
     };
-    for (size_t r = 0; r < std::min(kAhead, n_merges); ++r) ask_merge(r);
-    for (size_t r = 0; r < std::min(kAhead, n_merges); ++r) find_merge(r);
-    for (size_t r = 0; r < n_merges; ++r) {
-      const Found f = found[r % kAhead];
-      if (r + kAhead < n_merges) find_merge(r + kAhead);  // into the slot just read
+    const size_t n_merges = v.merges.size();
+    for (size_t t = 0; t < n_merges + 3 * kAhead; ++t) {
+      if (t < n_merges) ask_slots(t);
+      if (t >= kAhead && t - kAhead < n_merges) ask_keys(t - kAhead);
+      if (t >= 2 * kAhead && t - 2 * kAhead < n_merges) find_merge(t - 2 * kAhead);
+      if (t < 3 * kAhead || t - 3 * kAhead >= n_merges) continue;
+      const size_t r = t - 3 * kAhead;
+      const Found& f = found[r % found.size()];
       if (f.ia < 0 || f.ib < 0 || f.im < 0) {
         ++n_skipped;
         continue;
