@@ -121,10 +121,10 @@ void PrintDocuments(ChatController& ctl, const ModelConfig& config) {
   const ContextBudget b = ctl.budget();
   for (size_t i = 0; i < docs.size(); ++i) {
     const ChatDocument& d = docs[i];
-    std::cerr << fmt::format("{}. {}: {} tokens, {}{}{}\n", i + 1, d.doc.name, d.n_tokens,
-                             d.attached ? "attached" : "not attached (it does not fit)",
-                             d.doc.is_private ? ", private" : "",
-                             i < caches.size() && !caches[i].residency.empty() ? "; KV " + caches[i].residency : "");
+    std::cerr << fmt::format(
+        "{}. {}: {} tokens, {}{}{}\n", i + 1, d.doc.name, d.n_tokens,
+        d.attached ? "attached" : "not attached (it does not fit)", d.doc.is_private ? ", private" : "",
+        d.attached && i < caches.size() && !caches[i].residency.empty() ? "; KV " + caches[i].residency : "");
   }
   std::cerr << fmt::format(
       "the context carries {} of {} document tokens ({} tokens, {} kept for the answer); their KV takes {:.1f} MB\n",
@@ -163,7 +163,12 @@ bool RunTerminalChat(const CommonOptions& common, const GenerateArgs& args) {
       return;
     }
     auto i = ctl.AddDocument(path);  // the controller tells the user what happened
-    if (i.ok() && is_private) (void)ctl.SetPrivate(*i, true);
+    if (!i.ok()) return;
+    if (is_private) (void)ctl.SetPrivate(*i, true);
+    const ChatDocument& d = ctl.documents()[*i];
+    if (d.attached)  // what its prefill will hold in memory, before the first question computes it
+      std::cerr << fmt::format("its KV will take {:.1f} MB; the context carries {} document tokens\n",
+                               double(KvBytes((*s)->context().config(), d.n_tokens)) / 1e6, ctl.context_tokens());
   };
   for (const std::string& path : args.docs) attach(path, false);
   for (const std::string& path : args.private_docs) attach(path, true);

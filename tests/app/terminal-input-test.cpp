@@ -157,6 +157,7 @@ TEST_F(TerminalInput, ChatCommandsAttachListAndRemoveDocuments) {
   EXPECT_EQ(r.rc, 0) << r.output;
   auto has = [&](const std::string& text) { return r.output.find(text) != std::string::npos; };
   EXPECT_TRUE(has("added notes.txt (")) << r.output;
+  EXPECT_TRUE(has("its KV will take ")) << r.output;
   EXPECT_TRUE(has("cannot add document: invalid argument: " + binary.string())) << r.output;
   EXPECT_TRUE(has("longer than the model's context")) << r.output;
   EXPECT_FALSE(has("retrieval mode")) << "the terminal chat has no retrieval mode to offer:\n" << r.output;
