@@ -122,8 +122,8 @@ void PrintDocuments(ChatController& ctl, const ModelConfig& config) {
   for (size_t i = 0; i < docs.size(); ++i) {
     const ChatDocument& d = docs[i];
     std::cerr << fmt::format(
-        "{}. {}: {} tokens, {}{}{}\n", i + 1, d.doc.name, d.n_tokens,
-        d.attached ? "attached" : "not attached (it does not fit)", d.doc.is_private ? ", private" : "",
+        "{}. {}: {} tokens, {}{}{}\n", i + 1, d.doc.name, d.n_tokens, d.attached ? "attached" : "not attached",
+        d.doc.is_private ? ", private" : "",
         d.attached && i < caches.size() && !caches[i].residency.empty() ? "; KV " + caches[i].residency : "");
   }
   std::cerr << fmt::format(
@@ -137,12 +137,16 @@ void PrintDocuments(ChatController& ctl, const ModelConfig& config) {
 // document that does not fit beside the others is listed but not attached, and the user is told).
 // False when the session could not be opened.
 bool RunTerminalChat(const CommonOptions& common, const GenerateArgs& args) {
-  for (const auto* paths : {&args.docs, &args.private_docs}) {  // a bad --doc fails before the model loads
+  std::vector<Document> docs;  // loaded before the model, so a bad --doc fails at once
+  for (const auto* paths : {&args.docs, &args.private_docs}) {
     for (const std::string& path : *paths) {
-      if (auto d = LoadDocument(path); !d.ok()) {
+      auto d = LoadDocument(path);
+      if (!d.ok()) {
         spdlog::error("{}", d.status().ToString());
         return false;
       }
+      d->is_private = paths == &args.private_docs;
+      docs.push_back(std::move(*d));
     }
   }
   GenerateArgs no_docs = args;
@@ -157,21 +161,30 @@ bool RunTerminalChat(const CommonOptions& common, const GenerateArgs& args) {
   events.notice = [](const std::string& m) { std::cerr << m << "\n"; };
   ChatController ctl(**s, events);
   ctl.set_max_tokens(args.max_tokens);
+  // After an add (the controller has told the user how it went): marks the document private when
+  // asked, and says what its KV will take.
+  auto say_kv = [&](size_t i) {
+    const ChatDocument& d = ctl.documents()[i];
+    if (d.attached)  // what its prefill will hold in memory, before the first question computes it
+      std::cerr << fmt::format("its KV will take {:.1f} MB; the context carries {} document tokens\n",
+                               double(KvBytes((*s)->context().config(), d.n_tokens)) / 1e6, ctl.context_tokens());
+  };
+  auto added = [&](const Result<size_t>& i, bool is_private) {
+    if (!i.ok()) return;
+    if (is_private) (void)ctl.SetPrivate(*i, true);
+    say_kv(*i);
+  };
   auto attach = [&](const std::string& path, bool is_private) {
     if (path.empty()) {
       std::cerr << "which file? " << (is_private ? "/private" : "/attach") << " PATH\n";
       return;
     }
-    auto i = ctl.AddDocument(path);  // the controller tells the user what happened
-    if (!i.ok()) return;
-    if (is_private) (void)ctl.SetPrivate(*i, true);
-    const ChatDocument& d = ctl.documents()[*i];
-    if (d.attached)  // what its prefill will hold in memory, before the first question computes it
-      std::cerr << fmt::format("its KV will take {:.1f} MB; the context carries {} document tokens\n",
-                               double(KvBytes((*s)->context().config(), d.n_tokens)) / 1e6, ctl.context_tokens());
+    added(ctl.AddDocument(path), is_private);
   };
-  for (const std::string& path : args.docs) attach(path, false);
-  for (const std::string& path : args.private_docs) attach(path, true);
+  for (Document& d : docs) {
+    const bool is_private = d.is_private;
+    added(ctl.AddDocument(std::move(d)), is_private);
+  }
   std::signal(SIGINT, OnSigint);
   const bool tty = isatty(STDIN_FILENO) == 1;
   std::cerr << fmt::format(
@@ -196,7 +209,26 @@ bool RunTerminalChat(const CommonOptions& common, const GenerateArgs& args) {
     if (c.kind == Kind::kQuit) break;
     switch (c.kind) {
       case Kind::kHelp: std::cerr << ChatCommandHelp(); continue;
-      case Kind::kAttach: attach(c.text, false); continue;
+      case Kind::kAttach: {
+        // A listed document's number attaches it again; anything else is a path (./2 for a file named 2).
+        const size_t n = ParseDocumentNumber(c.text);
+        if (n > 0 && n <= ctl.documents().size()) {
+          if (ctl.SetAttached(n - 1, true).ok()) say_kv(n - 1);  // refusals are noticed
+        } else {
+          attach(c.text, false);
+        }
+        continue;
+      }
+      case Kind::kDetach: {
+        const size_t n = ParseDocumentNumber(c.text);
+        if (n == 0 || n > ctl.documents().size()) {
+          std::cerr << fmt::format("no document {:?}; /docs numbers them 1 to {}\n", c.text, ctl.documents().size());
+        } else if (ctl.SetAttached(n - 1, false).ok()) {
+          std::cerr << fmt::format("{} left out of the context (/attach {} takes it back)\n",
+                                   ctl.documents()[n - 1].doc.name, n);
+        }
+        continue;
+      }
       case Kind::kPrivate: attach(c.text, true); continue;
       case Kind::kDocs: PrintDocuments(ctl, (*s)->context().config()); continue;
       case Kind::kRemove: {

@@ -16,9 +16,10 @@ std::string_view Trim(std::string_view s) {
 
 bool IsLetter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
-constexpr std::array<std::pair<std::string_view, ChatCommand::Kind>, 9> kCommands = {{
+constexpr std::array<std::pair<std::string_view, ChatCommand::Kind>, 10> kCommands = {{
     {"/help", ChatCommand::Kind::kHelp},
     {"/attach", ChatCommand::Kind::kAttach},
+    {"/detach", ChatCommand::Kind::kDetach},
     {"/private", ChatCommand::Kind::kPrivate},
     {"/remove", ChatCommand::Kind::kRemove},
     {"/docs", ChatCommand::Kind::kDocs},
@@ -60,7 +61,8 @@ std::string ChatCommandHelp() {
   return "/attach PATH     attach a text document to the conversation\n"
          "/private PATH    attach a document that never leaves this machine (no team KV tier)\n"
          "/docs            list the documents: tokens, attached or not, where their KV is cached\n"
-         "/remove N        remove document N (as /docs numbers them)\n"
+         "/detach N        leave document N (as /docs numbers them) out of the context; /attach N takes it back\n"
+         "/remove N        remove document N from the list\n"
          "/reset           forget the conversation's questions and answers (the documents stay)\n"
          "/quit, /exit     leave (Ctrl-D too); Ctrl-C stops an answer\n"
          "//TEXT           ask TEXT starting with '/'\n";

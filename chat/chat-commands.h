@@ -15,7 +15,8 @@ struct ChatCommand {
   enum class Kind {
     kQuestion,  // `text` is the question
     kHelp,
-    kAttach,   // `text`: the path
+    kAttach,   // `text`: the path, or the number of a listed document to attach again
+    kDetach,   // `text`: the document's number; it stays listed
     kPrivate,  // attach a document that never leaves the machine; `text`: the path
     kRemove,   // `text`: the document's number (as /docs lists them)
     kDocs,
@@ -32,7 +33,8 @@ ChatCommand ParseChatCommand(std::string_view line);
 // What /help prints: one line per command.
 std::string ChatCommandHelp();
 
-// A 1-based document number from /remove's argument; 0 when it is not a positive number.
+// A 1-based document number from /remove's, /detach's or /attach's argument; 0 when it is not a
+// positive number.
 size_t ParseDocumentNumber(std::string_view s);
 
 }  // namespace impress

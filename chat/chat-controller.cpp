@@ -84,41 +84,45 @@ Result<size_t> ChatController::AddDocument(const std::string& path) {
     Notice("cannot add document: " + doc.status().ToString());
     return doc.status();
   }
+  return AddDocument(std::move(*doc));
+}
+
+Result<size_t> ChatController::AddDocument(Document doc) {
   for (const ChatDocument& d : docs_) {
-    if (d.doc.path == doc->path && d.doc.text == doc->text) {
-      const std::string why = fmt::format("{} is already in this conversation", doc->name);
+    if (d.doc.path == doc.path && d.doc.text == doc.text) {
+      const std::string why = fmt::format("{} is already in this conversation", doc.name);
       Notice(why);
       return Status::InvalidArgument(why);
     }
   }
-  Activity("tokenizing " + doc->name);
+  Activity("tokenizing " + doc.name);
   ChatDocument e;
-  e.n_tokens = CountTokens(doc->text);
-  IndexPassages(*doc);
+  e.n_tokens = CountTokens(doc.text);
+  IndexPassages(doc);
   int attached_tokens = 0;
   for (const ChatDocument& d : docs_)
     if (d.attached) attached_tokens += d.n_tokens;
   const ContextBudget b = budget();
   const AttachFit fit = CheckAttach(b, attached_tokens, e.n_tokens);
   if (retrieval_) {
-    Notice(fmt::format("added {} ({} tokens) to the collection; questions retrieve its best passages", doc->name,
+    Notice(fmt::format("added {} ({} tokens) to the collection; questions retrieve its best passages", doc.name,
                        e.n_tokens));
   } else if (fit == AttachFit::kLongerThanContext) {
     e.attached = false;
     Notice(
         fmt::format("{} has {} tokens: longer than the model's context ({} tokens, {} kept for the answer); "
                     "it is listed but not attached{}",
-                    doc->name, e.n_tokens, b.n_ctx, b.max_tokens, passages_ ? " (retrieval mode can use it)" : ""));
+                    doc.name, e.n_tokens, b.n_ctx, b.max_tokens, passages_ ? " (retrieval mode can use it)" : ""));
   } else if (fit == AttachFit::kOverflows) {
     e.attached = false;
     Notice(
         fmt::format("{} ({} tokens) would overflow the context with the {} tokens already attached; "
                     "detach another document to use it",
-                    doc->name, e.n_tokens, attached_tokens));
+                    doc.name, e.n_tokens, attached_tokens));
   } else {
-    Notice(fmt::format("added {} ({} tokens)", doc->name, e.n_tokens));
+    Notice(fmt::format("added {} ({} tokens)", doc.name, e.n_tokens));
   }
-  e.doc = std::move(*doc);
+  e.doc = std::move(doc);
   docs_.push_back(std::move(e));
   SyncConversationDocuments();
   SaveDocuments();
@@ -148,8 +152,8 @@ Status ChatController::SetAttached(size_t index, bool attached) {
     if (CheckAttach(b, attached_tokens, d.n_tokens) != AttachFit::kFits) {
       const std::string why = fmt::format(
           "{} ({} tokens) would overflow the context ({} tokens, {} attached, {} kept for the "
-          "answer); detach another document or use retrieval mode",
-          d.doc.name, d.n_tokens, b.n_ctx, attached_tokens, b.max_tokens);
+          "answer); detach another document{}",
+          d.doc.name, d.n_tokens, b.n_ctx, attached_tokens, b.max_tokens, passages_ ? " or use retrieval mode" : "");
       Notice(why);
       return Status::ResourceExhausted(why);
     }

@@ -115,6 +115,8 @@ class ChatController {
   // only when it fits the budget. Returns its index. Errors: unreadable or not text
   // (LoadDocument's); InvalidArgument when the same file with the same text is already there.
   Result<size_t> AddDocument(const std::string& path);
+  // The same for a document already loaded (LoadDocument's checks passed).
+  Result<size_t> AddDocument(Document doc);
   Status RemoveDocument(size_t index);  // OutOfRange for a bad index
   // Attaching is refused (ResourceExhausted) in documents mode when the document would
   // overflow the context beside those attached.

@@ -5,7 +5,7 @@
 //  - `chat` reading 48 MiB without a newline (as from /dev/zero) ends cleanly at the end of its
 //    input without holding the line: its peak memory stays within 16 MiB of a run given a short
 //    question, where std::getline would hold all 48 MiB;
-//  - `chat`'s commands attach, list and remove documents with the app's rules (a file that is not
+//  - `chat`'s commands attach, list, detach and remove documents with the app's rules (a file that is not
 //    text, or longer than the context, is refused or left unattached with a message), and an
 //    unknown command is said to be one; none of them is sent to the model as a question.
 #include <fcntl.h>
@@ -152,7 +152,8 @@ TEST_F(TerminalInput, ChatCommandsAttachListAndRemoveDocuments) {
       "ELF\0\0\x01\x02",
       8);
   const std::string input = "/attach " + notes.string() + "\n/attach " + binary.string() + "\n/attach " +
-                            huge.string() + "\n/docs\n/frobnicate\n/remove 2\n/remove 9\n/docs\n/quit\n";
+                            huge.string() +
+                            "\n/docs\n/frobnicate\n/remove 2\n/remove 9\n/detach 1\n/attach 1\n/docs\n/quit\n";
   const ProcessRun r = Impress(Chat(), input, dir_);
   EXPECT_EQ(r.rc, 0) << r.output;
   auto has = [&](const std::string& text) { return r.output.find(text) != std::string::npos; };
@@ -166,10 +167,13 @@ TEST_F(TerminalInput, ChatCommandsAttachListAndRemoveDocuments) {
   EXPECT_TRUE(has("unknown command /frobnicate")) << r.output;
   EXPECT_TRUE(has("removed huge.txt")) << r.output;
   EXPECT_TRUE(has("no document \"9\"")) << r.output;
+  EXPECT_TRUE(has("notes.txt left out of the context (/attach 1 takes it back)")) << r.output;
   // The second listing: the notes alone, attached.
   const size_t second = r.output.rfind("1. notes.txt: ");
   ASSERT_NE(second, std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("huge.txt: ", second), std::string::npos) << r.output;
+  const std::string last = r.output.substr(second, r.output.find('\n', second) - second);
+  EXPECT_NE(last.find(" tokens, attached"), std::string::npos) << "attached again by /attach 1: " << last;
   EXPECT_FALSE(has("TTFT")) << "a command was asked as a question:\n" << r.output;
 }
 

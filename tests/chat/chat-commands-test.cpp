@@ -22,6 +22,7 @@ TEST(ChatCommands, CommandsAndTheirArguments) {
       {"/attach   spaced.txt  ", Kind::kAttach, "spaced.txt"},
       {"/private /home/u/secret.txt", Kind::kPrivate, "/home/u/secret.txt"},
       {"/remove 2", Kind::kRemove, "2"},
+      {"/detach 1", Kind::kDetach, "1"},
       {"/docs", Kind::kDocs, ""},
       {"/reset", Kind::kReset, ""},
       {"/quit", Kind::kQuit, ""},
@@ -61,7 +62,7 @@ TEST(ChatCommands, DocumentNumbers) {
 
 TEST(ChatCommands, HelpNamesEveryCommand) {
   const std::string help = ChatCommandHelp();
-  for (const char* name : {"/attach", "/private", "/docs", "/remove", "/reset", "/quit", "//"})
+  for (const char* name : {"/attach", "/private", "/docs", "/detach", "/remove", "/reset", "/quit", "//"})
     EXPECT_NE(help.find(name), std::string::npos) << name;
 }
 
