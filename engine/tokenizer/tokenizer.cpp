@@ -92,6 +92,28 @@ bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\
 
 const std::string kEmpty;
 
+// Steps between asking the caches for what an insert or a lookup will touch and doing it.
+constexpr size_t kAhead = 8;
+
+// Inserts the keys of ids [0, n) that `want` takes into `index` in id order (the first of
+// duplicates wins), the slot of each asked of the caches kAhead ids before its insert: each insert
+// into a table of 150K keys is a cache miss, and asked ahead they overlap.
+template <class Key, class Want>
+void InsertInIdOrder(StringIndex& index, size_t n, Key key, Want want) {
+  index.Reserve(n);
+  std::array<size_t, kAhead> hash{};
+  auto ask = [&](size_t i) {
+    if (!want(i)) return;
+    hash[i % kAhead] = StringIndex::Hash(key(i));
+    index.Prefetch(hash[i % kAhead]);
+  };
+  for (size_t i = 0; i < std::min(kAhead, n); ++i) ask(i);
+  for (size_t i = 0; i < n; ++i) {
+    if (want(i)) index.Insert(key(i), int32_t(i), hash[i % kAhead]);
+    if (i + kAhead < n) ask(i + kAhead);
+  }
+}
+
 }  // namespace
 
 // Exact bytes as the key (a hash alone could return another text's ids); the most recent first.
@@ -176,10 +198,6 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   tok.texts_ = std::move(v.tokens);
 
   const bool bpe = tok.kind_ == TokenizerKind::kBytePairBpe;
-  // Each index in id order (the first of duplicates wins), the slot of the token kAhead later asked
-  // of the caches first: each insert into a table of 150K keys is a cache miss, and asked ahead they
-  // overlap.
-  constexpr size_t kAhead = 8;
   // The pieces and their index are built on a second thread while this one indexes the texts and
   // (BPE) builds the merge table, which needs only the texts' index: about half the build's time
   // (12 of 25 ms for Qwen2.5's 151,643 tokens and 151,387 merges), on the start's critical path.
@@ -190,7 +208,6 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
   auto pieces_work = [&] {
     try {
       tok.pieces_.resize(n);
-      tok.piece_to_id_.Reserve(n);
       std::string bytes;
       std::vector<uint8_t> mergeable(n);  // in piece_to_id_, under its piece (BPE) or text (SPM)
       for (size_t i = 0; i < n; ++i) {
@@ -222,18 +239,9 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
             (bpe ? (type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kByte)
                  : (type == TokenType::kNormal || type == TokenType::kUndefined || type == TokenType::kUserDefined));
       }
-      std::array<size_t, kAhead> piece_hash{};
-      auto piece_key = [&](size_t i) -> std::string_view { return bpe ? tok.pieces_[i] : tok.texts_[i]; };
-      auto ask = [&](size_t i) {
-        if (!mergeable[i]) return;
-        piece_hash[i % kAhead] = StringIndex::Hash(piece_key(i));
-        tok.piece_to_id_.Prefetch(piece_hash[i % kAhead]);
-      };
-      for (size_t i = 0; i < std::min(kAhead, n); ++i) ask(i);
-      for (size_t i = 0; i < n; ++i) {
-        if (mergeable[i]) tok.piece_to_id_.Insert(piece_key(i), int32_t(i), piece_hash[i % kAhead]);
-        if (i + kAhead < n) ask(i + kAhead);
-      }
+      InsertInIdOrder(
+          tok.piece_to_id_, n, [&](size_t i) -> std::string_view { return bpe ? tok.pieces_[i] : tok.texts_[i]; },
+          [&](size_t i) { return mergeable[i] != 0; });
     } catch (...) {
       pieces_error = std::current_exception();
     }
@@ -250,17 +258,8 @@ Result<Tokenizer> Tokenizer::FromVocab(TokenizerVocab v, const std::string& sour
       if (t.joinable()) t.join();
     }
   } join_pieces{pieces_side};
-  tok.text_to_id_.Reserve(n);
-  std::array<size_t, kAhead> text_hash{};
-  auto ask_text = [&](size_t i) {
-    text_hash[i % kAhead] = StringIndex::Hash(tok.texts_[i]);
-    tok.text_to_id_.Prefetch(text_hash[i % kAhead]);
-  };
-  for (size_t i = 0; i < std::min(kAhead, n); ++i) ask_text(i);
-  for (size_t i = 0; i < n; ++i) {
-    tok.text_to_id_.Insert(tok.texts_[i], int32_t(i), text_hash[i % kAhead]);
-    if (i + kAhead < n) ask_text(i + kAhead);
-  }
+  InsertInIdOrder(
+      tok.text_to_id_, n, [&](size_t i) -> std::string_view { return tok.texts_[i]; }, [](size_t) { return true; });
 
   if (bpe) {
     // Single bytes are the tokens whose stored text is that byte's byte-level character.
