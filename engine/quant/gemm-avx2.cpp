@@ -1,10 +1,15 @@
 // The int8 GEMM's AVX2 kernel (gemm.h): strips of decoded weight rows against interleaved
 // activation rows, at every batch size. AVX2 has no vpdpbusd: vpmaddubsw multiplies unsigned by
-// signed bytes into saturating 16-bit pair sums and vpmaddwd adds those pairs into 32-bit lanes. With weights below 64
-// (every type but Q8_0, whose shifted bytes reach 255) a pair sum is at most 2 * 63 * 127 < 32767, so nothing saturates
-// and the lanes equal vpdpbusd's exactly. Compiled with the project's baseline (x86-64-v3: AVX2 + FMA).
+// signed bytes into saturating 16-bit pair sums and vpmaddwd adds those pairs into 32-bit lanes.
+// With weights below 2^b (b = 4, 5, 6: every type but Q8_0, whose shifted bytes reach 255) a pair
+// sum is at most 2 * (2^b - 1) * 128 < 2^15 in magnitude, so nothing saturates; and 2^(7 - b)
+// quads' pair sums (8 for 4-bit weights, 4 for 5-bit, 2 for 6-bit) still fit 16 bits, so they
+// are added with vpaddw and widened by one vpmaddwd: the 32-bit lanes are vpdpbusd's exactly, at
+// a fraction of the widening instructions (which share the multiplier ports with vpmaddubsw).
+// Compiled with the project's baseline (x86-64-v3: AVX2 + FMA).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/quant/gemm-tail-inl.h"
@@ -13,13 +18,18 @@
 namespace impress::quant::gemm_internal {
 namespace {
 
+// Quads per 16-bit run for weights of `bits` bits (see the top of the file), at most a span's.
+constexpr int RunQuads(int bits, int h) { return std::min(8 / h, 1 << (7 - bits)); }
+
 // The small-batch kernel: weight rows [r0, r0 + RW) of a decoded strip times 8-row lane vectors
 // [v0, v0 + V) of x (lanes = activation rows; vector v is half v % 2 of lane group v / 2) over
-// groups [c.g0, c.g1), H spans per group; out[r * ldo + 8 v + l] (added onto when c.more). RW x V
-// is 2 x 2 (12 of the 16 registers) or 4 x 1 (11).
-template <int RW, int V, int H>
+// groups [c.g0, c.g1), H spans per group, P quads per 16-bit run; out[r * ldo + 8 v + l] (added
+// onto when c.more). RW x V is 2 x 2 or 4 x 1; the activations are vpmaddubsw's memory operands.
+template <int RW, int V, int H, int P>
 void StripTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, int r0, int v0, float* out,
                int64_t ldo) {
+  constexpr int kSpanQuads = 8 / H;
+  static_assert(kSpanQuads % P == 0);
   const int64_t nb = w.k / kQK32, n_spans = nb * H;
   const float* lane_ds = H == 1 ? x.LaneDSum() : x.LaneDSum16();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -35,21 +45,33 @@ void StripTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk
       f[r][v] = c.more ? _mm256_loadu_ps(out + (r0 + r) * ldo + 8 * (v0 + v)) : _mm256_setzero_ps();
   for (int64_t g = c.g0; g < c.g1; ++g) {
     FetchSlice(c, g);
-    for (int h = 0; h < H; ++h) {
-      __m256i s[RW][V];
-      for (int r = 0; r < RW; ++r)
-        for (int v = 0; v < V; ++v) s[r][v] = _mm256_setzero_si256();
+    // The 16-bit pair sums of quads [q0, q0 + P) into p, added in order: GCC would otherwise
+    // regroup the adds as a tree over all the run's products, holding them at once and spilling
+    // them to the stack (the empty asm keeps each sum where it is).
+    auto run = [&](int q0, __m256i(&p)[RW][V]) {
 #pragma GCC unroll 8
-      for (int q = h * 8 / H; q < (h + 1) * 8 / H; ++q) {
-        __m256i av[V];
-        for (int v = 0; v < V; ++v)
-          av[v] = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(x.LaneQs() + ((group[v] * nb + g) * 8 + q) * 64 + 4 * half[v]));
+      for (int q = q0; q < q0 + P; ++q)
         for (int r = 0; r < RW; ++r) {
           const __m256i wv = _mm256_broadcastd_epi32(_mm_loadu_si32(w.u + (r0 + r) * w.k + 32 * g + 4 * q));
-          for (int v = 0; v < V; ++v)
-            s[r][v] = _mm256_add_epi32(s[r][v], _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av[v]), ones));
+          for (int v = 0; v < V; ++v) {
+            const __m256i t =
+                _mm256_maddubs_epi16(wv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                             x.LaneQs() + ((group[v] * nb + g) * 8 + q) * 64 + 4 * half[v])));
+            p[r][v] = q == q0 ? t : _mm256_add_epi16(p[r][v], t);
+            if constexpr (P > 2) asm("" : "+x"(p[r][v]));
+          }
         }
+    };
+    for (int h = 0; h < H; ++h) {
+      __m256i s[RW][V], p[RW][V];  // the span's 32-bit sums, a run's 16-bit ones
+      run(h * kSpanQuads, p);
+      for (int r = 0; r < RW; ++r)
+        for (int v = 0; v < V; ++v) s[r][v] = _mm256_madd_epi16(p[r][v], ones);
+#pragma GCC unroll 8
+      for (int q0 = h * kSpanQuads + P; q0 < (h + 1) * kSpanQuads; q0 += P) {
+        run(q0, p);
+        for (int r = 0; r < RW; ++r)
+          for (int v = 0; v < V; ++v) s[r][v] = _mm256_add_epi32(s[r][v], _mm256_madd_epi16(p[r][v], ones));
       }
       const int64_t span = g * H + h;
       for (int v = 0; v < V; ++v) {
@@ -73,10 +95,11 @@ void StripTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk
 // broadcast to match, so one vpmaddubsw + vpmaddwd covers a quad of all 8 weight rows for one
 // activation row. The int32 sums are StripTile's exactly; the folds are its operations per (row,
 // weight row), bit for bit. Lanes T..7 of vector v are left alone.
-template <int H, int T>
+template <int H, int P, int T>
 void WeightLaneTailTile(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, int v, float* out,
                         int64_t ldo) {
   static_assert(kStripRows == 8 && T >= 1 && T <= 4);
+  constexpr int kSpanQuads = 8 / H;
   const int64_t nb = w.k / kQK32, n_spans = nb * H, group = v / 2, half = 8 * (v % 2);
   const float* lane_ds = H == 1 ? x.LaneDSum() : x.LaneDSum16();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -92,13 +115,21 @@ void WeightLaneTailTile(const DecodedStrip& w, const GemmActivations& x, const S
     StripQuadsByRow(w.u, w.k, g, wq);
     const int8_t* lq = x.LaneQs() + (group * nb + g) * 8 * 64 + 4 * half;
     for (int h = 0; h < H; ++h) {
-      __m256i s[T];
-      for (int i = 0; i < T; ++i) s[i] = _mm256_setzero_si256();
-      for (int q = h * 8 / H; q < (h + 1) * 8 / H; ++q)
-        for (int i = 0; i < T; ++i) {
-          const __m256i a = _mm256_broadcastd_epi32(_mm_loadu_si32(lq + q * 64 + 4 * i));
-          s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(wq[q], a), ones));
-        }
+      __m256i s[T], p[T];  // as StripTile's
+      auto run = [&](int q0) {
+        for (int q = q0; q < q0 + P; ++q)
+          for (int i = 0; i < T; ++i) {
+            const __m256i t = _mm256_maddubs_epi16(wq[q], _mm256_broadcastd_epi32(_mm_loadu_si32(lq + q * 64 + 4 * i)));
+            p[i] = q == q0 ? t : _mm256_add_epi16(p[i], t);
+            if constexpr (P > 2) asm("" : "+x"(p[i]));
+          }
+      };
+      run(h * kSpanQuads);
+      for (int i = 0; i < T; ++i) s[i] = _mm256_madd_epi16(p[i], ones);
+      for (int q0 = h * kSpanQuads + P; q0 < (h + 1) * kSpanQuads; q0 += P) {
+        run(q0);
+        for (int i = 0; i < T; ++i) s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(p[i], ones));
+      }
       const int64_t span = g * H + h;
       const __m256 dw = _mm256_i32gather_ps(w.dw + span, span_at, 4), mw = _mm256_i32gather_ps(w.mw + span, span_at, 4);
       for (int i = 0; i < T; ++i) {
@@ -118,7 +149,7 @@ void WeightLaneTailTile(const DecodedStrip& w, const GemmActivations& x, const S
 
 // Pairs of 8-row vectors, then a last vector alone (a 17-row question pays for 24 rows, not 32),
 // the weight rows as lanes when it holds 4 rows or fewer.
-template <int H>
+template <int H, int P>
 void StripTiles(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo) {
   static_assert(kStripRows % 4 == 0);
   const int n_vectors = (x.m() + 7) / 8;
@@ -126,20 +157,22 @@ void StripTiles(const DecodedStrip& w, const GemmActivations& x, const StripChun
   later.fetch_lines = 0;
   int v = 0;
   for (; v + 2 <= n_vectors; v += 2)
-    for (int r = 0; r < kStripRows; r += 2) StripTile<2, 2, H>(w, x, v + r == 0 ? c : later, r, v, out, ldo);
+    for (int r = 0; r < kStripRows; r += 2) StripTile<2, 2, H, P>(w, x, v + r == 0 ? c : later, r, v, out, ldo);
   if (v == n_vectors) return;
   const StripChunk& tc = v == 0 ? c : later;
-  if (!ForTailRows(x.m() - 8 * v, [&]<int T>() { WeightLaneTailTile<H, T>(w, x, tc, v, out, ldo); }))
-    for (int r = 0; r < kStripRows; r += 4) StripTile<4, 1, H>(w, x, v + r == 0 ? c : later, r, v, out, ldo);
+  if (!ForTailRows(x.m() - 8 * v, [&]<int T>() { WeightLaneTailTile<H, P, T>(w, x, tc, v, out, ldo); }))
+    for (int r = 0; r < kStripRows; r += 4) StripTile<4, 1, H, P>(w, x, v + r == 0 ? c : later, r, v, out, ldo);
 }
 
 }  // namespace
 
 void GemmStripAvx2(const DecodedStrip& w, const GemmActivations& x, const StripChunk& c, float* out, int64_t ldo) {
-  if (w.halves == 2) {
-    StripTiles<2>(w, x, c, out, ldo);
-  } else {
-    StripTiles<1>(w, x, c, out, ldo);
+  if (w.halves == 2) {  // Q6_K
+    StripTiles<2, RunQuads(6, 2)>(w, x, c, out, ldo);
+  } else if (w.bits == 5) {
+    StripTiles<1, RunQuads(5, 1)>(w, x, c, out, ldo);
+  } else {  // 4-bit types (Q8_0 never comes here: GemmSupports)
+    StripTiles<1, RunQuads(4, 1)>(w, x, c, out, ldo);
   }
 }
 

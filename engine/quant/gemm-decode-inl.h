@@ -38,6 +38,20 @@ inline constexpr int kHalves = T == WeightType::kQ6_K ? 2 : 1;
 // The same for a type known at run time.
 inline constexpr int Halves(WeightType t) { return t == WeightType::kQ6_K ? 2 : 1; }
 
+// The width of the decoded values: every u of type t is below 2^DecodedBits(t).
+inline constexpr int DecodedBits(WeightType t) {
+  switch (t) {
+    case WeightType::kQ4_0:
+    case WeightType::kQ4_1:
+    case WeightType::kQ4_K: return 4;
+    case WeightType::kQ5_0:
+    case WeightType::kQ5_1:
+    case WeightType::kQ5_K: return 5;
+    case WeightType::kQ6_K: return 6;
+    default: return 8;
+  }
+}
+
 // Group g (32 elements) of `row`, a row of type T.
 template <WeightType T>
 inline void DecodeGroup(const uint8_t* row, int64_t g, uint8_t* u, float* dw, float* mw) {

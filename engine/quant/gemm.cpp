@@ -151,7 +151,8 @@ void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   for (int64_t s0 = r0; s0 < r1; s0 += kS) {
     const int n_valid = int(std::min<int64_t>(kS, r1 - s0));
     DecodeRows(w, s0, kS, n_valid, u.data(), dw.data(), mw.data());
-    const gemm_internal::DecodedStrip strip{u.data(), dw.data(), mw.data(), k, halves};
+    const gemm_internal::DecodedStrip strip{u.data(), dw.data(), mw.data(),
+                                            k,        halves,    gemm_internal::DecodedBits(w.type)};
     // The next strip's weights are fetched into L2 while this strip computes, spread over the
     // first set's groups: the decode would otherwise wait for memory with the kernels idle (at
     // 16-64 rows a third of the decode's time was those loads).

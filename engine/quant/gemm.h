@@ -134,6 +134,7 @@ struct DecodedStrip {
   const float* mw;
   int64_t k;  // elements per row
   int halves;
+  int bits;  // every u is below 2^bits (DecodedBits)
 };
 
 // A whole row of `type` (n_groups groups of 32) decoded as DecodeGroup decodes each group, bit for

@@ -284,6 +284,49 @@ TEST_P(QuantGemm, SmallBatchesEqualScalarBitForBit) {
   }
 }
 
+// The largest sums a kernel can meet: every decoded weight at its type's largest value (all
+// quantized bits set) against activations that quantize to +-127 everywhere, rows of either sign,
+// 1..kGemmLaneRows rows and a large batch. The AVX2 kernel adds several quads' 16-bit pair sums
+// before widening them (as many as its bound allows per width); one more would overflow here.
+TEST_P(QuantGemm, LargestWeightsAndActivationsEqualScalarBitForBit) {
+  const KernelPath path = GetParam();
+  std::mt19937 rng(53);
+  constexpr int64_t kRows = 16, kCols = 512;
+  for (WeightType t : kGemmTypes) {
+    SCOPED_TRACE(WeightTypeName(t));
+    if (!GemmSupports(t, path)) continue;
+    std::vector<uint8_t> wbytes(size_t(kRows * kCols / BlockElements(t) * BlockBytes(t)), 0xff);
+    for (size_t off = 0; off < wbytes.size(); off += size_t(BlockBytes(t))) {
+      if (t == WeightType::kQ8_0) std::memset(wbytes.data() + off + 2, 0x7f, 32);  // q = 127: u = 255
+      for (int f : test::HalfFieldOffsets(t))
+        test::PutHalf(wbytes.data() + off + f, test::RandomScale(test::BlockCase::kRealistic, rng));
+    }
+    const int top = (1 << gemm_internal::DecodedBits(t)) - 1;
+    for (int64_t g = 0; g < kCols / kQK32; ++g) {  // the case is what it claims to be
+      uint8_t u[32];
+      float dw[2], mw[2];
+      Decode(t, wbytes.data(), g, u, dw, mw);
+      for (uint8_t e : u) ASSERT_EQ(int(e), top);
+    }
+    const WeightMatrix w{t, wbytes.data(), kRows, kCols};
+    for (int m : {1, 3, 4, 5, 8, 9, 16, 17, 24, 31, 32, 33, kGemmLaneRows, 2 * kGemmLaneRows + 3}) {
+      SCOPED_TRACE("rows " + std::to_string(m));
+      std::vector<float> xf(size_t(m * kCols));
+      for (int i = 0; i < m; ++i) std::fill_n(xf.begin() + i * kCols, kCols, i % 3 == 1 ? -0.5f - i : 0.25f + i);
+      GemmActivations x;
+      ASSERT_TRUE(x.Reset(m, kCols, false, GemmUsesLanes(m, path)).ok());
+      x.QuantizeRows(xf.data(), kCols, 0, m);
+      ASSERT_EQ(std::abs(int(x.Row(0)[0].qs[0])), 127);
+      std::vector<float> y(size_t(m * kRows)), ref(y.size());
+      ASSERT_TRUE(GemmRows(w, x, 0, kRows, 0.0f, y.data(), kRows, path).ok());
+      ASSERT_TRUE(GemmRows(w, x, 0, kRows, 0.0f, ref.data(), kRows, KernelPath::kScalar).ok());
+      for (size_t e = 0; e < y.size(); ++e)
+        ASSERT_EQ(std::memcmp(&y[e], &ref[e], sizeof(float)), 0)
+            << "activation " << e / kRows << " weight row " << e % kRows << ": " << y[e] << " vs " << ref[e];
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(GemmPaths, QuantGemm,
                          ::testing::Values(KernelPath::kScalar, KernelPath::kAvx2, KernelPath::kAvx512),
                          [](const ::testing::TestParamInfo<KernelPath>& p) { return KernelPathName(p.param); });
