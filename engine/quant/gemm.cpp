@@ -139,8 +139,12 @@ void GemmStrips(const WeightMatrix& w, const GemmActivations& x, int64_t r0, int
   const int64_t n_groups = w.n_cols / kQK32, k = w.n_cols;
   const int halves = gemm_internal::Halves(w.type);
   const int64_t n_spans = n_groups * halves, ldo = 16 * int64_t(x.n_lane_groups()), row_bytes = w.RowBytes();
-  // A chunk's activations (n_lane_groups * 512 bytes per group) stay at or under 16 KiB of L1.
-  const int64_t chunk_groups = std::max<int64_t>(4, gemm_internal::kStripChunkGroups * 2 / x.n_lane_groups());
+  // The kernels take the lane groups in pairs, the strip's rows in the inner loop, so what a chunk
+  // must keep in L1 is one pair's activations (1 KiB a group) and the strip's weights (256 bytes
+  // a group), however many lane groups the batch has. (Chunks of 16 KiB of all the lane groups'
+  // activations, 4 groups at 512 rows, spent about 8% of a 512-row AVX2 GEMM starting and ending
+  // its tiles.)
+  const int64_t chunk_groups = gemm_internal::kStripChunkGroups * (x.n_lane_groups() == 1 ? 2 : 1);
   thread_local std::vector<uint8_t> u;
   thread_local std::vector<float> dw, mw, out;
   u.resize(size_t(kS * k));

@@ -146,8 +146,8 @@ void DecodeRowAvx2(WeightType type, const uint8_t* row, int64_t n_groups, uint8_
 void PanelQuadsAvx2(const uint8_t* u, int64_t k, int64_t n_groups, uint8_t* data);
 
 // Groups [g0, g1) of a strip's rows; `more`: the output already holds groups [0, g0). The
-// kernels take a strip in chunks of about 2 * kStripChunkGroups / (lane groups) groups, so that
-// a chunk's activations (16 KiB) and weights stay in L1.
+// kernels take a strip in chunks of kStripChunkGroups groups (twice that for one lane group), so
+// that a pair of lane groups' activations over a chunk (16 KiB) and the strip's weights stay in L1.
 inline constexpr int64_t kStripChunkGroups = 16;
 // `fetch_lines` cache lines from `fetch` on (the next strip's weights) are prefetched into L2
 // while the chunk computes, `fetch_step` lines at each group (SetFetch), so that the memory works
