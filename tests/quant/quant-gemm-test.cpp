@@ -286,8 +286,8 @@ TEST_P(QuantGemm, SmallBatchesEqualScalarBitForBit) {
 
 // The largest sums a kernel can meet: every decoded weight at its type's largest value (all
 // quantized bits set) against activations that quantize to +-127 everywhere, rows of either sign,
-// 1..kGemmLaneRows rows and a large batch. The AVX2 kernel adds several quads' 16-bit pair sums
-// before widening them (as many as its bound allows per width); one more would overflow here.
+// batches of 1 row to past kGemmLaneRows (every tile shape and tail). The AVX2 kernel adds several quads' 16-bit pair
+// sums before widening them (as many as its bound allows per width); one more would overflow here.
 TEST_P(QuantGemm, LargestWeightsAndActivationsEqualScalarBitForBit) {
   const KernelPath path = GetParam();
   std::mt19937 rng(53);
