@@ -18,8 +18,9 @@
 namespace impress::quant::gemm_internal {
 namespace {
 
-// Quads per 16-bit run for weights of `bits` bits (see the top of the file), at most a span's.
-constexpr int RunQuads(int bits, int h) { return std::min(8 / h, 1 << (7 - bits)); }
+// Quads per 16-bit run for weights of `bits` bits (see the top of the file), at most the quads of
+// a span (8 / halves).
+constexpr int RunQuads(int bits, int halves) { return std::min(8 / halves, 1 << (7 - bits)); }
 
 // The small-batch kernel: weight rows [r0, r0 + RW) of a decoded strip times 8-row lane vectors
 // [v0, v0 + V) of x (lanes = activation rows; vector v is half v % 2 of lane group v / 2) over
